@@ -1,0 +1,1 @@
+"""RollMux: multiplexing RL post-training jobs across disaggregated GPU pools."""

@@ -1,0 +1,267 @@
+"""The data everything else relies on: pools, cluster, jobs, groups.
+
+Contract
+--------
+* A cluster has a rollout pool and a training pool. Each pool has one GPU type, an
+  hourly price per GPU, a GPU count and host memory per node, and either a fixed
+  inventory of nodes (``nodes`` is an int) or none (``nodes`` is None: provisioned on
+  demand, unbounded).
+* A job takes whole nodes: ``ceil(gpus / gpus_per_node)`` nodes of each pool. Its memory
+  fields are host memory *per node* for its rollout state and for its training state.
+* A group is a set of rollout nodes and a set of training nodes with every member job
+  pinned to exactly as many nodes of each pool as it needs. Groups share no node. Node
+  ids are strings, unique across both pools (``R0``, ``T3``), so they are also unique
+  within each pool.
+* Residency: on every node, the summed host memory of the jobs pinned there fits the
+  node's host memory.
+* Cost of a group: the hourly price of all its GPUs. Cost of a plan: the sum over groups.
+
+These are plain slotted dataclasses: the planner and the simulator run hot loops over
+them. Validation happens once, when a job or cluster enters the system.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from rollmux.errors import SpecError
+
+ROLLOUT = "rollout"
+TRAIN = "train"
+POOLS = (ROLLOUT, TRAIN)
+
+#: Warm-start switch seconds on one 8-GPU node, by model size column (facts section 7).
+WARM_SWITCH_S = {
+    3: {ROLLOUT: 0.8, TRAIN: 1.9},
+    7: {ROLLOUT: 0.9, TRAIN: 4.1},
+    14: {ROLLOUT: 1.8, TRAIN: 4.7},
+    32: {ROLLOUT: 1.7, TRAIN: 5.9},
+}
+#: Cold-start (load from disk, rebuild) seconds, same columns (facts section 7).
+COLD_SWITCH_S = {
+    3: {ROLLOUT: 25.3, TRAIN: 26.7},
+    7: {ROLLOUT: 38.8, TRAIN: 32.7},
+    14: {ROLLOUT: 60.4, TRAIN: 59.0},
+    32: {ROLLOUT: 81.7, TRAIN: 81.2},
+}
+#: Known GPU types: name -> (dense TFLOPS, memory bandwidth TB/s, default $/GPU-hour).
+GPU_TYPES = {
+    "H20": (148.0, 4.0, 1.85),
+    "H800": (989.5, 3.35, 5.28),
+    "H100": (989.5, 3.35, 5.28),
+    "A100": (312.0, 2.0, 3.0),
+}
+
+_SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*[bB]")
+
+
+def model_size_column(model: str) -> int:
+    """Map a model name ("14B_8k", "Qwen2.5-7B") to a column of the switch tables.
+
+    Sizes up to 5B use the 3B column, up to 10B the 7B column, up to 20B the 14B column,
+    anything larger the 32B column (per-node state stops growing with size, facts
+    section 2). A name without a size is planned on the largest column: worst case.
+    """
+    match = _SIZE_RE.search(model or "")
+    if not match:
+        return 32
+    size = float(match.group(1))
+    for limit, column in ((5, 3), (10, 7), (20, 14)):
+        if size <= limit:
+            return column
+    return 32
+
+
+@dataclass(slots=True, frozen=True)
+class PoolSpec:
+    """One GPU pool: type, price, node shape and inventory (None = unbounded)."""
+
+    gpu: str
+    price_per_gpu_hour: float
+    host_mem_gb: float = 2048.0
+    nodes: int | None = None
+
+    def validate(self, pool: str) -> None:
+        if self.gpu not in GPU_TYPES:
+            raise SpecError(f"{pool}.gpu", self.gpu, f"one of {sorted(GPU_TYPES)}")
+        if not self.price_per_gpu_hour > 0:
+            raise SpecError(f"{pool}.price_per_gpu_hour", self.price_per_gpu_hour, "a price > 0")
+        if not self.host_mem_gb > 0:
+            raise SpecError(f"{pool}.host_mem_gb", self.host_mem_gb, "memory > 0 GB")
+        if self.nodes is not None and (not isinstance(self.nodes, int) or self.nodes < 0):
+            raise SpecError(f"{pool}.nodes", self.nodes, "a node count >= 0 or null (unbounded)")
+
+
+@dataclass(slots=True, frozen=True)
+class SwitchCost:
+    """Seconds charged when a node starts a phase of a job other than the last one it ran.
+
+    ``mode`` is "warm" (per-model figures of WARM_SWITCH_S), "cold" (COLD_SWITCH_S) or
+    "fixed" (``rollout_s`` and ``train_s`` for every job; 0 allowed).
+    """
+
+    mode: str = "warm"
+    rollout_s: float = 0.0
+    train_s: float = 0.0
+
+    def seconds(self, model: str, pool: str) -> float:
+        if self.mode == "fixed":
+            return self.rollout_s if pool == ROLLOUT else self.train_s
+        table = WARM_SWITCH_S if self.mode == "warm" else COLD_SWITCH_S
+        return table[model_size_column(model)][pool]
+
+
+@dataclass(slots=True, frozen=True)
+class Cluster:
+    """Pools plus the knobs the planner uses. Defaults are the paper's testbed."""
+
+    gpus_per_node: int = 8
+    rollout: PoolSpec = PoolSpec("H20", 1.85)
+    train: PoolSpec = PoolSpec("H800", 5.28)
+    switch_cost: SwitchCost = SwitchCost()
+    max_group_size: int = 5
+
+    def pool(self, name: str) -> PoolSpec:
+        return self.rollout if name == ROLLOUT else self.train
+
+    def node_price(self, pool: str) -> float:
+        """Hourly price of one whole node of ``pool``."""
+        return self.pool(pool).price_per_gpu_hour * self.gpus_per_node
+
+    def validate(self) -> None:
+        if not isinstance(self.gpus_per_node, int) or self.gpus_per_node <= 0:
+            raise SpecError("gpus_per_node", self.gpus_per_node, "a positive integer")
+        if not isinstance(self.max_group_size, int) or self.max_group_size < 1:
+            raise SpecError("max_group_size", self.max_group_size, "an integer >= 1")
+        self.rollout.validate(ROLLOUT)
+        self.train.validate(TRAIN)
+        if self.switch_cost.mode not in ("warm", "cold", "fixed"):
+            raise SpecError("switch_cost_s", self.switch_cost.mode, '"warm", "cold" or seconds')
+        if self.switch_cost.rollout_s < 0 or self.switch_cost.train_s < 0:
+            raise SpecError("switch_cost_s", (self.switch_cost.rollout_s, self.switch_cost.train_s), "seconds >= 0")
+
+
+@dataclass(slots=True)
+class Job:
+    """An RL job as the scheduler sees it (worst-case profiled phases).
+
+    ``duration_s`` is how long the job would run alone; ``iterations`` (when given)
+    replaces it. ``t_roll_colo_s``/``t_train_colo_s`` are the phases co-located on the
+    training GPU type, used by the co-located baseline when present.
+    """
+
+    job_id: str
+    t_roll_s: float
+    t_train_s: float
+    rollout_gpus: int = 8
+    train_gpus: int = 8
+    mem_roll_gb: float = 0.0
+    mem_train_gb: float = 0.0
+    slo: float = 1.5
+    model: str = ""
+    arrival_s: float = 0.0
+    duration_s: float | None = None
+    iterations: int | None = None
+    t_roll_colo_s: float | None = None
+    t_train_colo_s: float | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def t_solo(self) -> float:
+        """Iteration time alone on its own disaggregated nodes."""
+        return self.t_roll_s + self.t_train_s
+
+    def nodes(self, pool: str, gpus_per_node: int) -> int:
+        gpus = self.rollout_gpus if pool == ROLLOUT else self.train_gpus
+        return -(-gpus // gpus_per_node)
+
+    def mem(self, pool: str) -> float:
+        return self.mem_roll_gb if pool == ROLLOUT else self.mem_train_gb
+
+    def solo_iterations(self) -> int:
+        """Iterations the job runs: ``iterations``, else its solo duration / T_solo (>= 1)."""
+        if self.iterations is not None:
+            return self.iterations
+        if self.duration_s is None:
+            return 1
+        return max(1, round(self.duration_s / self.t_solo))
+
+    def validate(self, cluster: Cluster | None = None, where: str = "") -> None:
+        """Raise SpecError naming the first field outside its contract."""
+        if not self.job_id or not isinstance(self.job_id, str):
+            raise SpecError("job_id", self.job_id, "a non-empty string", where)
+        ctx = where or f"job {self.job_id}"
+        for name in ("t_roll_s", "t_train_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise SpecError(name, value, "a duration > 0 seconds", ctx)
+        for name in ("rollout_gpus", "train_gpus"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise SpecError(name, value, "a positive integer", ctx)
+        for name in ("mem_roll_gb", "mem_train_gb"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise SpecError(name, value, "host memory >= 0 GB", ctx)
+        if not (isinstance(self.slo, (int, float)) and math.isfinite(self.slo) and self.slo >= 1.0):
+            raise SpecError("slo", self.slo, "a slowdown tolerance >= 1.0", ctx)
+        if not (math.isfinite(self.arrival_s) and self.arrival_s >= 0):
+            raise SpecError("arrival_s", self.arrival_s, "a time >= 0 seconds", ctx)
+        if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s > 0):
+            raise SpecError("duration_s", self.duration_s, "a duration > 0 seconds", ctx)
+        if self.iterations is not None and (not isinstance(self.iterations, int) or self.iterations <= 0):
+            raise SpecError("iterations", self.iterations, "a positive integer", ctx)
+        for name in ("t_roll_colo_s", "t_train_colo_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise SpecError(name, value, "a duration > 0 seconds or empty", ctx)
+        if cluster is not None:
+            for pool in POOLS:
+                cap = cluster.pool(pool).host_mem_gb
+                if self.mem(pool) > cap:
+                    field_name = "mem_roll_gb" if pool == ROLLOUT else "mem_train_gb"
+                    raise SpecError(field_name, self.mem(pool), f"at most the {pool} node's host memory ({cap} GB)", ctx)
+
+
+@dataclass(slots=True)
+class Member:
+    """A job pinned inside a group: the exact nodes it runs on in each pool."""
+
+    job: Job
+    rollout_nodes: tuple[str, ...]
+    train_nodes: tuple[str, ...]
+
+    def nodes(self, pool: str) -> tuple[str, ...]:
+        return self.rollout_nodes if pool == ROLLOUT else self.train_nodes
+
+
+@dataclass(slots=True)
+class Group:
+    """A co-execution group: its nodes and its members in admission order.
+
+    ``colocated`` marks a group whose rollout phases run on the training nodes (the
+    veRL-style baseline); such a group owns no rollout node.
+    """
+
+    group_id: str
+    rollout_nodes: list[str] = field(default_factory=list)
+    train_nodes: list[str] = field(default_factory=list)
+    members: list[Member] = field(default_factory=list)
+    colocated: bool = False
+
+    def nodes(self, pool: str) -> list[str]:
+        return self.rollout_nodes if pool == ROLLOUT else self.train_nodes
+
+    def member(self, job_id: str) -> Member | None:
+        for m in self.members:
+            if m.job.job_id == job_id:
+                return m
+        return None
+
+    def mem_used(self, node: str, pool: str) -> float:
+        return sum(m.job.mem(pool) for m in self.members if node in m.nodes(pool))
+
+    def cost_per_hour(self, cluster: Cluster) -> float:
+        return (len(self.rollout_nodes) * cluster.node_price(ROLLOUT)
+                + len(self.train_nodes) * cluster.node_price(TRAIN))

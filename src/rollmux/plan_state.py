@@ -1,0 +1,157 @@
+"""The cluster's current plan: groups, pinning, node inventory; decisions are applied here.
+
+A ``PlanState`` changes only through ``apply`` (a placement decision) and ``release``
+(a departure). Policies read it and return decisions; they never mutate it. Node ids
+come from the pool's inventory: ``R0, R1, ...`` and ``T0, T1, ...``; a bounded pool owns
+exactly ``nodes`` ids, an unbounded one mints a fresh id whenever a node is provisioned.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rollmux.errors import PlacementError
+from rollmux.intra import GroupAnalysis, MemberProfile, analyze
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member
+
+_PREFIX = {ROLLOUT: "R", TRAIN: "T"}
+
+
+@dataclass(slots=True, frozen=True)
+class Placement:
+    """Where a job goes: an existing group (``group_id``) or a new one (None), its nodes,
+    and how many of those nodes are newly provisioned in each pool."""
+
+    group_id: str | None
+    rollout_nodes: tuple[str, ...]
+    train_nodes: tuple[str, ...]
+    new_rollout: tuple[str, ...] = ()
+    new_train: tuple[str, ...] = ()
+    colocated: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class Release:
+    """The outcome of a departure: which group lost the job and which nodes it gave back."""
+
+    job_id: str
+    group_id: str
+    released_nodes: tuple[str, ...]
+    group_closed: bool
+
+
+@dataclass(slots=True)
+class PlanState:
+    cluster: Cluster
+    groups: dict[str, Group] = field(default_factory=dict)
+    job_group: dict[str, str] = field(default_factory=dict)
+    _free: dict[str, list[str]] = field(default_factory=dict)
+    _minted: dict[str, int] = field(default_factory=lambda: {ROLLOUT: 0, TRAIN: 0})
+    _next_group: int = 0
+    _analysis: dict[str, GroupAnalysis] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for pool in POOLS:
+            count = self.cluster.pool(pool).nodes
+            if count is not None:
+                self._free[pool] = [f"{_PREFIX[pool]}{i}" for i in range(count)]
+                self._minted[pool] = count
+
+    # --- inventory -------------------------------------------------------------
+    def bounded(self, pool: str) -> bool:
+        return pool in self._free
+
+    def free_count(self, pool: str) -> int | None:
+        return len(self._free[pool]) if pool in self._free else None
+
+    def peek_new(self, pool: str, k: int) -> tuple[str, ...] | None:
+        """The ids the next ``k`` provisioned nodes of ``pool`` would get; None if the pool cannot."""
+        if pool in self._free:
+            free = self._free[pool]
+            return tuple(free[:k]) if len(free) >= k else None
+        start = self._minted[pool]
+        return tuple(f"{_PREFIX[pool]}{start + i}" for i in range(k))
+
+    def _take(self, pool: str, ids: tuple[str, ...]) -> None:
+        if pool in self._free:
+            free = self._free[pool]
+            for node in ids:
+                free.remove(node)
+        else:
+            self._minted[pool] += len(ids)
+
+    def _give_back(self, pool: str, ids: list[str]) -> None:
+        if pool in self._free:
+            self._free[pool].extend(ids)
+            self._free[pool].sort(key=lambda n: int(n[1:]))
+
+    # --- queries ------------------------------------------------------------------
+    def profile(self, member: Member) -> MemberProfile:
+        job = member.job
+        sw = self.cluster.switch_cost
+        return MemberProfile(job.job_id, job.t_roll_s, job.t_train_s, member.rollout_nodes, member.train_nodes,
+                             sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN))
+
+    def analysis(self, group_id: str) -> GroupAnalysis:
+        cached = self._analysis.get(group_id)
+        if cached is None:
+            group = self.groups[group_id]
+            cached = analyze([self.profile(m) for m in group.members])
+            self._analysis[group_id] = cached
+        return cached
+
+    def cost_per_hour(self) -> float:
+        return sum(g.cost_per_hour(self.cluster) for g in self.groups.values())
+
+    def gpus_in_use(self, pool: str) -> int:
+        return sum(len(g.nodes(pool)) for g in self.groups.values()) * self.cluster.gpus_per_node
+
+    def group_of(self, job_id: str) -> Group:
+        gid = self.job_group.get(job_id)
+        if gid is None:
+            raise PlacementError(f"job {job_id!r} is not placed")
+        return self.groups[gid]
+
+    # --- changes ------------------------------------------------------------------
+    def apply(self, job: Job, placement: Placement) -> str:
+        """Pin ``job`` as ``placement`` says; returns its group id."""
+        if job.job_id in self.job_group:
+            raise PlacementError(f"job {job.job_id!r} is already placed")
+        self._take(ROLLOUT, placement.new_rollout)
+        self._take(TRAIN, placement.new_train)
+        if placement.group_id is None:
+            gid = f"g{self._next_group}"
+            self._next_group += 1
+            group = Group(gid, colocated=placement.colocated)
+            self.groups[gid] = group
+        else:
+            gid = placement.group_id
+            group = self.groups[gid]
+        group.rollout_nodes.extend(placement.new_rollout)
+        group.train_nodes.extend(placement.new_train)
+        group.members.append(Member(job, placement.rollout_nodes, placement.train_nodes))
+        self.job_group[job.job_id] = gid
+        self._analysis.pop(gid, None)
+        return gid
+
+    def release(self, job_id: str) -> Release:
+        """Unpin a departing job; nodes no member uses any more go back to the pool."""
+        group = self.group_of(job_id)
+        group.members = [m for m in group.members if m.job.job_id != job_id]
+        del self.job_group[job_id]
+        released: list[str] = []
+        for pool in POOLS:
+            used = {n for m in group.members for n in m.nodes(pool)}
+            gone = [n for n in group.nodes(pool) if n not in used]
+            if gone:
+                kept = [n for n in group.nodes(pool) if n in used]
+                if pool == ROLLOUT:
+                    group.rollout_nodes = kept
+                else:
+                    group.train_nodes = kept
+                self._give_back(pool, gone)
+                released.extend(gone)
+        closed = not group.members
+        if closed:
+            del self.groups[group.group_id]
+        self._analysis.pop(group.group_id, None)
+        return Release(job_id, group.group_id, tuple(released), closed)

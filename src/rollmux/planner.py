@@ -1,0 +1,310 @@
+"""Inter-group planner: where an arriving job goes (Algorithm 1 of the paper, plus options).
+
+Problem
+-------
+Given the current plan (groups with pinned members) and an arriving job j, choose a
+placement p that minimises the marginal cost
+
+    dC(p) = price_R * (new rollout nodes of p) + price_T * (new training nodes of p)
+
+subject to, for the group G' that p produces:
+
+    residency:  for every node n of G':  sum_{k pinned to n} mem_k(pool of n) <= host_mem(n)
+    SLO:        for every member k of G':  iter_k(G') <= SLO_k * (T_roll_k + T_train_k)
+    size:       |G'| <= max_group_size
+    inventory:  the new nodes exist (bounded pools)
+
+where iter_k(G') is the steady-state iteration time of k under the execution rule
+(``rollmux.intra.analyze``) with worst-case phase durations and the switch seconds that
+execution charges; a plan that passes here therefore meets every SLO when executed
+under the worst-case duration model.
+
+Candidates
+----------
+For every existing group that is not full and not saturated (T_load >= T_cycle), in
+creation order:
+* direct packing: j's rollout nodes are chosen among the group's rollout nodes and its
+  training nodes among the group's training nodes (dC = 0);
+* rollout scaling: m = 1..r_j of j's rollout nodes are new, the rest existing
+  (dC = m * price_R); the training side of a group is never scaled, as in the paper.
+Node choices are enumerated up to symmetry: two nodes of a pool with the same set of
+pinned jobs are interchangeable, so only multisets of such classes are tried.
+Last, a new isolated group for j (dC = all its own nodes); alone, j's slowdown is 1.
+
+Choice
+------
+Candidates are evaluated in the order (dC, kind: pack < scale < new, generation order).
+``tie_break="first"`` (Algorithm 1) takes the first feasible one and stops.
+``tie_break="best-fit"`` evaluates every candidate at the cheapest feasible dC and
+takes the one whose group ends up with the highest cost-weighted utilization
+(U_R * cost_R + U_T * cost_T) / cost, ties in evaluation order.
+``explain=True`` evaluates every candidate, so the decision carries a verdict for each;
+it never changes the choice. If nothing is feasible because a bounded pool has no free
+node, the job waits; if the job can never fit the inventory, it is rejected.
+
+Complexity: O(groups x node choices x analysis); ``analyze`` is memoized per shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rollmux.errors import PlacementError
+from rollmux.intra import GroupAnalysis, MemberProfile, analyze
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Group, Job, Member
+from rollmux.plan_state import Placement, PlanState
+
+PACK, SCALE, NEW = "pack", "scale", "new-group"
+_KIND_RANK = {PACK: 0, SCALE: 1, NEW: 2}
+OUTCOME = {PACK: "packed", SCALE: "scaled", NEW: "new-group"}
+TIE_BREAKS = ("first", "best-fit")
+SLO_EPS = 1e-9
+
+
+@dataclass(slots=True, frozen=True)
+class Candidate:
+    """One option the planner looked at and what it concluded.
+
+    ``verdict`` is "chosen", "feasible", "rejected" or "not evaluated" (a cheaper or
+    equal option was already taken); ``reason`` says why it was rejected.
+    """
+
+    kind: str
+    group_id: str | None
+    placement: Placement | None
+    marginal_cost: float
+    verdict: str
+    reason: str = ""
+    max_slowdown: float | None = None
+    utilization: float | None = None
+
+    def describe(self) -> str:
+        where = self.group_id or "new group"
+        nodes = ""
+        if self.placement is not None:
+            nodes = f" R[{','.join(self.placement.rollout_nodes)}] T[{','.join(self.placement.train_nodes)}]"
+        cost = f" +${self.marginal_cost:.2f}/h" if self.placement is not None else ""
+        tail = f": {self.reason}" if self.reason else ""
+        slow = f" max slowdown {self.max_slowdown:.3f}" if self.max_slowdown is not None else ""
+        return f"{self.kind} {where}{nodes}{cost} {self.verdict}{slow}{tail}"
+
+
+@dataclass(slots=True, frozen=True)
+class Decision:
+    """A placement decision as a value; ``PlanState.apply`` carries it out."""
+
+    job_id: str
+    outcome: str  # packed | scaled | new-group | wait | rejected
+    placement: Placement | None
+    marginal_cost: float
+    candidates: tuple[Candidate, ...]
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "job_id": self.job_id,
+            "outcome": self.outcome,
+            "group_id": self.placement.group_id if self.placement else None,
+            "marginal_cost": round(self.marginal_cost, 4),
+            "reason": self.reason,
+            "candidates": [c.describe() for c in self.candidates],
+        }
+
+
+@dataclass(slots=True, frozen=True)
+class _Option:
+    kind: str
+    group: Group | None
+    placement: Placement
+    cost: float
+    rank: int
+
+
+class Planner:
+    """RollMux's inter-group planner over a ``PlanState``. Pure: it never mutates state."""
+
+    def __init__(self, tie_break: str = "first") -> None:
+        if tie_break not in TIE_BREAKS:
+            raise ValueError(f"tie_break={tie_break!r}: expected one of {TIE_BREAKS}")
+        self.tie_break = tie_break
+
+    def decide(self, state: PlanState, job: Job, explain: bool = False) -> Decision:
+        cluster = state.cluster
+        job.validate(cluster)
+        if job.job_id in state.job_group:
+            raise PlacementError(f"job {job.job_id!r} is already placed")
+        need = {pool: job.nodes(pool, cluster.gpus_per_node) for pool in POOLS}
+        for pool in POOLS:
+            total = cluster.pool(pool).nodes
+            if total is not None and need[pool] > total:
+                return Decision(job.job_id, "rejected", None, 0.0, (),
+                                f"needs {need[pool]} {pool} nodes, the pool has {total}")
+        rejected: list[Candidate] = []
+        options: list[_Option] = []
+        for group in state.groups.values():
+            if group.colocated:
+                continue
+            gate = self._gate(state, group, need)
+            if gate:
+                rejected.append(Candidate("group", group.group_id, None, 0.0, "rejected", gate))
+                continue
+            self._group_options(state, group, job, need, options, rejected)
+        new = self._new_group_option(state, need, len(options))
+        if new is None:
+            rejected.append(Candidate(NEW, None, None, 0.0, "rejected", self._inventory_reason(state, need)))
+        else:
+            options.append(new)
+        options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
+        return self._choose(state, job, options, rejected, explain)
+
+    # --- gates and generation -------------------------------------------------------
+    @staticmethod
+    def _gate(state: PlanState, group: Group, need: dict[str, int]) -> str:
+        limit = state.cluster.max_group_size
+        if len(group.members) >= limit:
+            return f"group full ({len(group.members)}/{limit} jobs)"
+        if need[TRAIN] > len(group.train_nodes):
+            return f"needs {need[TRAIN]} training nodes, group has {len(group.train_nodes)} (training side is never scaled)"
+        a = state.analysis(group.group_id)
+        if a.saturated:
+            return f"saturated (T_load {a.t_load:.1f}s >= T_cycle {a.t_cycle:.1f}s)"
+        return ""
+
+    def _group_options(self, state: PlanState, group: Group, job: Job, need: dict[str, int],
+                       options: list[_Option], rejected: list[Candidate]) -> None:
+        cap = {pool: state.cluster.pool(pool).host_mem_gb for pool in POOLS}
+        train_choices, train_full = _choices(group, TRAIN, need[TRAIN], job.mem_train_gb, cap[TRAIN])
+        if not train_choices:
+            rejected.append(Candidate(PACK, group.group_id, None, 0.0, "rejected", f"residency: {train_full}"))
+            return
+        price_r = state.cluster.node_price(ROLLOUT)
+        for m in range(0, need[ROLLOUT] + 1):
+            k = need[ROLLOUT] - m
+            if k > len(group.rollout_nodes):
+                continue
+            new_ids = state.peek_new(ROLLOUT, m) if m else ()
+            kind = PACK if m == 0 else SCALE
+            if new_ids is None:
+                rejected.append(Candidate(kind, group.group_id, None, m * price_r, "rejected",
+                                          f"rollout pool has {state.free_count(ROLLOUT)} free nodes, needs {m}"))
+                continue
+            roll_choices, roll_full = _choices(group, ROLLOUT, k, job.mem_roll_gb, cap[ROLLOUT])
+            if not roll_choices:
+                rejected.append(Candidate(kind, group.group_id, None, m * price_r, "rejected", f"residency: {roll_full}"))
+                continue
+            for roll in roll_choices:
+                for train in train_choices:
+                    placement = Placement(group.group_id, roll + new_ids, train, new_rollout=new_ids)
+                    options.append(_Option(kind, group, placement, m * price_r, len(options)))
+
+    @staticmethod
+    def _new_group_option(state: PlanState, need: dict[str, int], rank: int) -> _Option | None:
+        roll = state.peek_new(ROLLOUT, need[ROLLOUT])
+        train = state.peek_new(TRAIN, need[TRAIN])
+        if roll is None or train is None:
+            return None
+        cost = sum(need[p] * state.cluster.node_price(p) for p in POOLS)
+        return _Option(NEW, None, Placement(None, roll, train, roll, train), cost, rank)
+
+    @staticmethod
+    def _inventory_reason(state: PlanState, need: dict[str, int]) -> str:
+        parts = [f"{p} pool has {state.free_count(p)} free nodes, needs {need[p]}"
+                 for p in POOLS if state.peek_new(p, need[p]) is None]
+        return "; ".join(parts)
+
+    # --- evaluation and choice ------------------------------------------------------
+    def _choose(self, state: PlanState, job: Job, options: list[_Option], rejected: list[Candidate],
+                explain: bool) -> Decision:
+        evaluated: list[Candidate] = []
+        best: tuple[float, int] | None = None  # (-score, index in evaluated)
+        best_cost: float | None = None
+        stop_at = len(options)
+        for idx, opt in enumerate(options):
+            if best_cost is not None and (self.tie_break == "first" or opt.cost > best_cost):
+                if not explain:
+                    stop_at = idx
+                    break
+                evaluated.append(self._evaluate(state, job, opt))
+                continue
+            cand = self._evaluate(state, job, opt)
+            evaluated.append(cand)
+            if cand.verdict == "feasible":
+                if best_cost is None:
+                    best_cost = opt.cost
+                score = -(cand.utilization or 0.0)
+                if best is None or (self.tie_break == "best-fit" and score < best[0]):
+                    best = (score, len(evaluated) - 1)
+        skipped = [Candidate(o.kind, o.group.group_id if o.group else None, o.placement, o.cost, "not evaluated",
+                             "a cheaper or equal candidate was chosen first") for o in options[stop_at:]]
+        if best is None:
+            return Decision(job.job_id, "wait", None, 0.0, tuple(rejected + evaluated),
+                            "no free node can host it now: " + (rejected[-1].reason if rejected else "inventory"))
+        chosen = evaluated[best[1]]
+        evaluated[best[1]] = Candidate(chosen.kind, chosen.group_id, chosen.placement, chosen.marginal_cost,
+                                       "chosen", chosen.reason, chosen.max_slowdown, chosen.utilization)
+        return Decision(job.job_id, OUTCOME[chosen.kind], chosen.placement, chosen.marginal_cost,
+                        tuple(evaluated + skipped + rejected))
+
+    @staticmethod
+    def _evaluate(state: PlanState, job: Job, opt: _Option) -> Candidate:
+        gid = opt.group.group_id if opt.group else None
+        if opt.group is None:
+            util = _cost_weighted(state, _solo_analysis(state, job, opt.placement), 1, 1)
+            return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", 1.0, util)
+        members = [state.profile(m) for m in opt.group.members]
+        members.append(state.profile(Member(job, opt.placement.rollout_nodes, opt.placement.train_nodes)))
+        a = analyze(members)
+        jobs = [m.job for m in opt.group.members] + [job]
+        worst = max(a.slowdown.values())
+        for k in jobs:
+            s = a.slowdown[k.job_id]
+            if s > k.slo * (1 + SLO_EPS):
+                return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
+                                 f"SLO of job {k.job_id}: {s:.2f} > {k.slo:.2f}", worst)
+        n_roll = len(set(opt.group.rollout_nodes) | set(opt.placement.new_rollout))
+        util = _cost_weighted(state, a, n_roll, len(opt.group.train_nodes))
+        return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", worst, util)
+
+
+def _solo_analysis(state: PlanState, job: Job, placement: Placement) -> GroupAnalysis:
+    return analyze([state.profile(Member(job, placement.rollout_nodes, placement.train_nodes))])
+
+
+def _cost_weighted(state: PlanState, a: GroupAnalysis, n_roll: int, n_train: int) -> float:
+    c_r = n_roll * state.cluster.node_price(ROLLOUT)
+    c_t = n_train * state.cluster.node_price(TRAIN)
+    return (a.utilization[ROLLOUT] * c_r + a.utilization[TRAIN] * c_t) / (c_r + c_t)
+
+
+def _choices(group: Group, pool: str, k: int, mem: float, cap: float) -> tuple[list[tuple[str, ...]], str]:
+    """Every distinct choice of ``k`` of the group's ``pool`` nodes with room for ``mem`` GB.
+
+    Nodes with the same set of pinned jobs are interchangeable, so choices are multisets
+    of such classes. Returns the choices and, when there are none, the residency reason.
+    """
+    if k == 0:
+        return [()], ""
+    classes: dict[tuple[str, ...], list[str]] = {}
+    full = ""
+    for node in group.nodes(pool):
+        used = group.mem_used(node, pool)
+        if used + mem > cap:
+            full = full or f"node {node}: {used:.1f} + {mem:.1f} > {cap:.0f} GB"
+            continue
+        sig = tuple(sorted(m.job.job_id for m in group.members if node in m.nodes(pool)))
+        classes.setdefault(sig, []).append(node)
+    buckets = list(classes.values())
+    out: list[tuple[str, ...]] = []
+
+    def pick(i: int, left: int, acc: list[str]) -> None:
+        if left == 0:
+            out.append(tuple(acc))
+            return
+        if i == len(buckets):
+            return
+        for take in range(min(left, len(buckets[i])), -1, -1):
+            pick(i + 1, left - take, acc + buckets[i][:take])
+
+    pick(0, k, [])
+    if not out and not full:
+        full = f"group has {len(group.nodes(pool))} {pool} nodes, job needs {k}"
+    return out, full
