@@ -172,7 +172,7 @@ class Planner:
     def _group_options(self, state: PlanState, group: Group, job: Job, need: dict[str, int],
                        options: list[_Option], rejected: list[Candidate]) -> None:
         cap = {pool: state.cluster.pool(pool).host_mem_gb for pool in POOLS}
-        train_choices, train_full = _choices(group, TRAIN, need[TRAIN], job.mem_train_gb, cap[TRAIN])
+        train_choices, train_full = node_choices(group, TRAIN, need[TRAIN], job.mem_train_gb, cap[TRAIN])
         if not train_choices:
             rejected.append(Candidate(PACK, group.group_id, None, 0.0, "rejected", f"residency: {train_full}"))
             return
@@ -187,7 +187,7 @@ class Planner:
                 rejected.append(Candidate(kind, group.group_id, None, m * price_r, "rejected",
                                           f"rollout pool has {state.free_count(ROLLOUT)} free nodes, needs {m}"))
                 continue
-            roll_choices, roll_full = _choices(group, ROLLOUT, k, job.mem_roll_gb, cap[ROLLOUT])
+            roll_choices, roll_full = node_choices(group, ROLLOUT, k, job.mem_roll_gb, cap[ROLLOUT])
             if not roll_choices:
                 rejected.append(Candidate(kind, group.group_id, None, m * price_r, "rejected", f"residency: {roll_full}"))
                 continue
@@ -275,7 +275,7 @@ def _cost_weighted(state: PlanState, a: GroupAnalysis, n_roll: int, n_train: int
     return (a.utilization[ROLLOUT] * c_r + a.utilization[TRAIN] * c_t) / (c_r + c_t)
 
 
-def _choices(group: Group, pool: str, k: int, mem: float, cap: float) -> tuple[list[tuple[str, ...]], str]:
+def node_choices(group: Group, pool: str, k: int, mem: float, cap: float) -> tuple[list[tuple[str, ...]], str]:
     """Every distinct choice of ``k`` of the group's ``pool`` nodes with room for ``mem`` GB.
 
     Nodes with the same set of pinned jobs are interchangeable, so choices are multisets

@@ -1,0 +1,29 @@
+"""Placement policies, one per file, behind ``rollmux.policies.base.Policy``."""
+from __future__ import annotations
+
+from rollmux.policies.base import Policy
+from rollmux.policies.colocated import Colocated
+from rollmux.policies.gavel import Gavel
+from rollmux.policies.most_idle import MostIdle
+from rollmux.policies.random_pick import RandomPick
+from rollmux.policies.rollmux import RollMuxPolicy
+from rollmux.policies.solo_d import SoloDisaggregated
+
+DEFAULT_POLICIES = ("rollmux", "solo-d", "colocated", "gavel", "random", "most-idle")
+KNOWN = DEFAULT_POLICIES + ("alg1", "optimal")
+
+
+def make_policy(name: str, seed: int = 0) -> Policy:
+    """A fresh policy instance by name (policies may keep per-run state)."""
+    factories = {
+        "rollmux": lambda: RollMuxPolicy("best-fit", "rollmux"),
+        "alg1": lambda: RollMuxPolicy("first", "alg1"),
+        "solo-d": SoloDisaggregated,
+        "colocated": Colocated,
+        "gavel": Gavel,
+        "random": lambda: RandomPick(seed),
+        "most-idle": MostIdle,
+    }
+    if name not in factories:
+        raise ValueError(f"policy {name!r}: expected one of {', '.join(KNOWN)}")
+    return factories[name]()

@@ -1,0 +1,73 @@
+"""The interface every placement policy implements, and what they share.
+
+A policy is strategy only: given the current ``PlanState`` and an arriving job it returns
+a ``Decision`` (it never mutates the state), and it says how long each of a job's
+phases takes under it in the worst case (the co-located baselines run rollout on the
+training GPU type). The simulator and the live service carry decisions out.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from rollmux.model import POOLS, ROLLOUT, Cluster, Job
+from rollmux.plan_state import Placement, PlanState
+from rollmux.planner import NEW, Candidate, Decision, node_choices
+
+
+class Policy(Protocol):
+    name: str
+
+    def place(self, state: PlanState, job: Job) -> Decision:
+        """Where ``job`` goes now (or that it waits); pure."""
+
+    def phase_time(self, job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
+        """(worst-case body seconds, fixed overhead seconds) of ``job``'s ``pool`` phase."""
+
+
+class DisaggregatedTimes:
+    """Phase times of a job on its own rollout and training GPU types: the profile."""
+
+    @staticmethod
+    def phase_time(job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
+        return (job.t_roll_s if pool == ROLLOUT else job.t_train_s), 0.0
+
+
+def isolated(state: PlanState, job: Job, reason: str = "") -> Decision:
+    """A new group of the job's own nodes in both pools, or a wait if the inventory is short."""
+    cluster = state.cluster
+    need = {p: job.nodes(p, cluster.gpus_per_node) for p in POOLS}
+    ids = {p: state.peek_new(p, need[p]) for p in POOLS}
+    if any(v is None for v in ids.values()):
+        return Decision(job.job_id, "wait", None, 0.0, (), "no free nodes for a new group")
+    placement = Placement(None, ids[ROLLOUT], ids["train"], ids[ROLLOUT], ids["train"])
+    cost = sum(need[p] * cluster.node_price(p) for p in POOLS)
+    cand = Candidate(NEW, None, placement, cost, "chosen", reason)
+    return Decision(job.job_id, "new-group", placement, cost, (cand,))
+
+
+def packable(state: PlanState, job: Job) -> list[Placement]:
+    """Direct-packing placements that honour group size and residency (no SLO check).
+
+    One placement per group, on the first residency-feasible node choice; this is what
+    the paper's Random and Most-Idle baselines choose among.
+    """
+    cluster = state.cluster
+    need = {p: job.nodes(p, cluster.gpus_per_node) for p in POOLS}
+    out: list[Placement] = []
+    for group in state.groups.values():
+        if group.colocated or len(group.members) >= cluster.max_group_size:
+            continue
+        picks = {}
+        for pool in POOLS:
+            choices, _ = node_choices(group, pool, need[pool], job.mem(pool), cluster.pool(pool).host_mem_gb)
+            if not choices:
+                break
+            picks[pool] = choices[0]
+        else:
+            out.append(Placement(group.group_id, picks[ROLLOUT], picks["train"]))
+    return out
+
+
+def packed(job: Job, placement: Placement, reason: str) -> Decision:
+    cand = Candidate("pack", placement.group_id, placement, 0.0, "chosen", reason)
+    return Decision(job.job_id, "packed", placement, 0.0, (cand,))

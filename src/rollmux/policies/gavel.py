@@ -1,0 +1,41 @@
+"""Gavel+-style heterogeneity-aware placement: each job picks the GPU configuration with
+the best throughput per dollar, with no phase interleaving between jobs.
+
+Options per job: disaggregated (its own H20 rollout nodes and H800 training nodes, one
+iteration = T_roll + T_train) or co-located on its own training nodes (the ``colocated``
+baseline's times, switches included). Throughput per dollar = 1 / (iteration seconds x
+$/h of the nodes). Like Gavel, it knows nothing of SLOs; ties go to disaggregation.
+"""
+from __future__ import annotations
+
+from rollmux.model import POOLS, TRAIN, Cluster, Job
+from rollmux.plan_state import PlanState
+from rollmux.planner import Decision
+from rollmux.policies.base import DisaggregatedTimes, isolated
+from rollmux.policies.colocated import Colocated
+
+
+class Gavel:
+    name = "gavel"
+
+    def __init__(self) -> None:
+        self._colo = Colocated()
+        self._choice: dict[str, bool] = {}
+
+    def colocate(self, job: Job, cluster: Cluster) -> bool:
+        """True when co-location gives ``job`` more iterations per dollar than disaggregation."""
+        g = cluster.gpus_per_node
+        disagg = job.t_solo * sum(job.nodes(p, g) * cluster.node_price(p) for p in POOLS)
+        colo_iter = sum(sum(self._colo.phase_time(job, p, cluster)) for p in POOLS)
+        colo = colo_iter * job.nodes(TRAIN, g) * cluster.node_price(TRAIN)
+        return colo < disagg
+
+    def place(self, state: PlanState, job: Job) -> Decision:
+        colo = self.colocate(job, state.cluster)
+        self._choice[job.job_id] = colo
+        return self._colo.place(state, job) if colo else isolated(state, job)
+
+    def phase_time(self, job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
+        if self._choice.get(job.job_id, False):
+            return self._colo.phase_time(job, pool, cluster)
+        return DisaggregatedTimes.phase_time(job, pool, cluster)
