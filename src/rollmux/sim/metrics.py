@@ -96,6 +96,7 @@ class PolicyResult:
     peak_gpus: dict[str, int]
     avg_gpus: dict[str, float]
     utilization: dict[str, float]
+    gpu_seconds: dict[str, float]
     jobs: list[JobOutcome]
     outcomes: Counter
     series: list[tuple[float, float, int, int]]
@@ -113,8 +114,9 @@ class PolicyResult:
     def slo_attainment(self) -> float:
         return sum(j.slo_met for j in self.jobs) / len(self.jobs) if self.jobs else 1.0
 
-    def bubble(self, pool: str) -> float:
-        return 1.0 - self.utilization[pool]
+    def bubble(self, pool: str) -> float | None:
+        """Idle share of the pool's allocated GPU time; None when the policy used none of it."""
+        return 1.0 - self.utilization[pool] if self.gpu_seconds[pool] > 0 else None
 
     def summary(self) -> dict:
         return {
@@ -143,5 +145,5 @@ def finish(policy: str, acct: Accounting, jobs: list[JobOutcome], outcomes: Coun
     span = acct.last_t - (acct.t0 or 0.0)
     util = {p: (acct.busy[p] / acct.gpu_seconds[p] if acct.gpu_seconds[p] > 0 else 0.0) for p in POOLS}
     avg = {p: (acct.gpu_seconds[p] / span if span > 0 else 0.0) for p in POOLS}
-    return PolicyResult(policy, acct.total_cost, span, dict(acct.peak), avg, util, jobs, outcomes,
+    return PolicyResult(policy, acct.total_cost, span, dict(acct.peak), avg, util, dict(acct.gpu_seconds), jobs, outcomes,
                         acct.series, events, wall_s, spans, rejected)

@@ -1,0 +1,212 @@
+"""The ``rollmux`` command."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rollmux.errors import RollMuxError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="RollMux: multiplex RL post-training jobs across disaggregated rollout and training pools.")
+trace_app = typer.Typer(no_args_is_help=True, help="Make and convert job traces.")
+app.add_typer(trace_app, name="trace")
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+TRACE_HELP = "A builtin trace (production, philly-mix) or a job-trace CSV file."
+CLUSTER_HELP = "Cluster YAML (pools, prices, host memory, inventory, switch cost); default: the paper's testbed."
+
+
+def _fail(err: Exception) -> None:
+    console.print(f"[red]error:[/red] {err}")
+    raise typer.Exit(2)
+
+
+@app.command()
+def simulate(
+    trace: str = typer.Option("production", help=TRACE_HELP),
+    cluster: Optional[Path] = typer.Option(None, help=CLUSTER_HELP),
+    policies: str = typer.Option("rollmux,solo-d,colocated,gavel,random,most-idle",
+                                 help="Comma-separated policies: rollmux, alg1 (the paper's Algorithm 1), solo-d, "
+                                      "colocated, gavel, random, most-idle, optimal (small traces only)."),
+    duration_model: str = typer.Option("worst", help="worst (profiled phase times) or stochastic (shorter, long tail)."),
+    seed: int = typer.Option(0, help="Seed for stochastic durations, the random policy and philly-mix."),
+    out: Optional[Path] = typer.Option(None, help="Write PNG plots here (cost, GPUs per pool, Gantt)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write all metrics as JSON here."),
+) -> None:
+    """Replay a job trace through RollMux and the baselines; compare cost, SLOs and idle GPUs."""
+    from rollmux.cluster_file import cluster_to_dict, load_cluster
+    from rollmux.policies import KNOWN, make_policy
+    from rollmux.report.tables import simulate_table
+    from rollmux.sim.durations import MODELS
+    from rollmux.sim.engine import simulate as run
+    from rollmux.sim.optimal_curve import optimal_curve
+    from rollmux.traces.builtin import load_trace
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    try:
+        unknown = [n for n in names if n not in KNOWN]
+        if unknown or not names:
+            raise RollMuxError(f"--policies: unknown {unknown or 'empty list'}; expected some of {', '.join(KNOWN)}")
+        if duration_model not in MODELS:
+            raise RollMuxError(f"--duration-model {duration_model!r}: expected one of {', '.join(MODELS)}")
+        cl = load_cluster(cluster)
+        jobs, info = load_trace(trace, cl, seed)
+    except (RollMuxError, OSError) as err:
+        _fail(err)
+    if not jobs:
+        _fail(RollMuxError(f"trace {trace!r} holds no jobs"))
+    console.print(f"trace [bold]{info['name']}[/bold]: {info['jobs']} jobs over {info['span_hours']} h "
+                  f"of arrivals ({info['source']})")
+    results = []
+    horizon = max(j.arrival_s for j in jobs) or 1.0
+    with Progress(TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        for name in names:
+            task = progress.add_task(name, total=horizon)
+            if name == "optimal":
+                result = optimal_curve(jobs, cl)
+            else:
+                result = run(jobs, cl, make_policy(name, seed), duration_model, seed,
+                             record_spans=(out is not None and name == names[0]),
+                             progress=lambda t, task=task: progress.update(task, completed=t))
+            progress.update(task, completed=horizon)
+            results.append(result)
+            if result.note.startswith("skipped"):
+                console.print(f"[yellow]{name}: {result.note}[/yellow]")
+    shown = [r for r in results if not r.note.startswith("skipped")]
+    ref = "rollmux" if any(r.policy == "rollmux" for r in shown) else shown[0].policy
+    console.print(simulate_table(shown, ref))
+    for r in shown:
+        if r.rejected:
+            console.print(f"[yellow]{r.policy}: {len(r.rejected)} jobs never ran (cannot fit the inventory)[/yellow]")
+    if json_path is not None:
+        payload = {"policies": {r.policy: r.summary() for r in results}, "trace": info,
+                   "cluster": cluster_to_dict(cl), "duration_model": duration_model, "seed": seed}
+        json_path.write_text(json.dumps(payload, indent=1))
+        console.print(f"wrote {json_path}")
+    if out is not None:
+        _plots(shown, out)
+
+
+def _plots(results, out: Path) -> None:
+    from rollmux.report import plots
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = [plots.cost_over_time(results, out / "cost_over_time.png"),
+               plots.gpus_in_use(results, out / "gpus_in_use.png")]
+    traced = next((r for r in results if r.spans), None)
+    if traced is not None:
+        written.append(plots.gantt(traced.spans, out / "gantt.png",
+                                   title=f"{traced.policy}: busiest group, phases per node (grey = switch)"))
+    console.print("wrote " + ", ".join(str(p) for p in written))
+
+
+@app.command()
+def plan(
+    jobs: Path = typer.Option(..., "--jobs", help="Job-trace CSV; every job is treated as present at once."),
+    cluster: Optional[Path] = typer.Option(None, help=CLUSTER_HELP),
+    optimal: bool = typer.Option(False, help="Solve for the minimum-cost plan exactly (up to ~10 jobs)."),
+    tie_break: str = typer.Option("best-fit", help="first (the paper's Algorithm 1) or best-fit."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the plan JSON here."),
+    explain: bool = typer.Option(True, help="List every candidate and its verdict for each job."),
+) -> None:
+    """Place every job of a trace (in arrival order, or optimally) and explain each decision."""
+    from rollmux.cluster_file import load_cluster
+    from rollmux.plan_state import PlanState
+    from rollmux.planner import Planner
+    from rollmux.report.plan_json import plan_to_dict
+    from rollmux.report.tables import plan_table
+    from rollmux.traces.format import read_trace
+
+    try:
+        cl = load_cluster(cluster)
+        trace = read_trace(jobs, cl)
+        decisions, waiting = [], []
+        if optimal:
+            from rollmux.exact import solve
+
+            state = solve(cl, trace).to_state()
+        else:
+            planner = Planner(tie_break)
+            state = PlanState(cl)
+            for job in trace:
+                d = planner.decide(state, job, explain=explain)
+                decisions.append(d)
+                if d.placement is not None:
+                    state.apply(job, d.placement)
+                elif d.outcome == "wait":
+                    waiting.append(job.job_id)
+    except (RollMuxError, OSError, ValueError) as err:
+        _fail(err)
+    result = plan_to_dict(state, waiting, decisions)
+    for d in decisions:
+        console.print(f"[bold]{d.job_id}[/bold] -> {d.outcome}"
+                      + (f" {d.placement.group_id or 'new group'}" if d.placement else "")
+                      + (f" ({d.reason})" if d.reason else ""))
+        if explain:
+            for c in d.candidates:
+                console.print(f"    {c.describe()}", highlight=False)
+    console.print(plan_table(result))
+    if waiting:
+        console.print(f"[yellow]waiting: {', '.join(waiting)}[/yellow]")
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=1))
+        console.print(f"wrote {json_path}")
+
+
+@trace_app.command("from-philly")
+def from_philly(
+    src: Path = typer.Argument(..., help="A Philly-format CSV (job id, arrival time, topology, shape, size, duration)."),
+    out: Path = typer.Option(..., help="Where to write the job trace CSV."),
+    limit: Optional[int] = typer.Option(None, help="Keep at most this many jobs."),
+    seed: int = typer.Option(0, help="Seed of the profile, SLO and memory draws."),
+    mix: str = typer.Option("mixed", help="mixed, balanced, rollout-heavy or train-heavy."),
+    slo_min: float = typer.Option(1.0, help="Lower end of the uniform SLO draw."),
+    slo_max: float = typer.Option(2.0, help="Upper end of the uniform SLO draw."),
+) -> None:
+    """Turn a public cluster trace (Philly format) into a RollMux job trace."""
+    from rollmux.traces.philly import convert_philly
+
+    try:
+        stats = convert_philly(src, out, limit, seed, mix, (slo_min, slo_max))
+    except (RollMuxError, OSError) as err:
+        _fail(err)
+    console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
+
+
+@trace_app.command("generate")
+def generate_trace(
+    out: Path = typer.Option(..., help="Where to write the job trace CSV."),
+    count: int = typer.Option(100, help="Number of jobs."),
+    seed: int = typer.Option(0, help="Seed."),
+    mix: str = typer.Option("mixed", help="mixed, balanced, rollout-heavy or train-heavy."),
+    slo_min: float = typer.Option(1.0, help="Lower end of the uniform SLO draw."),
+    slo_max: float = typer.Option(2.0, help="Upper end of the uniform SLO draw."),
+) -> None:
+    """Make a synthetic job trace (Poisson arrivals, lognormal durations, the paper's profile mixes)."""
+    from rollmux.traces.format import write_trace
+    from rollmux.traces.generate import generate
+
+    try:
+        jobs = generate(count, seed, mix, (slo_min, slo_max))
+        write_trace(jobs, out)
+    except (RollMuxError, OSError) as err:
+        _fail(err)
+    console.print(f"wrote {out}: {len(jobs)} jobs")
+
+
+def _register_service_commands() -> None:
+    try:
+        from rollmux.cli_service import register
+    except ImportError:
+        return
+    register(app)
+
+
+_register_service_commands()

@@ -1,0 +1,36 @@
+"""The plan JSON format (a contract with outside tools).
+
+``{"cost_per_hour": X, "groups": [{"group_id", "rollout_nodes", "train_nodes",
+"cost_per_hour", "jobs": [{"job_id", "rollout_nodes", "train_nodes", "iteration_s",
+"slowdown", "slo"}]}], "waiting": [job ids], "decisions": [explanations]}``
+"""
+from __future__ import annotations
+
+from rollmux.plan_state import PlanState
+from rollmux.planner import Decision
+
+
+def plan_to_dict(state: PlanState, waiting: list[str], decisions: list[Decision]) -> dict:
+    groups = []
+    for gid, group in state.groups.items():
+        a = state.analysis(gid)
+        groups.append({
+            "group_id": gid,
+            "rollout_nodes": list(group.rollout_nodes),
+            "train_nodes": list(group.train_nodes),
+            "cost_per_hour": round(group.cost_per_hour(state.cluster), 4),
+            "jobs": [{
+                "job_id": m.job.job_id,
+                "rollout_nodes": list(m.rollout_nodes),
+                "train_nodes": list(m.train_nodes),
+                "iteration_s": round(a.iteration_s[m.job.job_id], 4),
+                "slowdown": round(a.slowdown[m.job.job_id], 4),
+                "slo": m.job.slo,
+            } for m in group.members],
+        })
+    return {
+        "cost_per_hour": round(state.cost_per_hour(), 4),
+        "groups": groups,
+        "waiting": list(waiting),
+        "decisions": [d.to_dict() for d in decisions],
+    }
