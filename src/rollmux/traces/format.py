@@ -1,0 +1,171 @@
+"""The job-trace CSV format: one RL job per row.
+
+Contract
+--------
+* The first line that is neither blank nor a comment (a line starting with ``#``) is
+  the header. Headers and values are stripped of surrounding whitespace.
+* Required columns: ``job_id, arrival_s, rollout_gpus, train_gpus, t_roll_s,
+  t_train_s, mem_roll_gb, mem_train_gb, slo, model`` and at least one of
+  ``duration_s`` / ``iterations``. Optional: ``t_roll_colo_s``, ``t_train_colo_s``.
+  Every row needs a non-empty value in each required column and in at least one of
+  ``duration_s`` / ``iterations``; optional values may be empty (None).
+* Any other column is kept in ``Job.extra`` (as text) and reported once per file with
+  ``warnings.warn``.
+* Every defect raises TraceFormatError naming the file, the 1-based physical line and
+  the column: a missing column (header line), a wrong field count, a value that does
+  not parse, an empty required value, a duplicate job id (naming both lines), and every
+  check of ``Job.validate(cluster)`` (column = the field SpecError names).
+* ``read_trace`` returns jobs sorted by arrival, ties in file order.
+* ``write_trace`` writes a file ``read_trace`` reads back into equal jobs (an extra
+  column some job lacks reads back as an empty string for that job).
+"""
+from __future__ import annotations
+
+import csv
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+from rollmux.errors import SpecError, TraceFormatError
+from rollmux.model import Cluster, Job
+
+REQUIRED = ("job_id", "arrival_s", "rollout_gpus", "train_gpus", "t_roll_s", "t_train_s",
+            "mem_roll_gb", "mem_train_gb", "slo", "model")
+LENGTH = ("duration_s", "iterations")
+OPTIONAL = ("t_roll_colo_s", "t_train_colo_s")
+KNOWN = REQUIRED + LENGTH + OPTIONAL
+INT_FIELDS = frozenset({"rollout_gpus", "train_gpus", "iterations"})
+TEXT_FIELDS = frozenset({"job_id", "model"})
+#: Column order ``write_trace`` uses; optional columns only when some job has a value.
+WRITE_ORDER = ("job_id", "arrival_s", "duration_s", "rollout_gpus", "train_gpus", "t_roll_s",
+               "t_train_s", "mem_roll_gb", "mem_train_gb", "slo", "model", "iterations",
+               "t_roll_colo_s", "t_train_colo_s")
+
+
+def _parse(name: str, text: str, path: str, line: int) -> object:
+    if name in TEXT_FIELDS:
+        return text
+    try:
+        return int(text) if name in INT_FIELDS else float(text)
+    except ValueError:
+        kind = "an integer" if name in INT_FIELDS else "a number"
+        raise TraceFormatError(path, line, name, f"{text!r} is not {kind}") from None
+
+
+def _header(fields: list[str], path: str, line: int) -> list[str]:
+    names = [f.strip() for f in fields]
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise TraceFormatError(path, line, name, "column appears twice in the header")
+        seen.add(name)
+    for name in REQUIRED:
+        if name not in seen:
+            raise TraceFormatError(path, line, name, "required column missing from the header")
+    if not seen.intersection(LENGTH):
+        raise TraceFormatError(path, line, "duration_s",
+                               "header needs a duration_s or an iterations column")
+    return names
+
+
+def _row_to_job(names: list[str], fields: list[str], path: str, line: int) -> Job:
+    if len(fields) != len(names):
+        raise TraceFormatError(path, line, "",
+                               f"expected {len(names)} fields as in the header, got {len(fields)}")
+    values: dict[str, object] = {}
+    extra: dict[str, str] = {}
+    for name, raw in zip(names, fields):
+        text = raw.strip()
+        if name not in KNOWN:
+            extra[name] = text
+        elif text:
+            values[name] = _parse(name, text, path, line)
+        elif name in REQUIRED:
+            raise TraceFormatError(path, line, name, "required value is empty")
+    if not any(name in values for name in LENGTH):
+        raise TraceFormatError(path, line, "duration_s",
+                               "each row needs a duration_s or an iterations value")
+    return Job(extra=extra, **values)  # type: ignore[arg-type]
+
+
+def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[Job]:
+    """Read and validate a job-trace CSV; see the module contract."""
+    where = str(path)
+    names: list[str] | None = None
+    header_line = 0
+    first_seen: dict[str, int] = {}
+    order: list[Job] = []
+    with open(path, newline="", encoding="utf-8") as handle:
+        for line_no, text in enumerate(handle, start=1):
+            if not text.strip() or text.lstrip().startswith("#"):
+                continue
+            fields = next(csv.reader([text]))
+            if names is None:
+                names = _header(fields, where, line_no)
+                header_line = line_no
+                continue
+            job = _row_to_job(names, fields, where, line_no)
+            try:
+                job.validate(cluster)
+            except SpecError as err:
+                raise TraceFormatError(where, line_no, err.field, str(err)) from None
+            if job.job_id in first_seen:
+                raise TraceFormatError(where, line_no, "job_id",
+                                       f"duplicate job id {job.job_id!r}, first on line "
+                                       f"{first_seen[job.job_id]}")
+            first_seen[job.job_id] = line_no
+            order.append(job)
+    if names is None:
+        raise TraceFormatError(where, 1, "", "no header row: the file holds no data")
+    unknown = [name for name in names if name not in KNOWN]
+    if unknown:
+        warnings.warn(f"{where}, line {header_line}: ignoring unknown columns {unknown} "
+                      f"(kept as Job.extra)", stacklevel=2)
+    return sorted(order, key=lambda job: job.arrival_s)
+
+
+def _format(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return repr(value)
+    return str(value)
+
+
+def write_trace(jobs: Iterable[Job], path: str | Path) -> None:
+    """Write jobs as a trace CSV that ``read_trace`` reads back into equal jobs.
+
+    Raises SpecError, before writing anything, for a job that fails ``Job.validate()``,
+    that has neither ``duration_s`` nor ``iterations``, whose id begins with ``#`` or
+    whose text values carry surrounding whitespace (neither would read back unchanged),
+    or whose extra column clashes with a known one.
+    """
+    jobs = list(jobs)
+    for job in jobs:
+        job.validate()
+        if job.duration_s is None and job.iterations is None:
+            raise SpecError("duration_s", None, "duration_s or iterations set",
+                            f"job {job.job_id}")
+        for name in ("job_id", "model", *job.extra):
+            text = job.extra[name] if name in job.extra else getattr(job, name)
+            if text != text.strip():
+                raise SpecError(name, text, "text without surrounding whitespace",
+                                f"job {job.job_id}")
+        if job.job_id.startswith("#"):
+            raise SpecError("job_id", job.job_id, "an id not starting with '#'")
+        clash = set(job.extra).intersection(KNOWN)
+        if clash:
+            raise SpecError("extra", sorted(clash), "no extra column named like a known one",
+                            f"job {job.job_id}")
+    columns = [name for name in WRITE_ORDER
+               if name in REQUIRED or name == "duration_s"
+               or any(getattr(job, name) is not None for job in jobs)]
+    extras = list(dict.fromkeys(name for job in jobs for name in job.extra))
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(columns + extras)
+        for job in jobs:
+            writer.writerow([_format(getattr(job, name)) for name in columns]
+                            + [job.extra.get(name, "") for name in extras])

@@ -1,0 +1,56 @@
+"""Synthetic Philly-like traces, mapped to RL jobs by the same rules as philly.py.
+
+Contract
+--------
+* ``generate(count, seed, ...)`` draws ``count`` Philly-like records with one
+  ``random.Random(seed)``: Poisson arrivals (exponential gaps of mean
+  ``mean_interarrival_s``, first job at 0), lognormal durations with mean
+  ``mean_duration_s`` and log-space spread ``sigma`` (rounded to whole seconds, at least
+  1 s), and GPU counts from ``GPU_WEIGHTS``. The same generator then maps them with
+  ``philly.to_rl_jobs`` (profile, size class, phases, SLO, model, memory, GPU split).
+* Same arguments, same jobs. Job ids are ``gen-0000``, ``gen-0001``, ... in arrival order.
+* Defaults follow the packaged 300-job Philly segment: it spans 580 h (about 7,000 s
+  between arrivals), its jobs run 40.6 h on average, and 76% of them hold 16 GPUs.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+from rollmux.errors import SpecError
+from rollmux.model import Job
+from rollmux.traces.philly import PhillyJob, check_mix, to_rl_jobs
+
+#: Philly GPU count -> weight, rounded from the packaged segment (16: 228, 20-24: 13,
+#: 32: 59 of 300 jobs).
+GPU_WEIGHTS = {16: 0.76, 24: 0.04, 32: 0.20}
+
+
+def generate(count: int, seed: int, mix: str = "mixed",
+             slo_range: tuple[float, float] = (1.0, 2.0),
+             mean_interarrival_s: float = 7000.0, mean_duration_s: float = 146_000.0,
+             sigma: float = 1.5) -> list[Job]:
+    """Return ``count`` synthetic RL jobs; see the module contract.
+
+    Raises SpecError for a negative count, a non-positive mean or spread, an unknown
+    mix or an SLO range outside 1 <= lo <= hi.
+    """
+    if not isinstance(count, int) or count < 0:
+        raise SpecError("count", count, "a job count >= 0")
+    for name, value in (("mean_interarrival_s", mean_interarrival_s),
+                        ("mean_duration_s", mean_duration_s), ("sigma", sigma)):
+        if not (math.isfinite(value) and value > 0):
+            raise SpecError(name, value, "a finite value > 0")
+    check_mix(mix, slo_range)
+    rng = random.Random(seed)
+    mu = math.log(mean_duration_s) - sigma * sigma / 2
+    sizes, weights = list(GPU_WEIGHTS), list(GPU_WEIGHTS.values())
+    records = []
+    arrival = 0.0
+    for index in range(count):
+        if index:
+            arrival += rng.expovariate(1.0 / mean_interarrival_s)
+        duration = float(max(1, round(rng.lognormvariate(mu, sigma))))
+        gpus = rng.choices(sizes, weights)[0]
+        records.append(PhillyJob(f"gen-{index:04d}", round(arrival, 1), gpus, duration))
+    return to_rl_jobs(records, rng, mix, slo_range)

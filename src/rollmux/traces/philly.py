@@ -1,0 +1,252 @@
+"""Microsoft Philly traces and their mapping onto RL post-training jobs.
+
+Philly (Jeon et al., USENIX ATC 2019) records when a job arrived, how many GPUs it held
+and how long it ran, but nothing about RL phases. The mapping below turns each Philly
+job into an RL job as the RollMux simulation study does (facts section 9); every rule
+is a modelling choice, stated here and in docs/traces.md.
+
+Mapping contract (``to_rl_jobs``)
+---------------------------------
+* Records are taken in arrival order (ties in file order); arrivals are rebased so the
+  first kept job arrives at 0; ``duration_s`` is the Philly duration.
+* Dropped and counted: a zero-length job (duration 0), a job whose id repeats an earlier
+  one. ``limit`` stops after that many kept jobs.
+* GPUs: a Philly job of G GPUs gets ``ceil(G / 2)`` GPUs per phase rounded up to whole
+  8-GPU nodes, capped at ``max_phase_gpus`` (a job above the cap is kept
+  at the cap and counted as capped). Rollout and training get the same count.
+* Model size by G: up to 8 GPUs 7B, up to 16 GPUs 14B, larger 32B (the paper's testbed
+  pairs 7B and 14B jobs with 8/8 GPUs and 32B jobs with 16/16). Host memory per node is
+  the paper's Table 2 figure for that size.
+* Phase times: the job's profile is drawn uniformly from the ``mix`` (one profile, or all
+  three for "mixed"), its size class S/M/L uniformly, then each phase uniformly inside
+  that profile's range for that class (rounded to 0.1 s); SLO uniformly inside
+  ``slo_range`` (rounded to 0.001, clamped into the range). All draws come from one
+  ``random.Random``, per job in arrival order: profile, class, t_roll, t_train, slo.
+
+Reading contract (``read_philly``)
+----------------------------------
+Reads either the flattened RFold format (header ``#job id,arrival time (sec),topology,
+shape,size,duration (sec)``) or the segment format (``job_id,arrival_s,gpus,
+node_shape,duration_s``, optionally more columns). The header is the first line whose
+names (after a leading ``#``) include the four columns needed; earlier ``#`` lines are
+comments. A data row whose field count differs from the header's or whose arrival, GPU
+count or duration does not parse, is not finite, is negative (GPU count: below 1) is
+skipped and counted, never fatal. A file without a recognisable header raises
+TraceFormatError.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rollmux.errors import SpecError, TraceFormatError
+from rollmux.model import Job
+from rollmux.traces.format import write_trace
+
+#: Phase-time ranges in seconds per size class S/M/L: profile -> (rollout, train).
+PROFILES: dict[str, tuple[tuple[tuple[float, float], ...], tuple[tuple[float, float], ...]]] = {
+    "balanced": (((50, 100), (100, 200), (200, 300)), ((50, 100), (100, 200), (200, 300))),
+    "rollout-heavy": (((100, 200), (200, 400), (400, 600)), ((25, 50), (50, 100), (100, 200))),
+    "train-heavy": (((25, 50), (50, 100), (100, 200)), ((100, 200), (200, 400), (400, 600))),
+}
+MIXES = ("mixed", *PROFILES)
+#: Host memory per 8-GPU node (GB) by model size, the paper's Table 2: (rollout, train).
+TABLE2_MEM_GB = {3: (113.4, 156.2), 7: (275.7, 240.0), 14: (445.4, 456.1), 32: (490.3, 520.4)}
+#: GPUs per node the mapping rounds up to.
+NODE_GPUS = 8
+#: Default cap on GPUs per phase: four 8-GPU nodes, twice the paper's largest RL job.
+MAX_PHASE_GPUS = 32
+
+_ALIASES = {
+    "job_id": ("job id", "job_id"),
+    "arrival_s": ("arrival time (sec)", "arrival_s"),
+    "gpus": ("size", "gpus"),
+    "duration_s": ("duration (sec)", "duration_s"),
+}
+
+
+@dataclass(slots=True, frozen=True)
+class PhillyJob:
+    """One Philly job: when it arrived, how many GPUs it held, how long it ran."""
+
+    job_id: str
+    arrival_s: float
+    gpus: int
+    duration_s: float
+
+
+@dataclass(slots=True)
+class PhillyStats:
+    """What happened to the rows of a Philly file.
+
+    ``malformed`` counts rows skipped by ``read_philly`` over the whole file;
+    ``zero_length``, ``duplicate`` and ``capped`` count among records considered before
+    ``limit`` was reached; ``beyond_limit`` the records never considered.
+    """
+
+    rows: int = 0
+    malformed: int = 0
+    zero_length: int = 0
+    duplicate: int = 0
+    capped: int = 0
+    beyond_limit: int = 0
+    kept: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def check_mix(mix: str, slo_range: tuple[float, float]) -> None:
+    """Raise SpecError for an unknown mix or an SLO range outside 1 <= lo <= hi."""
+    if mix not in MIXES:
+        raise SpecError("mix", mix, f"one of {list(MIXES)}")
+    lo, hi = slo_range
+    if not (math.isfinite(lo) and math.isfinite(hi) and 1.0 <= lo <= hi):
+        raise SpecError("slo_range", slo_range, "a range 1.0 <= lo <= hi")
+
+
+def _find_columns(text: str) -> dict[str, int] | None:
+    names = [n.strip().lower() for n in next(csv.reader([text.lstrip().lstrip("#")]), [])]
+    columns = {}
+    for key, aliases in _ALIASES.items():
+        hits = [i for i, name in enumerate(names) if name in aliases]
+        if not hits:
+            return None
+        columns[key] = hits[0]
+    columns["width"] = len(names)
+    return columns
+
+
+def _parse_row(fields: list[str], columns: dict[str, int]) -> PhillyJob | None:
+    if len(fields) != columns["width"]:
+        return None
+    try:
+        arrival = float(fields[columns["arrival_s"]])
+        duration = float(fields[columns["duration_s"]])
+        gpus_f = float(fields[columns["gpus"]])
+    except ValueError:
+        return None
+    job_id = fields[columns["job_id"]].strip()
+    if not (job_id and math.isfinite(arrival) and math.isfinite(duration)
+            and math.isfinite(gpus_f) and gpus_f.is_integer()):
+        return None
+    if arrival < 0 or duration < 0 or gpus_f < 1:
+        return None
+    return PhillyJob(job_id, arrival, int(gpus_f), duration)
+
+
+def read_philly(path: str | Path, stats: PhillyStats | None = None) -> list[PhillyJob]:
+    """Read a Philly file (either format) into records in file order; see the contract.
+
+    ``stats`` (when given) gets ``rows`` and ``malformed`` added.
+    """
+    stats = stats if stats is not None else PhillyStats()
+    columns: dict[str, int] | None = None
+    records: list[PhillyJob] = []
+    with open(path, newline="", encoding="utf-8") as handle:
+        for text in handle:
+            if not text.strip():
+                continue
+            if columns is None:
+                columns = _find_columns(text)
+                if columns is None and not text.lstrip().startswith("#"):
+                    break
+                continue
+            if text.lstrip().startswith("#"):
+                continue
+            stats.rows += 1
+            record = _parse_row(next(csv.reader([text])), columns)
+            if record is None:
+                stats.malformed += 1
+            else:
+                records.append(record)
+    if columns is None:
+        raise TraceFormatError(str(path), 1, "", "no Philly header: expected columns "
+                               + " / ".join(f"{a[0]!r} or {a[1]!r}" for a in _ALIASES.values()))
+    return records
+
+
+def phase_gpus(philly_gpus: int, max_phase_gpus: int = MAX_PHASE_GPUS) -> tuple[int, bool]:
+    """GPUs per phase for a Philly job of ``philly_gpus`` GPUs, and whether it was capped."""
+    half = -(-philly_gpus // 2)
+    wanted = -(-half // NODE_GPUS) * NODE_GPUS
+    return (max_phase_gpus, True) if wanted > max_phase_gpus else (wanted, False)
+
+
+def model_size(philly_gpus: int) -> int:
+    """Model size in billions of parameters assigned to a Philly job by its GPU count."""
+    if philly_gpus <= 8:
+        return 7
+    return 14 if philly_gpus <= 16 else 32
+
+
+def draw_phases(rng: random.Random, mix: str, slo_range: tuple[float, float]
+                ) -> tuple[float, float, float]:
+    """Draw (t_roll_s, t_train_s, slo) for one job; see the mapping contract."""
+    profile = rng.choice(tuple(PROFILES) if mix == "mixed" else (mix,))
+    size_class = rng.randrange(3)
+    roll_ranges, train_ranges = PROFILES[profile]
+    t_roll = round(rng.uniform(*roll_ranges[size_class]), 1)
+    t_train = round(rng.uniform(*train_ranges[size_class]), 1)
+    lo, hi = slo_range
+    return t_roll, t_train, min(hi, max(lo, round(rng.uniform(lo, hi), 3)))
+
+
+def to_rl_jobs(records: list[PhillyJob], rng: random.Random, mix: str = "mixed",
+               slo_range: tuple[float, float] = (1.0, 2.0), limit: int | None = None,
+               stats: PhillyStats | None = None, max_phase_gpus: int = MAX_PHASE_GPUS) -> list[Job]:
+    """Map Philly records to RL jobs; see the mapping contract. Updates ``stats``."""
+    check_mix(mix, slo_range)
+    if limit is not None and limit < 0:
+        raise SpecError("limit", limit, "a job count >= 0 or None")
+    stats = stats if stats is not None else PhillyStats()
+    ordered = sorted(records, key=lambda r: r.arrival_s)
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    origin = 0.0
+    for index, record in enumerate(ordered):
+        if limit is not None and len(jobs) >= limit:
+            stats.beyond_limit += len(ordered) - index
+            break
+        if record.duration_s == 0:
+            stats.zero_length += 1
+            continue
+        if record.job_id in seen:
+            stats.duplicate += 1
+            continue
+        seen.add(record.job_id)
+        if not jobs:
+            origin = record.arrival_s
+        gpus, capped = phase_gpus(record.gpus, max_phase_gpus)
+        stats.capped += capped
+        size = model_size(record.gpus)
+        mem_roll, mem_train = TABLE2_MEM_GB[size]
+        t_roll, t_train, slo = draw_phases(rng, mix, slo_range)
+        jobs.append(Job(job_id=record.job_id, t_roll_s=t_roll, t_train_s=t_train,
+                        rollout_gpus=gpus, train_gpus=gpus, mem_roll_gb=mem_roll,
+                        mem_train_gb=mem_train, slo=slo, model=f"{size}B",
+                        arrival_s=record.arrival_s - origin, duration_s=record.duration_s))
+    stats.kept += len(jobs)
+    return jobs
+
+
+def mix_from_segment(path: str | Path, seed: int, mix: str = "mixed",
+                     slo_range: tuple[float, float] = (1.0, 2.0),
+                     limit: int | None = None, stats: PhillyStats | None = None) -> list[Job]:
+    """RL jobs from a Philly file: ``read_philly`` then ``to_rl_jobs`` seeded with ``seed``."""
+    stats = stats if stats is not None else PhillyStats()
+    records = read_philly(path, stats)
+    return to_rl_jobs(records, random.Random(seed), mix, slo_range, limit, stats)
+
+
+def convert_philly(in_path: str | Path, out_path: str | Path, limit: int | None = None,
+                   seed: int = 0, mix: str = "mixed",
+                   slo_range: tuple[float, float] = (1.0, 2.0)) -> dict[str, int]:
+    """Convert a Philly file into a job trace at ``out_path``; return the PhillyStats counts."""
+    stats = PhillyStats()
+    jobs = mix_from_segment(in_path, seed, mix, slo_range, limit, stats)
+    write_trace(jobs, out_path)
+    return stats.as_dict()

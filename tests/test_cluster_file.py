@@ -1,0 +1,84 @@
+"""Cluster YAML files: defaults, overrides, errors, round trip through cluster_to_dict."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from rollmux.cluster_file import cluster_to_dict, load_cluster
+from rollmux.errors import SpecError, TraceFormatError
+from rollmux.model import Cluster, PoolSpec, SwitchCost
+
+
+def _write(tmp_path, text: str):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_none_and_empty_file_give_defaults(tmp_path):
+    assert load_cluster(None) == Cluster()
+    assert load_cluster(_write(tmp_path, "")) == Cluster()
+
+
+def test_overrides_and_price_defaults(tmp_path):
+    cluster = load_cluster(_write(tmp_path, """
+gpus_per_node: 8
+rollout: {gpu: A100, nodes: 4}
+train: {price_per_gpu_hour: 4.5, host_mem_gb: 1024}
+switch_cost_s: {rollout: 1.5, train: 3}
+max_group_size: 3
+"""))
+    assert cluster.rollout == PoolSpec("A100", 3.0, 2048.0, 4)
+    assert cluster.train == PoolSpec("H800", 4.5, 1024.0, None)
+    assert cluster.switch_cost == SwitchCost("fixed", 1.5, 3.0)
+    assert cluster.max_group_size == 3
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("cold", SwitchCost("cold")),
+    ("warm", SwitchCost("warm")),
+    ("0", SwitchCost("fixed", 0.0, 0.0)),
+    ("2.5", SwitchCost("fixed", 2.5, 2.5)),
+])
+def test_switch_cost_forms(tmp_path, value, expected):
+    assert load_cluster(_write(tmp_path, f"switch_cost_s: {value}\n")).switch_cost == expected
+
+
+@pytest.mark.parametrize("text, field, needle", [
+    ("rollout: {gpu: B200}\n", "rollout.gpu", "H20"),
+    ("colour: red\n", "colour", "allowed keys: gpus_per_node"),
+    ("train: {gpus: 8}\n", "train.gpus", "allowed keys: gpu, price_per_gpu_hour"),
+    ("train: {price_per_gpu_hour: -1}\n", "train.price_per_gpu_hour", "price > 0"),
+    ("rollout: {nodes: -2}\n", "rollout.nodes", "node count"),
+    ("gpus_per_node: '8'\n", "gpus_per_node", "integer"),
+    ("switch_cost_s: lukewarm\n", "switch_cost_s", "warm"),
+    ("switch_cost_s: -1\n", "switch_cost_s", ">= 0"),
+    ("rollout: 3\n", "rollout", "mapping"),
+])
+def test_errors_name_field_and_expectation(tmp_path, text, field, needle):
+    with pytest.raises(SpecError) as info:
+        load_cluster(_write(tmp_path, text))
+    assert info.value.field == field
+    assert needle in str(info.value)
+
+
+def test_bad_yaml_names_file_and_line(tmp_path):
+    path = _write(tmp_path, "gpus_per_node: 8\nrollout: {gpu: [\n")
+    with pytest.raises(TraceFormatError) as info:
+        load_cluster(path)
+    assert info.value.path == str(path) and info.value.line >= 2
+    with pytest.raises(TraceFormatError):
+        load_cluster(_write(tmp_path, "- 1\n- 2\n"))
+
+
+@pytest.mark.parametrize("cluster", [
+    Cluster(),
+    Cluster(rollout=PoolSpec("H100", 4.0, 1000.0, 7), switch_cost=SwitchCost("fixed", 1.0, 2.0)),
+    Cluster(switch_cost=SwitchCost("fixed", 3.0, 3.0), max_group_size=2),
+])
+def test_cluster_to_dict_round_trips(tmp_path, cluster):
+    data = cluster_to_dict(cluster)
+    json.dumps(data)
+    assert load_cluster(_write(tmp_path, yaml.safe_dump(data))) == cluster

@@ -1,0 +1,280 @@
+"""Trace files: the job-trace format, builtin traces, the Philly mapping, generation."""
+from __future__ import annotations
+
+import math
+import string
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rollmux.errors import SpecError, TraceFormatError
+from rollmux.model import Cluster, Job, PoolSpec
+from rollmux.traces.builtin import BUILTIN, load_trace
+from rollmux.traces.format import read_trace, write_trace
+from rollmux.traces.generate import generate
+from rollmux.traces.philly import (PROFILES, TABLE2_MEM_GB, PhillyStats, convert_philly,
+                                   model_size, phase_gpus, read_philly)
+
+HEADER = ("job_id,arrival_s,duration_s,rollout_gpus,train_gpus,t_roll_s,t_train_s,"
+          "mem_roll_gb,mem_train_gb,slo,model")
+ROW_A = "a,0,3600,8,8,100,50,275.7,240,1.5,7B"
+ROW_B = "b,10,7200,16,16,200,80,490.3,520.4,1.2,32B"
+
+
+def _trace(tmp_path, *lines: str):
+    path = tmp_path / "trace.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _error(path, cluster=None) -> TraceFormatError:
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path, cluster)
+    return info.value
+
+
+# --- job-trace format -------------------------------------------------------------
+
+def test_reads_comments_whitespace_and_sorts_by_arrival(tmp_path):
+    path = _trace(tmp_path, "# a comment", " job_id , arrival_s,duration_s,rollout_gpus,"
+                  "train_gpus,t_roll_s,t_train_s,mem_roll_gb,mem_train_gb,slo,model ",
+                  "late, 50 ,100,8,8,10,10,0,0,1,m", "# another", "",
+                  "first,5,100,8,8,10,10,0,0,1,m", "tie,50,100,8,8,10,10,0,0,1,m")
+    assert [j.job_id for j in read_trace(path)] == ["first", "late", "tie"]
+
+
+def test_iterations_replace_duration_and_colo_may_be_empty(tmp_path):
+    path = _trace(tmp_path, HEADER.replace("duration_s", "iterations") + ",t_roll_colo_s,t_train_colo_s",
+                  "a,0,12,8,8,100,50,0,0,1.5,7B,,", "b,1,3,8,8,100,50,0,0,1.5,7B,80,40")
+    a, b = read_trace(path)
+    assert a.iterations == 12 and a.duration_s is None and a.t_roll_colo_s is None
+    assert (b.t_roll_colo_s, b.t_train_colo_s) == (80.0, 40.0)
+
+
+def test_row_needs_duration_or_iterations(tmp_path):
+    path = _trace(tmp_path, HEADER + ",iterations", "a,0,,8,8,100,50,0,0,1.5,7B,")
+    err = _error(path)
+    assert (err.line, err.column) == (2, "duration_s")
+
+
+@pytest.mark.parametrize("row, line, column", [
+    ("a,0,3600,8,8,1o0,50,0,0,1.5,7B", 3, "t_roll_s"),       # bad float
+    ("a,0,3600,8.5,8,100,50,0,0,1.5,7B", 3, "rollout_gpus"),  # bad int
+    ("a,0,-5,8,8,100,50,0,0,1.5,7B", 3, "duration_s"),        # negative duration
+    ("a,0,3600,8,8,100,50,0,0,0.9,7B", 3, "slo"),             # SLO below 1
+    ("a,0,3600,8,8,100,50,0,0,1.5,", 3, "model"),             # empty required value
+    ("a,0,3600,8,8,0,50,0,0,1.5,7B", 3, "t_roll_s"),          # zero phase
+    ("a,0,3600,8,8,100,50,0,0,nan,7B", 3, "slo"),             # not finite
+    ("a,0,3600,8,8,100,50,0,0,1.5", 3, ""),                   # short row
+])
+def test_bad_values_name_line_and_column(tmp_path, row, line, column):
+    err = _error(_trace(tmp_path, "# comment", HEADER, row))
+    assert (err.line, err.column) == (line, column)
+    assert str(tmp_path) in str(err) and f"line {line}" in str(err)
+
+
+def test_missing_column_is_reported_on_the_header(tmp_path):
+    err = _error(_trace(tmp_path, HEADER.replace(",slo", ""), ROW_A.replace(",1.5", "")))
+    assert (err.line, err.column) == (1, "slo")
+    err = _error(_trace(tmp_path, HEADER.replace("duration_s,", ""), "a,0,8,8,100,50,0,0,1.5,7B"))
+    assert (err.line, err.column) == (1, "duration_s")
+
+
+def test_duplicate_id_names_both_lines(tmp_path):
+    err = _error(_trace(tmp_path, HEADER, ROW_A, ROW_B, ROW_A.replace(",0,", ",5,", 1)))
+    assert (err.line, err.column) == (4, "job_id")
+    assert "line 2" in err.args[0]
+
+
+def test_memory_larger_than_node(tmp_path):
+    small = Cluster(train=PoolSpec("H800", 5.28, host_mem_gb=500.0))
+    path = _trace(tmp_path, HEADER, ROW_A, ROW_B)
+    err = _error(path, small)
+    assert (err.line, err.column) == (3, "mem_train_gb")
+    assert len(read_trace(path)) == 2
+
+
+def test_extra_columns_warn_and_are_kept(tmp_path):
+    path = _trace(tmp_path, HEADER + ",team, note", ROW_A + ",rl,x", ROW_B + ",rl,y")
+    with pytest.warns(UserWarning, match="team"):
+        jobs = read_trace(path)
+    assert jobs[0].extra == {"team": "rl", "note": "x"}
+
+
+def test_empty_file_is_an_error(tmp_path):
+    assert _error(_trace(tmp_path, "# nothing")).line == 1
+
+
+_TEXT = st.text(string.ascii_letters + string.digits + "_-.", min_size=1, max_size=8)
+_POS = st.floats(0.5, 1e6, allow_nan=False)
+
+
+@st.composite
+def _jobs(draw):
+    ids = draw(st.lists(_TEXT, min_size=1, max_size=6, unique=True))
+    jobs = []
+    for job_id in ids:
+        use_iterations = draw(st.booleans())
+        jobs.append(Job(
+            job_id=job_id, t_roll_s=draw(_POS), t_train_s=draw(_POS),
+            rollout_gpus=draw(st.integers(1, 64)), train_gpus=draw(st.integers(1, 64)),
+            mem_roll_gb=draw(st.floats(0, 2048)), mem_train_gb=draw(st.floats(0, 2048)),
+            slo=draw(st.floats(1.0, 5.0)), model=draw(_TEXT | st.just("Qwen, 7B")),
+            arrival_s=draw(st.floats(0, 1e7)),
+            duration_s=None if use_iterations else draw(_POS),
+            iterations=draw(st.integers(1, 10_000)) if use_iterations else draw(
+                st.none() | st.integers(1, 100)),
+            t_roll_colo_s=draw(st.none() | _POS), t_train_colo_s=draw(st.none() | _POS)))
+    return jobs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(jobs=_jobs())
+def test_write_read_round_trip(tmp_path, jobs):
+    path = tmp_path / "round.csv"
+    write_trace(jobs, path)
+    expected = sorted(jobs, key=lambda j: j.arrival_s)
+    assert read_trace(path) == expected
+
+
+def test_write_refuses_unreadable_jobs(tmp_path):
+    with pytest.raises(SpecError):
+        write_trace([Job("#x", 1.0, 1.0, duration_s=5.0)], tmp_path / "x.csv")
+    with pytest.raises(SpecError):
+        write_trace([Job("x", 1.0, 1.0)], tmp_path / "x.csv")
+
+
+# --- builtin traces ---------------------------------------------------------------
+
+def test_production_builtin():
+    jobs, info = load_trace("production")
+    assert len(jobs) == 200 == info["jobs"]
+    assert info["name"] == "production" and "wutianyuan1/ROLL" in info["source"]
+    cluster = Cluster()
+    for job in jobs:
+        job.validate(cluster)
+        assert job.duration_s and job.t_roll_colo_s and job.t_train_colo_s
+        assert 1.1 <= job.slo <= 2.0
+    assert jobs[0].arrival_s == 0
+
+
+def _in_profile(job: Job) -> bool:
+    for rolls, trains in PROFILES.values():
+        for (rlo, rhi), (tlo, thi) in zip(rolls, trains):
+            if rlo <= job.t_roll_s <= rhi and tlo <= job.t_train_s <= thi:
+                return True
+    return False
+
+
+def test_philly_mix_builtin():
+    jobs, info = load_trace("philly-mix", seed=3)
+    mapping = info["mapping"]
+    assert len(jobs) == 300 - mapping["zero_length"] - mapping["malformed"] - mapping["duplicate"]
+    assert jobs[0].arrival_s == 0 and 579 < info["span_hours"] < 581
+    for job in jobs:
+        job.validate(Cluster())
+        assert _in_profile(job) and 1.0 <= job.slo <= 2.0
+        assert job.rollout_gpus == job.train_gpus and job.rollout_gpus % 8 == 0
+        assert (job.mem_roll_gb, job.mem_train_gb) == TABLE2_MEM_GB[int(job.model[:-1])]
+    assert load_trace("philly-mix", seed=3)[0] == jobs
+    assert load_trace("philly-mix", seed=4)[0] != jobs
+
+
+def test_builtins_listed_and_unknown_spec(tmp_path):
+    assert BUILTIN == ("production", "philly-mix")
+    with pytest.raises(SpecError, match="philly-mix"):
+        load_trace(str(tmp_path / "no-such-trace"))
+    path = _trace(tmp_path, HEADER, ROW_A)
+    jobs, info = load_trace(str(path))
+    assert len(jobs) == 1 and info["name"] == "trace"
+
+
+# --- Philly mapping ---------------------------------------------------------------
+
+RFOLD_HEADER = "#job id,arrival time (sec),topology,shape,size,duration (sec)"
+
+
+def test_from_philly_counts_odd_rows(tmp_path):
+    src = tmp_path / "philly.csv"
+    src.write_text("\n".join([
+        RFOLD_HEADER,
+        "7,100.0,CLOS,1,1,500.0",
+        "8,150.0,CLOS,8+8,16,0.0",            # zero length: dropped
+        "9,160.0,CLOS,8+8+8+8+8+8+8+8+8+8+8+8+8+8+8+8,128,900.0",  # huge: capped
+        "10,abc,CLOS,1,1,5",                  # unparsable: skipped
+        "11,170.0,CLOS,1",                    # short row: skipped
+        "12,180.0,CLOS,2,2,-3",               # negative duration: skipped
+        "13,190.0,CLOS,0,0,5",                # no GPUs: skipped
+        "7,200.0,CLOS,1,1,5",                 # repeated id: dropped
+        "14,120.0,CLOS,4+4,8,60.0",
+        "",
+    ]))
+    out = tmp_path / "out.csv"
+    stats = convert_philly(src, out, limit=None, seed=1, mix="balanced", slo_range=(1.2, 1.4))
+    assert stats == {"rows": 9, "malformed": 4, "zero_length": 1, "duplicate": 1, "capped": 1,
+                     "beyond_limit": 0, "kept": 3}
+    jobs = read_trace(out)
+    assert [j.job_id for j in jobs] == ["7", "14", "9"]
+    assert [j.arrival_s for j in jobs] == [0.0, 20.0, 60.0]
+    assert jobs[2].rollout_gpus == 32 and jobs[2].model == "32B"
+    assert jobs[1].rollout_gpus == 8 and jobs[1].model == "7B" and jobs[1].duration_s == 60.0
+    for job in jobs:
+        assert 1.2 <= job.slo <= 1.4
+        assert 50 <= job.t_roll_s <= 300 and 50 <= job.t_train_s <= 300
+    limited = convert_philly(src, out, limit=1, seed=1, mix="balanced", slo_range=(1.2, 1.4))
+    assert limited["kept"] == 1 and limited["beyond_limit"] == 4
+
+
+def test_segment_format_and_bad_header(tmp_path):
+    src = tmp_path / "seg.csv"
+    src.write_text("# note\njob_id,arrival_s,gpus,node_shape,duration_s,orig_arrival_s\n"
+                   "1,0,16,8+8,50,9\n2,5,32,8+8+8+8,70,14\n")
+    stats = PhillyStats()
+    assert [r.gpus for r in read_philly(src, stats)] == [16, 32]
+    assert stats.rows == 2 and stats.malformed == 0
+    src.write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(TraceFormatError):
+        read_philly(src)
+
+
+def test_gpu_split_and_model_rule():
+    assert [phase_gpus(g) for g in (1, 8, 16, 20, 32, 64, 65)] == [
+        (8, False), (8, False), (8, False), (16, False), (16, False), (32, False), (32, True)]
+    assert [model_size(g) for g in (1, 8, 16, 24, 128)] == [7, 7, 14, 32, 32]
+
+
+@pytest.mark.parametrize("mix", ["rollout-heavy", "train-heavy"])
+def test_single_profile_mix(mix):
+    jobs = generate(30, seed=2, mix=mix)
+    heavy, light = (0, 1) if mix == "rollout-heavy" else (1, 0)
+    for job in jobs:
+        times = (job.t_roll_s, job.t_train_s)
+        assert times[heavy] >= 100 and times[light] <= 200 and times[heavy] >= times[light]
+
+
+def test_bad_mix_and_slo_range():
+    with pytest.raises(SpecError, match="mix"):
+        generate(3, seed=0, mix="compute-heavy")
+    with pytest.raises(SpecError, match="slo_range"):
+        generate(3, seed=0, slo_range=(0.5, 2.0))
+
+
+# --- generation -------------------------------------------------------------------
+
+def test_generate_is_seeded_and_valid():
+    jobs = generate(50, seed=7, slo_range=(1.0, 1.5), mean_interarrival_s=100.0)
+    assert len(jobs) == 50 and jobs == generate(50, seed=7, slo_range=(1.0, 1.5),
+                                                 mean_interarrival_s=100.0)
+    assert jobs != generate(50, seed=8, slo_range=(1.0, 1.5), mean_interarrival_s=100.0)
+    assert jobs[0].arrival_s == 0
+    assert all(a.arrival_s <= b.arrival_s for a, b in zip(jobs, jobs[1:]))
+    for job in jobs:
+        job.validate(Cluster())
+        assert _in_profile(job) and 1.0 <= job.slo <= 1.5 and math.isfinite(job.duration_s)
+    assert generate(0, seed=1) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(SpecError, match="count"):
+            generate(-1, seed=1)
