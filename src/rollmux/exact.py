@@ -1,0 +1,329 @@
+"""Exact co-execution plan for a small set of jobs present at once (the offline optimum).
+
+Problem
+-------
+Given a cluster and jobs J (all present at once), choose a partition of J into groups
+and, for every group G, a rollout node count r_G, a training node count t_G and the
+pinning of every member (exactly ``need_p(j) = ceil(gpus_p(j) / gpus_per_node)``
+distinct nodes of each pool p inside G), minimising
+
+    Cost = sum_G  r_G * price_R + t_G * price_T          (price_p = price of one node)
+
+subject to, for every group G:
+
+    size:       |G| <= cluster.max_group_size
+    residency:  every node n of G:  sum_{k pinned to n} mem_k(pool of n) <= host_mem(pool)
+    SLO:        every member k:  iter_k(G) <= SLO_k * T_solo_k * (1 + planner.SLO_EPS)
+    training:   t_G = max_{k in G} need_T(k)   (the training side is never scaled)
+
+where iter_k(G) is ``intra.analyze`` of the members built exactly as
+``PlanState.profile`` builds them (switch seconds from ``cluster.switch_cost``), in
+admission order. These are the planner's constraints (``rollmux.planner``) minus its
+online gates (saturation, no regrouping), so every plan the planner can reach by
+placing the same jobs one at a time lies in this search space: the planner never
+beats the optimum reported here.
+
+Admission order. The execution rule breaks same-instant ties by admission order, so
+``iter_k(G)`` depends on it. Members are admitted in *arrival order* (``arrival_s``,
+then position in the input list), the order in which the planner would admit them.
+The optimum is exact for that order only; another order can make a group feasible
+that this one rejects (searching all orders would multiply the work by up to |G|!).
+
+Method
+------
+1. Subset DP. For subsets S in increasing bitmask order,
+       best[S] = min over S1 <= S holding S's lowest job of  group[S1] + best[S \\ S1]
+   (min-cost set partition, O(3^n) additions). ``split[S]`` is the same minimum with
+   S1 != S: the best way to run S as two or more groups.
+2. Cheapest group for S, searched only below ``split[S]``: a group for S costing at
+   least ``split[S]`` can be replaced by that split in any partition, so pruning it
+   loses no optimum. With t = max need_T, the group's cost grows with r alone, so
+   r runs from max need_R up to sum need_R and the first r with a feasible pinning
+   gives group[S]. A node nobody uses only adds cost, so every node must be used.
+3. Pinnings up to symmetry. Members are pinned in admission order; two nodes of a
+   pool that hold the same set of earlier members are interchangeable, so a member
+   picks how many nodes to take from each such class (the planner's ``_choices`` rule).
+   This lists every pinning exactly once up to renaming the nodes of each pool, and
+   renaming changes nothing the rule sees.
+4. Pruning before ``analyze``, both exact necessary conditions:
+   * residency, node by node, as members are pinned;
+   * rate bound: a member meeting its SLO completes iterations at rate
+     rho_k >= 1 / (SLO_k * T_solo_k), and a node runs one phase at a time, so on each
+     node n: sum_{k on n} d_k / (SLO_k * T_solo_k) <= 1 (d_k: k's phase on n's pool;
+     switch seconds only add work). ``analyze`` measures iter_k = window / iterations
+     over a window in which node n is busy at most the window, so the bound holds for
+     its numbers too.
+   Pinnings that pass are analysed (memoized on shape by ``intra``); the first
+   feasible one at the cheapest r is kept.
+
+Complexity. Subsets: sum_{s <= max_group_size} C(n, s). Pinnings of one subset: at
+most the number of set partitions of it per pool for one-node jobs (Bell(5) = 52 for
+five members), more for multi-node jobs; each costs one ``analyze``
+(O(|G|^2 x iterations)). The split budget usually stops the search at small r. The DP
+adds O(3^n).
+
+Limits. At most ``max_jobs`` jobs (default 12; ``ExactLimitError`` above). Pools are
+treated as unbounded (a bounded pool raises ``ExactLimitError``: inventory couples
+the groups and is not modelled). Exact for the arrival admission order and for
+groups whose training pool equals the largest training need; durations are the jobs'
+worst-case profiles, as everywhere in planning.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from rollmux.errors import RollMuxError
+from rollmux.intra import MemberProfile, analyze
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job
+from rollmux.plan_state import Placement, PlanState
+from rollmux.planner import SLO_EPS
+
+DEFAULT_MAX_JOBS = 12
+_BOUND_SLACK = 1e-6
+_COST_TOL = 1e-9
+
+
+class ExactLimitError(RollMuxError, ValueError):
+    """The instance is outside what the exact solver handles (too many jobs, bounded pools)."""
+
+
+@dataclass(slots=True, frozen=True)
+class ExactStats:
+    """Work done by one ``solve`` call."""
+
+    jobs: int
+    subsets_searched: int   # subsets whose cheapest group was searched (cost below the split)
+    subsets_skipped: int    # subsets whose cheapest possible group already cost >= the split
+    analyze_calls: int      # pinnings that passed residency and the rate bound, then analysed
+    seconds: float
+
+
+@dataclass(slots=True, frozen=True)
+class ExactSolution:
+    """The optimum: its cost, its groups, and the placements that rebuild it.
+
+    ``placements`` applied in order to a fresh ``PlanState(cluster)`` (see ``to_state``)
+    give exactly ``groups``; members of each group appear in admission order.
+    """
+
+    cluster: Cluster
+    cost_per_hour: float
+    groups: tuple[Group, ...]
+    placements: tuple[tuple[Job, Placement], ...]
+    stats: ExactStats
+
+    def to_state(self) -> PlanState:
+        state = PlanState(self.cluster)
+        for job, placement in self.placements:
+            state.apply(job, placement)
+        return state
+
+
+@dataclass(slots=True, frozen=True)
+class _Demand:
+    """What one member asks of one pool: nodes, memory per node, rate-bound share per node."""
+
+    need: int
+    mem: float
+    share: float
+
+
+@dataclass(slots=True, frozen=True)
+class _Fit:
+    """Cheapest feasible group for a subset: node counts and local pinnings (node indices)."""
+
+    cost: float
+    rollout: int
+    train: int
+    pins: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # per member: (rollout idx, train idx)
+
+
+@dataclass(slots=True)
+class _Counter:
+    searched: int = 0
+    skipped: int = 0
+    analyze_calls: int = 0
+
+
+def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOBS) -> ExactSolution:
+    """Minimum-cost plan for ``jobs`` on ``cluster`` (see the module docstring)."""
+    start = time.perf_counter()
+    cluster.validate()
+    if len(jobs) > max_jobs:
+        raise ExactLimitError(f"exact solver: {len(jobs)} jobs > max_jobs={max_jobs} "
+                              f"(the search grows like 3^n; raise max_jobs to insist)")
+    for pool in POOLS:
+        if cluster.pool(pool).nodes is not None:
+            raise ExactLimitError(f"exact solver: the {pool} pool is bounded ({cluster.pool(pool).nodes} nodes); "
+                                  "it plans on unbounded pools only")
+    if len({j.job_id for j in jobs}) != len(jobs):
+        raise ValueError("exact solver: job ids must be unique")
+    for job in jobs:
+        job.validate(cluster)
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival_s, i))
+    ordered = [jobs[i] for i in order]
+    n = len(ordered)
+    counter = _Counter()
+    full = (1 << n) - 1
+    best = [0.0] + [float("inf")] * full
+    choice = [0] * (full + 1)
+    fits: dict[int, _Fit] = {}
+    for mask in range(1, full + 1):
+        low = mask & -mask
+        rest = mask ^ low
+        split, split_sub = float("inf"), 0
+        sub = rest
+        while True:  # submasks S1 = low | sub with S1 != mask
+            s1 = low | sub
+            if s1 != mask and s1 in fits:
+                value = fits[s1].cost + best[mask ^ s1]
+                if value < split:
+                    split, split_sub = value, s1
+            if sub == 0:
+                break
+            sub = (sub - 1) & rest
+        best[mask], choice[mask] = split, split_sub
+        if mask.bit_count() <= cluster.max_group_size:
+            members = [ordered[i] for i in range(n) if mask >> i & 1]
+            fit = _cheapest_group(cluster, members, split, counter)
+            if fit is not None:
+                fits[mask] = fit
+                best[mask], choice[mask] = fit.cost, mask
+    blocks = []
+    mask = full
+    while mask:
+        blocks.append(choice[mask])
+        mask ^= choice[mask]
+    blocks.sort(key=lambda b: (b & -b).bit_length())
+    placements = _placements(cluster, ordered, [(b, fits[b]) for b in blocks])
+    state = PlanState(cluster)
+    for job, placement in placements:
+        state.apply(job, placement)
+    stats = ExactStats(n, counter.searched, counter.skipped, counter.analyze_calls,
+                       time.perf_counter() - start)
+    return ExactSolution(cluster, state.cost_per_hour(), tuple(state.groups.values()), tuple(placements), stats)
+
+
+def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, counter: _Counter) -> _Fit | None:
+    """The cheapest feasible group for ``members`` (admission order) costing < ``budget``, or None."""
+    gpn = cluster.gpus_per_node
+    price = {pool: cluster.node_price(pool) for pool in POOLS}
+    cap = {pool: cluster.pool(pool).host_mem_gb for pool in POOLS}
+    demand = {pool: [_Demand(j.nodes(pool, gpn), j.mem(pool),
+                             (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / (j.slo * j.t_solo))
+                     for j in members] for pool in POOLS}
+    t = max(d.need for d in demand[TRAIN])
+    r_min = max(d.need for d in demand[ROLLOUT])
+    r_max = sum(d.need for d in demand[ROLLOUT])
+    limit = budget - _COST_TOL * max(1.0, abs(budget))
+    if r_min * price[ROLLOUT] + t * price[TRAIN] >= limit:
+        counter.skipped += 1
+        return None
+    counter.searched += 1
+    train_pins = list(_pinnings(demand[TRAIN], t, cap[TRAIN]))
+    if not train_pins:
+        return None
+    sw = cluster.switch_cost
+    switch = [(sw.seconds(j.model, ROLLOUT), sw.seconds(j.model, TRAIN)) for j in members]
+    for r in range(r_min, r_max + 1):
+        cost = r * price[ROLLOUT] + t * price[TRAIN]
+        if cost >= limit:
+            return None
+        for roll in _pinnings(demand[ROLLOUT], r, cap[ROLLOUT]):
+            for train in train_pins:
+                counter.analyze_calls += 1
+                profiles = [MemberProfile(j.job_id, j.t_roll_s, j.t_train_s,
+                                          tuple(f"R{x}" for x in roll[i]), tuple(f"T{x}" for x in train[i]),
+                                          switch[i][0], switch[i][1])
+                            for i, j in enumerate(members)]
+                a = analyze(profiles)
+                if all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in members):
+                    return _Fit(cost, r, t, tuple(zip(roll, train)))
+    return None
+
+
+def _pinnings(demand: list[_Demand], k: int, cap: float) -> Iterator[tuple[tuple[int, ...], ...]]:
+    """Every pinning of the members onto ``k`` nodes of one pool, up to renaming the nodes.
+
+    Each member takes ``need`` distinct nodes; residency (memory <= ``cap``) and the rate
+    bound (sum of shares <= 1) hold on every node; every node is used. Members are
+    pinned in order; nodes holding the same set of earlier members form a class, and a
+    member chooses how many nodes to take from each class (lowest indices first).
+    """
+    sigs: list[tuple[int, ...]] = [()] * k
+    mem = [0.0] * k
+    load = [0.0] * k
+    pins: list[tuple[int, ...]] = []
+    remaining = [0] * (len(demand) + 1)
+    for i in range(len(demand) - 1, -1, -1):
+        remaining[i] = remaining[i + 1] + demand[i].need
+
+    def rec(i: int) -> Iterator[tuple[tuple[int, ...], ...]]:
+        if sum(1 for s in sigs if not s) > remaining[i]:
+            return
+        if i == len(demand):
+            yield tuple(pins)
+            return
+        d = demand[i]
+        classes: dict[tuple[int, ...], list[int]] = {}
+        for node in range(k):
+            if mem[node] + d.mem <= cap and load[node] + d.share <= 1 + _BOUND_SLACK:
+                classes.setdefault(sigs[node], []).append(node)
+        for nodes in _take(list(classes.values()), d.need):
+            saved = [(x, sigs[x], mem[x], load[x]) for x in nodes]
+            for x in nodes:
+                sigs[x] = sigs[x] + (i,)
+                mem[x] += d.mem
+                load[x] += d.share
+            pins.append(nodes)
+            yield from rec(i + 1)
+            pins.pop()
+            for x, s, m, ld in saved:
+                sigs[x], mem[x], load[x] = s, m, ld
+
+    yield from rec(0)
+
+
+def _take(classes: list[list[int]], need: int) -> Iterator[tuple[int, ...]]:
+    """Every way to take ``need`` nodes as counts per class (the first ones of each class)."""
+    if need == 0:
+        yield ()
+        return
+    if not classes:
+        return
+    head, tail = classes[0], classes[1:]
+    for c in range(min(need, len(head)), -1, -1):
+        for rest in _take(tail, need - c):
+            yield tuple(head[:c]) + rest
+
+
+def _placements(cluster: Cluster, ordered: list[Job], blocks: list[tuple[int, _Fit]]) -> list[tuple[Job, Placement]]:
+    """Placements that rebuild the chosen groups in a fresh, unbounded ``PlanState``.
+
+    Local node index x of pool p in a group gets the next global id the state would mint
+    (``R<m>``/``T<m>``) when a member first uses it; that member's placement lists it as new.
+    """
+    minted = {ROLLOUT: 0, TRAIN: 0}
+    prefix = {ROLLOUT: "R", TRAIN: "T"}
+    out: list[tuple[Job, Placement]] = []
+    for number, (mask, fit) in enumerate(blocks):
+        names: dict[str, dict[int, str]] = {ROLLOUT: {}, TRAIN: {}}
+        members = [ordered[i] for i in range(len(ordered)) if mask >> i & 1]
+        group_id = None  # the first member opens the group; PlanState names it g<number>
+        for job, local in zip(members, fit.pins):
+            ids: dict[str, tuple[str, ...]] = {}
+            new: dict[str, tuple[str, ...]] = {}
+            for pool, idx in zip(POOLS, local):
+                fresh = []
+                for x in idx:
+                    if x not in names[pool]:
+                        names[pool][x] = f"{prefix[pool]}{minted[pool]}"
+                        minted[pool] += 1
+                        fresh.append(names[pool][x])
+                ids[pool] = tuple(names[pool][x] for x in idx)
+                new[pool] = tuple(fresh)
+            out.append((job, Placement(group_id, ids[ROLLOUT], ids[TRAIN], new[ROLLOUT], new[TRAIN])))
+            group_id = f"g{number}"
+    return out

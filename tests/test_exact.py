@@ -1,0 +1,181 @@
+"""The exact solver against a naive brute force, its own constraints, and the planner.
+
+The brute force shares nothing with ``rollmux.exact`` but the problem statement: it
+enumerates every set partition of the jobs and, for every block, every rollout node
+count and every pinning (``itertools.combinations`` per member, no symmetry breaking,
+no bounds), keeping the cheapest block whose pinning keeps residency and every SLO
+under ``intra.analyze``.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rollmux.exact import ExactLimitError, solve
+from rollmux.intra import MemberProfile, analyze
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job, PoolSpec, SwitchCost
+from rollmux.plan_state import PlanState
+from rollmux.planner import SLO_EPS, Planner
+
+MEM = {"7B": (275.7, 240.0), "14B": (445.4, 456.1), "32B": (490.3, 520.4)}  # Table 2, GB per node
+
+
+def make_jobs(rng: random.Random, n: int, multi_node: bool = True) -> list[Job]:
+    """Random jobs; arrival order differs from list order to exercise admission order."""
+    jobs = []
+    arrivals = rng.sample(range(100), n)
+    for i in range(n):
+        model = rng.choice(list(MEM))
+        roll_gpus = 16 if multi_node and rng.random() < 0.15 else 8
+        train_gpus = 16 if multi_node and rng.random() < 0.1 else 8
+        jobs.append(Job(f"j{i}", float(rng.randint(30, 300)), float(rng.randint(30, 300)),
+                        rollout_gpus=roll_gpus, train_gpus=train_gpus,
+                        mem_roll_gb=MEM[model][0], mem_train_gb=MEM[model][1],
+                        slo=round(rng.uniform(1.0, 2.0), 3), model=model, arrival_s=float(arrivals[i])))
+    return jobs
+
+
+def make_cluster(rng: random.Random) -> Cluster:
+    mem = rng.choice([1024.0, 2048.0])
+    switch = rng.choice([SwitchCost("warm"), SwitchCost("fixed", 0.0, 0.0), SwitchCost("cold")])
+    return Cluster(rollout=PoolSpec("H20", 1.85, mem), train=PoolSpec("H800", 5.28, mem),
+                   switch_cost=switch, max_group_size=rng.choice([3, 5]))
+
+
+# --- brute force ---------------------------------------------------------------------
+def _set_partitions(items: list):
+    if not items:
+        yield []
+        return
+    head, rest = items[0], items[1:]
+    for part in _set_partitions(rest):
+        yield [[head]] + part
+        for i in range(len(part)):
+            yield part[:i] + [[head] + part[i]] + part[i + 1:]
+
+
+def _fits(cluster: Cluster, block: list[Job], pool: str, pins: tuple[tuple[int, ...], ...]) -> bool:
+    used: dict[int, float] = {}
+    for job, nodes in zip(block, pins):
+        for x in nodes:
+            used[x] = used.get(x, 0.0) + job.mem(pool)
+    return all(v <= cluster.pool(pool).host_mem_gb for v in used.values())
+
+
+def _block_cost(cluster: Cluster, block: list[Job]) -> float:
+    if len(block) > cluster.max_group_size:
+        return float("inf")
+    gpn, sw = cluster.gpus_per_node, cluster.switch_cost
+    need = {p: [j.nodes(p, gpn) for j in block] for p in POOLS}
+    t = max(need[TRAIN])
+    trains = [pins for pins in itertools.product(*(itertools.combinations(range(t), k) for k in need[TRAIN]))
+              if _fits(cluster, block, TRAIN, pins)]
+    for r in range(max(need[ROLLOUT]), sum(need[ROLLOUT]) + 1):
+        for roll in itertools.product(*(itertools.combinations(range(r), k) for k in need[ROLLOUT])):
+            if len(set().union(*roll)) != r or not _fits(cluster, block, ROLLOUT, roll):
+                continue
+            for train in trains:
+                a = analyze([MemberProfile(j.job_id, j.t_roll_s, j.t_train_s, tuple(f"R{x}" for x in roll[i]),
+                                           tuple(f"T{x}" for x in train[i]), sw.seconds(j.model, ROLLOUT),
+                                           sw.seconds(j.model, TRAIN)) for i, j in enumerate(block)])
+                if all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in block):
+                    return r * cluster.node_price(ROLLOUT) + t * cluster.node_price(TRAIN)
+    return float("inf")
+
+
+def brute_force(cluster: Cluster, jobs: list[Job]) -> float:
+    ordered = sorted(jobs, key=lambda j: (j.arrival_s, jobs.index(j)))
+    memo: dict[tuple[str, ...], float] = {}
+    best = float("inf")
+    for part in _set_partitions(ordered):
+        total = 0.0
+        for block in part:
+            block = sorted(block, key=ordered.index)
+            key = tuple(j.job_id for j in block)
+            if key not in memo:
+                memo[key] = _block_cost(cluster, block)
+            total += memo[key]
+        best = min(best, total)
+    return best
+
+
+# --- tests ---------------------------------------------------------------------------
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6), st.integers(3, 4))
+def test_matches_brute_force(seed, n):
+    rng = random.Random(seed)
+    cluster = make_cluster(rng)
+    jobs = make_jobs(rng, n)
+    assert solve(cluster, jobs).cost_per_hour == pytest.approx(brute_force(cluster, jobs), rel=1e-12)
+
+
+def check_feasible(cluster: Cluster, jobs: list[Job], solution) -> None:
+    state = solution.to_state()
+    assert sorted(state.job_group) == sorted(j.job_id for j in jobs)
+    assert state.cost_per_hour() == pytest.approx(solution.cost_per_hour)
+    assert [g.group_id for g in solution.groups] == list(state.groups)
+    gpn = cluster.gpus_per_node
+    for group in state.groups.values():
+        members = group.members
+        assert 1 <= len(members) <= cluster.max_group_size
+        arrivals = [m.job.arrival_s for m in members]
+        assert arrivals == sorted(arrivals)  # admission order = arrival order
+        assert len(group.train_nodes) == max(m.job.nodes(TRAIN, gpn) for m in members)
+        for m in members:
+            for pool in POOLS:
+                assert len(set(m.nodes(pool))) == m.job.nodes(pool, gpn)
+                assert set(m.nodes(pool)) <= set(group.nodes(pool))
+        for pool in POOLS:
+            for node in group.nodes(pool):
+                assert any(node in m.nodes(pool) for m in members)  # no idle node
+                assert group.mem_used(node, pool) <= cluster.pool(pool).host_mem_gb
+        a = analyze([state.profile(m) for m in members])
+        for m in members:
+            assert a.slowdown[m.job.job_id] <= m.job.slo * (1 + SLO_EPS)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_solution_respects_constraints(seed):
+    rng = random.Random(100 + seed)
+    cluster = make_cluster(rng)
+    jobs = make_jobs(rng, 7)
+    check_feasible(cluster, jobs, solve(cluster, jobs))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6), st.integers(3, 7))
+def test_planner_never_beats_exact(seed, n):
+    rng = random.Random(seed)
+    cluster = make_cluster(rng)
+    jobs = make_jobs(rng, n)
+    optimum = solve(cluster, jobs).cost_per_hour
+    for tie_break in ("first", "best-fit"):
+        planner, state = Planner(tie_break), PlanState(cluster)
+        for job in sorted(jobs, key=lambda j: j.arrival_s):
+            state.apply(job, planner.decide(state, job).placement)
+        assert state.cost_per_hour() >= optimum - 1e-9
+
+
+def test_two_complementary_jobs_share_a_group():
+    cluster = Cluster(switch_cost=SwitchCost("fixed"))
+    jobs = [Job("a", 100.0, 20.0, slo=1.2), Job("b", 20.0, 100.0, slo=1.2, arrival_s=1.0)]
+    solution = solve(cluster, jobs)
+    assert solution.cost_per_hour == pytest.approx(cluster.node_price(ROLLOUT) + cluster.node_price(TRAIN))
+    assert [[m.job.job_id for m in g.members] for g in solution.groups] == [["a", "b"]]
+    assert solution.stats.analyze_calls >= 1 and solution.stats.seconds >= 0
+
+
+def test_limits():
+    rng = random.Random(1)
+    with pytest.raises(ExactLimitError, match="max_jobs=12"):
+        solve(Cluster(), make_jobs(rng, 13))
+    with pytest.raises(ExactLimitError, match="max_jobs=3"):
+        solve(Cluster(), make_jobs(rng, 4), max_jobs=3)
+    with pytest.raises(ExactLimitError, match="bounded"):
+        solve(Cluster(rollout=PoolSpec("H20", 1.85, nodes=4)), make_jobs(rng, 2))
+    with pytest.raises(ValueError, match="unique"):
+        solve(Cluster(), [Job("x", 10.0, 10.0), Job("x", 10.0, 10.0)])
