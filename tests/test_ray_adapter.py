@@ -1,0 +1,189 @@
+"""The Ray adapter on a local 4-node cluster (R0, R1, T0, T1), started once per module.
+
+Two jobs in one co-execution group share T0: job A on R0 + T0, job B on R1 + T0.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from rollmux.errors import SpecError  # noqa: E402
+from rollmux.model import ROLLOUT, TRAIN  # noqa: E402
+from rollmux.plan_state import Placement  # noqa: E402
+from rollmux.runtime.ray_adapter import (  # noqa: E402
+    PlacementTimeout,
+    RayJobRunner,
+    UnknownNodeError,
+    WorkerInfo,
+    local_cluster,
+    node_resources,
+    rollmux_nodes,
+)
+
+PLAN_A = Placement(group_id="g0", rollout_nodes=("R0",), train_nodes=("T0",))
+PLAN_B = Placement(group_id="g0", rollout_nodes=("R1",), train_nodes=("T0",))
+
+
+class Worker:
+    """A tiny worker: remembers who it is and does a small torch computation."""
+
+    def __init__(self, info: WorkerInfo) -> None:
+        self.info = info
+
+    def step(self, n: int) -> float:
+        import torch
+
+        x = torch.arange(n * n, dtype=torch.float32).reshape(n, n)
+        return float((x @ x.T).trace())
+
+    def whoami(self) -> tuple[str, str, str, int]:
+        return (self.info.job_id, self.info.pool, self.info.node_id, self.info.index)
+
+
+def expected_trace(n: int) -> float:
+    return float(sum(v * v for v in range(n * n)))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "disabled")
+        mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        # Ray pickles ``Worker`` by reference: its workers must import this module too.
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])))
+        with local_cluster(["R0", "R1"], ["T0", "T1"], gpus_per_node=8) as c:
+            yield c
+        assert not ray.is_initialized()
+        assert c.head_node is None and not c.worker_nodes
+
+
+@pytest.fixture
+def runners():
+    """Runners a test starts; all are shut down afterwards, even on failure."""
+    started: list[RayJobRunner] = []
+    try:
+        yield started
+    finally:
+        for r in started:
+            r.shutdown()
+
+
+def start(runners: list[RayJobRunner], job_id: str, plan: Placement, **kw) -> RayJobRunner:
+    runner = RayJobRunner(job_id, plan, Worker, Worker, timeout_s=30, **kw)
+    runners.append(runner)
+    return runner.start()
+
+
+def wait_until(cond, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return cond()
+
+
+def test_node_resources_convention():
+    assert node_resources("R0", ROLLOUT, 8) == {"rollmux_node:R0": 1, "rollout_gpu": 8}
+    assert node_resources("T3", TRAIN, 4) == {"rollmux_node:T3": 1, "train_gpu": 4}
+    for bad in [("", ROLLOUT, 8), ("R0", "gpu", 8), ("R0", ROLLOUT, -1), ("R0", ROLLOUT, 1.5)]:
+        with pytest.raises(SpecError):
+            node_resources(*bad)
+
+
+def test_cluster_advertises_every_node(cluster):
+    nodes = rollmux_nodes()
+    assert sorted(nodes) == ["R0", "R1", "T0", "T1"]
+    assert len(set(nodes.values())) == 4
+    assert ray.cluster_resources()["rollout_gpu"] == 16
+
+
+def test_two_jobs_share_t0_and_land_on_planned_nodes(cluster, runners):
+    a = start(runners, "A", PLAN_A)
+    b = start(runners, "B", PLAN_B)
+    ray_ids = rollmux_nodes()
+    for runner, plan in ((a, PLAN_A), (b, PLAN_B)):
+        locations = runner.where(timeout_s=60)
+        assert [(loc.pool, loc.node_id) for loc in locations] == [
+            (ROLLOUT, plan.rollout_nodes[0]),
+            (TRAIN, plan.train_nodes[0]),
+        ]
+        for loc in locations:
+            assert loc.node_id == loc.planned_node
+            assert loc.ray_node_id == ray_ids[loc.planned_node]
+    # Both jobs' training workers sit on the same physical node.
+    assert a.where()[1].ray_node_id == b.where()[1].ray_node_id == ray_ids["T0"]
+    calls = [w.step.remote(4) for r in (a, b) for pool in (ROLLOUT, TRAIN) for w in r.workers(pool)]
+    assert ray.get(calls, timeout=60) == [expected_trace(4)] * 4
+    assert ray.get(b.workers(TRAIN)[0].whoami.remote()) == ("B", TRAIN, "T0", 0)
+
+
+def test_shutdown_frees_one_job_and_spares_the_other(cluster, runners):
+    a = start(runners, "A", PLAN_A)
+    b = start(runners, "B", PLAN_B)
+    a_workers = a.workers(ROLLOUT) + a.workers(TRAIN)
+    ray.get([w.step.remote(2) for w in a_workers], timeout=60)
+    a_pg = a._pg.id.hex()
+    a.shutdown()
+    a.shutdown()  # idempotent
+    assert not a.started and a.workers(ROLLOUT) == [] and a.workers(TRAIN) == []
+    for w in a_workers:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(w.step.remote(2), timeout=30)
+    assert ray.util.placement_group_table()[a_pg]["state"] == "REMOVED"
+    # R0 holds nothing any more; T0 still holds job B's claim.
+    assert wait_until(lambda: ray.available_resources().get("rollmux_node:R0") == 1.0)
+    assert ray.available_resources()["rollmux_node:T0"] == pytest.approx(0.99)
+    b_workers = b.workers(ROLLOUT) + b.workers(TRAIN)
+    assert ray.get([w.step.remote(3) for w in b_workers], timeout=60) == [expected_trace(3)] * 2
+
+
+def test_several_workers_per_node(cluster, runners):
+    plan = Placement(group_id=None, rollout_nodes=("R0", "R1"), train_nodes=("T1",))
+    runner = start(runners, "C", plan, workers_per_node=2)
+    locations = runner.where(timeout_s=60)
+    assert [(loc.pool, loc.index, loc.node_id) for loc in locations] == [
+        (ROLLOUT, 0, "R0"), (ROLLOUT, 1, "R0"), (ROLLOUT, 2, "R1"), (ROLLOUT, 3, "R1"),
+        (TRAIN, 0, "T1"), (TRAIN, 1, "T1"),
+    ]
+
+
+def test_unknown_node_raises_and_creates_nothing(cluster, runners):
+    before = dict(ray.util.placement_group_table())
+    runner = RayJobRunner("X", Placement(None, ("R0", "R9"), ("T7",)), Worker, Worker)
+    runners.append(runner)
+    with pytest.raises(UnknownNodeError) as err:
+        runner.start()
+    assert err.value.missing == ("R9", "T7")
+    assert "rollmux_node:R9" in str(err.value) and "R0, R1, T0, T1" in str(err.value)
+    assert not runner.started and runner.workers(ROLLOUT) == []
+    assert ray.util.placement_group_table() == before
+
+
+def test_full_node_times_out_and_withdraws(cluster, runners):
+    start(runners, "B", PLAN_B)  # holds 0.01 of T0
+    greedy = RayJobRunner("G", Placement(None, ("R0",), ("T0",)), Worker, Worker, claim=1.0, timeout_s=1.5)
+    runners.append(greedy)
+    before = set(ray.util.placement_group_table())
+    t0 = time.monotonic()
+    with pytest.raises(PlacementTimeout):
+        greedy.start()
+    assert time.monotonic() - t0 < 10
+    assert not greedy.started
+    new = [pg for pg_id, pg in ray.util.placement_group_table().items() if pg_id not in before]
+    assert [pg["state"] for pg in new] == ["REMOVED"]
+    assert wait_until(lambda: ray.available_resources().get("rollmux_node:R0") == 1.0)
+
+
+def test_bad_arguments_are_rejected_before_ray():
+    with pytest.raises(SpecError):
+        RayJobRunner("A", PLAN_A, Worker, Worker, workers_per_node=0)
+    with pytest.raises(SpecError):
+        RayJobRunner("A", PLAN_A, Worker, Worker, claim=0)
+    with pytest.raises(SpecError):
+        RayJobRunner("A", PLAN_A, Worker, Worker, actor_options={"num_gpus": 1})
