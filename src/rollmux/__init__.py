@@ -1,1 +1,10 @@
 """RollMux: multiplexing RL post-training jobs across disaggregated GPU pools."""
+
+
+def __getattr__(name: str):
+    """Lazy ``from rollmux import Client``: the SDK's HTTP stack loads only when asked for."""
+    if name == "Client":
+        from rollmux.runtime.sdk import Client
+
+        return Client
+    raise AttributeError(f"module 'rollmux' has no attribute {name!r}")

@@ -1,0 +1,314 @@
+"""Job SDK: register a job with the control plane and wrap its phases. Framework-neutral.
+
+::
+
+    job = Client("http://127.0.0.1:8470").submit(spec)   # spec: trace columns
+    job.wait_placed()
+    for step in range(iterations):
+        with job.phase("rollout"):
+            generate()
+        with job.phase("train"):
+            update()
+    job.complete()
+
+Contract
+--------
+* Entering a phase blocks until the group scheduler grants it (long polls); leaving it
+  reports the measured duration and frees the nodes for the next phase in the group.
+  A phase body that raises still releases its grant; the exception propagates.
+* ``phase(..., state=obj)`` enters ``obj.resident(key, device)`` once the grant is held
+  and leaves it before the grant is released (load on the device, offload to host); any
+  object with such a context-manager method works.
+* A background thread heartbeats every third of the lease. A server that does not
+  answer (connection refused, reset, 5xx) is retried with exponential backoff until
+  ``give_up_s`` has passed without an answer, so a restarted server is reconnected
+  transparently; every retried call is idempotent (submit carries a request id,
+  release the grant's sequence number).
+* Clear failures, each its own class: ``JobCancelled``, ``LeaseLost``, ``JobDone``,
+  ``ServerUnavailable`` and ``RequestRejected`` (a 4xx naming field and reason). A
+  failure seen by the heartbeat thread is raised by the job's next call.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import time
+import uuid
+from typing import Any
+
+import httpx
+
+from rollmux.errors import RollMuxError
+from rollmux.model import Job
+
+SPEC_FIELDS = ("job_id", "rollout_gpus", "train_gpus", "t_roll_s", "t_train_s", "mem_roll_gb", "mem_train_gb",
+               "slo", "model", "iterations")
+
+
+class ClientError(RollMuxError):
+    """Base of the SDK's errors."""
+
+
+class ServerUnavailable(ClientError):
+    """The control plane did not answer for ``give_up_s`` seconds."""
+
+
+class RequestRejected(ClientError):
+    """The control plane refused a request (4xx); ``field`` and ``reason`` say why."""
+
+    def __init__(self, status: int, field: str, reason: str) -> None:
+        self.status = status
+        self.field = field
+        self.reason = reason
+        super().__init__(f"HTTP {status}: {field}: {reason}")
+
+
+class JobEnded(ClientError):
+    """The job has left the control plane; ``state`` and ``reason`` say how."""
+
+    def __init__(self, job_id: str, state: str, reason: str) -> None:
+        self.job_id = job_id
+        self.state = state
+        self.reason = reason
+        super().__init__(f"job {job_id!r} {state}: {reason}")
+
+
+class JobCancelled(JobEnded):
+    """The job was cancelled (by itself or by an admin)."""
+
+
+class LeaseLost(JobEnded):
+    """The job stopped heartbeating for longer than the lease and lost its nodes."""
+
+
+class JobDone(JobEnded):
+    """The job already completed (its iterations or ``complete()``)."""
+
+
+_ENDED = {"cancelled": JobCancelled, "expired": LeaseLost, "done": JobDone}
+
+
+class Client:
+    """A connection to the control plane at ``url``; ``token`` is the admin token for admin calls."""
+
+    def __init__(self, url: str, token: str | None = None, timeout_s: float = 10.0, give_up_s: float = 30.0,
+                 poll_s: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+        self.give_up_s = give_up_s
+        self.poll_s = poll_s
+        self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
+
+    # --- jobs ---------------------------------------------------------------------------
+    def submit(self, spec: dict | Job, heartbeat: bool = True) -> "JobHandle":
+        """Register a job; returns its handle (placed, or waiting for nodes).
+
+        ``heartbeat=False`` registers without keeping the lease (an operator submitting
+        for a job process that will ``attach`` within the lease).
+        """
+        body = {"spec": _spec_dict(spec), "request_id": uuid.uuid4().hex}
+        view = self.call("POST", "/jobs", json=body)
+        return JobHandle(self, view["job_id"], view["token"], view, heartbeat)
+
+    def attach(self, job_id: str, token: str) -> "JobHandle":
+        """A handle on an already registered job (another process, or after a client restart)."""
+        view = self.call("GET", f"/jobs/{job_id}", token=token)
+        return JobHandle(self, job_id, token, view)
+
+    # --- operator calls (admin token) ---------------------------------------------------------
+    def status(self) -> dict:
+        return self.call("GET", "/status", token=self.token)
+
+    def cancel(self, job_id: str) -> dict:
+        return self.call("POST", f"/jobs/{job_id}/cancel", token=self.token)
+
+    def drain(self, node: str) -> dict:
+        return self.call("POST", f"/admin/nodes/{node}/drain", token=self.token)
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- transport ---------------------------------------------------------------------
+    def call(self, method: str, path: str, token: str | None = None, json: Any = None,
+             timeout_s: float | None = None) -> Any:
+        """One request, retried with backoff while the server is unreachable or 5xx.
+
+        Raises ``ServerUnavailable`` after ``give_up_s`` without an answer, a ``JobEnded``
+        subclass for a 410, ``RequestRejected`` for any other 4xx.
+        """
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        delay, first_failure = 0.05, None
+        while True:
+            try:
+                r = self._http.request(method, path, json=json, headers=headers,
+                                       timeout=timeout_s or self.timeout_s)
+                if r.status_code < 500:
+                    return _answer(r)
+                problem = f"HTTP {r.status_code}"
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            now = time.monotonic()
+            first_failure = first_failure or now
+            if now - first_failure > self.give_up_s:
+                raise ServerUnavailable(f"{self.url}{path}: no answer for {self.give_up_s:g}s ({problem})")
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+class JobHandle:
+    """One job as its own process sees it: placement, phases, progress, departure.
+
+    ``history`` lists every phase this handle ran as (pool, nodes, grant seq, start,
+    end) in wall-clock seconds, measured from the grant's arrival to the release.
+    """
+
+    def __init__(self, client: Client, job_id: str, token: str, view: dict, heartbeat: bool = True) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.token = token
+        self.view = view
+        self.history: list[tuple[str, tuple[str, ...], int, float, float]] = []
+        self._failure: ClientError | None = None
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        if heartbeat and view["state"] in ("waiting", "placed"):
+            self._beat = threading.Thread(target=self._heartbeat, name=f"rollmux-heartbeat-{job_id}", daemon=True)
+            self._beat.start()
+
+    @property
+    def placement(self) -> dict | None:
+        """{"group_id", "rollout_nodes", "train_nodes"} once placed, else None."""
+        return self.view.get("placement")
+
+    def wait_placed(self, timeout_s: float | None = None) -> dict:
+        """Block until the job is placed (it may wait for nodes to free up); returns the placement."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        delay = 0.05
+        while self.placement is None:
+            self._raise_failure()
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.job_id!r} not placed within {timeout_s}s")
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            self.view = self._call("GET", f"/jobs/{self.job_id}")
+        return self.placement
+
+    def phase(self, name: str, state: Any = None, key: str | None = None, device: Any = "cuda") -> "Phase":
+        """A context manager (and decorator) holding the grant of phase ``name``."""
+        return Phase(self, name, state, key or f"{self.job_id}/{name}", device)
+
+    def progress(self, fraction: float) -> None:
+        self.view = self._call("POST", f"/jobs/{self.job_id}/progress", json={"fraction": fraction})
+
+    def complete(self) -> None:
+        """Depart: the job's nodes go back. Stops the heartbeat."""
+        self.view = self._call("POST", f"/jobs/{self.job_id}/complete")
+        self.close()
+
+    def cancel(self) -> None:
+        self.view = self._call("POST", f"/jobs/{self.job_id}/cancel")
+        self.close()
+
+    def close(self) -> None:
+        """Stop heartbeating (the server will expire the job if it is still live)."""
+        self._stop.set()
+
+    # --- internals ----------------------------------------------------------------------
+    def _call(self, method: str, path: str, json: Any = None, timeout_s: float | None = None) -> Any:
+        self._raise_failure()
+        return self.client.call(method, path, token=self.token, json=json, timeout_s=timeout_s)
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _acquire(self, name: str) -> dict:
+        wait = self.client.poll_s
+        while True:
+            answer = self._call("POST", f"/jobs/{self.job_id}/acquire", json={"phase": name, "wait_s": wait},
+                                timeout_s=wait + self.client.timeout_s)
+            self.view = answer["job"]
+            if answer["granted"]:
+                return answer["grant"]
+
+    def _release(self, name: str, grant: dict, duration_s: float) -> None:
+        self.view = self._call("POST", f"/jobs/{self.job_id}/release",
+                               json={"phase": name, "grant_seq": grant["seq"], "duration_s": duration_s})
+
+    def _heartbeat(self) -> None:
+        period = max(0.05, self.view.get("lease_s", 30.0) / 3)
+        while not self._stop.wait(period):
+            try:
+                view = self.client.call("POST", f"/jobs/{self.job_id}/heartbeat", token=self.token, json={})
+            except JobDone:
+                return
+            except ClientError as exc:
+                self._failure = exc
+                return
+            if view["state"] not in ("waiting", "placed"):
+                return
+
+
+class Phase(contextlib.ContextDecorator):
+    """Holds one phase's grant for the duration of a ``with`` block or a decorated call."""
+
+    def __init__(self, job: JobHandle, name: str, state: Any, key: str, device: Any) -> None:
+        if name not in ("rollout", "train"):
+            raise ValueError(f"phase={name!r}: expected 'rollout' or 'train'")
+        self.job = job
+        self.name = name
+        self.state = state
+        self.key = key
+        self.device = device
+        self._grant: dict | None = None
+        self._resident: Any = None
+        self._t0 = 0.0
+        self._wall0 = 0.0
+
+    @property
+    def grant(self) -> dict | None:
+        """The grant held inside the block: {"seq", "pool", "nodes", "granted_at", "switch_s"}."""
+        return self._grant
+
+    def __enter__(self) -> "Phase":
+        self._grant = self.job._acquire(self.name)
+        self._wall0 = time.time()
+        self._t0 = time.monotonic()
+        if self.state is not None:
+            self._resident = self.state.resident(self.key, self.device)
+            self._resident.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if self._resident is not None:
+                resident, self._resident = self._resident, None
+                resident.__exit__(exc_type, exc, tb)
+        finally:
+            duration = time.monotonic() - self._t0
+            grant, self._grant = self._grant, None
+            self.job.history.append((self.name, tuple(grant["nodes"]), grant["seq"], self._wall0, time.time()))
+            self.job._release(self.name, grant, duration)
+        return False
+
+
+def _spec_dict(spec: dict | Job) -> dict:
+    if isinstance(spec, Job):
+        d = dataclasses.asdict(spec)
+        return {k: d[k] for k in SPEC_FIELDS}
+    return dict(spec)
+
+
+def _answer(r: httpx.Response) -> Any:
+    if r.status_code < 400:
+        return r.json()
+    try:
+        body = r.json()
+    except ValueError:
+        body = {"field": "body", "reason": r.text}
+    if r.status_code == 410 and body.get("state") in _ENDED:
+        job_id = r.request.url.path.split("/")[2]
+        raise _ENDED[body["state"]](job_id, body["state"], body.get("reason", ""))
+    raise RequestRejected(r.status_code, body.get("field", "body"), body.get("reason", r.text))
