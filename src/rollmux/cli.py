@@ -32,7 +32,7 @@ def simulate(
     trace: str = typer.Option("production", help=TRACE_HELP),
     cluster: Optional[Path] = typer.Option(None, help=CLUSTER_HELP),
     policies: str = typer.Option("rollmux,solo-d,colocated,gavel,random,most-idle",
-                                 help="Comma-separated policies: rollmux, alg1 (the paper's Algorithm 1), solo-d, "
+                                 help="Comma-separated policies: rollmux, rollmux-bestfit, solo-d, "
                                       "colocated, gavel, random, most-idle, optimal (small traces only)."),
     duration_model: str = typer.Option("worst", help="worst (profiled phase times) or stochastic (shorter, long tail)."),
     seed: int = typer.Option(0, help="Seed for stochastic durations, the random policy and philly-mix."),
@@ -112,7 +112,7 @@ def plan(
     jobs: Path = typer.Option(..., "--jobs", help="Job-trace CSV; every job is treated as present at once."),
     cluster: Optional[Path] = typer.Option(None, help=CLUSTER_HELP),
     optimal: bool = typer.Option(False, help="Solve for the minimum-cost plan exactly (up to ~10 jobs)."),
-    tie_break: str = typer.Option("best-fit", help="first (the paper's Algorithm 1) or best-fit."),
+    tie_break: str = typer.Option("first", help="first (Algorithm 1: first cheapest feasible) or best-fit."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the plan JSON here."),
     explain: bool = typer.Option(True, help="List every candidate and its verdict for each job."),
 ) -> None:

@@ -10,14 +10,14 @@ from rollmux.policies.rollmux import RollMuxPolicy
 from rollmux.policies.solo_d import SoloDisaggregated
 
 DEFAULT_POLICIES = ("rollmux", "solo-d", "colocated", "gavel", "random", "most-idle")
-KNOWN = DEFAULT_POLICIES + ("alg1", "optimal")
+KNOWN = DEFAULT_POLICIES + ("rollmux-bestfit", "optimal")
 
 
 def make_policy(name: str, seed: int = 0) -> Policy:
     """A fresh policy instance by name (policies may keep per-run state)."""
     factories = {
-        "rollmux": lambda: RollMuxPolicy("best-fit", "rollmux"),
-        "alg1": lambda: RollMuxPolicy("first", "alg1"),
+        "rollmux": lambda: RollMuxPolicy("first", "rollmux"),
+        "rollmux-bestfit": lambda: RollMuxPolicy("best-fit", "rollmux-bestfit"),
         "solo-d": SoloDisaggregated,
         "colocated": Colocated,
         "gavel": Gavel,

@@ -1,7 +1,8 @@
 """RollMux: the conservative inter-group planner (``rollmux.planner``).
 
-``rollmux`` uses the best-fit tie break among the cheapest feasible candidates;
-``alg1`` is the paper's Algorithm 1 as published (first cheapest feasible candidate).
+``rollmux`` takes the first cheapest feasible candidate, as Algorithm 1 of the paper;
+``rollmux-bestfit`` evaluates every candidate at the cheapest feasible cost and takes the
+one that leaves its group best utilized (measured: no better on the bundled traces).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from rollmux.policies.base import DisaggregatedTimes
 
 
 class RollMuxPolicy(DisaggregatedTimes):
-    def __init__(self, tie_break: str = "best-fit", name: str = "rollmux") -> None:
+    def __init__(self, tie_break: str = "first", name: str = "rollmux") -> None:
         self.name = name
         self.planner = Planner(tie_break=tie_break)
 

@@ -1,0 +1,99 @@
+"""The trace-driven simulator: determinism, per-policy invariants, the default trace's SLOs."""
+import pytest
+
+from rollmux.model import POOLS, Cluster
+from rollmux.policies import DEFAULT_POLICIES, make_policy
+from rollmux.sim.engine import simulate
+from rollmux.traces.builtin import load_trace
+from rollmux.traces.generate import generate
+
+
+@pytest.fixture(scope="module")
+def production():
+    return load_trace("production", Cluster())[0]
+
+
+@pytest.fixture(scope="module")
+def small():
+    return generate(40, seed=5)
+
+
+class ResidencyWatch:
+    """Wraps a policy and checks residency of the whole plan before every decision."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = inner.name
+        self.checks = 0
+
+    def place(self, state, job):
+        for g in state.groups.values():
+            for pool in POOLS:
+                for n in g.nodes(pool):
+                    assert g.mem_used(n, pool) <= state.cluster.pool(pool).host_mem_gb
+        self.checks += 1
+        return self.inner.place(state, job)
+
+    def phase_time(self, job, pool, cluster):
+        return self.inner.phase_time(job, pool, cluster)
+
+
+def overlaps(spans):
+    by_node = {}
+    for _gid, _job, _pool, nodes, start, _body, end in spans:
+        for n in nodes:
+            by_node.setdefault(n, []).append((start, end))
+    bad = 0
+    for iv in by_node.values():
+        iv.sort()
+        bad += sum(1 for (_, e1), (s2, _) in zip(iv, iv[1:]) if s2 < e1 - 1e-6)
+    return bad
+
+
+@pytest.mark.parametrize("model", ["worst", "stochastic"])
+def test_same_seed_same_result(small, model):
+    a = simulate(small, Cluster(), make_policy("rollmux"), model, seed=3)
+    b = simulate(small, Cluster(), make_policy("rollmux"), model, seed=3)
+    assert a.total_cost == b.total_cost
+    assert [j.to_dict() for j in a.jobs] == [j.to_dict() for j in b.jobs]
+
+
+def test_different_seed_changes_stochastic_durations(small):
+    a = simulate(small, Cluster(), make_policy("rollmux"), "stochastic", seed=1)
+    b = simulate(small, Cluster(), make_policy("rollmux"), "stochastic", seed=2)
+    assert [j.end_s for j in a.jobs] != [j.end_s for j in b.jobs]
+
+
+@pytest.mark.parametrize("name", DEFAULT_POLICIES)
+def test_no_node_runs_two_phases_at_once_and_residency_holds(small, name):
+    watch = ResidencyWatch(make_policy(name, seed=1))
+    r = simulate(small, Cluster(), watch, "stochastic", seed=1, record_spans=True)
+    assert overlaps(r.spans) == 0
+    assert watch.checks == len(small)
+    assert len(r.jobs) == len(small)
+
+
+def test_solo_d_slowdown_is_exactly_one_under_worst(production):
+    r = simulate(production, Cluster(), make_policy("solo-d"))
+    assert all(j.slowdown == pytest.approx(1.0, abs=1e-9) for j in r.jobs)
+
+
+def test_rollmux_meets_every_slo_on_the_default_trace_under_worst(production):
+    r = simulate(production, Cluster(), make_policy("rollmux"))
+    assert len(r.jobs) == 200
+    assert r.slo_attainment == 1.0
+    solo = simulate(production, Cluster(), make_policy("solo-d"))
+    assert r.total_cost < solo.total_cost
+
+
+def test_rollmux_meets_every_slo_on_philly_mix_under_worst():
+    jobs, _ = load_trace("philly-mix", Cluster(), seed=0)
+    r = simulate(jobs, Cluster(), make_policy("rollmux"))
+    assert r.slo_attainment == 1.0
+
+
+def test_cost_integral_matches_the_gpu_time(small):
+    r = simulate(small, Cluster(), make_policy("rollmux"))
+    c = Cluster()
+    by_gpu = sum(r.gpu_seconds[p] * c.pool(p).price_per_gpu_hour for p in POOLS) / 3600
+    assert r.total_cost == pytest.approx(by_gpu, rel=1e-9)
