@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rollmux.cli_service import register as register_service_commands
 from rollmux.errors import RollMuxError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -201,12 +202,4 @@ def generate_trace(
     console.print(f"wrote {out}: {len(jobs)} jobs")
 
 
-def _register_service_commands() -> None:
-    try:
-        from rollmux.cli_service import register
-    except ImportError:
-        return
-    register(app)
-
-
-_register_service_commands()
+register_service_commands(app)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from dataclasses import dataclass, field
 
 from rollmux.errors import SpecError
@@ -56,6 +57,7 @@ GPU_TYPES = {
 _SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*[bB]")
 
 
+@lru_cache(maxsize=4096)
 def model_size_column(model: str) -> int:
     """Map a model name ("14B_8k", "Qwen2.5-7B") to a column of the switch tables.
 

@@ -255,6 +255,9 @@ class Planner:
         members.append(state.profile(Member(job, opt.placement.rollout_nodes, opt.placement.train_nodes)))
         slo = {m.job.job_id: m.job.slo for m in opt.group.members}
         slo[job.job_id] = job.slo
+        bound = _rate_bound_miss(members, slo)
+        if bound:
+            return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected", bound)
         a = analyze(members)
         worst = max(a.slowdown.values())
         miss = _slo_miss(a, slo) or _startup_miss(a, job)
@@ -265,6 +268,27 @@ class Planner:
         n_roll = len(set(opt.group.rollout_nodes) | set(opt.placement.new_rollout))
         util = _cost_weighted(state, a, n_roll, len(opt.group.train_nodes))
         return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", worst, util)
+
+
+def _rate_bound_miss(members: list[MemberProfile], slo: dict[str, float]) -> str:
+    """A necessary condition for every SLO, checked before the (costlier) analysis.
+
+    Over a long window W a node n is busy at most W, and member k runs its phase d_k(n)
+    there once per iteration, W / iter_k times. If every member met its SLO,
+    iter_k <= SLO_k * T_solo_k, so  sum_{k on n} d_k(n) / (SLO_k * T_solo_k) <= 1  must hold
+    on every node. Switch seconds are left out, which keeps the bound safe.
+    """
+    demand: dict[str, float] = {}
+    for m in members:
+        limit = slo[m.job_id] * m.t_solo
+        for node in m.rollout_nodes:
+            demand[node] = demand.get(node, 0.0) + m.t_roll / limit
+        for node in m.train_nodes:
+            demand[node] = demand.get(node, 0.0) + m.t_train / limit
+    node, worst = max(demand.items(), key=lambda kv: kv[1])
+    if worst > 1.0 + SLO_EPS:
+        return f"SLO bound: node {node} would need {worst:.2f}x its time at the members' SLO rates"
+    return ""
 
 
 def _slo_miss(a: GroupAnalysis, slo: dict[str, float], remaining: str = "") -> str:
@@ -279,9 +303,11 @@ def _startup_miss(a: GroupAnalysis, job: Job) -> str:
 
     Joining mid-rotation, its first phase may wait up to one period of the group, so its
     mean iteration is at most steady + period / iterations. This matters only for short
-    jobs; a job whose length is unknown (no duration or iterations) is planned as a
-    single iteration, the conservative end.
+    jobs; a job whose length is unknown (no duration or iterations) is taken to be
+    long-running, and only its steady state is checked.
     """
+    if job.iterations is None and job.duration_s is None:
+        return ""
     n = job.solo_iterations()
     mean = a.iteration_s[job.job_id] + a.period / n
     if mean > job.slo * job.t_solo * (1 + SLO_EPS):

@@ -1,0 +1,63 @@
+"""Planner decision latency against the number of jobs already running.
+
+For each N, jobs drawn like the paper's simulation study (balanced, rollout-heavy and
+train-heavy profiles, S/M/L, SLO uniform in [1, 2], 8/8 GPUs, Table 2 memory) are
+placed one at a time until N are present; then ``--probes`` further arrivals are timed
+(each decision is made and not applied, so every probe sees the same N). Prints the
+median and p99 decision latency next to the paper's figures (facts section 9) and the
+speed-up ratio.
+
+    python benchmarks/planner_latency.py [--sizes 5,9,13,100,500,1000,2000] [--probes 50]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from rollmux.model import Cluster
+from rollmux.plan_state import PlanState
+from rollmux.planner import Planner
+from rollmux.traces.generate import generate
+
+PAPER_MS = {5: 5.6, 9: 6.5, 13: 7.6, 100: 41.9, 500: 198.0, 1000: 318.0, 2000: 591.0}
+
+
+def build(n: int, seed: int) -> tuple[PlanState, list]:
+    jobs = generate(n + 200, seed)
+    state = PlanState(Cluster())
+    planner = Planner()
+    for job in jobs[:n]:
+        d = planner.decide(state, job)
+        state.apply(job, d.placement)
+    return state, jobs[n:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="5,9,13,100,500,1000,2000")
+    ap.add_argument("--probes", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    planner = Planner()
+    print(f"{'N':>6} {'groups':>7} {'median ms':>10} {'p99 ms':>9} {'paper ms':>9} {'speed-up':>9} {'build s':>8}")
+    for n in [int(x) for x in args.sizes.split(",")]:
+        t0 = time.perf_counter()
+        state, probes = build(n, args.seed)
+        built = time.perf_counter() - t0
+        lat = []
+        for job in probes[: args.probes]:
+            t = time.perf_counter()
+            planner.decide(state, job)
+            lat.append((time.perf_counter() - t) * 1e3)
+        lat.sort()
+        med = statistics.median(lat)
+        p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+        paper = PAPER_MS.get(n)
+        ratio = f"{paper / med:8.1f}x" if paper else "       -"
+        print(f"{n:>6} {len(state.groups):>7} {med:>10.3f} {p99:>9.3f} {paper or '-':>9} {ratio} {built:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()
