@@ -19,6 +19,7 @@ Contract of ``RayJobRunner``
   node's resource, and waits at most ``timeout_s`` for the reservation; on timeout it
   removes the group and raises ``PlacementTimeout``. Either way nothing is left behind.
 * One worker actor is created per bundle; its constructor receives a ``WorkerInfo``.
+  If creating them fails, whatever was created is torn down before the error propagates.
 * ``shutdown`` kills the actors and removes the placement group; it is idempotent and
   safe after the Ray connection is gone.
 """
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray.cluster_utils import Cluster
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -111,15 +113,13 @@ def local_cluster(
     *,
     num_cpus: int = 1,
     object_store_memory: int = 80 * 1024**2,
-) -> Iterator[ray.cluster_utils.Cluster]:
+) -> Iterator[Cluster]:
     """A local multi-node Ray cluster for tests: one Ray node per RollMux node id.
 
     The first node is the head. Each node carries ``node_resources`` with
     ``gpus_per_node`` simulated GPUs. The driver is connected (``ray.init``) on entry;
     on exit it is disconnected and every node is stopped, even if the body raised.
     """
-    from ray.cluster_utils import Cluster
-
     specs = [(n, ROLLOUT) for n in rollout_nodes] + [(n, TRAIN) for n in train_nodes]
     if not specs:
         raise SpecError("nodes", [], "at least one rollout or train node id")
@@ -247,16 +247,20 @@ class RayJobRunner:
             remove_placement_group(pg)
             raise PlacementTimeout(self.job_id, self.timeout_s)
         self._pg = pg
-        for index, info in enumerate(infos):
-            actor = self._classes[info.pool].options(
-                **self.actor_options,
-                num_cpus=0,
-                num_gpus=0,
-                resources={node_resource(info.node_id): self.claim},
-                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index),
-            ).remote(info)
-            self._actors[info.pool].append(actor)
-            self._infos[info.pool].append(info)
+        try:
+            for index, info in enumerate(infos):
+                actor = self._classes[info.pool].options(
+                    **self.actor_options,
+                    num_cpus=0,
+                    num_gpus=0,
+                    resources={node_resource(info.node_id): self.claim},
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index),
+                ).remote(info)
+                self._actors[info.pool].append(actor)
+                self._infos[info.pool].append(info)
+        except BaseException:
+            self.shutdown()  # e.g. bad actor_options: leave nothing half-started
+            raise
         return self
 
     def shutdown(self) -> None:
@@ -283,6 +287,11 @@ class RayJobRunner:
     @property
     def started(self) -> bool:
         return self._pg is not None
+
+    @property
+    def placement_group(self) -> PlacementGroup | None:
+        """The job's reservation while started (one bundle per worker, pools in order)."""
+        return self._pg
 
     def workers(self, pool: str) -> list[Any]:
         """The actor handles of ``pool``, in node order then index order."""
