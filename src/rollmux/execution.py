@@ -123,26 +123,37 @@ class GroupExecutor:
         """Start every ready phase whose nodes are all free, rollout queue first, FCFS."""
         grants: list[Grant] = []
         busy = self._busy
+        last = self._last
+        members = self._members
         for pool in POOLS:
             queue = self._queues[pool]
             if not queue:
                 continue
             kept = []
             for entry in queue:
-                slot = self._members[entry[2]]
+                slot = members[entry[2]]
                 nodes = slot.nodes[pool]
-                if slot.running is None and not any(n in busy for n in nodes):
-                    job_id = slot.job_id
-                    last = self._last
-                    switched = any(last.get(n, job_id) != job_id for n in nodes)
-                    switch = slot.switch_s[pool] if switched else 0.0
+                free = slot.running is None
+                if free:
                     for n in nodes:
-                        busy[n] = job_id
-                    slot.running = pool
-                    grants.append(Grant(job_id, pool, nodes, now, switch))
-                else:
+                        if n in busy:
+                            free = False
+                            break
+                if not free:
                     kept.append(entry)
-            self._queues[pool] = kept
+                    continue
+                job_id = slot.job_id
+                switch = 0
+                for n in nodes:
+                    if last.get(n, job_id) != job_id:
+                        switch = slot.switch_s[pool]
+                        break
+                for n in nodes:
+                    busy[n] = job_id
+                slot.running = pool
+                grants.append(Grant(job_id, pool, nodes, now, switch))
+            if len(kept) != len(queue):
+                self._queues[pool] = kept
         return grants
 
     # Read-only views, for the analyzer, the service's status and the tests.

@@ -16,10 +16,12 @@ for rollout, until the group's state repeats, and reports:
 
 Steady state: the rule is deterministic, so once the group's full state (what runs and
 for how much longer, who waits since when, which job each node ran last) seen at the
-start of member 0's rollout repeats, the schedule is periodic from there. States are
-compared after rounding times to 1 microsecond. If no repeat is found within
-``MAX_ITERATIONS`` iterations of member 0 (or member 0 stops being served), the rates
-are measured over the second half of the run instead.
+start of the anchor's rollout repeats (the anchor is the member with the longest solo
+iteration, so a repeat needs the fewest snapshots), the schedule is periodic from there. The rule runs
+in integer microsecond ticks (durations rounded to 1 us), so repeats are seen exactly.
+If no repeat is found within
+``MAX_ITERATIONS`` iterations of the anchor (or the anchor stops being served), each
+member's rate is measured over the second half of the run instead.
 
 Results are memoized on the group's shape (durations, pinning pattern with nodes
 renamed by first use, switch seconds): the planner asks about the same shapes again
@@ -35,6 +37,7 @@ from rollmux.execution import GroupExecutor
 from rollmux.model import POOLS, ROLLOUT, TRAIN
 
 MAX_ITERATIONS = 60
+TICKS_PER_S = 1_000_000
 _MEMO_LIMIT = 200_000
 _memo: dict[tuple, "_Shape"] = {}
 
@@ -143,42 +146,47 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
     )
 
 
+def _ticks(seconds: float) -> int:
+    return round(seconds * TICKS_PER_S)
+
+
 def _simulate(key: tuple) -> _Shape:
+    """Run the rule in integer microsecond ticks, so that a repeated state is seen exactly."""
     n = len(key)
     ex = GroupExecutor()
     ids = [str(i) for i in range(n)]
     for i, (_, _, r, t, sr, st) in enumerate(key):
-        ex.admit(ids[i], tuple(str(x) for x in r), tuple(str(x) for x in t), 0.0, sr, st)
-    dur = [{ROLLOUT: k[0], TRAIN: k[1]} for k in key]
+        ex.admit(ids[i], tuple(str(x) for x in r), tuple(str(x) for x in t), 0, _ticks(sr), _ticks(st))
+    dur = [{ROLLOUT: _ticks(k[0]), TRAIN: _ticks(k[1])} for k in key]
     pool_nodes = {pool: {x for k in key for x in (k[2] if pool == ROLLOUT else k[3])} for pool in POOLS}
+    anchor = max(range(n), key=lambda i: (dur[i][ROLLOUT] + dur[i][TRAIN], -i))
     done = [0] * n
-    spans: list[tuple[int, str, tuple[int, ...], float, float, float]] = []
-    seen: dict[tuple, tuple[float, tuple[int, ...], int]] = {}
-    heap: list[tuple[float, int, str]] = []  # (end, member, pool)
-    now = 0.0
+    spans: list[tuple[int, str, tuple[int, ...], int, int, int]] = []
+    seen: dict[tuple, tuple[int, tuple[int, ...], int]] = {}
+    heap: list[tuple[int, int, str]] = []  # (end, member, pool)
+    now = 0
     steps = 0
     starts0 = 0
     while True:
         grants = ex.dispatch(now)
-        snap = None
+        snap = False
         for g in grants:
             i = int(g.job_id)
             end = now + g.switch_s + dur[i][g.pool]
             heapq.heappush(heap, (end, i, g.pool))
             spans.append((i, g.pool, tuple(int(x) for x in g.nodes), now, g.switch_s, end))
-            if i == 0 and g.pool == ROLLOUT:
+            if i == anchor and g.pool == ROLLOUT:
                 starts0 += 1
                 snap = True
         if snap:
-            state = _state(ex, heap, now, n)
+            state = _state(ex, heap, now)
             prev = seen.get(state)
             if prev is not None:
                 t0, done0, span0 = prev
-                period = now - t0
                 iters = tuple(done[i] - done0[i] for i in range(n))
                 window = [s for s in spans[span0:] if s[3] < now]
-                return _finish(period, iters, window, t0, dur, pool_nodes)
-            seen[state] = (now, tuple(done), len(spans) - sum(1 for g in grants))
+                return _finish(now - t0, iters, window, t0, dur, pool_nodes)
+            seen[state] = (now, tuple(done), len(spans) - len(grants))
             if starts0 > MAX_ITERATIONS:
                 break
         if not heap:
@@ -195,29 +203,36 @@ def _simulate(key: tuple) -> _Shape:
     return _fallback(spans, now, n, dur, pool_nodes)
 
 
-def _state(ex: GroupExecutor, heap: list, now: float, n: int) -> tuple:
-    running = tuple(sorted((i, pool, round(end - now, 6)) for end, i, pool in heap))
-    queues = tuple(tuple((int(j), round(ready - now, 6)) for ready, _, j in ex.queue_entries(pool)) for pool in POOLS)
+def _state(ex: GroupExecutor, heap: list, now: int) -> tuple:
+    running = tuple(sorted((i, pool, end - now) for end, i, pool in heap))
+    queues = tuple(tuple((j, ready - now) for ready, _, j in ex.queue_entries(pool)) for pool in POOLS)
     return running, queues, tuple(sorted(ex.last_jobs().items()))
 
 
-def _finish(period, iters, window, t0, dur, pool_nodes) -> _Shape:
+def _finish(period_ticks, iters, window, t0, dur, pool_nodes) -> _Shape:
+    period = period_ticks / TICKS_PER_S
     iteration = tuple(period / k if k > 0 else float("inf") for k in iters)
     util = []
     for pool in POOLS:
         busy = sum(dur[i][pool] * len(nodes) for i, p, nodes, *_ in window if p == pool)
-        util.append(busy / (len(pool_nodes[pool]) * period) if period > 0 else 0.0)
-    spans = tuple((i, p, nodes, s - t0, sw, e - t0) for i, p, nodes, s, sw, e in window)
+        util.append(busy / (len(pool_nodes[pool]) * period_ticks) if period_ticks > 0 else 0.0)
+    tick = TICKS_PER_S
+    spans = tuple((i, p, nodes, (s - t0) / tick, sw / tick, (e - t0) / tick) for i, p, nodes, s, sw, e in window)
     return _Shape(period, iteration, (util[0], util[1]), spans)
 
 
 def _fallback(spans, now, n, dur, pool_nodes) -> _Shape:
-    """No repeat found: measure rates over the second half of what ran."""
-    half = now / 2
+    """No repeat found: measure each member's rate over the second half of the run.
+
+    A member's iteration time is the mean gap between its training ends in that half;
+    one with fewer than two ends there is reported as starved (infinite).
+    """
+    half = now // 2
     window = [s for s in spans if s[3] >= half and s[5] <= now]
-    period = now - half
-    iters = [0] * n
-    for i, pool, *_ in window:
+    ends: list[list[int]] = [[] for _ in range(n)]
+    for i, pool, _, _, _, end in window:
         if pool == TRAIN:
-            iters[i] += 1
-    return _finish(period, tuple(iters), window, half, dur, pool_nodes)
+            ends[i].append(end)
+    shape = _finish(now - half, (0,) * n, window, half, dur, pool_nodes)
+    iteration = tuple((e[-1] - e[0]) / (len(e) - 1) / TICKS_PER_S if len(e) > 1 else float("inf") for e in ends)
+    return _Shape(shape.period, iteration, shape.utilization, shape.spans)
