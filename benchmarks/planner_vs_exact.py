@@ -7,9 +7,11 @@ each phase uniform in its range; 8 rollout and 8 training GPUs; SLO uniform in [
 a model size (3B/7B/14B/32B) that sets host memory per node (Table 2) and the warm
 switch seconds. The planner (``tie_break`` "first" = Algorithm 1, and "best-fit")
 places the jobs one at a time in arrival order into a fresh plan; ``rollmux.exact``
-gives the optimum for the same admission order. Reported: planner cost / optimal
-cost (mean, median, p90, max, share exactly optimal) and the exact solver's seconds
-by instance size.
+gives the optimum for the same admission order, both steady-state ("steady": SLOs of
+the full groups) and departure-robust ("robust": SLOs of every subset of each group,
+which the planner also enforces). Reported: planner cost / optimal cost (mean,
+median, p90, max, share exactly optimal) against each, and the exact solver's
+seconds by instance size (steady and robust solves).
 
     python benchmarks/planner_vs_exact.py [--instances 200] [--seed 0] [--json out.json]
 """
@@ -35,6 +37,7 @@ PROFILES = {
 #: Host memory per node, GB, (rollout, train) by model size (Table 2).
 MEMORY = {"3B": (113.4, 156.2), "7B": (275.7, 240.0), "14B": (445.4, 456.1), "32B": (490.3, 520.4)}
 TIE_BREAKS = ("first", "best-fit")
+OPTIMA = ("steady", "robust")
 
 
 def make_jobs(rng: random.Random, n: int, mix: str) -> list[Job]:
@@ -65,23 +68,24 @@ def percentile(values: list[float], q: float) -> float:
 def run(instances: int, seed: int, min_jobs: int, max_jobs: int, mix: str, host_mem_gb: float) -> dict:
     rng = random.Random(seed)
     cluster = Cluster(rollout=PoolSpec("H20", 1.85, host_mem_gb), train=PoolSpec("H800", 5.28, host_mem_gb))
-    ratios: dict[str, list[float]] = {t: [] for t in TIE_BREAKS}
+    ratios: dict[str, list[float]] = {f"{t} / {o}": [] for t in TIE_BREAKS for o in OPTIMA}
     by_size: dict[int, list[dict]] = {}
     for _ in range(instances):
         jobs = make_jobs(rng, rng.randint(min_jobs, max_jobs), mix)
-        solution = solve(cluster, jobs)
-        row = {"seconds": solution.stats.seconds, "analyze_calls": solution.stats.analyze_calls,
-               "subsets": solution.stats.subsets_searched}
-        by_size.setdefault(len(jobs), []).append(row)
+        optima = {o: solve(cluster, jobs, robust=(o == "robust")) for o in OPTIMA}
+        by_size.setdefault(len(jobs), []).append(
+            {o: (s.stats.seconds, s.stats.analyze_calls, s.stats.subsets_searched) for o, s in optima.items()})
         for tie_break in TIE_BREAKS:
-            ratios[tie_break].append(planner_cost(cluster, jobs, tie_break) / solution.cost_per_hour)
-    summary = {t: {"mean": statistics.fmean(r), "median": statistics.median(r), "p90": percentile(r, 90),
+            cost = planner_cost(cluster, jobs, tie_break)
+            for o, s in optima.items():
+                ratios[f"{tie_break} / {o}"].append(cost / s.cost_per_hour)
+    summary = {k: {"mean": statistics.fmean(r), "median": statistics.median(r), "p90": percentile(r, 90),
                    "max": max(r), "min": min(r), "exactly_optimal": sum(x <= 1 + 1e-9 for x in r) / len(r)}
-               for t, r in ratios.items()}
-    sizes = {n: {"instances": len(rows), "mean_s": statistics.fmean(r["seconds"] for r in rows),
-                 "max_s": max(r["seconds"] for r in rows),
-                 "mean_analyze_calls": statistics.fmean(r["analyze_calls"] for r in rows),
-                 "mean_subsets_searched": statistics.fmean(r["subsets"] for r in rows)}
+               for k, r in ratios.items()}
+    sizes = {n: {o: {"instances": len(rows), "mean_s": statistics.fmean(r[o][0] for r in rows),
+                     "max_s": max(r[o][0] for r in rows),
+                     "mean_analyze_calls": statistics.fmean(r[o][1] for r in rows),
+                     "mean_subsets_searched": statistics.fmean(r[o][2] for r in rows)} for o in OPTIMA}
              for n, rows in sorted(by_size.items())}
     return {"config": {"instances": instances, "seed": seed, "jobs": [min_jobs, max_jobs], "mix": mix,
                        "host_mem_gb": host_mem_gb}, "ratio": summary, "exact_by_size": sizes}
@@ -92,15 +96,16 @@ def print_tables(result: dict) -> None:
     print(f"{cfg['instances']} instances, {cfg['jobs'][0]}-{cfg['jobs'][1]} jobs, mix={cfg['mix']}, "
           f"host memory {cfg['host_mem_gb']:.0f} GB, seed {cfg['seed']}")
     print("\nplanner cost / optimal cost")
-    print(f"{'tie_break':<10} {'mean':>7} {'median':>7} {'p90':>7} {'max':>7} {'optimal':>8}")
-    for t, s in result["ratio"].items():
-        print(f"{t:<10} {s['mean']:7.3f} {s['median']:7.3f} {s['p90']:7.3f} {s['max']:7.3f} "
+    print(f"{'planner / optimum':<20} {'mean':>7} {'median':>7} {'p90':>7} {'max':>7} {'optimal':>8}")
+    for k, s in result["ratio"].items():
+        print(f"{k:<20} {s['mean']:7.3f} {s['median']:7.3f} {s['p90']:7.3f} {s['max']:7.3f} "
               f"{100 * s['exactly_optimal']:7.1f}%")
     print("\nexact solver by instance size")
-    print(f"{'jobs':>4} {'n':>4} {'mean s':>8} {'max s':>8} {'analyze':>8} {'subsets':>8}")
-    for n, s in result["exact_by_size"].items():
-        print(f"{n:>4} {s['instances']:>4} {s['mean_s']:8.3f} {s['max_s']:8.3f} "
-              f"{s['mean_analyze_calls']:8.0f} {s['mean_subsets_searched']:8.0f}")
+    print(f"{'jobs':>4} {'n':>4} {'optimum':>8} {'mean s':>8} {'max s':>8} {'analyze':>8} {'subsets':>8}")
+    for n, row in result["exact_by_size"].items():
+        for o, s in row.items():
+            print(f"{n:>4} {s['instances']:>4} {o:>8} {s['mean_s']:8.3f} {s['max_s']:8.3f} "
+                  f"{s['mean_analyze_calls']:8.0f} {s['mean_subsets_searched']:8.0f}")
 
 
 def main() -> None:

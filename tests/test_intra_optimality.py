@@ -218,14 +218,19 @@ def test_oracle_detects_deadlock():
 
 
 def survey(samples: int, seed: int) -> None:
-    """Print how often analyze's worst iteration time exceeds the best fixed order.
+    """Compare analyze with the best fixed order and print the cases where it loses.
 
-    Two families: saturated one-node groups, and groups of 2-3 jobs on two rollout nodes
-    (each job on one or both) and one training node, split by analyze's saturation flag.
+    Families: saturated and unsaturated one-node groups, and groups of 2-3 jobs on two
+    rollout nodes (each job on one or both) and one training node, split by analyze's
+    saturation flag. A fixed order runs every job at period P, so its max slowdown is
+    P / min T_solo and its pool utilization is the pool's work / (nodes x P); the best
+    order (least P) is best on all three. Analyze may run jobs at different rates, so
+    it is compared on each measure separately: worst iteration time, max slowdown, and
+    the utilization of each pool.
     """
     rng = random.Random(seed)
     seen: dict[str, int] = {}
-    worse: dict[str, list] = {}
+    worse: dict[str, dict[str, list]] = {}
     for _ in range(samples):
         n = rng.randint(2, 4)
         durations = [(rng.randint(1, 20), rng.randint(1, 20)) for _ in range(n)]
@@ -239,14 +244,28 @@ def survey(samples: int, seed: int) -> None:
         a = analyze(jobs)
         kind = f"{family}, {'saturated' if a.saturated else 'unsaturated'}"
         seen[kind] = seen.get(kind, 0) + 1
-        best = min_period(jobs)
-        worst = max(a.iteration_s.values())
-        if worst > float(best) + 1e-9:
-            worse.setdefault(kind, []).append(([(m.t_roll, m.t_train, m.rollout_nodes) for m in jobs], worst, best))
+        best = float(min_period(jobs))
+        nodes = {pool: len({x for m in jobs for x in m.nodes(pool)}) for pool in (ROLLOUT, TRAIN)}
+        order_util = {pool: sum(m.duration(pool) * len(m.nodes(pool)) for m in jobs) / (nodes[pool] * best)
+                      for pool in (ROLLOUT, TRAIN)}
+        losses = {
+            "worst iteration": max(a.iteration_s.values()) > best + 1e-9,
+            "max slowdown": max(a.slowdown.values()) > best / min(m.t_solo for m in jobs) + 1e-9,
+            "utilization": any(a.utilization[p] < order_util[p] - 1e-9 for p in (ROLLOUT, TRAIN)),
+        }
+        case = ([(m.t_roll, m.t_train, m.rollout_nodes) for m in jobs], a, best)
+        for measure, lost in losses.items():
+            if lost:
+                worse.setdefault(kind, {}).setdefault(measure, []).append(case)
     for kind in sorted(seen):
-        print(f"{kind}: {seen[kind]} groups; analyze's worst iteration > best fixed order in {len(worse.get(kind, []))}")
-        for members, worst, best in worse.get(kind, [])[:4]:
-            print(f"  {members}: analyze {worst:.3f} vs best order {float(best):.3f}")
+        counts = ", ".join(f"{m} {len(worse.get(kind, {}).get(m, []))}"
+                           for m in ("worst iteration", "max slowdown", "utilization"))
+        print(f"{kind}: {seen[kind]} groups; analyze worse than the best fixed order on: {counts}")
+        for measure, cases in worse.get(kind, {}).items():
+            for members, a, best in cases[:3]:
+                print(f"  [{measure}] {members}: iteration {[round(x, 2) for x in a.iteration_s.values()]}, "
+                      f"slowdown {[round(x, 3) for x in a.slowdown.values()]}, "
+                      f"U {a.utilization[ROLLOUT]:.3f}/{a.utilization[TRAIN]:.3f}; best order period {best:.2f}")
 
 
 if __name__ == "__main__":

@@ -18,10 +18,14 @@ subject to, for every group G:
 
 where iter_k(G) is ``intra.analyze`` of the members built exactly as
 ``PlanState.profile`` builds them (switch seconds from ``cluster.switch_cost``), in
-admission order. These are the planner's constraints (``rollmux.planner``) minus its
-online gates (saturation, no regrouping), so every plan the planner can reach by
-placing the same jobs one at a time lies in this search space: the planner never
-beats the optimum reported here.
+admission order. With ``robust=True`` a group must also keep every SLO after any
+departures: every non-empty subset of its members, with their pinning and admission
+order, meets the SLO constraint too (the planner's departure check, which makes the
+groups it builds hereditarily feasible). These are the planner's steady-state
+constraints minus its online gates (saturation, no regrouping, the start-up check of
+jobs with a known length), so every plan the planner can reach by placing the same
+jobs one at a time lies in the search space of ``robust=True``, and of the default
+too when the planner's departure check is off: the planner never beats the optimum.
 
 Admission order. The execution rule breaks same-instant ties by admission order, so
 ``iter_k(G)`` depends on it. Members are admitted in *arrival order* (``arrival_s``,
@@ -54,7 +58,9 @@ Method
      over a window in which node n is busy at most the window, so the bound holds for
      its numbers too.
    Pinnings that pass are analysed (memoized on shape by ``intra``); the first
-   feasible one at the cheapest r is kept.
+   feasible one at the cheapest r is kept. With ``robust=True`` a pinning whose full
+   group passes is then checked on each subset of 2 or more members (a single member
+   alone never switches, so its slowdown is 1).
 
 Complexity. Subsets: sum_{s <= max_group_size} C(n, s). Pinnings of one subset: at
 most the number of set partitions of it per pool for one-node jobs (Bell(5) = 52 for
@@ -72,6 +78,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from itertools import combinations
 from typing import Iterator, Sequence
 
 from rollmux.errors import RollMuxError
@@ -96,7 +103,7 @@ class ExactStats:
     jobs: int
     subsets_searched: int   # subsets whose cheapest group was searched (cost below the split)
     subsets_skipped: int    # subsets whose cheapest possible group already cost >= the split
-    analyze_calls: int      # pinnings that passed residency and the rate bound, then analysed
+    analyze_calls: int      # groups analysed (pinnings past the bounds, plus subsets when robust)
     seconds: float
 
 
@@ -147,7 +154,8 @@ class _Counter:
     analyze_calls: int = 0
 
 
-def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOBS) -> ExactSolution:
+def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOBS,
+          robust: bool = False) -> ExactSolution:
     """Minimum-cost plan for ``jobs`` on ``cluster`` (see the module docstring)."""
     start = time.perf_counter()
     cluster.validate()
@@ -187,7 +195,7 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
         best[mask], choice[mask] = split, split_sub
         if mask.bit_count() <= cluster.max_group_size:
             members = [ordered[i] for i in range(n) if mask >> i & 1]
-            fit = _cheapest_group(cluster, members, split, counter)
+            fit = _cheapest_group(cluster, members, split, robust, counter)
             if fit is not None:
                 fits[mask] = fit
                 best[mask], choice[mask] = fit.cost, mask
@@ -206,7 +214,8 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
     return ExactSolution(cluster, state.cost_per_hour(), tuple(state.groups.values()), tuple(placements), stats)
 
 
-def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, counter: _Counter) -> _Fit | None:
+def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,
+                    counter: _Counter) -> _Fit | None:
     """The cheapest feasible group for ``members`` (admission order) costing < ``budget``, or None."""
     gpn = cluster.gpus_per_node
     price = {pool: cluster.node_price(pool) for pool in POOLS}
@@ -233,15 +242,22 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, counter
             return None
         for roll in _pinnings(demand[ROLLOUT], r, cap[ROLLOUT]):
             for train in train_pins:
-                counter.analyze_calls += 1
                 profiles = [MemberProfile(j.job_id, j.t_roll_s, j.t_train_s,
                                           tuple(f"R{x}" for x in roll[i]), tuple(f"T{x}" for x in train[i]),
                                           switch[i][0], switch[i][1])
                             for i, j in enumerate(members)]
-                a = analyze(profiles)
-                if all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in members):
+                if _meets_slo(profiles, members, counter) and (not robust or all(
+                        _meets_slo([profiles[i] for i in keep], [members[i] for i in keep], counter)
+                        for size in range(len(members) - 1, 1, -1)
+                        for keep in combinations(range(len(members)), size))):
                     return _Fit(cost, r, t, tuple(zip(roll, train)))
     return None
+
+
+def _meets_slo(profiles: list[MemberProfile], jobs: list[Job], counter: _Counter) -> bool:
+    counter.analyze_calls += 1
+    a = analyze(profiles)
+    return all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in jobs)
 
 
 def _pinnings(demand: list[_Demand], k: int, cap: float) -> Iterator[tuple[tuple[int, ...], ...]]:
