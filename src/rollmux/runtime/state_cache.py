@@ -1,0 +1,587 @@
+"""Warm and cold switching of a job's training state between a device and the host.
+
+A :class:`StateCache` holds named entries (a key such as ``(job_id, phase)``), each a
+``torch.nn.Module`` and optionally the ``torch.optim.Optimizer`` that steps it. The
+*state* of an entry is every parameter, every buffer and every tensor in the
+optimizer's per-parameter state. An entry is in one of three residencies:
+
+* ``DEVICE``: the state lives in device tensors and the job may run.
+* ``HOST`` (warm): :meth:`StateCache.offload` copied the state into host buffers and
+  freed the device storage; :meth:`StateCache.load` copies it back.
+* ``DISK`` (cold): :meth:`StateCache.save_cold` wrote the state to a directory and freed
+  both the device storage and the host buffers; :meth:`StateCache.load_cold` reads it.
+
+Host buffers are allocated once per entry, on its first offload, and reused by every
+later offload; they are pinned (``cudaHostRegister``) when the entry lives on a CUDA
+device, so copies run at DMA speed. Their total size is bounded by the cache's
+host-memory budget: an offload that would exceed it raises :class:`CacheBudgetError`
+before anything changes.
+
+Contracts kept by every switch:
+
+* Round trips are bit-identical, and the Parameter and buffer objects the module and
+  the optimizer hold stay the same Python objects (only their ``.data`` is swapped),
+  so an optimizer built before the switch keeps working after it. The warm path also
+  keeps the identity of the optimizer's state tensors; the cold path replaces them
+  through ``Optimizer.load_state_dict``.
+* Gradients are not state: a switch happens at a step boundary, and offloading sets
+  every ``.grad`` to ``None``.
+* Tensors that lived on the entry's device follow it to the device given to ``load``;
+  tensors that lived elsewhere (Adam's CPU ``step`` counter next to CUDA parameters)
+  return where they were.
+
+The cache is not thread-safe: one caller (the job's phase driver) drives it.
+"""
+from __future__ import annotations
+
+import contextlib
+import enum
+import math
+import mmap
+import os
+import time
+import weakref
+from collections.abc import Hashable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from rollmux.errors import RollMuxError, SpecError
+
+Direction = Literal["offload", "load"]
+SwitchPath = Literal["warm", "cold"]
+
+TENSORS_FILE = "state.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+_ALIGN = 64  # byte alignment of every slot inside a host arena
+
+
+class CacheBudgetError(RollMuxError):
+    """An offload would need more host memory than the budget has left.
+
+    Raised before any tensor is copied or freed: the entry stays resident on its device.
+    """
+
+    def __init__(self, key: Hashable, needed_bytes: int, left_bytes: int) -> None:
+        self.key = key
+        self.needed_bytes = needed_bytes
+        self.left_bytes = left_bytes
+        super().__init__(
+            f"entry {key!r}: offload needs {needed_bytes} bytes of new host buffers, "
+            f"budget has {left_bytes} bytes left: expected needed <= left"
+        )
+
+
+class CacheKeyError(RollMuxError, KeyError):
+    """A key was used that is unknown (or, on register, already taken)."""
+
+    def __init__(self, key: Hashable, expected: str) -> None:
+        self.key = key
+        super().__init__(f"key={key!r}: expected {expected}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class CacheStateError(RollMuxError):
+    """An operation was asked of an entry in a residency that does not allow it."""
+
+    def __init__(self, key: Hashable, operation: str, residency: Residency, expected: str) -> None:
+        self.key = key
+        self.operation = operation
+        self.residency = residency
+        super().__init__(
+            f"entry {key!r}: {operation} with residency={residency.value!r}: expected {expected}"
+        )
+
+
+class CheckpointMismatchError(RollMuxError):
+    """A cold checkpoint does not fit the registered module or optimizer."""
+
+    def __init__(self, path: Path, slot: str, found: str, expected: str) -> None:
+        self.path = path
+        self.slot = slot
+        super().__init__(f"{path}: {slot}={found}: expected {expected}")
+
+
+class Residency(enum.Enum):
+    """Where an entry's state currently lives."""
+
+    DEVICE = "device"
+    HOST = "host"
+    DISK = "disk"
+
+
+@dataclass(frozen=True)
+class SwitchRecord:
+    """One completed switch: ``bytes`` of state moved along ``path`` in ``seconds``."""
+
+    key: Hashable
+    direction: Direction
+    path: SwitchPath
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SwitchTotals:
+    """Sum over the switches of one (path, direction)."""
+
+    count: int
+    bytes: int
+    seconds: float
+
+    @property
+    def gb_per_s(self) -> float:
+        """Achieved bandwidth in 1e9 bytes per second (0.0 when nothing was timed)."""
+        return self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """Summary of a cache: budget, host bytes held, and totals per (path, direction)."""
+
+    budget_bytes: int
+    reserved_bytes: int
+    entries: int
+    totals: Mapping[tuple[SwitchPath, Direction], SwitchTotals]
+
+
+Layout = dict[str, tuple[torch.Size, torch.dtype]]
+
+
+def _nbytes(shape: torch.Size, dtype: torch.dtype) -> int:
+    return math.prod(shape) * dtype.itemsize
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _arena_bytes(layout: Layout) -> int:
+    """Host bytes an arena for ``layout`` maps: aligned slots, rounded up to whole pages."""
+    body = sum(_round_up(_nbytes(shape, dtype), _ALIGN) for shape, dtype in layout.values())
+    return _round_up(max(body, 1), mmap.PAGESIZE)
+
+
+def _unpin(ptr: int) -> None:
+    torch.cuda.cudart().cudaHostUnregister(ptr)
+
+
+class _HostArena:
+    """One anonymous memory mapping carved into a contiguous, aligned view per slot.
+
+    The mapping is page-aligned and shares its pages with nothing else, so when ``pin``
+    is set it is registered with CUDA as a whole (``Tensor.is_pinned()`` then holds for
+    every view); it is unregistered by :meth:`release` or when the arena is collected,
+    always before the mapping itself goes away (the views keep it alive).
+    """
+
+    def __init__(self, layout: Layout, pin: bool) -> None:
+        self.nbytes = _arena_bytes(layout)
+        raw = torch.frombuffer(mmap.mmap(-1, self.nbytes), dtype=torch.uint8)
+        self._release = None
+        if pin:
+            err = int(torch.cuda.cudart().cudaHostRegister(raw.data_ptr(), self.nbytes, 0))
+            if err != 0:
+                raise RuntimeError(f"cudaHostRegister({self.nbytes} bytes) failed with cudaError {err}")
+            self._release = weakref.finalize(self, _unpin, raw.data_ptr())
+            self._release.atexit = False
+        self.views: dict[str, torch.Tensor] = {}
+        offset = 0
+        for name, (shape, dtype) in layout.items():
+            size = _nbytes(shape, dtype)
+            self.views[name] = raw[offset : offset + size].view(dtype).view(shape)
+            offset += _round_up(size, _ALIGN)
+
+    def release(self) -> None:
+        """Unpin (if pinned) and drop the views; the mapping goes with the last reference."""
+        if self._release is not None:
+            self._release()
+        self.views = {}
+
+
+@dataclass
+class _Entry:
+    module: torch.nn.Module
+    optimizer: torch.optim.Optimizer | None
+    device: torch.device
+    residency: Residency = Residency.DEVICE
+    arenas: list[_HostArena] = field(default_factory=list)
+    host: dict[str, torch.Tensor] = field(default_factory=dict)
+    # Slots moved off by the last offload/save_cold: name -> (shape, dtype, home device).
+    moved: dict[str, tuple[torch.Size, torch.dtype, torch.device]] = field(default_factory=dict)
+
+    def reserved_bytes(self) -> int:
+        return sum(arena.nbytes for arena in self.arenas)
+
+    def release_host(self) -> None:
+        for arena in self.arenas:
+            arena.release()
+        self.arenas = []
+        self.host = {}
+
+
+def _slots(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, torch.Tensor]:
+    """Every state tensor of an entry by a stable name.
+
+    ``module.<name>`` for parameters and buffers, ``optim.<i>.<key>`` for the tensors in
+    the optimizer state of the i-th parameter (the numbering of ``state_dict()``).
+    """
+    slots: dict[str, torch.Tensor] = {}
+    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        slots[f"module.{name}"] = tensor
+    if optimizer is not None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        for index, param in enumerate(params):
+            for key, value in optimizer.state.get(param, {}).items():
+                if isinstance(value, torch.Tensor):
+                    slots[f"optim.{index}.{key}"] = value
+    return slots
+
+
+def _resolve(device: torch.device | str) -> torch.device:
+    """A device with its index filled in (``cuda`` -> ``cuda:<current>``)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _synchronize(*devices: torch.device) -> None:
+    for device in {d for d in devices if d.type == "cuda"}:
+        torch.cuda.synchronize(device)
+
+
+def _placeholder(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+class StateCache:
+    """Keyed entries whose state moves device <-> host (warm) or device <-> disk (cold).
+
+    ``budget_bytes`` bounds the host memory all entries' buffers may hold together.
+    ``release_device_cache``: after an offload or a cold save from a CUDA device, return
+    the freed blocks to the driver (``torch.cuda.empty_cache``) so that another process
+    can use them; set it to False when the next tenant runs in this same process.
+    """
+
+    def __init__(self, budget_bytes: int, release_device_cache: bool = True) -> None:
+        if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
+            raise SpecError("budget_bytes", budget_bytes, "an int >= 0", "StateCache")
+        self.budget_bytes = budget_bytes
+        self.release_device_cache = release_device_cache
+        self._entries: dict[Hashable, _Entry] = {}
+        self._records: list[SwitchRecord] = []
+
+    # ----------------------------------------------------------------- registry
+    def register(
+        self,
+        key: Hashable,
+        module: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+    ) -> None:
+        """Add an entry, resident on the device of the module's first tensor.
+
+        Every parameter the optimizer steps must belong to ``module`` (else SpecError),
+        and the module must hold at least one tensor.
+        """
+        if key in self._entries:
+            raise CacheKeyError(key, "a key not yet registered")
+        tensors = [*module.parameters(), *module.buffers()]
+        if not tensors:
+            raise SpecError("module", type(module).__name__, "a module with at least one tensor", f"entry {key!r}")
+        if optimizer is not None:
+            owned = {id(p) for p in module.parameters()}
+            foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in owned]
+            if foreign:
+                raise SpecError(
+                    "optimizer",
+                    f"{len(foreign)} parameter(s) outside the module",
+                    "an optimizer over the module's own parameters",
+                    f"entry {key!r}",
+                )
+        self._entries[key] = _Entry(module, optimizer, _resolve(tensors[0].device))
+
+    def remove(self, key: Hashable) -> None:
+        """Forget an entry and free its host buffers; refused while its only copy is on the host."""
+        entry = self._entry(key)
+        if entry.residency is Residency.HOST:
+            raise CacheStateError(key, "remove", entry.residency, "'device' or 'disk' (load or save_cold first)")
+        entry.release_host()
+        del self._entries[key]
+
+    def residency(self, key: Hashable) -> Residency:
+        """Where the entry's state lives now."""
+        return self._entry(key).residency
+
+    def host_buffers(self, key: Hashable) -> Mapping[str, torch.Tensor]:
+        """The entry's host buffers by slot name (read them, never write them)."""
+        return dict(self._entry(key).host)
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Host bytes held by all entries' buffers (alignment and page rounding included)."""
+        return sum(entry.reserved_bytes() for entry in self._entries.values())
+
+    # ---------------------------------------------------------------- warm path
+    def offload(self, key: Hashable) -> SwitchRecord:
+        """Copy a DEVICE entry's state into its host buffers and free the device storage.
+
+        Buffers missing for some slot (first offload, or optimizer state created since)
+        are allocated in one new arena; CacheBudgetError if it does not fit the budget.
+        """
+        entry = self._entry(key)
+        self._expect(key, entry, "offload", (Residency.DEVICE,))
+        start = time.perf_counter()
+        slots = _slots(entry.module, entry.optimizer)
+        missing: Layout = {
+            name: (t.shape, t.dtype)
+            for name, t in slots.items()
+            if name not in entry.host
+            or entry.host[name].shape != t.shape
+            or entry.host[name].dtype != t.dtype
+        }
+        if missing:
+            pin = entry.device.type == "cuda"
+            needed = _arena_bytes(missing)
+            left = self.budget_bytes - self.reserved_bytes
+            if needed > left:
+                raise CacheBudgetError(key, needed, left)
+            arena = _HostArena(missing, pin)
+            entry.arenas.append(arena)
+            entry.host.update(arena.views)
+        for name, tensor in slots.items():
+            entry.host[name].copy_(tensor.detach(), non_blocking=True)
+        _synchronize(*(t.device for t in slots.values()))
+        for param in entry.module.parameters():
+            param.grad = None
+        entry.moved = {name: (t.shape, t.dtype, t.device) for name, t in slots.items()}
+        for tensor in slots.values():
+            tensor.data = _placeholder(tensor)
+        self._release_device_cache(entry.device)
+        entry.residency = Residency.HOST
+        return self._record(key, "offload", "warm", entry.moved, start)
+
+    def load(self, key: Hashable, device: torch.device | str) -> SwitchRecord:
+        """Copy a HOST entry's state into fresh tensors on ``device``; the buffers stay for reuse."""
+        entry = self._entry(key)
+        self._expect(key, entry, "load", (Residency.HOST,))
+        start = time.perf_counter()
+        target = _resolve(device)
+        slots = _slots(entry.module, entry.optimizer)
+        fresh: dict[str, torch.Tensor] = {}
+        for name, (shape, dtype, home) in entry.moved.items():
+            where = target if home == entry.device else home
+            fresh[name] = torch.empty(shape, dtype=dtype, device=where)
+            fresh[name].copy_(entry.host[name], non_blocking=True)
+        _synchronize(*(t.device for t in fresh.values()))
+        for name, tensor in fresh.items():
+            slots[name].data = tensor
+        entry.device = target
+        entry.residency = Residency.DEVICE
+        return self._record(key, "load", "warm", entry.moved, start)
+
+    @contextlib.contextmanager
+    def resident(self, key: Hashable, device: torch.device | str) -> Iterator[SwitchRecord | None]:
+        """Hold the entry on ``device`` for the ``with`` body, then offload it.
+
+        On enter: load from HOST (yielding the record), or yield None when the entry is
+        already on ``device``; DISK entries need :meth:`load_cold` first. On exit the
+        entry is offloaded, also when the body raised.
+        """
+        entry = self._entry(key)
+        record = None
+        if entry.residency is Residency.HOST:
+            record = self.load(key, device)
+        elif entry.residency is Residency.DISK or entry.device != _resolve(device):
+            raise CacheStateError(key, f"resident(device={str(device)!r})", entry.residency,
+                                  f"'host', or 'device' on {str(device)!r}")
+        try:
+            yield record
+        finally:
+            self.offload(key)
+
+    # ---------------------------------------------------------------- cold path
+    def save_cold(self, key: Hashable, directory: str | os.PathLike[str]) -> SwitchRecord:
+        """Write a DEVICE or HOST entry's state to ``directory`` and free it everywhere else.
+
+        Tensors go to ``state.safetensors``; the optimizer's non-tensor state and param
+        groups go to ``optimizer.pt`` (torch.save). Files are fsynced. The host buffers
+        are released, giving their bytes back to the budget.
+        """
+        entry = self._entry(key)
+        self._expect(key, entry, "save_cold", (Residency.DEVICE, Residency.HOST))
+        start = time.perf_counter()
+        folder = Path(directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        slots = _slots(entry.module, entry.optimizer)
+        if entry.residency is Residency.HOST:
+            tensors = {name: entry.host[name] for name in entry.moved}
+            moved = entry.moved
+        else:
+            tensors = {name: t.detach().contiguous() for name, t in slots.items()}
+            moved = {name: (t.shape, t.dtype, t.device) for name, t in slots.items()}
+        save_file(tensors, str(folder / TENSORS_FILE))
+        _fsync_file(folder / TENSORS_FILE)
+        if entry.optimizer is not None:
+            torch.save(_optimizer_skeleton(entry.optimizer), folder / OPTIMIZER_FILE)
+            _fsync_file(folder / OPTIMIZER_FILE)
+        del tensors
+        for param in entry.module.parameters():
+            param.grad = None
+        for tensor in slots.values():
+            tensor.data = _placeholder(tensor)
+        entry.release_host()
+        self._release_device_cache(entry.device)
+        entry.moved = moved
+        entry.residency = Residency.DISK
+        return self._record(key, "offload", "cold", moved, start)
+
+    def load_cold(self, key: Hashable, directory: str | os.PathLike[str], device: torch.device | str) -> SwitchRecord:
+        """Read a checkpoint written by :meth:`save_cold` into the entry, on ``device``.
+
+        Allowed from DISK, and from DEVICE (a restarted job whose freshly built module
+        and optimizer take the saved values). Every module slot must match the file
+        by name, shape and dtype (CheckpointMismatchError, before anything changes).
+        """
+        entry = self._entry(key)
+        self._expect(key, entry, "load_cold", (Residency.DISK, Residency.DEVICE))
+        start = time.perf_counter()
+        folder = Path(directory)
+        target = _resolve(device)
+        expected: Layout = (
+            {name: (shape, dtype) for name, (shape, dtype, _) in entry.moved.items() if name.startswith("module.")}
+            if entry.residency is Residency.DISK
+            else {name: (t.shape, t.dtype) for name, t in _slots(entry.module, None).items()}
+        )
+        loaded: dict[str, torch.Tensor] = {}
+        with safe_open(str(folder / TENSORS_FILE), framework="pt", device="cpu") as handle:
+            names = set(handle.keys())
+            saved_module = {name for name in names if name.startswith("module.")}
+            stray = sorted(saved_module ^ set(expected))
+            if stray:
+                where = "file" if stray[0] in names else "module"
+                raise CheckpointMismatchError(
+                    folder / TENSORS_FILE, stray[0], f"only in the {where}", "the same module slots in both"
+                )
+            for name in names:
+                loaded[name] = handle.get_tensor(name)
+        for name, (shape, dtype) in expected.items():
+            if loaded[name].shape != shape or loaded[name].dtype != dtype:
+                found = f"{tuple(loaded[name].shape)} {loaded[name].dtype}"
+                raise CheckpointMismatchError(folder / TENSORS_FILE, name, found, f"{tuple(shape)} {dtype}")
+        state_dict = None
+        if entry.optimizer is not None:
+            state_dict = _optimizer_state_dict(folder, loaded, entry.optimizer)
+        module_slots = _slots(entry.module, None)
+        fresh = {name: loaded[name].to(target) for name in module_slots}
+        _synchronize(target)
+        for name, tensor in fresh.items():
+            module_slots[name].data = tensor
+        if entry.optimizer is not None:
+            entry.optimizer.load_state_dict(state_dict)
+        _synchronize(target)
+        entry.release_host()
+        entry.device = target
+        entry.residency = Residency.DEVICE
+        moved = {name: (t.shape, t.dtype, t.device) for name, t in loaded.items()}
+        return self._record(key, "load", "cold", moved, start)
+
+    # ------------------------------------------------------------------ records
+    @property
+    def records(self) -> tuple[SwitchRecord, ...]:
+        """Every switch so far, oldest first."""
+        return tuple(self._records)
+
+    def stats(self) -> CacheStats:
+        """Budget, host bytes held, and per (path, direction) count/bytes/seconds."""
+        totals: dict[tuple[SwitchPath, Direction], SwitchTotals] = {}
+        for path in ("warm", "cold"):
+            for direction in ("offload", "load"):
+                chosen = [r for r in self._records if r.path == path and r.direction == direction]
+                totals[(path, direction)] = SwitchTotals(
+                    count=len(chosen),
+                    bytes=sum(r.bytes for r in chosen),
+                    seconds=sum(r.seconds for r in chosen),
+                )
+        return CacheStats(self.budget_bytes, self.reserved_bytes, len(self._entries), totals)
+
+    # ----------------------------------------------------------------- helpers
+    def _entry(self, key: Hashable) -> _Entry:
+        if key not in self._entries:
+            raise CacheKeyError(key, "a registered key")
+        return self._entries[key]
+
+    @staticmethod
+    def _expect(key: Hashable, entry: _Entry, operation: str, allowed: tuple[Residency, ...]) -> None:
+        if entry.residency not in allowed:
+            raise CacheStateError(key, operation, entry.residency, " or ".join(repr(r.value) for r in allowed))
+
+    def _release_device_cache(self, device: torch.device) -> None:
+        if self.release_device_cache and device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _record(
+        self,
+        key: Hashable,
+        direction: Direction,
+        path: SwitchPath,
+        moved: Mapping[str, tuple[torch.Size, torch.dtype, torch.device]],
+        start: float,
+    ) -> SwitchRecord:
+        size = sum(_nbytes(shape, dtype) for shape, dtype, _ in moved.values())
+        record = SwitchRecord(key, direction, path, size, time.perf_counter() - start)
+        self._records.append(record)
+        return record
+
+
+def _optimizer_skeleton(optimizer: torch.optim.Optimizer) -> dict[str, object]:
+    """The optimizer's state_dict without its tensors (those go to the safetensors file)."""
+    packed = optimizer.state_dict()
+    return {
+        "state": {
+            index: {k: v for k, v in values.items() if not isinstance(v, torch.Tensor)}
+            for index, values in packed["state"].items()
+        },
+        "tensor_slots": sorted(
+            f"optim.{index}.{k}"
+            for index, values in packed["state"].items()
+            for k, v in values.items()
+            if isinstance(v, torch.Tensor)
+        ),
+        "param_groups": packed["param_groups"],
+    }
+
+
+def _optimizer_state_dict(
+    folder: Path, loaded: Mapping[str, torch.Tensor], optimizer: torch.optim.Optimizer
+) -> dict[str, object]:
+    """Rebuild an optimizer state_dict from ``optimizer.pt`` and the loaded tensors.
+
+    Checks that the saved param groups have the sizes of ``optimizer``'s groups.
+    """
+    path = folder / OPTIMIZER_FILE
+    if not path.exists():
+        raise CheckpointMismatchError(path, "optimizer", "missing", "the file save_cold writes for an optimizer")
+    skeleton = torch.load(path, weights_only=True)
+    saved_sizes = [len(group["params"]) for group in skeleton["param_groups"]]
+    sizes = [len(group["params"]) for group in optimizer.param_groups]
+    if saved_sizes != sizes:
+        raise CheckpointMismatchError(path, "param_groups", f"sizes {saved_sizes}", f"sizes {sizes}")
+    state: dict[int, dict[str, object]] = {int(i): dict(v) for i, v in skeleton["state"].items()}
+    for name in skeleton["tensor_slots"]:
+        if name not in loaded:
+            raise CheckpointMismatchError(folder / TENSORS_FILE, name, "missing", "a tensor listed in optimizer.pt")
+        _, index, k = name.split(".", 2)
+        state.setdefault(int(index), {})[k] = loaded[name]
+    return {"state": state, "param_groups": skeleton["param_groups"]}
