@@ -89,6 +89,7 @@ def simulate(
     if json_path is not None:
         payload = {"policies": {r.policy: r.summary() for r in results}, "trace": info,
                    "cluster": cluster_to_dict(cl), "duration_model": duration_model, "seed": seed}
+        json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(payload, indent=1))
         console.print(f"wrote {json_path}")
     if out is not None:
