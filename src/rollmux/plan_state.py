@@ -84,6 +84,41 @@ class PlanState:
             self._free[pool].extend(ids)
             self._free[pool].sort(key=lambda n: int(n[1:]))
 
+    def withhold(self, pool: str, node: str) -> bool:
+        """Take a free node of a bounded pool out of service (drain); False if not free."""
+        free = self._free.get(pool)
+        if free is None or node not in free:
+            return False
+        free.remove(node)
+        return True
+
+    def pool_of(self, node: str) -> str | None:
+        """The pool a node id this state has issued belongs to, or None."""
+        for pool in POOLS:
+            prefix = _PREFIX[pool]
+            if node.startswith(prefix) and node[1:].isdigit() and int(node[1:]) < self._minted[pool]:
+                return pool
+        return None
+
+    # --- persistence ----------------------------------------------------------------
+    def inventory(self) -> dict:
+        """What ``restore`` needs besides the groups: free nodes, ids minted, next group id."""
+        return {"free": {p: list(f) for p, f in self._free.items()}, "minted": dict(self._minted),
+                "next_group": self._next_group}
+
+    def restore(self, groups: list[Group], inventory: dict) -> None:
+        """Rebuild a saved plan into this (empty) state: the inverse of ``groups`` + ``inventory()``."""
+        if self.groups:
+            raise PlacementError("restore needs an empty plan state")
+        for group in groups:
+            self.groups[group.group_id] = group
+            for m in group.members:
+                self.job_group[m.job.job_id] = group.group_id
+        for pool, free in inventory["free"].items():
+            self._free[pool] = list(free)
+        self._minted = dict(inventory["minted"])
+        self._next_group = inventory["next_group"]
+
     # --- queries ------------------------------------------------------------------
     def profile(self, member: Member) -> MemberProfile:
         job = member.job

@@ -31,16 +31,17 @@ from __future__ import annotations
 import secrets
 from dataclasses import asdict, dataclass, field
 
+from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
 from rollmux.errors import RollMuxError
 from rollmux.execution import Grant, GroupExecutor
-from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, PoolSpec, SwitchCost
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import Planner
 
 WAITING, PLACED, DONE, CANCELLED, EXPIRED = "waiting", "placed", "done", "cancelled", "expired"
 LIVE_STATES = (WAITING, PLACED)
 JOB_STATES = (WAITING, PLACED, DONE, CANCELLED, EXPIRED)
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 
 
 class ControlError(RollMuxError):
@@ -270,7 +271,7 @@ class ControlPlane:
     def drain(self, node: str, now: float) -> list[str]:
         """Make ``node`` unschedulable: no new job is pinned to it; current pins stay
         until their jobs depart, then the node is withheld. Returns the jobs still on it."""
-        pool = self._pool_of_node(node)
+        pool = self.plan.pool_of(node)
         if pool is None:
             raise UnknownNode("node", f"{node!r} is not a node of this cluster")
         self._advance(now)
@@ -344,13 +345,12 @@ class ControlPlane:
             executors[gid] = members
         return {
             "version": SNAPSHOT_VERSION,
-            "cluster": asdict(self.cluster),
+            "cluster": cluster_to_dict(self.cluster),
             "lease_s": self.lease_s,
             "plan": {"groups": [{"group_id": g.group_id, "rollout_nodes": g.rollout_nodes,
                                  "train_nodes": g.train_nodes, "colocated": g.colocated,
                                  "members": [m.job.job_id for m in g.members]} for g in plan.groups.values()],
-                     "free": {p: list(plan._free[p]) for p in POOLS if plan.bounded(p)},
-                     "minted": dict(plan._minted), "next_group": plan._next_group},
+                     **plan.inventory()},
             "executors": executors,
             "jobs": [_record_to_dict(r) for r in self.jobs.values()],
             "waiting": list(self.waiting),
@@ -371,20 +371,12 @@ class ControlPlane:
         for d in snap["jobs"]:
             rec = _record_from_dict(d)
             cp.jobs[rec.job_id] = rec
-        plan = cp.plan
+        groups = []
         for g in snap["plan"]["groups"]:
-            members = []
-            for job_id in g["members"]:
-                rec = cp.jobs[job_id]
-                members.append(Member(rec.job, rec.rollout_nodes, rec.train_nodes))
-                plan.job_group[job_id] = g["group_id"]
-            plan.groups[g["group_id"]] = Group(g["group_id"], list(g["rollout_nodes"]), list(g["train_nodes"]),
-                                               members, g["colocated"])
-        # PlanState has no public restore; its inventory fields are set directly here.
-        for pool, free in snap["plan"]["free"].items():
-            plan._free[pool] = list(free)
-        plan._minted = dict(snap["plan"]["minted"])
-        plan._next_group = snap["plan"]["next_group"]
+            members = [Member(cp.jobs[j].job, cp.jobs[j].rollout_nodes, cp.jobs[j].train_nodes) for j in g["members"]]
+            groups.append(Group(g["group_id"], list(g["rollout_nodes"]), list(g["train_nodes"]), members,
+                                g["colocated"]))
+        cp.plan.restore(groups, snap["plan"])
         for gid, members in snap["executors"].items():
             ex = GroupExecutor()
             for m in members:
@@ -473,9 +465,9 @@ class ControlPlane:
 
     def _withhold_drained(self) -> None:
         for node in self.drained:
-            pool = self._pool_of_node(node)
-            if self.plan.bounded(pool) and node in self.plan._free[pool]:
-                self.plan._take(pool, (node,))
+            pool = self.plan.pool_of(node)
+            if pool is not None:
+                self.plan.withhold(pool, node)
 
     def _advance(self, now: float) -> None:
         """Integrate provisioned node-seconds per pool up to ``now``."""
@@ -519,19 +511,6 @@ class ControlPlane:
         if total is not None and job.nodes(ROLLOUT, self.cluster.gpus_per_node) > total:
             return "rollout_gpus"
         return "train_gpus"
-
-    def _pool_of_node(self, node: str) -> str | None:
-        for pool, prefix in ((ROLLOUT, "R"), (TRAIN, "T")):
-            if node.startswith(prefix) and node[1:].isdigit():
-                minted = self.plan._minted[pool]
-                return pool if int(node[1:]) < minted else None
-        return None
-
-
-def cluster_from_dict(d: dict) -> Cluster:
-    """Inverse of ``dataclasses.asdict(cluster)``."""
-    return Cluster(d["gpus_per_node"], PoolSpec(**d["rollout"]), PoolSpec(**d["train"]),
-                   SwitchCost(**d["switch_cost"]), d["max_group_size"])
 
 
 def _record_to_dict(rec: JobRecord) -> dict:
