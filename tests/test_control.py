@@ -158,3 +158,19 @@ def test_drained_node_is_not_used_for_new_jobs():
     cp.complete("a", 3.0)
     assert cp.plan.free_count("rollout") == 0
     assert cp.submit(_job("b"), 4.0).state == WAITING
+
+
+def test_departed_jobs_leave_the_snapshot_and_are_handed_over_once():
+    cp = ControlPlane(_cluster(None))
+    cp.submit(_job("a", iterations=1), 0.0)
+    cp.submit(_job("b", iterations=5), 0.0)
+    now = _run_phase(cp, "a", 0.0, 10.0)
+    _run_phase(cp, "a", now, 10.0)
+    assert cp.record("a").state == DONE
+    ended = cp.take_ended()
+    assert [r["job"]["job_id"] for r in ended] == ["a"] and cp.take_ended() == []
+    snap = json.loads(json.dumps(cp.snapshot()))
+    assert [r["job"]["job_id"] for r in snap["jobs"]] == ["b"]
+    copy = ControlPlane.restore(snap, ended=ended)
+    assert copy.record("a").state == DONE and copy.record("a").iterations_done == 1
+    assert copy.snapshot() == cp.snapshot()

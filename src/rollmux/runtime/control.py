@@ -4,8 +4,8 @@
 ``PlanState`` (placed by ``Planner``, exactly as the simulator does) and one
 ``GroupExecutor`` per group (the execution rule). It holds no clock and does no I/O:
 every method takes ``now`` (seconds; the service passes wall-clock epoch seconds so
-times survive a restart) and the caller persists ``snapshot()`` plus ``take_events()``
-before acknowledging a change.
+times survive a restart) and the caller persists ``snapshot()`` (live state), plus
+``take_events()`` and ``take_ended()`` (appended once each), before acknowledging a change.
 
 Contract
 --------
@@ -155,6 +155,7 @@ class ControlPlane:
         self._clock: float | None = None
         self._seq = 0
         self._events: list[dict] = []
+        self._ended: list[str] = []
 
     # --- job calls ------------------------------------------------------------------
     def submit(self, job: Job, now: float, request_id: str | None = None) -> JobRecord:
@@ -322,6 +323,13 @@ class ControlPlane:
         out, self._events = self._events, []
         return out
 
+    def take_ended(self) -> list[dict]:
+        """Records of jobs that departed since the last call (the caller persists them once;
+        ``snapshot`` carries live jobs only, so it does not grow with the service's history)."""
+        out = [_record_to_dict(self.jobs[j]) for j in self._ended]
+        self._ended = []
+        return out
+
     # --- persistence ------------------------------------------------------------------
     def snapshot(self) -> dict:
         """The whole state as JSON-ready data; ``ControlPlane.restore`` inverts it."""
@@ -352,7 +360,7 @@ class ControlPlane:
                                  "members": [m.job.job_id for m in g.members]} for g in plan.groups.values()],
                      **plan.inventory()},
             "executors": executors,
-            "jobs": [_record_to_dict(r) for r in self.jobs.values()],
+            "jobs": [_record_to_dict(r) for r in self.jobs.values() if r.state in LIVE_STATES],
             "waiting": list(self.waiting),
             "drained": sorted(self.drained),
             "grants_total": self.grants_total,
@@ -363,12 +371,14 @@ class ControlPlane:
         }
 
     @classmethod
-    def restore(cls, snap: dict, lease_s: float | None = None, planner: Planner | None = None) -> "ControlPlane":
-        """Rebuild from ``snapshot()``: same plan, same queues, same outstanding grants."""
+    def restore(cls, snap: dict, lease_s: float | None = None, planner: Planner | None = None,
+                ended: list[dict] = ()) -> "ControlPlane":
+        """Rebuild from ``snapshot()`` and every ``take_ended()`` record: same plan, same queues,
+        same outstanding grants, and the departed jobs' final records."""
         if snap.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"snapshot version={snap.get('version')!r}: expected {SNAPSHOT_VERSION}")
         cp = cls(cluster_from_dict(snap["cluster"]), lease_s or snap["lease_s"], planner)
-        for d in snap["jobs"]:
+        for d in [*ended, *snap["jobs"]]:
             rec = _record_from_dict(d)
             cp.jobs[rec.job_id] = rec
         groups = []
@@ -448,6 +458,7 @@ class ControlPlane:
                 self._dispatch(gid, now)
         rec.state = state
         rec.ended_at = now
+        self._ended.append(job_id)
         rec.end_reason = reason
         self._retry_waiting(now)
 

@@ -58,7 +58,7 @@ class Service:
             self.store.commit(self.control.snapshot(), [])
             self.restored = False
         else:
-            self.control = ControlPlane.restore(snap, lease_s)
+            self.control = ControlPlane.restore(snap, lease_s, ended=self.store.ended())
             self.control.renew_all(time.time())
             self.restored = True
         self.metrics = ServiceMetrics(lambda: self.control)
@@ -66,7 +66,7 @@ class Service:
 
     def commit(self) -> None:
         """Persist the state and the new events, then wake every long poll."""
-        self.store.commit(self.control.snapshot(), self.control.take_events())
+        self.store.commit(self.control.snapshot(), self.control.take_events(), self.control.take_ended())
         if self._changed is not None:
             self._changed.set()
             self._changed = asyncio.Event()

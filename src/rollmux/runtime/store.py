@@ -1,12 +1,14 @@
-"""SQLite persistence of the control plane: one snapshot row plus an append-only event log.
+"""SQLite persistence of the control plane: one snapshot row of the live state, an
+append-only event log and the final records of departed jobs.
 
 Contract
 --------
-* ``commit(snapshot, events)`` writes the new snapshot and appends the events in one
-  transaction; when it returns, the change survives the process being killed (WAL
+* ``commit(snapshot, events, ended)`` writes the new snapshot, appends the events and
+  the departed jobs' records in one transaction; when it returns, the change survives the process being killed (WAL
   journal, ``synchronous=NORMAL``: a committed transaction is in the WAL file before
   ``commit`` returns; only an operating-system crash could lose the last ones).
-* ``load()`` returns the last committed snapshot, or None for a new file.
+* ``load()`` returns the last committed snapshot, or None for a new file; ``ended()``
+  every departed job's final record, in departure order.
 * ``events(since)`` returns the log after sequence number ``since``, oldest first. The log
   is the service's grant record: every admit, grant, finish and remove with its time.
 * One ``Store`` is used from one thread at a time (the service's event loop).
@@ -23,6 +25,7 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, group_id TEXT NOT NULL,
     job_id TEXT NOT NULL, pool TEXT NOT NULL, nodes TEXT NOT NULL, detail TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS ended (n INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT UNIQUE NOT NULL, body TEXT NOT NULL);
 """
 
 
@@ -40,7 +43,10 @@ class Store:
         row = self._db.execute("SELECT body FROM snapshot WHERE id = 1").fetchone()
         return json.loads(row[0]) if row else None
 
-    def commit(self, snapshot: dict, events: list[dict]) -> None:
+    def ended(self) -> list[dict]:
+        return [json.loads(b) for (b,) in self._db.execute("SELECT body FROM ended ORDER BY n")]
+
+    def commit(self, snapshot: dict, events: list[dict], ended: list[dict] = ()) -> None:
         body = json.dumps(snapshot, separators=(",", ":"))
         db = self._db
         db.execute("BEGIN IMMEDIATE")
@@ -50,6 +56,8 @@ class Store:
                 "INSERT INTO events (seq, at, kind, group_id, job_id, pool, nodes, detail) VALUES (?,?,?,?,?,?,?,?)",
                 [(e["seq"], e["at"], e["kind"], e["group_id"], e["job_id"], e["pool"], json.dumps(e["nodes"]),
                   json.dumps(e["detail"])) for e in events])
+            db.executemany("INSERT INTO ended (job_id, body) VALUES (?, ?)",
+                           [(r["job"]["job_id"], json.dumps(r, separators=(",", ":"))) for r in ended])
         except BaseException:
             db.execute("ROLLBACK")
             raise
