@@ -62,19 +62,27 @@ class Service:
             self.control.renew_all(time.time())
             self.restored = True
         self.metrics = ServiceMetrics(lambda: self.control)
-        self._changed: asyncio.Event | None = None
+        self._waiters: dict[str, asyncio.Event] = {}
 
     def commit(self) -> None:
-        """Persist the state and the new events, then wake every long poll."""
-        self.store.commit(self.control.snapshot(), self.control.take_events(), self.control.take_ended())
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = asyncio.Event()
+        """Persist the state and the new events, then wake the long polls of the jobs they name.
 
-    def change_signal(self) -> asyncio.Event:
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        return self._changed
+        Only a job named by an event (admitted, granted, finished, removed) can see a different
+        answer, so only its waiters wake: no thundering herd with many clients.
+        """
+        events = self.control.take_events()
+        self.store.commit(self.control.snapshot(), events, self.control.take_ended())
+        for job_id in {e["job_id"] for e in events}:
+            waiter = self._waiters.pop(job_id, None)
+            if waiter is not None:
+                waiter.set()
+
+    def change_signal(self, job_id: str) -> asyncio.Event:
+        """An event set at the next commit that concerns ``job_id``."""
+        waiter = self._waiters.get(job_id)
+        if waiter is None:
+            waiter = self._waiters[job_id] = asyncio.Event()
+        return waiter
 
     def check_admin(self, token: str | None) -> None:
         if token is None:
@@ -109,7 +117,6 @@ def create_app(service: Service) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
-        service.change_signal()
         reaper = asyncio.create_task(service.expire_leases(min(1.0, service.control.lease_s / 4)))
         try:
             yield
@@ -166,7 +173,7 @@ def create_app(service: Service) -> FastAPI:
         service.check_job(job_id, token)
         deadline = time.monotonic() + body.wait_s
         while True:
-            signal = service.change_signal()
+            signal = service.change_signal(job_id)
             grant = cp().acquire(job_id, body.phase, time.time())
             left = deadline - time.monotonic()
             if grant is not None or left <= 0:
