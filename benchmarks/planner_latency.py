@@ -27,10 +27,10 @@ from rollmux.traces.generate import generate
 PAPER_MS = {5: 5.6, 9: 6.5, 13: 7.6, 100: 41.9, 500: 198.0, 1000: 318.0, 2000: 591.0}
 
 
-def build(n: int, seed: int) -> tuple[PlanState, list]:
+def build(n: int, seed: int, tie_break: str = "first") -> tuple[PlanState, list]:
     jobs = generate(n + 200, seed)
     state = PlanState(Cluster())
-    planner = Planner()
+    planner = Planner(tie_break)
     for job in jobs[:n]:
         d = planner.decide(state, job)
         state.apply(job, d.placement)
@@ -42,14 +42,15 @@ def main() -> None:
     ap.add_argument("--sizes", default="5,9,13,100,500,1000,2000")
     ap.add_argument("--probes", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tie-break", default="first", help="the planner's tie break: first or best-fit")
     ap.add_argument("--exact-sizes", default="4,5,6,7,8,9,10")
     ap.add_argument("--exact-instances", type=int, default=3)
     args = ap.parse_args()
-    planner = Planner()
+    planner = Planner(args.tie_break)
     print(f"{'N':>6} {'groups':>7} {'median ms':>10} {'p99 ms':>9} {'paper ms':>9} {'speed-up':>9} {'build s':>8}")
     for n in [int(x) for x in args.sizes.split(",")]:
         t0 = time.perf_counter()
-        state, probes = build(n, args.seed)
+        state, probes = build(n, args.seed, args.tie_break)
         built = time.perf_counter() - t0
         lat = []
         for job in probes[: args.probes]:

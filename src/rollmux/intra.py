@@ -84,7 +84,16 @@ class GroupAnalysis:
     iteration_s: dict[str, float]
     slowdown: dict[str, float]
     utilization: dict[str, float]
-    timeline: tuple[PhaseSpan, ...]
+    _shape: "_Shape"
+    _ids: tuple[str, ...]
+    _nodes: tuple[str, ...]
+
+    @property
+    def timeline(self) -> tuple[PhaseSpan, ...]:
+        """Every phase of one period, times relative to its start (built on demand)."""
+        ids, names = self._ids, self._nodes
+        return tuple(PhaseSpan(ids[i], pool, tuple(names[int(k)] for k in nodes), s, sw, e)
+                     for i, pool, nodes, s, sw, e in self._shape.spans)
 
 
 @dataclass(slots=True, frozen=True)
@@ -94,7 +103,7 @@ class _Shape:
     period: float
     iteration_s: tuple[float, ...]
     utilization: tuple[float, float]
-    spans: tuple[tuple[int, str, tuple[int, ...], float, float, float], ...]
+    spans: tuple[tuple[int, str, tuple[str, ...], float, float, float], ...]  # nodes: str(index)
 
 
 def t_cycle(members: Sequence[MemberProfile]) -> float:
@@ -128,9 +137,8 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         _memo[key] = shape
-    names = list(node_index)
-    ids = [m.job_id for m in members]
-    iteration = {ids[i]: shape.iteration_s[i] for i in range(len(ids))}
+    ids = tuple(m.job_id for m in members)
+    iteration = dict(zip(ids, shape.iteration_s))
     tc = t_cycle(members)
     tl = t_load(members)
     return GroupAnalysis(
@@ -141,8 +149,9 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
         iteration_s=iteration,
         slowdown={m.job_id: iteration[m.job_id] / m.t_solo for m in members},
         utilization={ROLLOUT: shape.utilization[0], TRAIN: shape.utilization[1]},
-        timeline=tuple(PhaseSpan(ids[i], pool, tuple(names[k] for k in nodes), s, sw, e)
-                       for i, pool, nodes, s, sw, e in shape.spans),
+        _shape=shape,
+        _ids=ids,
+        _nodes=tuple(node_index),
     )
 
 
@@ -161,7 +170,7 @@ def _simulate(key: tuple) -> _Shape:
     pool_nodes = {pool: {x for k in key for x in (k[2] if pool == ROLLOUT else k[3])} for pool in POOLS}
     anchor = max(range(n), key=lambda i: (dur[i][ROLLOUT] + dur[i][TRAIN], -i))
     done = [0] * n
-    spans: list[tuple[int, str, tuple[int, ...], int, int, int]] = []
+    spans: list[tuple[int, str, tuple[str, ...], int, int, int]] = []
     seen: dict[tuple, tuple[int, tuple[int, ...], int]] = {}
     heap: list[tuple[int, int, str]] = []  # (end, member, pool)
     now = 0
@@ -174,7 +183,7 @@ def _simulate(key: tuple) -> _Shape:
             i = int(g.job_id)
             end = now + g.switch_s + dur[i][g.pool]
             heapq.heappush(heap, (end, i, g.pool))
-            spans.append((i, g.pool, tuple(int(x) for x in g.nodes), now, g.switch_s, end))
+            spans.append((i, g.pool, g.nodes, now, g.switch_s, end))
             if i == anchor and g.pool == ROLLOUT:
                 starts0 += 1
                 snap = True

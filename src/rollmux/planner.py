@@ -113,11 +113,17 @@ class Decision:
 
 @dataclass(slots=True, frozen=True)
 class _Option:
+    """A candidate before evaluation; for an existing group, with the members it would
+    have (admission order, newcomer last), their SLOs and its busiest node's demand."""
+
     kind: str
     group: Group | None
     placement: Placement
     cost: float
     rank: int
+    members: list[MemberProfile] | None = None
+    slo: dict[str, float] | None = None
+    peak: tuple[str, float] = ("", 0.0)
 
 
 class Planner:
@@ -178,6 +184,9 @@ class Planner:
             rejected.append(Candidate(PACK, group.group_id, None, 0.0, "rejected", f"residency: {train_full}"))
             return
         price_r = state.cluster.node_price(ROLLOUT)
+        base = [state.profile(m) for m in group.members]
+        slo = {m.job.job_id: m.job.slo for m in group.members}
+        slo[job.job_id] = job.slo
         for m in range(0, need[ROLLOUT] + 1):
             k = need[ROLLOUT] - m
             if k > len(group.rollout_nodes):
@@ -195,7 +204,9 @@ class Planner:
             for roll in roll_choices:
                 for train in train_choices:
                     placement = Placement(group.group_id, roll + new_ids, train, new_rollout=new_ids)
-                    options.append(_Option(kind, group, placement, m * price_r, len(options)))
+                    members = base + [state.profile(Member(job, placement.rollout_nodes, train))]
+                    options.append(_Option(kind, group, placement, m * price_r, len(options), members, slo,
+                                           _peak_demand(members, slo)))
 
     @staticmethod
     def _new_group_option(state: PlanState, need: dict[str, int], rank: int) -> _Option | None:
@@ -251,13 +262,11 @@ class Planner:
         if opt.group is None:
             util = _cost_weighted(state, _solo_analysis(state, job, opt.placement), 1, 1)
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", 1.0, util)
-        members = [state.profile(m) for m in opt.group.members]
-        members.append(state.profile(Member(job, opt.placement.rollout_nodes, opt.placement.train_nodes)))
-        slo = {m.job.job_id: m.job.slo for m in opt.group.members}
-        slo[job.job_id] = job.slo
-        bound = _rate_bound_miss(members, slo)
-        if bound:
-            return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected", bound)
+        members, slo = opt.members, opt.slo
+        node, peak = opt.peak
+        if peak > 1.0 + SLO_EPS:
+            return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
+                             f"SLO bound: node {node} would need {peak:.2f}x its time at the members' SLO rates")
         a = analyze(members)
         worst = max(a.slowdown.values())
         miss = _slo_miss(a, slo) or _startup_miss(a, job)
@@ -270,13 +279,14 @@ class Planner:
         return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", worst, util)
 
 
-def _rate_bound_miss(members: list[MemberProfile], slo: dict[str, float]) -> str:
-    """A necessary condition for every SLO, checked before the (costlier) analysis.
+def _peak_demand(members: list[MemberProfile], slo: dict[str, float]) -> tuple[str, float]:
+    """The busiest node at SLO rates: a necessary condition checked before the analysis.
 
     Over a long window W a node n is busy at most W, and member k runs its phase d_k(n)
     there once per iteration, W / iter_k times. If every member met its SLO,
     iter_k <= SLO_k * T_solo_k, so  sum_{k on n} d_k(n) / (SLO_k * T_solo_k) <= 1  must hold
-    on every node. Switch seconds are left out, which keeps the bound safe.
+    on every node. Switch seconds are left out, which keeps the bound safe. Returns the
+    node with the largest left-hand side and that value.
     """
     demand: dict[str, float] = {}
     for m in members:
@@ -285,10 +295,7 @@ def _rate_bound_miss(members: list[MemberProfile], slo: dict[str, float]) -> str
             demand[node] = demand.get(node, 0.0) + m.t_roll / limit
         for node in m.train_nodes:
             demand[node] = demand.get(node, 0.0) + m.t_train / limit
-    node, worst = max(demand.items(), key=lambda kv: kv[1])
-    if worst > 1.0 + SLO_EPS:
-        return f"SLO bound: node {node} would need {worst:.2f}x its time at the members' SLO rates"
-    return ""
+    return max(demand.items(), key=lambda kv: kv[1])
 
 
 def _slo_miss(a: GroupAnalysis, slo: dict[str, float], remaining: str = "") -> str:
