@@ -82,3 +82,55 @@ def test_cluster_to_dict_round_trips(tmp_path, cluster):
     data = cluster_to_dict(cluster)
     json.dumps(data)
     assert load_cluster(_write(tmp_path, yaml.safe_dump(data))) == cluster
+
+
+def test_real_node_lists_bound_the_pool_and_keep_their_ids(tmp_path):
+    from rollmux.model import Job
+    from rollmux.plan_state import PlanState
+    from rollmux.planner import Planner
+
+    path = tmp_path / "c.yaml"
+    path.write_text("rollout:\n  nodes:\n    - {id: h20-a, gpus: 8, host_mem_gb: 1024}\n    - {id: h20-b}\n"
+                    "train:\n  nodes: [{id: h800-a, host_mem_gb: 4096}]\nswitch_cost_s: 0\n")
+    cluster = load_cluster(path)
+    assert cluster.rollout.nodes == 2 and cluster.train.nodes == 1
+    assert cluster.rollout.host_mem_gb == 2048 and cluster.train.host_mem_gb == 4096
+    assert load_cluster_roundtrip(cluster, tmp_path) == cluster
+    state, planner = PlanState(cluster), Planner()
+    big = Job("big", 60, 40, mem_roll_gb=1500, mem_train_gb=100, slo=1.0, iterations=10)
+    d = planner.decide(state, big)
+    assert d.placement.rollout_nodes == ("h20-b",)  # h20-a has only 1024 GB
+    state.apply(big, d.placement)
+    assert state.pool_of("h800-a") == "train" and state.pool_of("nope") is None
+    assert planner.decide(state, Job("next", 60, 40, slo=1.0, iterations=10)).outcome == "wait"
+
+
+def load_cluster_roundtrip(cluster, tmp_path):
+    import yaml
+
+    from rollmux.cluster_file import cluster_to_dict
+
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump(cluster_to_dict(cluster)))
+    return load_cluster(again)
+
+
+@pytest.mark.parametrize("text,field", [
+    ("rollout:\n  nodes: [{id: a, gpus: 4}]\n", "rollout.nodes[0].gpus"),
+    ("rollout:\n  nodes: [{id: a}, {id: a}]\n", "rollout.nodes[1].id"),
+    ("rollout:\n  nodes: [{id: a}]\ntrain:\n  nodes: [{id: a}]\n", "train.nodes"),
+    ("rollout:\n  nodes: [{id: a, colour: red}]\n", "rollout.nodes[0].colour"),
+])
+def test_bad_node_lists_name_the_field(tmp_path, text, field):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_cluster(path)
+    assert field in str(err.value)
+
+
+def test_nodes_of_the_wrong_type_lists_the_accepted_forms(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  nodes: lots\n")
+    with pytest.raises(SpecError, match=r"train.nodes='lots': expected a node count, a list"):
+        load_cluster(path)

@@ -5,8 +5,10 @@ Contract
 * Keys (all optional; defaults are the paper's testbed, ``Cluster()``):
   ``gpus_per_node`` (8); ``rollout`` and ``train``, each a mapping of ``gpu`` (default
   H20 / H800), ``price_per_gpu_hour`` (default: the GPU type's price in
-  ``model.GPU_TYPES``), ``host_mem_gb`` (2048) and ``nodes`` (an int, or null for an
-  unbounded pool, the default); ``switch_cost_s``: "warm" (default) or "cold", a number
+  ``model.GPU_TYPES``), ``host_mem_gb`` (2048) and ``nodes``: an int (that many nodes,
+  named R0.. / T0..), a list of real nodes ``{id, gpus, host_mem_gb}`` (``gpus`` must
+  equal ``gpus_per_node``; ``host_mem_gb`` defaults to the pool's; ids unique across
+  both pools), or null for an unbounded pool (the default); ``switch_cost_s``: "warm" (default) or "cold", a number
   of seconds for both pools, or ``{rollout: s, train: s}``; ``max_group_size`` (5).
 * Types are strict (a quoted "8" is not a number). An unknown key, a wrong type or a
   value outside its contract raises SpecError naming the dotted field path, the value
@@ -25,10 +27,18 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, PoolSpec, SwitchCost
+from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, NodeSpec, PoolSpec, SwitchCost
 
 _DEFAULT = Cluster()
 _SWITCH_EXPECTED = '"warm", "cold", seconds >= 0, or {rollout: seconds, train: seconds}'
+
+
+class _NodeFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str
+    gpus: int | None = None
+    host_mem_gb: float | None = None
 
 
 class _PoolFile(BaseModel):
@@ -37,7 +47,7 @@ class _PoolFile(BaseModel):
     gpu: str | None = None
     price_per_gpu_hour: float | None = None
     host_mem_gb: float = 2048.0
-    nodes: int | None = None
+    nodes: int | list[_NodeFile] | None = None
 
 
 class _ClusterFile(BaseModel):
@@ -50,27 +60,53 @@ class _ClusterFile(BaseModel):
     max_group_size: int = _DEFAULT.max_group_size
 
 
+def _field_path(loc: tuple) -> tuple[list[str], str]:
+    """Dotted path of a pydantic error location, union branch tags dropped, indexes as [i]."""
+    parts: list[str] = []
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("int", "float", "str", "none") or part.startswith(("list[", "function-")):
+            continue
+        else:
+            parts.append(part)
+            path += f".{part}" if path else part
+    return parts, path
+
+
 def _spec_error(err: ValidationError) -> SpecError:
-    first = err.errors()[0]
-    loc = [str(part) for part in first["loc"]]
-    field = ".".join(loc)
+    # A value that fails a union (``nodes``: int, list or null) reports one error per
+    # branch; the deepest one is the one that says what is wrong inside the value.
+    first = max(err.errors(), key=lambda e: len(e["loc"]))
+    loc, field = _field_path(first["loc"])
     if first["type"] == "extra_forbidden":
-        model = _ClusterFile if len(loc) == 1 else _PoolFile
+        model = _ClusterFile if len(loc) == 1 else _NodeFile if "nodes" in loc else _PoolFile
         return SpecError(field, first["input"],
                          f"no such key; allowed keys: {', '.join(model.model_fields)}")
     if first["type"] == "model_type":
         return SpecError(field, first["input"],
                          f"a mapping with keys {', '.join(_PoolFile.model_fields)}")
+    if loc[-1] == "nodes":
+        return SpecError(field, first["input"], "a node count, a list of {id, gpus, host_mem_gb}, or null")
     return SpecError(field, first["input"], first["msg"].removeprefix("Input should be "))
 
 
-def _pool(spec: _PoolFile, pool: str, default_gpu: str) -> PoolSpec:
+def _pool(spec: _PoolFile, pool: str, default_gpu: str, gpus_per_node: int) -> PoolSpec:
     gpu = spec.gpu if spec.gpu is not None else default_gpu
     if gpu not in GPU_TYPES:
         raise SpecError(f"{pool}.gpu", gpu, f"one of {sorted(GPU_TYPES)}")
-    price = spec.price_per_gpu_hour
-    return PoolSpec(gpu, GPU_TYPES[gpu][2] if price is None else price, spec.host_mem_gb,
-                    spec.nodes)
+    price = GPU_TYPES[gpu][2] if spec.price_per_gpu_hour is None else spec.price_per_gpu_hour
+    if not isinstance(spec.nodes, list):
+        return PoolSpec(gpu, price, spec.host_mem_gb, spec.nodes)
+    listed = []
+    for i, node in enumerate(spec.nodes):
+        if node.gpus is not None and node.gpus != gpus_per_node:
+            raise SpecError(f"{pool}.nodes[{i}].gpus", node.gpus,
+                            f"gpus_per_node ({gpus_per_node}): every node of a pool has the same GPU count")
+        listed.append(NodeSpec(node.id, spec.host_mem_gb if node.host_mem_gb is None else node.host_mem_gb))
+    biggest = max((n.host_mem_gb for n in listed), default=spec.host_mem_gb)
+    return PoolSpec(gpu, price, biggest, len(listed), tuple(listed))
 
 
 def _switch(value: Any) -> SwitchCost:
@@ -92,8 +128,8 @@ def cluster_from_dict(data: dict) -> Cluster:
         raise _spec_error(err) from None
     cluster = Cluster(
         gpus_per_node=spec.gpus_per_node,
-        rollout=_pool(spec.rollout, ROLLOUT, _DEFAULT.rollout.gpu),
-        train=_pool(spec.train, TRAIN, _DEFAULT.train.gpu),
+        rollout=_pool(spec.rollout, ROLLOUT, _DEFAULT.rollout.gpu, spec.gpus_per_node),
+        train=_pool(spec.train, TRAIN, _DEFAULT.train.gpu, spec.gpus_per_node),
         switch_cost=_switch(spec.switch_cost_s),
         max_group_size=spec.max_group_size,
     )
@@ -130,8 +166,10 @@ def _switch_to_value(switch: SwitchCost) -> str | float | dict[str, float]:
 def cluster_to_dict(cluster: Cluster) -> dict:
     """The cluster as plain data in the file's shape (JSON- and YAML-ready)."""
     def pool(spec: PoolSpec) -> dict:
+        nodes = ([{"id": n.node_id, "host_mem_gb": n.host_mem_gb} for n in spec.node_list] if spec.node_list
+                 else spec.nodes)
         return {"gpu": spec.gpu, "price_per_gpu_hour": spec.price_per_gpu_hour,
-                "host_mem_gb": spec.host_mem_gb, "nodes": spec.nodes}
+                "host_mem_gb": spec.host_mem_gb, "nodes": nodes}
 
     return {"gpus_per_node": cluster.gpus_per_node, ROLLOUT: pool(cluster.rollout),
             TRAIN: pool(cluster.train), "switch_cost_s": _switch_to_value(cluster.switch_cost),

@@ -76,13 +76,27 @@ def model_size_column(model: str) -> int:
 
 
 @dataclass(slots=True, frozen=True)
+class NodeSpec:
+    """A real node of a bounded pool: its id (unique across both pools) and host memory."""
+
+    node_id: str
+    host_mem_gb: float
+
+
+@dataclass(slots=True, frozen=True)
 class PoolSpec:
-    """One GPU pool: type, price, node shape and inventory (None = unbounded)."""
+    """One GPU pool: type, price, node shape and inventory (None = unbounded).
+
+    ``node_list`` names the real nodes of a bounded pool (then ``nodes`` is their count and
+    ``host_mem_gb`` the largest of their memories); without it a bounded pool's nodes
+    are ``R0..`` / ``T0..`` with ``host_mem_gb`` each.
+    """
 
     gpu: str
     price_per_gpu_hour: float
     host_mem_gb: float = 2048.0
     nodes: int | None = None
+    node_list: tuple[NodeSpec, ...] = ()
 
     def validate(self, pool: str) -> None:
         if self.gpu not in GPU_TYPES:
@@ -93,6 +107,16 @@ class PoolSpec:
             raise SpecError(f"{pool}.host_mem_gb", self.host_mem_gb, "memory > 0 GB")
         if self.nodes is not None and (not isinstance(self.nodes, int) or self.nodes < 0):
             raise SpecError(f"{pool}.nodes", self.nodes, "a node count >= 0 or null (unbounded)")
+        if self.node_list:
+            if self.nodes != len(self.node_list):
+                raise SpecError(f"{pool}.nodes", self.nodes, f"the length of the node list ({len(self.node_list)})")
+            seen: set[str] = set()
+            for i, node in enumerate(self.node_list):
+                if not node.node_id or node.node_id in seen:
+                    raise SpecError(f"{pool}.nodes[{i}].id", node.node_id, "a non-empty id unique in the cluster")
+                seen.add(node.node_id)
+                if not node.host_mem_gb > 0:
+                    raise SpecError(f"{pool}.nodes[{i}].host_mem_gb", node.host_mem_gb, "memory > 0 GB")
 
 
 @dataclass(slots=True, frozen=True)
@@ -138,6 +162,9 @@ class Cluster:
             raise SpecError("max_group_size", self.max_group_size, "an integer >= 1")
         self.rollout.validate(ROLLOUT)
         self.train.validate(TRAIN)
+        shared = {n.node_id for n in self.rollout.node_list} & {n.node_id for n in self.train.node_list}
+        if shared:
+            raise SpecError("train.nodes", sorted(shared), "node ids not used by the rollout pool")
         if self.switch_cost.mode not in ("warm", "cold", "fixed"):
             raise SpecError("switch_cost_s", self.switch_cost.mode, '"warm", "cold" or seconds')
         if self.switch_cost.rollout_s < 0 or self.switch_cost.train_s < 0:

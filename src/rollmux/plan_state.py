@@ -48,13 +48,23 @@ class PlanState:
     _minted: dict[str, int] = field(default_factory=lambda: {ROLLOUT: 0, TRAIN: 0})
     _next_group: int = 0
     _analysis: dict[str, GroupAnalysis] = field(default_factory=dict)
+    _listed: dict[str, tuple[str, int, float]] = field(default_factory=dict)  # node -> (pool, index, GB)
 
     def __post_init__(self) -> None:
         for pool in POOLS:
-            count = self.cluster.pool(pool).nodes
-            if count is not None:
-                self._free[pool] = [f"{_PREFIX[pool]}{i}" for i in range(count)]
-                self._minted[pool] = count
+            spec = self.cluster.pool(pool)
+            if spec.node_list:
+                ids = [n.node_id for n in spec.node_list]
+                for i, n in enumerate(spec.node_list):
+                    self._listed[n.node_id] = (pool, i, n.host_mem_gb)
+            elif spec.nodes is not None:
+                ids = [f"{_PREFIX[pool]}{i}" for i in range(spec.nodes)]
+                for i, node in enumerate(ids):
+                    self._listed[node] = (pool, i, spec.host_mem_gb)
+            else:
+                continue
+            self._free[pool] = ids
+            self._minted[pool] = len(ids)
 
     # --- inventory -------------------------------------------------------------
     def bounded(self, pool: str) -> bool:
@@ -63,11 +73,17 @@ class PlanState:
     def free_count(self, pool: str) -> int | None:
         return len(self._free[pool]) if pool in self._free else None
 
-    def peek_new(self, pool: str, k: int) -> tuple[str, ...] | None:
-        """The ids the next ``k`` provisioned nodes of ``pool`` would get; None if the pool cannot."""
+    def capacity(self, pool: str, node: str) -> float:
+        """Host memory of ``node`` (GB)."""
+        listed = self._listed.get(node)
+        return listed[2] if listed is not None else self.cluster.pool(pool).host_mem_gb
+
+    def peek_new(self, pool: str, k: int, mem: float = 0.0) -> tuple[str, ...] | None:
+        """The ids the next ``k`` provisioned nodes of ``pool`` with room for ``mem`` GB would
+        get (free nodes in inventory order); None if the pool cannot provide them."""
         if pool in self._free:
-            free = self._free[pool]
-            return tuple(free[:k]) if len(free) >= k else None
+            fit = [n for n in self._free[pool] if self._listed[n][2] >= mem]
+            return tuple(fit[:k]) if len(fit) >= k else None
         start = self._minted[pool]
         return tuple(f"{_PREFIX[pool]}{start + i}" for i in range(k))
 
@@ -82,7 +98,7 @@ class PlanState:
     def _give_back(self, pool: str, ids: list[str]) -> None:
         if pool in self._free:
             self._free[pool].extend(ids)
-            self._free[pool].sort(key=lambda n: int(n[1:]))
+            self._free[pool].sort(key=lambda n: self._listed[n][1])
 
     def withhold(self, pool: str, node: str) -> bool:
         """Take a free node of a bounded pool out of service (drain); False if not free."""
@@ -94,6 +110,9 @@ class PlanState:
 
     def pool_of(self, node: str) -> str | None:
         """The pool a node id this state has issued belongs to, or None."""
+        listed = self._listed.get(node)
+        if listed is not None:
+            return listed[0]
         for pool in POOLS:
             prefix = _PREFIX[pool]
             if node.startswith(prefix) and node[1:].isdigit() and int(node[1:]) < self._minted[pool]:

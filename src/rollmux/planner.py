@@ -155,9 +155,9 @@ class Planner:
                 rejected.append(Candidate("group", group.group_id, None, 0.0, "rejected", gate))
                 continue
             self._group_options(state, group, job, need, options, rejected)
-        new = self._new_group_option(state, need, len(options))
+        new = self._new_group_option(state, job, need, len(options))
         if new is None:
-            rejected.append(Candidate(NEW, None, None, 0.0, "rejected", self._inventory_reason(state, need)))
+            rejected.append(Candidate(NEW, None, None, 0.0, "rejected", self._inventory_reason(state, job, need)))
         else:
             options.append(new)
         options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
@@ -178,8 +178,7 @@ class Planner:
 
     def _group_options(self, state: PlanState, group: Group, job: Job, need: dict[str, int],
                        options: list[_Option], rejected: list[Candidate]) -> None:
-        cap = {pool: state.cluster.pool(pool).host_mem_gb for pool in POOLS}
-        train_choices, train_full = node_choices(group, TRAIN, need[TRAIN], job.mem_train_gb, cap[TRAIN])
+        train_choices, train_full = node_choices(state, group, TRAIN, need[TRAIN], job.mem_train_gb)
         if not train_choices:
             rejected.append(Candidate(PACK, group.group_id, None, 0.0, "rejected", f"residency: {train_full}"))
             return
@@ -191,13 +190,13 @@ class Planner:
             k = need[ROLLOUT] - m
             if k > len(group.rollout_nodes):
                 continue
-            new_ids = state.peek_new(ROLLOUT, m) if m else ()
+            new_ids = state.peek_new(ROLLOUT, m, job.mem_roll_gb) if m else ()
             kind = PACK if m == 0 else SCALE
             if new_ids is None:
                 rejected.append(Candidate(kind, group.group_id, None, m * price_r, "rejected",
                                           f"rollout pool has {state.free_count(ROLLOUT)} free nodes, needs {m}"))
                 continue
-            roll_choices, roll_full = node_choices(group, ROLLOUT, k, job.mem_roll_gb, cap[ROLLOUT])
+            roll_choices, roll_full = node_choices(state, group, ROLLOUT, k, job.mem_roll_gb)
             if not roll_choices:
                 rejected.append(Candidate(kind, group.group_id, None, m * price_r, "rejected", f"residency: {roll_full}"))
                 continue
@@ -209,18 +208,18 @@ class Planner:
                                            _peak_demand(members, slo)))
 
     @staticmethod
-    def _new_group_option(state: PlanState, need: dict[str, int], rank: int) -> _Option | None:
-        roll = state.peek_new(ROLLOUT, need[ROLLOUT])
-        train = state.peek_new(TRAIN, need[TRAIN])
+    def _new_group_option(state: PlanState, job: Job, need: dict[str, int], rank: int) -> _Option | None:
+        roll = state.peek_new(ROLLOUT, need[ROLLOUT], job.mem_roll_gb)
+        train = state.peek_new(TRAIN, need[TRAIN], job.mem_train_gb)
         if roll is None or train is None:
             return None
         cost = sum(need[p] * state.cluster.node_price(p) for p in POOLS)
         return _Option(NEW, None, Placement(None, roll, train, roll, train), cost, rank)
 
     @staticmethod
-    def _inventory_reason(state: PlanState, need: dict[str, int]) -> str:
-        parts = [f"{p} pool has {state.free_count(p)} free nodes, needs {need[p]}"
-                 for p in POOLS if state.peek_new(p, need[p]) is None]
+    def _inventory_reason(state: PlanState, job: Job, need: dict[str, int]) -> str:
+        parts = [f"{p} pool has {state.free_count(p)} free nodes, needs {need[p]} with {job.mem(p):g} GB"
+                 for p in POOLS if state.peek_new(p, need[p], job.mem(p)) is None]
         return "; ".join(parts)
 
     # --- evaluation and choice ------------------------------------------------------
@@ -351,7 +350,7 @@ def _cost_weighted(state: PlanState, a: GroupAnalysis, n_roll: int, n_train: int
     return (a.utilization[ROLLOUT] * c_r + a.utilization[TRAIN] * c_t) / (c_r + c_t)
 
 
-def node_choices(group: Group, pool: str, k: int, mem: float, cap: float) -> tuple[list[tuple[str, ...]], str]:
+def node_choices(state: PlanState, group: Group, pool: str, k: int, mem: float) -> tuple[list[tuple[str, ...]], str]:
     """Every distinct choice of ``k`` of the group's ``pool`` nodes with room for ``mem`` GB.
 
     Nodes with the same set of pinned jobs are interchangeable, so choices are multisets
@@ -363,6 +362,7 @@ def node_choices(group: Group, pool: str, k: int, mem: float, cap: float) -> tup
     full = ""
     for node in group.nodes(pool):
         used = group.mem_used(node, pool)
+        cap = state.capacity(pool, node)
         if used + mem > cap:
             full = full or f"node {node}: {used:.1f} + {mem:.1f} > {cap:.0f} GB"
             continue

@@ -36,7 +36,7 @@ def isolated(state: PlanState, job: Job, reason: str = "") -> Decision:
     """A new group of the job's own nodes in both pools, or a wait if the inventory is short."""
     cluster = state.cluster
     need = {p: job.nodes(p, cluster.gpus_per_node) for p in POOLS}
-    ids = {p: state.peek_new(p, need[p]) for p in POOLS}
+    ids = {p: state.peek_new(p, need[p], job.mem(p)) for p in POOLS}
     if any(v is None for v in ids.values()):
         return Decision(job.job_id, "wait", None, 0.0, (), "no free nodes for a new group")
     placement = Placement(None, ids[ROLLOUT], ids["train"], ids[ROLLOUT], ids["train"])
@@ -59,7 +59,7 @@ def packable(state: PlanState, job: Job) -> list[Placement]:
             continue
         picks = {}
         for pool in POOLS:
-            choices, _ = node_choices(group, pool, need[pool], job.mem(pool), cluster.pool(pool).host_mem_gb)
+            choices, _ = node_choices(state, group, pool, need[pool], job.mem(pool))
             if not choices:
                 break
             picks[pool] = choices[0]

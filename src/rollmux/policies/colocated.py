@@ -27,7 +27,7 @@ class Colocated:
 
     def place(self, state: PlanState, job: Job) -> Decision:
         need = job.nodes(TRAIN, state.cluster.gpus_per_node)
-        ids = state.peek_new(TRAIN, need)
+        ids = state.peek_new(TRAIN, need, job.mem_roll_gb + job.mem_train_gb)
         if ids is None:
             return Decision(job.job_id, "wait", None, 0.0, (), "no free training nodes")
         placement = Placement(None, ids, ids, (), ids, colocated=True)
