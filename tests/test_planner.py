@@ -63,10 +63,10 @@ def test_rollout_heavy_pair_scales_the_rollout_side(planner):
 
 def test_slo_rejection_names_the_job_and_the_numbers(planner):
     state = PlanState(cluster())
-    place(state, planner, job("a", 60, 40, slo=1.0))
+    place(state, planner, job("a", 60, 40, slo=1.05))
     d = planner.decide(state, job("b", 60, 40), explain=True)
     reasons = [c.reason for c in d.candidates if c.verdict == "rejected"]
-    assert "SLO of job a: 1.20 > 1.00" in reasons
+    assert "SLO of job a: 1.20 > 1.05" in reasons
     assert d.outcome == "scaled"
 
 

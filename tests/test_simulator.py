@@ -97,3 +97,21 @@ def test_cost_integral_matches_the_gpu_time(small):
     c = Cluster()
     by_gpu = sum(r.gpu_seconds[p] * c.pool(p).price_per_gpu_hour for p in POOLS) / 3600
     assert r.total_cost == pytest.approx(by_gpu, rel=1e-9)
+
+
+def test_consolidation_moves_a_lone_job_into_another_group_and_saves():
+    from rollmux.model import Job, SwitchCost
+
+    cl = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs = [Job("x", 100, 20, slo=2.0, arrival_s=0, iterations=200),
+            Job("y", 20, 100, slo=2.0, arrival_s=0, iterations=5),
+            Job("z", 100, 20, slo=2.0, arrival_s=10, iterations=200)]
+    plain = simulate(jobs, cl, make_policy("rollmux"), record_spans=True)
+    moved = simulate(jobs, cl, make_policy("rollmux-consolidate"), record_spans=True)
+    assert plain.outcomes["packed"] == 1 and "repacked" not in plain.outcomes
+    assert moved.outcomes["repacked"] == 1
+    assert moved.total_cost < plain.total_cost
+    assert moved.slo_attainment == 1.0 and overlaps(moved.spans) == 0
+    x_plain = next(j for j in plain.jobs if j.job_id == "x")
+    x_moved = next(j for j in moved.jobs if j.job_id == "x")
+    assert x_moved.end_s > x_plain.end_s  # it pays the migration pause and shares its new nodes

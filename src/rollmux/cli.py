@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rollmux.cli_service import register as register_service_commands
 from rollmux.errors import RollMuxError
+from rollmux.policies import DEFAULT_POLICIES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RollMux: multiplex RL post-training jobs across disaggregated rollout and training pools.")
@@ -32,9 +33,10 @@ def _fail(err: Exception) -> None:
 def simulate(
     trace: str = typer.Option("production", help=TRACE_HELP),
     cluster: Optional[Path] = typer.Option(None, help=CLUSTER_HELP),
-    policies: str = typer.Option("rollmux,solo-d,colocated,gavel,random,most-idle",
-                                 help="Comma-separated policies: rollmux, rollmux-bestfit, solo-d, "
-                                      "colocated, gavel, random, most-idle, optimal (small traces only)."),
+    policies: str = typer.Option(",".join(DEFAULT_POLICIES),
+                                 help="Comma-separated policies: rollmux, rollmux-consolidate (moves jobs after "
+                                      "departures; simulator only), rollmux-bestfit, solo-d, colocated, gavel, "
+                                      "random, most-idle, optimal (small traces only)."),
     duration_model: str = typer.Option("worst", help="worst (profiled phase times) or stochastic (shorter, long tail)."),
     seed: int = typer.Option(0, help="Seed for stochastic durations, the random policy and philly-mix."),
     out: Optional[Path] = typer.Option(None, help="Write PNG plots here (cost, GPUs per pool, Gantt)."),

@@ -163,6 +163,44 @@ class Planner:
         options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
         return self._choose(state, job, options, rejected, explain)
 
+    def repack(self, state: PlanState, job_id: str, remaining: int, spare_s: float) -> Decision | None:
+        """Consolidation after departures (beyond the paper): move a running job into another
+        group at zero marginal cost when that gives back nodes only it used in its own group.
+
+        The target must pass every check of a new arrival (residency, size, SLOs of all
+        members, also after departures); the source group stays feasible because every
+        group is already checked against the departure of any member. ``remaining``
+        iterations at the target's steady iteration time must fit in ``spare_s``, the
+        seconds the caller can still spend without breaking the job's SLO over its whole
+        run (the caller subtracts what has elapsed and the migration pause). Returns a
+        Decision with outcome "repacked" and marginal cost minus the freed nodes' price,
+        or None when no such move exists. Candidates in creation order; first fit.
+        """
+        group = state.group_of(job_id)
+        member = group.member(job_id)
+        others = [m for m in group.members if m is not member]
+        freed = {pool: [n for n in member.nodes(pool) if not any(n in o.nodes(pool) for o in others)]
+                 for pool in POOLS}
+        saving = sum(len(freed[p]) * state.cluster.node_price(p) for p in POOLS)
+        if saving <= 0:
+            return None
+        job = member.job
+        need = {pool: len(member.nodes(pool)) for pool in POOLS}
+        options: list[_Option] = []
+        for target in state.groups.values():
+            if target is group or target.colocated or self._gate(state, target, need):
+                continue
+            self._group_options(state, target, job, need, options, [])
+        for opt in options:
+            if opt.kind != PACK:
+                continue
+            cand = self._evaluate(state, job, opt)
+            if cand.verdict == "feasible" and analyze(opt.members).iteration_s[job_id] * remaining <= spare_s:
+                chosen = Candidate(PACK, cand.group_id, cand.placement, -saving, "chosen",
+                                   f"frees {', '.join(freed[ROLLOUT] + freed[TRAIN])}", cand.max_slowdown)
+                return Decision(job_id, "repacked", opt.placement, -saving, (chosen,))
+        return None
+
     # --- gates and generation -------------------------------------------------------
     @staticmethod
     def _gate(state: PlanState, group: Group, need: dict[str, int]) -> str:
@@ -268,7 +306,7 @@ class Planner:
                              f"SLO bound: node {node} would need {peak:.2f}x its time at the members' SLO rates")
         a = analyze(members)
         worst = max(a.slowdown.values())
-        miss = _slo_miss(a, slo) or _startup_miss(a, job)
+        miss = _slo_miss(a, slo) or _startup_miss(a, [m.job for m in opt.group.members] + [job])
         if not miss:
             miss = _departure_miss(members, slo)
         if miss:
@@ -304,20 +342,23 @@ def _slo_miss(a: GroupAnalysis, slo: dict[str, float], remaining: str = "") -> s
     return ""
 
 
-def _startup_miss(a: GroupAnalysis, job: Job) -> str:
-    """The newcomer's mean over its whole run, start-up included.
+def _startup_miss(a: GroupAnalysis, jobs: list[Job]) -> str:
+    """Each member's mean iteration over its whole run, transients included.
 
-    Joining mid-rotation, its first phase may wait up to one period of the group, so its
-    mean iteration is at most steady + period / iterations. This matters only for short
-    jobs; a job whose length is unknown (no duration or iterations) is taken to be
-    long-running, and only its steady state is checked.
+    Joining mid-rotation, the newcomer's first phase may wait up to one period of the
+    group; its admission can in turn hold an existing member back by about one period,
+    once. Over n iterations that adds period / n to the mean, so the check is
+    steady + period / n <= SLO x T_solo. It matters only for short jobs; a job whose
+    length is unknown (no duration or iterations) is taken to be long-running.
     """
-    if job.iterations is None and job.duration_s is None:
-        return ""
-    n = job.solo_iterations()
-    mean = a.iteration_s[job.job_id] + a.period / n
-    if mean > job.slo * job.t_solo * (1 + SLO_EPS):
-        return f"SLO of job {job.job_id}: {mean / job.t_solo:.2f} > {job.slo:.2f} over its {n} iterations with start-up"
+    for job in jobs:
+        if job.iterations is None and job.duration_s is None:
+            continue
+        n = job.solo_iterations()
+        mean = a.iteration_s[job.job_id] + a.period / n
+        if mean > job.slo * job.t_solo * (1 + SLO_EPS):
+            return (f"SLO of job {job.job_id}: {mean / job.t_solo:.2f} > {job.slo:.2f} over its {n} iterations "
+                    f"with start-up")
     return ""
 
 

@@ -9,7 +9,7 @@ from rollmux.policies.random_pick import RandomPick
 from rollmux.policies.rollmux import RollMuxPolicy
 from rollmux.policies.solo_d import SoloDisaggregated
 
-DEFAULT_POLICIES = ("rollmux", "solo-d", "colocated", "gavel", "random", "most-idle")
+DEFAULT_POLICIES = ("rollmux", "rollmux-consolidate", "solo-d", "colocated", "gavel", "random", "most-idle")
 KNOWN = DEFAULT_POLICIES + ("rollmux-bestfit", "optimal")
 
 
@@ -18,6 +18,7 @@ def make_policy(name: str, seed: int = 0) -> Policy:
     factories = {
         "rollmux": lambda: RollMuxPolicy("first", "rollmux"),
         "rollmux-bestfit": lambda: RollMuxPolicy("best-fit", "rollmux-bestfit"),
+        "rollmux-consolidate": lambda: RollMuxPolicy("first", "rollmux-consolidate", consolidate=True),
         "solo-d": SoloDisaggregated,
         "colocated": Colocated,
         "gavel": Gavel,

@@ -23,6 +23,10 @@ class Policy(Protocol):
     def phase_time(self, job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
         """(worst-case body seconds, fixed overhead seconds) of ``job``'s ``pool`` phase."""
 
+    # Optional: ``repack(state, job_id, remaining, spare_s) -> Decision | None`` offers a
+    # running job a consolidating move (see ``Planner.repack``); the simulator calls it
+    # when the policy has it.
+
 
 class DisaggregatedTimes:
     """Phase times of a job on its own rollout and training GPU types: the profile."""

@@ -13,6 +13,13 @@ seed).
 A job is placed on arrival (or waits, FIFO, until a departure frees room), runs
 ``Job.solo_iterations()`` iterations, and leaves after its last training phase; its
 nodes are released at once. The run ends when the last job leaves.
+
+Consolidation (policies with a ``repack`` method): after a departure, each remaining
+member of that group is offered a move once, at the end of its next training phase
+(an iteration boundary). If the policy moves it, the job leaves its group there, its
+freed nodes stop costing at once, and it is admitted to the target group
+``migration_s`` later (facts: migrating and restarting a job costs 197-419 s), the
+pause counting against its own iteration times.
 """
 from __future__ import annotations
 
@@ -28,11 +35,13 @@ from rollmux.policies.base import Policy
 from rollmux.sim.durations import DurationModel
 from rollmux.sim.metrics import Accounting, JobOutcome, PolicyResult, finish
 
-_END, _ARRIVE = 0, 1
+_END, _ARRIVE, _MIGRATE = 0, 1, 2
+MIGRATION_S = 300.0
 
 
 def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: str = "worst", seed: int = 0,
-             record_spans: bool = False, progress: Callable[[float], None] | None = None) -> PolicyResult:
+             record_spans: bool = False, progress: Callable[[float], None] | None = None,
+             migration_s: float = MIGRATION_S) -> PolicyResult:
     """Replay ``jobs`` (validated, unique ids) under ``policy``; see the module docstring."""
     started = time.perf_counter()
     durations = DurationModel(duration_model, seed)
@@ -59,6 +68,42 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     heapq.heapify(heap)
     last_arrival = max((j.arrival_s for j in jobs), default=0.0)
     events = 0
+    repack = getattr(policy, "repack", None)
+    offer: set[str] = set()
+
+    def admit(job: Job, now: float) -> None:
+        gid = state.job_group[job.job_id]
+        ex = executors.get(gid)
+        if ex is None:
+            ex = executors[gid] = GroupExecutor()
+        m = state.groups[gid].member(job.job_id)
+        ex.admit(job.job_id, m.rollout_nodes, m.train_nodes, now, sw.seconds(job.model, ROLLOUT),
+                 sw.seconds(job.model, TRAIN))
+        dirty[gid] = None
+
+    def try_move(job: Job, gid: str, now: float) -> bool:
+        """Offer ``job`` (at an iteration boundary) a consolidating move; carry it out if taken."""
+        nonlocal seq
+        left = target[job.job_id] - done[job.job_id]
+        spare = job.slo * job.t_solo * target[job.job_id] - (now - placed_at[job.job_id]) - migration_s
+        decision = repack(state, job.job_id, left, spare) if spare > 0 else None
+        if decision is None:
+            return False
+        ex = executors[gid]
+        ex.finish(job.job_id, now, requeue=False)
+        ex.remove(job.job_id)
+        if state.release(job.job_id).group_closed:
+            del executors[gid]
+        state.apply(job, decision.placement)
+        place_waiting(now)
+        outcomes["repacked"] += 1
+        heapq.heappush(heap, (now + migration_s, _MIGRATE, seq, job.job_id, ""))
+        seq += 1
+        return True
+
+    def place_waiting(now: float) -> None:
+        while waiting and try_place(by_id[waiting[0]], now):
+            waiting.pop(0)
 
     def try_place(job: Job, now: float) -> bool:
         decision = policy.place(state, job)
@@ -67,16 +112,11 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         if decision.outcome == "rejected":
             rejected.append(job.job_id)
             return True
-        gid = state.apply(job, decision.placement)
-        ex = executors.get(gid)
-        if ex is None:
-            ex = executors[gid] = GroupExecutor()
-        ex.admit(job.job_id, decision.placement.rollout_nodes, decision.placement.train_nodes, now,
-                 sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN))
+        state.apply(job, decision.placement)
+        admit(job, now)
         placed_at[job.job_id] = now
         outcome_of[job.job_id] = decision.outcome
         outcomes[decision.outcome] += 1
-        dirty[gid] = None
         return True
 
     def start(grant: Grant, gid: str, now: float) -> None:
@@ -105,6 +145,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                     waiting.append(job_id)
                 changed = True
                 continue
+            if kind == _MIGRATE:
+                admit(by_id[job_id], now)
+                continue
             gid = state.job_group[job_id]
             ex = executors[gid]
             if pool == TRAIN:
@@ -117,13 +160,20 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                         del executors[gid]
                     else:
                         dirty[gid] = None
+                        if repack is not None:
+                            offer.update(m.job.job_id for m in state.groups[gid].members)
                     job = by_id[job_id]
                     finished.append(JobOutcome(job_id, job.arrival_s, placed_at[job_id], now, done[job_id],
                                                job.t_solo, job.slo, outcome_of[job_id], gid))
-                    while waiting and try_place(by_id[waiting[0]], now):
-                        waiting.pop(0)
+                    place_waiting(now)
                     changed = True
                     continue
+                if job_id in offer:
+                    offer.discard(job_id)
+                    if try_move(by_id[job_id], gid, now):
+                        dirty.setdefault(gid, None)
+                        changed = True
+                        continue
             ex.finish(job_id, now)
             dirty[gid] = None
         if changed:
