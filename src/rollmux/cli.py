@@ -206,3 +206,7 @@ def generate_trace(
 
 
 register_service_commands(app)
+
+from rollmux.demo import register as register_demo  # noqa: E402
+
+register_demo(app)

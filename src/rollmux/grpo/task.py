@@ -1,0 +1,68 @@
+"""Verifiable digit tasks on a character vocabulary, and their exact-match rewards.
+
+Every task has fixed-length prompts and answers, so a completion is exactly
+``answer_len`` generated tokens and no end-of-sequence handling is needed.
+
+* ``reverse``: ``"4071>"`` -> ``"1704"`` (reverse a 4-digit string)
+* ``sort``: ``"4071>"`` -> ``"0147"`` (sort 4 digits)
+* ``add``: ``"37+48="`` -> ``"085"`` (sum of two 2-digit numbers, zero-padded to 3)
+
+Reward (``reward``): the fraction of answer positions whose character equals the
+reference, a dense but exactly checked signal in [0, 1]; 1.0 means an exact answer.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from rollmux.errors import SpecError
+
+BOS = "^"
+CHARS = BOS + "0123456789+=>"
+VOCAB_SIZE = len(CHARS)
+BOS_ID = CHARS.index(BOS)
+_INDEX = {c: i for i, c in enumerate(CHARS)}
+
+
+def encode(text: str) -> list[int]:
+    """Token ids of ``text``; raises SpecError on a character outside the vocabulary."""
+    try:
+        return [_INDEX[c] for c in text]
+    except KeyError as err:
+        raise SpecError("text", text, f"characters from {CHARS!r}") from err
+
+
+def decode(ids: list[int]) -> str:
+    return "".join(CHARS[i] for i in ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One task family: its name and the fixed prompt and answer lengths (BOS included in the prompt)."""
+
+    name: str
+    prompt_len: int
+    answer_len: int
+
+    def sample(self, rng: random.Random) -> tuple[str, str]:
+        """One (prompt, answer) pair; the prompt starts with BOS."""
+        if self.name == "add":
+            a, b = rng.randrange(100), rng.randrange(100)
+            return f"{BOS}{a:02d}+{b:02d}=", f"{a + b:03d}"
+        digits = "".join(rng.choice("0123456789") for _ in range(4))
+        answer = digits[::-1] if self.name == "reverse" else "".join(sorted(digits))
+        return f"{BOS}{digits}>", answer
+
+
+TASKS = {t.name: t for t in (Task("reverse", 6, 4), Task("sort", 6, 4), Task("add", 7, 3))}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise SpecError("task", name, f"one of {sorted(TASKS)}")
+    return TASKS[name]
+
+
+def reward(completion: str, answer: str) -> float:
+    """Fraction of positions where ``completion`` matches ``answer`` (missing characters count as wrong)."""
+    return sum(a == b for a, b in zip(completion, answer)) / len(answer)

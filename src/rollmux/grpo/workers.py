@@ -1,0 +1,143 @@
+"""The two Ray actor classes of a GRPO job: a rollout worker and a training worker.
+
+Both take a ``WorkerInfo`` (the Ray adapter's constructor contract) and are configured
+by ``setup(profile, weights)``, which builds the model, registers its state in the
+worker's ``StateCache`` and offloads it to host buffers: between its phases a job's
+state sits in the cache, and ``switch_in`` / ``switch_out`` (called by the driver's
+``RemoteState`` under the phase's grant) load it and offload it again, each returning
+the cache's ``SwitchRecord``.
+
+* ``RolloutWorker.rollout(step, weights)``: if ``weights`` is given, copy them into the
+  policy first (the training worker's latest update); then sample ``prompts`` prompts
+  (seeded by the job seed and ``step``), generate ``samples`` completions for each and
+  score them. Returns (batch, stats): the batch holds ``prompts`` [B, P],
+  ``completions`` [B, A], ``rewards`` [B] with B = prompts x samples, grouped by prompt.
+* ``TrainWorker.train(batch)``: group-relative advantages; old (and reference)
+  log-probs under the current weights, which are the ones the rollout sampled with;
+  ``epochs`` passes of shuffled minibatches with the clipped loss and gradient
+  clipping at 1. Returns (weights, stats): the updated policy's state_dict.
+
+Each worker runs torch on one thread, so phases on different nodes run in parallel.
+"""
+from __future__ import annotations
+
+import copy
+import random
+import time
+
+import torch
+
+from rollmux.grpo.algorithm import group_advantages, grpo_loss
+from rollmux.grpo.policy import build_policy, completion_logprobs, generate, parameter_count, task_batch
+from rollmux.grpo.profiles import JobProfile
+from rollmux.grpo.task import decode, get_task, reward
+from rollmux.runtime.ray_adapter import WorkerInfo
+from rollmux.runtime.state_cache import SwitchRecord, StateCache
+
+DEVICE = "cpu"
+CACHE_BUDGET_BYTES = 256 * 1024**2
+
+
+class _CachedWorker:
+    """What both workers share: one cache entry holding the state, switched per phase."""
+
+    def __init__(self, info: WorkerInfo) -> None:
+        torch.set_num_threads(1)
+        self.info = info
+        self.key = f"{info.job_id}/{info.pool}"
+        self.cache = StateCache(CACHE_BUDGET_BYTES, release_device_cache=False)
+        self.profile: JobProfile | None = None
+
+    def switch_in(self) -> SwitchRecord:
+        """Load the state from host buffers onto the device (warm path)."""
+        return self.cache.load(self.key, DEVICE)
+
+    def switch_out(self) -> SwitchRecord:
+        """Offload the state to its host buffers and free the device copy."""
+        return self.cache.offload(self.key)
+
+    def _configured(self) -> JobProfile:
+        if self.profile is None:
+            raise RuntimeError(f"{self.key}: setup(profile, weights) must run before phases")
+        return self.profile
+
+
+class RolloutWorker(_CachedWorker):
+    def setup(self, profile: JobProfile, weights: dict[str, torch.Tensor]) -> int:
+        """Build the policy with ``weights`` and park it in the cache; returns its parameter count."""
+        self.profile = profile
+        self.task = get_task(profile.task)
+        self.policy = build_policy(profile.model, profile.seed)
+        self.policy.load_state_dict(weights)
+        params = parameter_count(self.policy)
+        self.cache.register(self.key, self.policy)
+        self.cache.offload(self.key)
+        return params
+
+    def rollout(self, step: int, weights: dict[str, torch.Tensor] | None) -> tuple[dict, dict]:
+        p = self._configured()
+        t0 = time.perf_counter()
+        if weights is not None:
+            self.policy.load_state_dict(weights)
+        rng = random.Random(p.seed * 1_000_003 + step)
+        prompts, answers = task_batch(self.task, rng, p.prompts)
+        prompts = prompts.repeat_interleave(p.samples, dim=0)
+        answers = [a for a in answers for _ in range(p.samples)]
+        completions = torch.cat([
+            generate(self.policy, prompts[i : i + p.gen_batch], self.task.answer_len, p.seed * 7919 + step * 131 + i)
+            for i in range(0, len(prompts), p.gen_batch)
+        ])
+        rewards = torch.tensor([reward(decode(c.tolist()), a) for c, a in zip(completions, answers)])
+        stats = {"reward": float(rewards.mean()), "exact": float((rewards == 1.0).float().mean()),
+                 "samples": len(rewards), "compute_s": time.perf_counter() - t0}
+        return {"prompts": prompts, "completions": completions, "rewards": rewards}, stats
+
+
+class TrainWorker(_CachedWorker):
+    def setup(self, profile: JobProfile, weights: dict[str, torch.Tensor]) -> int:
+        """Build policy (+ frozen reference when ``kl_coef`` > 0) and optimiser; park them in the cache."""
+        self.profile = profile
+        self.policy = build_policy(profile.model, profile.seed)
+        self.policy.load_state_dict(weights)
+        modules = {"policy": self.policy}
+        self.reference = None
+        if profile.kl_coef > 0:
+            self.reference = copy.deepcopy(self.policy).requires_grad_(False)
+            modules["reference"] = self.reference
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=profile.lr, weight_decay=0.0)
+        params = parameter_count(self.policy)
+        self.cache.register(self.key, torch.nn.ModuleDict(modules), self.optimizer)
+        self.cache.offload(self.key)
+        self.updates = 0
+        return params
+
+    def train(self, batch: dict) -> tuple[dict[str, torch.Tensor], dict]:
+        p = self._configured()
+        t0 = time.perf_counter()
+        prompts, completions = batch["prompts"], batch["completions"]
+        advantages = group_advantages(batch["rewards"], p.samples)
+        self.policy.train()
+        with torch.no_grad():
+            logp_old = completion_logprobs(self.policy, prompts, completions)
+            logp_ref = completion_logprobs(self.reference, prompts, completions) if self.reference else None
+        gen = torch.Generator().manual_seed(p.seed * 104729 + self.updates)
+        losses, clip_fracs, kls = [], [], []
+        for _ in range(p.epochs):
+            order = torch.randperm(len(prompts), generator=gen)
+            for start in range(0, len(order), p.minibatch):
+                idx = order[start : start + p.minibatch]
+                logp = completion_logprobs(self.policy, prompts[idx], completions[idx])
+                loss, info = grpo_loss(logp, logp_old[idx], advantages[idx], p.clip,
+                                       None if logp_ref is None else logp_ref[idx], p.kl_coef)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
+                self.optimizer.step()
+                losses.append(loss.item())
+                clip_fracs.append(info["clip_frac"])
+                kls.append(info.get("kl", 0.0))
+        self.updates += 1
+        weights = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+        stats = {"loss": sum(losses) / len(losses), "clip_frac": sum(clip_fracs) / len(clip_fracs),
+                 "kl": sum(kls) / len(kls), "steps": len(losses), "compute_s": time.perf_counter() - t0}
+        return weights, stats

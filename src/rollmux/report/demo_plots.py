@@ -1,0 +1,86 @@
+"""PNG plots of a measured ``rollmux demo`` run (Matplotlib, Agg backend).
+
+* ``measured_gantt``: one lane per RollMux node, one bar per granted phase as the
+  jobs' SDKs timed it (grant arrival to release), coloured by job; rollout bars are
+  solid, training bars hatched. Times are seconds since the first grant.
+* ``reward_curves``: mean reward per iteration of each job (multiplexed and, dashed,
+  solo).
+* ``busy_fractions``: busy fraction of each pool, multiplexed against solo.
+
+Each function takes the plain dicts of the demo's ``results.json`` and returns the path.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+_COLOURS = plt.get_cmap("tab10").colors
+
+
+def measured_gantt(spans: list[dict], path: Path, title: str = "") -> Path:
+    """``spans``: dicts with job_id, pool, nodes, start, end (wall-clock seconds)."""
+    t0 = min(s["start"] for s in spans)
+    nodes = sorted({n for s in spans for n in s["nodes"]}, key=lambda n: (n[0] != "R", n))
+    jobs = list(dict.fromkeys(s["job_id"] for s in spans))
+    colour = {j: _COLOURS[i % len(_COLOURS)] for i, j in enumerate(jobs)}
+    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.7 * len(nodes)))
+    for s in spans:
+        for n in s["nodes"]:
+            ax.barh(nodes.index(n), s["end"] - s["start"], left=s["start"] - t0, height=0.6,
+                    color=colour[s["job_id"]], hatch="" if s["pool"] == "rollout" else "///",
+                    edgecolor="black", linewidth=0.3)
+    ax.set_yticks(range(len(nodes)), nodes)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the first grant")
+    ax.set_title(title or "Measured phases per node (solid: rollout, hatched: train)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour[j]) for j in jobs]
+    ax.legend(handles, jobs, loc="upper right", fontsize=8, ncol=len(jobs))
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def reward_curves(curves: dict[str, dict[str, list[float]]], path: Path) -> Path:
+    """``curves``: job -> {"multiplexed": [...], "solo": [...]} mean reward per iteration."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, (job, runs) in enumerate(curves.items()):
+        c = _COLOURS[i % len(_COLOURS)]
+        ax.plot(runs["multiplexed"], color=c, label=f"{job} (multiplexed)")
+        if runs.get("solo"):
+            ax.plot(runs["solo"], color=c, linestyle="--", alpha=0.6, label=f"{job} (solo)")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("mean reward (fraction of answer characters correct)")
+    ax.set_title("GRPO reward per iteration")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def busy_fractions(busy: dict[str, dict[str, float]], path: Path) -> Path:
+    """``busy``: "multiplexed"/"solo" -> pool -> busy fraction in [0, 1]."""
+    pools = list(busy["multiplexed"])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.38
+    for k, mode in enumerate(("solo", "multiplexed")):
+        xs = [i + (k - 0.5) * width for i in range(len(pools))]
+        values = [busy[mode][p] for p in pools]
+        bars = ax.bar(xs, values, width, label=mode, color=_COLOURS[k])
+        ax.bar_label(bars, labels=[f"{v:.0%}" for v in values], fontsize=8)
+    ax.set_xticks(range(len(pools)), pools)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("busy fraction (phase node-seconds / node-seconds)")
+    ax.set_title("Pool busy fraction")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
