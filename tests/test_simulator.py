@@ -115,3 +115,10 @@ def test_consolidation_moves_a_lone_job_into_another_group_and_saves():
     x_plain = next(j for j in plain.jobs if j.job_id == "x")
     x_moved = next(j for j in moved.jobs if j.job_id == "x")
     assert x_moved.end_s > x_plain.end_s  # it pays the migration pause and shares its new nodes
+
+
+def test_cost_per_hour_uses_the_same_hours_for_every_policy(small):
+    a = simulate(small, Cluster(), make_policy("rollmux"))
+    b = simulate(small, Cluster(), make_policy("solo-d"))
+    assert a.cost_per_hour / b.cost_per_hour == pytest.approx(a.total_cost / b.total_cost)
+    assert b.reference_span_s == pytest.approx(b.span_s)  # solo-d runs every job at solo speed

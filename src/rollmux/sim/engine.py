@@ -33,7 +33,7 @@ from rollmux.model import ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
 from rollmux.policies.base import Policy
 from rollmux.sim.durations import DurationModel
-from rollmux.sim.metrics import Accounting, JobOutcome, PolicyResult, finish
+from rollmux.sim.metrics import Accounting, JobOutcome, PolicyResult, finish, solo_span_s
 
 _END, _ARRIVE, _MIGRATE = 0, 1, 2
 MIGRATION_S = 300.0
@@ -189,7 +189,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         rejected.append(job_id)
     finished.sort(key=lambda o: (o.arrival_s, o.job_id))
     return finish(getattr(policy, "name", type(policy).__name__), acct, finished, outcomes, events,
-                  time.perf_counter() - started, spans, rejected)
+                  time.perf_counter() - started, spans, rejected, solo_span_s(jobs))
 
 
 def _group_order(gid: str) -> int:

@@ -1,8 +1,10 @@
 """What a simulated run measures, per policy.
 
 * cost: the plan's $/h integrated over time (a step function that changes only when a
-  node is provisioned or released); average $/h = total cost / the run's span (first
-  arrival to last departure).
+  node is provisioned or released); average $/h = total cost / the trace's solo span
+  (first arrival to the last end if every job ran alone, ``solo_span_s``). The hours are
+  the same for every policy, so $/h compare exactly like total cost; a policy's own
+  span (to its last departure, longer when it slows jobs down) is reported beside it.
 * GPUs in use per pool over time (same step function), peak and time-average.
 * utilization of a pool = GPU-seconds of phase bodies / GPU-seconds allocated; the bubble
   is 1 - utilization (switch and co-location overheads count as idle).
@@ -106,9 +108,11 @@ class PolicyResult:
     rejected: list[str] = field(default_factory=list)
     note: str = ""
 
+    reference_span_s: float = 0.0
+
     @property
     def cost_per_hour(self) -> float:
-        return self.total_cost / (self.span_s / 3600.0) if self.span_s > 0 else 0.0
+        return self.total_cost / (self.reference_span_s / 3600.0) if self.reference_span_s > 0 else 0.0
 
     @property
     def slo_attainment(self) -> float:
@@ -123,6 +127,7 @@ class PolicyResult:
             "cost_per_hour": self.cost_per_hour,
             "total_cost": self.total_cost,
             "span_hours": self.span_s / 3600.0,
+            "solo_span_hours": self.reference_span_s / 3600.0,
             "slo_attainment": self.slo_attainment,
             "peak_rollout_gpus": self.peak_gpus[ROLLOUT],
             "peak_train_gpus": self.peak_gpus[TRAIN],
@@ -140,10 +145,17 @@ class PolicyResult:
         }
 
 
+def solo_span_s(jobs) -> float:
+    """First arrival to the last end if every job ran alone at its profiled speed."""
+    if not jobs:
+        return 0.0
+    return max(j.arrival_s + j.solo_iterations() * j.t_solo for j in jobs) - min(j.arrival_s for j in jobs)
+
+
 def finish(policy: str, acct: Accounting, jobs: list[JobOutcome], outcomes: Counter, events: int,
-           wall_s: float, spans, rejected: list[str]) -> PolicyResult:
+           wall_s: float, spans, rejected: list[str], reference_span_s: float) -> PolicyResult:
     span = acct.last_t - (acct.t0 or 0.0)
     util = {p: (acct.busy[p] / acct.gpu_seconds[p] if acct.gpu_seconds[p] > 0 else 0.0) for p in POOLS}
     avg = {p: (acct.gpu_seconds[p] / span if span > 0 else 0.0) for p in POOLS}
     return PolicyResult(policy, acct.total_cost, span, dict(acct.peak), avg, util, dict(acct.gpu_seconds), jobs, outcomes,
-                        acct.series, events, wall_s, spans, rejected)
+                        acct.series, events, wall_s, spans, rejected, reference_span_s=reference_span_s)

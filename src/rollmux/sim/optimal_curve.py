@@ -14,7 +14,7 @@ from collections import Counter
 
 from rollmux.exact import solve
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
-from rollmux.sim.metrics import Accounting, PolicyResult, finish
+from rollmux.sim.metrics import Accounting, PolicyResult, finish, solo_span_s
 
 
 def max_concurrency(jobs: list[Job]) -> int:
@@ -32,7 +32,7 @@ def optimal_curve(jobs: list[Job], cluster: Cluster, max_jobs: int = 10) -> Poli
     acct = Accounting()
     peak = max_concurrency(jobs)
     if peak > max_jobs or any(cluster.pool(p).nodes is not None for p in POOLS):
-        result = finish("optimal", acct, [], Counter(), 0, time.perf_counter() - started, None, [])
+        result = finish("optimal", acct, [], Counter(), 0, time.perf_counter() - started, None, [], solo_span_s(jobs))
         why = f"{peak} jobs present at once > {max_jobs}" if peak > max_jobs else "bounded pools"
         result.note = f"skipped: {why}"
         return result
@@ -58,6 +58,7 @@ def optimal_curve(jobs: list[Job], cluster: Cluster, max_jobs: int = 10) -> Poli
             acct.set_level(t, sol.cost_per_hour, gpus[ROLLOUT], gpus[TRAIN])
         else:
             acct.set_level(t, 0.0, 0, 0)
-    result = finish("optimal", acct, [], Counter(), events, time.perf_counter() - started, None, [])
+    result = finish("optimal", acct, [], Counter(), events, time.perf_counter() - started, None, [],
+                    solo_span_s(jobs))
     result.note = "lower bound: optimal regrouping at every arrival and departure, migration free"
     return result
