@@ -8,7 +8,7 @@ import pytest
 from rollmux.model import Cluster, Job, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
-from rollmux.runtime.control import (CANCELLED, DONE, EXPIRED, PLACED, WAITING, ControlPlane, DuplicateJob,
+from rollmux.runtime.control import (DONE, EXPIRED, PLACED, WAITING, ControlPlane, DuplicateJob,
                                      JobEnded, NeverFits, PhaseOrderError)
 
 

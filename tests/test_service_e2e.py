@@ -10,7 +10,6 @@ state before and after.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess

@@ -20,7 +20,6 @@ and the cache's switch records.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any

@@ -18,6 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from rollmux.report.plots import save  # noqa: E402
+
 _COLOURS = plt.get_cmap("tab10").colors
 
 
@@ -40,10 +42,7 @@ def measured_gantt(spans: list[dict], path: Path, title: str = "") -> Path:
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[j]) for j in jobs]
     ax.legend(handles, jobs, loc="upper right", fontsize=8, ncol=len(jobs))
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def reward_curves(curves: dict[str, dict[str, list[float]]], path: Path) -> Path:
@@ -59,10 +58,7 @@ def reward_curves(curves: dict[str, dict[str, list[float]]], path: Path) -> Path
     ax.set_title("GRPO reward per iteration")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def busy_fractions(busy: dict[str, dict[str, float]], path: Path) -> Path:
@@ -80,7 +76,4 @@ def busy_fractions(busy: dict[str, dict[str, float]], path: Path) -> Path:
     ax.set_ylabel("busy fraction (phase node-seconds / node-seconds)")
     ax.set_title("Pool busy fraction")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)

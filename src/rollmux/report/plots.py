@@ -13,6 +13,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from rollmux.sim.metrics import PolicyResult  # noqa: E402
 
 
+def save(fig, path: Path) -> Path:
+    """Lay out, write as PNG and close: the last step of every figure here."""
+    return save(fig, path)
+
+
 def _steps(series, index: int, t0: float):
     xs, ys = [], []
     for point in series:
@@ -31,10 +36,7 @@ def cost_over_time(results: list[PolicyResult], path: Path) -> Path:
     ax.set_title("Cluster cost over time")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def gpus_in_use(results: list[PolicyResult], path: Path) -> Path:
@@ -48,10 +50,7 @@ def gpus_in_use(results: list[PolicyResult], path: Path) -> Path:
     axes[0].legend(fontsize=8, ncol=3)
     axes[1].set_xlabel("hours since first arrival")
     axes[0].set_title("GPUs in use per pool")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def busiest_group_window(spans) -> tuple[str, list]:
@@ -89,7 +88,4 @@ def gantt(spans, path: Path, title: str = "") -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("minutes")
     ax.set_title(title or f"Group {gid}: phases per node (grey = switch)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
