@@ -15,7 +15,10 @@ from rollmux.sim.metrics import PolicyResult  # noqa: E402
 
 def save(fig, path: Path) -> Path:
     """Lay out, write as PNG and close: the last step of every figure here."""
-    return save(fig, path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def _steps(series, index: int, t0: float):
