@@ -51,7 +51,7 @@ SWITCH_ESTIMATE_S = 0.05  # per phase start, charged by the planner: warm load +
 QUICK_ITERATIONS = 4
 
 
-def run_demo(out_dir: Path, jobs: int = 3, minutes: float = 4.0, iterations: int | None = None,
+def run_demo(out_dir: Path, jobs: int = 2, minutes: float = 4.0, iterations: int | None = None,
              quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """Run the demo and write its report to ``out_dir``; returns the results dict.
 
@@ -119,7 +119,8 @@ def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo(
         out: Path = typer.Option(Path("demo-out"), help="Where to write results.json and the plots."),
-        jobs: int = typer.Option(3, help="Number of GRPO jobs (2 or 3)."),
+        jobs: int = typer.Option(2, help="Number of GRPO jobs: 2 (one rollout and one training node) or 3 "
+                                         "(two rollout nodes; on a 2-core machine CPU contention slows phases)."),
         minutes: float = typer.Option(4.0, help="Wall budget of the solo plus multiplexed runs."),
         iterations: Optional[int] = typer.Option(None, help="Iterations per job (overrides --minutes)."),
     ) -> None:
