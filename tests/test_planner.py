@@ -66,7 +66,7 @@ def test_slo_rejection_names_the_job_and_the_numbers(planner):
     place(state, planner, job("a", 60, 40, slo=1.05))
     d = planner.decide(state, job("b", 60, 40), explain=True)
     reasons = [c.reason for c in d.candidates if c.verdict == "rejected"]
-    assert "SLO of job a: 1.20 > 1.05" in reasons
+    assert "SLO of job a: 1.200 > 1.050" in reasons
     assert d.outcome == "scaled"
 
 

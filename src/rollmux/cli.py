@@ -113,7 +113,8 @@ def _plots(results, out: Path) -> None:
 
 @app.command()
 def plan(
-    jobs: Path = typer.Option(..., "--jobs", help="Job-trace CSV; every job is treated as present at once."),
+    jobs: str = typer.Option(..., "--jobs", help="Job-trace CSV or a builtin trace (production, philly-mix); "
+                                              "every job is treated as present at once."),
     cluster: Optional[Path] = typer.Option(None, help=CLUSTER_HELP),
     optimal: bool = typer.Option(False, help="Solve for the minimum-cost plan exactly (up to ~10 jobs)."),
     tie_break: str = typer.Option("first", help="first (Algorithm 1: first cheapest feasible) or best-fit."),
@@ -126,11 +127,11 @@ def plan(
     from rollmux.planner import Planner
     from rollmux.report.plan_json import plan_to_dict
     from rollmux.report.tables import plan_table
-    from rollmux.traces.format import read_trace
+    from rollmux.traces.builtin import load_trace
 
     try:
         cl = load_cluster(cluster)
-        trace = read_trace(jobs, cl)
+        trace, _ = load_trace(jobs, cl)
         decisions, waiting = [], []
         if optimal:
             from rollmux.exact import solve
@@ -151,7 +152,7 @@ def plan(
     result = plan_to_dict(state, waiting, decisions)
     for d in decisions:
         console.print(f"[bold]{d.job_id}[/bold] -> {d.outcome}"
-                      + (f" {d.placement.group_id or 'new group'}" if d.placement else "")
+                      + (f" {d.placement.group_id}" if d.placement and d.placement.group_id else "")
                       + (f" ({d.reason})" if d.reason else ""))
         if explain:
             for c in d.candidates:

@@ -338,7 +338,7 @@ def _peak_demand(members: list[MemberProfile], slo: dict[str, float]) -> tuple[s
 def _slo_miss(a: GroupAnalysis, slo: dict[str, float], remaining: str = "") -> str:
     for job_id, s in a.slowdown.items():
         if s > slo[job_id] * (1 + SLO_EPS):
-            return f"SLO of job {job_id}: {s:.2f} > {slo[job_id]:.2f}{remaining}"
+            return f"SLO of job {job_id}: {s:.3f} > {slo[job_id]:.3f}{remaining}"
     return ""
 
 
@@ -357,7 +357,7 @@ def _startup_miss(a: GroupAnalysis, jobs: list[Job]) -> str:
         n = job.solo_iterations()
         mean = a.iteration_s[job.job_id] + a.period / n
         if mean > job.slo * job.t_solo * (1 + SLO_EPS):
-            return (f"SLO of job {job.job_id}: {mean / job.t_solo:.2f} > {job.slo:.2f} over its {n} iterations "
+            return (f"SLO of job {job.job_id}: {mean / job.t_solo:.3f} > {job.slo:.3f} over its {n} iterations "
                     f"with start-up")
     return ""
 
