@@ -122,3 +122,24 @@ def test_cost_per_hour_uses_the_same_hours_for_every_policy(small):
     b = simulate(small, Cluster(), make_policy("solo-d"))
     assert a.cost_per_hour / b.cost_per_hour == pytest.approx(a.total_cost / b.total_cost)
     assert b.reference_span_s == pytest.approx(b.span_s)  # solo-d runs every job at solo speed
+
+
+def test_simulator_and_live_control_plane_place_the_same_arrivals_identically():
+    """One brain: the same arrivals give the same groups, outcomes and pinning in both bodies."""
+    from rollmux.runtime.control import ControlPlane
+
+    jobs = generate(30, seed=11)
+    last_arrival = max(j.arrival_s for j in jobs)
+    for j in jobs:  # nobody leaves while arrivals come in
+        j.iterations, j.duration_s = int(last_arrival / j.t_solo) + 2, None
+    cluster = Cluster()
+    sim = simulate(jobs, cluster, make_policy("rollmux"), record_spans=True)
+    nodes = {}
+    for _gid, job_id, pool, on, *_ in sim.spans:
+        nodes.setdefault((job_id, pool), on)
+    live = ControlPlane(cluster)
+    for j in sorted(jobs, key=lambda j: j.arrival_s):
+        rec = live.submit(j, now=j.arrival_s)
+        out = next(o for o in sim.jobs if o.job_id == j.job_id)
+        assert (rec.group_id, rec.outcome) == (out.group_id, out.outcome)
+        assert (rec.rollout_nodes, rec.train_nodes) == (nodes[(j.job_id, "rollout")], nodes[(j.job_id, "train")])
