@@ -11,13 +11,20 @@ subject to, for the group G' that p produces:
 
     residency:  for every node n of G':  sum_{k pinned to n} mem_k(pool of n) <= host_mem(n)
     SLO:        for every member k of G':  iter_k(G') <= SLO_k * (T_roll_k + T_train_k)
+    departures: the SLO constraint also holds for every subset of G' that keeps j
+    start-up:   for every member k with a known length of n_k iterations:
+                iter_k(G') + period(G') / n_k <= SLO_k * (T_roll_k + T_train_k)
     size:       |G'| <= max_group_size
     inventory:  the new nodes exist (bounded pools)
 
 where iter_k(G') is the steady-state iteration time of k under the execution rule
 (``rollmux.intra.analyze``) with worst-case phase durations and the switch seconds that
-execution charges; a plan that passes here therefore meets every SLO when executed
-under the worst-case duration model.
+execution charges. The departure constraint goes beyond the paper: under first come,
+first served a departure can slow the others down, and since every arrival is checked
+this way, every group that departures can leave behind keeps its SLOs. The start-up
+constraint covers the wait of a job joining mid-rotation (and the hold-up its admission
+causes), which matters for short jobs. Before any analysis a necessary condition prunes
+candidates: at SLO rates no node may be busier than all the time (``_peak_demand``).
 
 Candidates
 ----------
@@ -41,6 +48,9 @@ takes the one whose group ends up with the highest cost-weighted utilization
 ``explain=True`` evaluates every candidate, so the decision carries a verdict for each;
 it never changes the choice. If nothing is feasible because a bounded pool has no free
 node, the job waits; if the job can never fit the inventory, it is rejected.
+
+``repack`` (consolidation, beyond the paper) offers a running job a zero-cost move into
+another group when that gives back nodes; see its docstring.
 
 Complexity: O(groups x node choices x analysis); ``analyze`` is memoized per shape.
 """
