@@ -46,7 +46,7 @@ Method
    gives group[S]. A node nobody uses only adds cost, so every node must be used.
 3. Pinnings up to symmetry. Members are pinned in admission order; two nodes of a
    pool that hold the same set of earlier members are interchangeable, so a member
-   picks how many nodes to take from each such class (the planner's ``_choices`` rule).
+   picks how many nodes to take from each such class (the rule of the planner's ``node_choices``).
    This lists every pinning exactly once up to renaming the nodes of each pool, and
    renaming changes nothing the rule sees.
 4. Pruning before ``analyze``, both exact necessary conditions:
