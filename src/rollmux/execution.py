@@ -29,13 +29,15 @@ from __future__ import annotations
 
 from bisect import insort
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rollmux.model import POOLS, ROLLOUT, TRAIN
 
 
-@dataclass(slots=True, frozen=True)
-class Grant:
-    """Start ``pool`` phase of ``job_id`` on ``nodes`` at ``start``; body begins after ``switch_s``."""
+class Grant(NamedTuple):
+    """Start ``pool`` phase of ``job_id`` on ``nodes`` at ``start``; body begins after ``switch_s``.
+
+    A named tuple: the planner's analysis creates millions of these."""
 
     job_id: str
     pool: str
