@@ -143,3 +143,17 @@ def test_simulator_and_live_control_plane_place_the_same_arrivals_identically():
         out = next(o for o in sim.jobs if o.job_id == j.job_id)
         assert (rec.group_id, rec.outcome) == (out.group_id, out.outcome)
         assert (rec.rollout_nodes, rec.train_nodes) == (nodes[(j.job_id, "rollout")], nodes[(j.job_id, "train")])
+
+
+@pytest.mark.parametrize("name", ["rollmux", "solo-d", "rollmux-consolidate"])
+def test_bounded_inventory_makes_jobs_wait_and_is_never_exceeded(small, name):
+    from rollmux.model import PoolSpec
+
+    cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=4), train=PoolSpec("H800", 5.28, nodes=3))
+    r = simulate(small, cluster, make_policy(name), record_spans=True)
+    assert r.peak_gpus["rollout"] <= 4 * 8 and r.peak_gpus["train"] <= 3 * 8
+    assert len(r.jobs) == len(small) and not r.rejected
+    assert any(j.placed_s > j.arrival_s for j in r.jobs)  # the inventory made someone wait
+    assert overlaps(r.spans) == 0
+    used = {n for s in r.spans for n in s[3]}
+    assert used <= {"R0", "R1", "R2", "R3", "T0", "T1", "T2"}
