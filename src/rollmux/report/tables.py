@@ -17,7 +17,7 @@ def simulate_table(results: list[PolicyResult], reference: str = "rollmux") -> T
         table.add_row(
             r.policy, f"{r.cost_per_hour:,.1f}", f"{r.total_cost:,.0f}",
             f"{r.total_cost / ref.total_cost:.2f}x" if ref.total_cost else "-",
-            f"{100 * r.slo_attainment:.1f}%", str(r.peak_gpus["rollout"]), str(r.peak_gpus["train"]),
+            _pct(r.slo_attainment), str(r.peak_gpus["rollout"]), str(r.peak_gpus["train"]),
             _pct(r.bubble("rollout")), _pct(r.bubble("train")),
             f"{o.get('packed', 0)}/{o.get('scaled', 0)}/{o.get('new-group', 0)}"
             + (f" +{o['repacked']} moved" if o.get("repacked") else ""), f"{r.wall_s:.2f}",

@@ -109,18 +109,23 @@ class PolicyResult:
     note: str = ""
 
     reference_span_s: float = 0.0
+    executed: bool = True  # False for a cost curve that ran no phases (the optimal bound)
 
     @property
     def cost_per_hour(self) -> float:
         return self.total_cost / (self.reference_span_s / 3600.0) if self.reference_span_s > 0 else 0.0
 
     @property
-    def slo_attainment(self) -> float:
+    def slo_attainment(self) -> float | None:
+        """Share of jobs that met their SLO; None when no phase was executed."""
+        if not self.executed:
+            return None
         return sum(j.slo_met for j in self.jobs) / len(self.jobs) if self.jobs else 1.0
 
     def bubble(self, pool: str) -> float | None:
-        """Idle share of the pool's allocated GPU time; None when the policy used none of it."""
-        return 1.0 - self.utilization[pool] if self.gpu_seconds[pool] > 0 else None
+        """Idle share of the pool's allocated GPU time; None when the policy used none of it
+        or executed no phases."""
+        return 1.0 - self.utilization[pool] if self.executed and self.gpu_seconds[pool] > 0 else None
 
     def summary(self) -> dict:
         return {

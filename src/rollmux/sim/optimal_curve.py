@@ -35,6 +35,7 @@ def optimal_curve(jobs: list[Job], cluster: Cluster, max_jobs: int = 10) -> Poli
         result = finish("optimal", acct, [], Counter(), 0, time.perf_counter() - started, None, [], solo_span_s(jobs))
         why = f"{peak} jobs present at once > {max_jobs}" if peak > max_jobs else "bounded pools"
         result.note = f"skipped: {why}"
+        result.executed = False
         return result
     changes: dict[float, list[tuple[int, Job]]] = {}
     for j in jobs:
@@ -61,4 +62,5 @@ def optimal_curve(jobs: list[Job], cluster: Cluster, max_jobs: int = 10) -> Poli
     result = finish("optimal", acct, [], Counter(), events, time.perf_counter() - started, None, [],
                     solo_span_s(jobs))
     result.note = "lower bound: optimal regrouping at every arrival and departure, migration free"
+    result.executed = False
     return result
