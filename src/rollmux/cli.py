@@ -68,6 +68,7 @@ def simulate(
                   f"of arrivals ({info['source']})")
     results = []
     horizon = max(j.arrival_s for j in jobs) or 1.0
+    gantt_of = "rollmux" if "rollmux" in names else names[0]
     with Progress(TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         for name in names:
@@ -76,7 +77,7 @@ def simulate(
                 result = optimal_curve(jobs, cl)
             else:
                 result = run(jobs, cl, make_policy(name, seed), duration_model, seed,
-                             record_spans=(out is not None and name == names[0]),
+                             record_spans=(out is not None and name == gantt_of),
                              progress=lambda t, task=task: progress.update(task, completed=t))
             progress.update(task, completed=horizon)
             results.append(result)
