@@ -91,9 +91,9 @@ class GroupAnalysis:
     @property
     def timeline(self) -> tuple[PhaseSpan, ...]:
         """Every phase of one period, times relative to its start (built on demand)."""
-        ids, names = self._ids, self._nodes
-        return tuple(PhaseSpan(ids[i], pool, tuple(names[int(k)] for k in nodes), s, sw, e)
-                     for i, pool, nodes, s, sw, e in self._shape.spans)
+        ids, names, t0, tick = self._ids, self._nodes, self._shape.t0, TICKS_PER_S
+        return tuple(PhaseSpan(ids[i], pool, tuple(names[int(k)] for k in nodes), (s - t0) / tick, sw / tick,
+                               (e - t0) / tick) for i, pool, nodes, s, sw, e in self._shape.window)
 
 
 @dataclass(slots=True, frozen=True)
@@ -103,7 +103,8 @@ class _Shape:
     period: float
     iteration_s: tuple[float, ...]
     utilization: tuple[float, float]
-    spans: tuple[tuple[int, str, tuple[str, ...], float, float, float], ...]  # nodes: str(index)
+    window: list[tuple[int, str, tuple[str, ...], int, int, int]]  # one period, in ticks; nodes: str(index)
+    t0: int
 
 
 def t_cycle(members: Sequence[MemberProfile]) -> float:
@@ -164,6 +165,8 @@ def _simulate(key: tuple) -> _Shape:
     n = len(key)
     ex = GroupExecutor()
     ids = [str(i) for i in range(n)]
+    index = {job_id: i for i, job_id in enumerate(ids)}
+    push, pop = heapq.heappush, heapq.heappop
     for i, (_, _, r, t, sr, st) in enumerate(key):
         ex.admit(ids[i], tuple(str(x) for x in r), tuple(str(x) for x in t), 0, _ticks(sr), _ticks(st))
     dur = [{ROLLOUT: _ticks(k[0]), TRAIN: _ticks(k[1])} for k in key]
@@ -180,9 +183,9 @@ def _simulate(key: tuple) -> _Shape:
         grants = ex.dispatch(now)
         snap = False
         for g in grants:
-            i = int(g.job_id)
+            i = index[g.job_id]
             end = now + g.switch_s + dur[i][g.pool]
-            heapq.heappush(heap, (end, i, g.pool))
+            push(heap, (end, i, g.pool))
             spans.append((i, g.pool, g.nodes, now, g.switch_s, end))
             if i == anchor and g.pool == ROLLOUT:
                 starts0 += 1
@@ -205,7 +208,7 @@ def _simulate(key: tuple) -> _Shape:
             break
         now = heap[0][0]
         while heap and heap[0][0] == now:
-            _, i, pool = heapq.heappop(heap)
+            _, i, pool = pop(heap)
             ex.finish(ids[i], now)
             if pool == TRAIN:
                 done[i] += 1
@@ -225,9 +228,7 @@ def _finish(period_ticks, iters, window, t0, dur, pool_nodes) -> _Shape:
     for pool in POOLS:
         busy = sum(dur[i][pool] * len(nodes) for i, p, nodes, *_ in window if p == pool)
         util.append(busy / (len(pool_nodes[pool]) * period_ticks) if period_ticks > 0 else 0.0)
-    tick = TICKS_PER_S
-    spans = tuple((i, p, nodes, (s - t0) / tick, sw / tick, (e - t0) / tick) for i, p, nodes, s, sw, e in window)
-    return _Shape(period, iteration, (util[0], util[1]), spans)
+    return _Shape(period, iteration, (util[0], util[1]), window, t0)
 
 
 def _fallback(spans, now, n, dur, pool_nodes) -> _Shape:
@@ -244,4 +245,4 @@ def _fallback(spans, now, n, dur, pool_nodes) -> _Shape:
             ends[i].append(end)
     shape = _finish(now - half, (0,) * n, window, half, dur, pool_nodes)
     iteration = tuple((e[-1] - e[0]) / (len(e) - 1) / TICKS_PER_S if len(e) > 1 else float("inf") for e in ends)
-    return _Shape(shape.period, iteration, shape.utilization, shape.spans)
+    return _Shape(shape.period, iteration, shape.utilization, shape.window, shape.t0)
