@@ -70,6 +70,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     events = 0
     repack = getattr(policy, "repack", None)
     offer: set[str] = set()
+    dirty: dict[str, None] = {}  # groups touched at the current instant, in touch order
 
     def admit(job: Job, now: float) -> None:
         gid = state.job_group[job.job_id]
@@ -135,7 +136,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     while heap:
         now = heap[0][0]
         acct.advance(now)
-        dirty: dict[str, None] = {}
+        dirty.clear()
         changed = False
         while heap and heap[0][0] == now:
             _, kind, _, job_id, pool = heapq.heappop(heap)
