@@ -166,15 +166,22 @@ def plan(
         console.print(f"wrote {json_path}")
 
 
+# Options shared by the trace commands (typer reads them per command, so one object serves both).
+SEED_OPTION = typer.Option(0, help="Seed of the profile, SLO and memory draws.")
+MIX_OPTION = typer.Option("mixed", help="mixed, balanced, rollout-heavy or train-heavy.")
+SLO_MIN_OPTION = typer.Option(1.0, help="Lower end of the uniform SLO draw.")
+SLO_MAX_OPTION = typer.Option(2.0, help="Upper end of the uniform SLO draw.")
+
+
 @trace_app.command("from-philly")
 def from_philly(
     src: Path = typer.Argument(..., help="A Philly-format CSV (job id, arrival time, topology, shape, size, duration)."),
     out: Path = typer.Option(..., help="Where to write the job trace CSV."),
     limit: Optional[int] = typer.Option(None, help="Keep at most this many jobs."),
-    seed: int = typer.Option(0, help="Seed of the profile, SLO and memory draws."),
-    mix: str = typer.Option("mixed", help="mixed, balanced, rollout-heavy or train-heavy."),
-    slo_min: float = typer.Option(1.0, help="Lower end of the uniform SLO draw."),
-    slo_max: float = typer.Option(2.0, help="Upper end of the uniform SLO draw."),
+    seed: int = SEED_OPTION,
+    mix: str = MIX_OPTION,
+    slo_min: float = SLO_MIN_OPTION,
+    slo_max: float = SLO_MAX_OPTION,
 ) -> None:
     """Turn a public cluster trace (Philly format) into a RollMux job trace."""
     from rollmux.traces.philly import convert_philly
@@ -190,10 +197,10 @@ def from_philly(
 def generate_trace(
     out: Path = typer.Option(..., help="Where to write the job trace CSV."),
     count: int = typer.Option(100, help="Number of jobs."),
-    seed: int = typer.Option(0, help="Seed."),
-    mix: str = typer.Option("mixed", help="mixed, balanced, rollout-heavy or train-heavy."),
-    slo_min: float = typer.Option(1.0, help="Lower end of the uniform SLO draw."),
-    slo_max: float = typer.Option(2.0, help="Upper end of the uniform SLO draw."),
+    seed: int = SEED_OPTION,
+    mix: str = MIX_OPTION,
+    slo_min: float = SLO_MIN_OPTION,
+    slo_max: float = SLO_MAX_OPTION,
 ) -> None:
     """Make a synthetic job trace (Poisson arrivals, lognormal durations, the paper's profile mixes)."""
     from rollmux.traces.format import write_trace
