@@ -24,6 +24,7 @@ import statistics
 import time
 
 from rollmux.exact import solve
+from rollmux.improve import improve
 from rollmux.model import Cluster, Job, PoolSpec
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
@@ -37,6 +38,7 @@ PROFILES = {
 #: Host memory per node, GB, (rollout, train) by model size (Table 2).
 MEMORY = {"3B": (113.4, 156.2), "7B": (275.7, 240.0), "14B": (445.4, 456.1), "32B": (490.3, 520.4)}
 TIE_BREAKS = ("first", "best-fit")
+VARIANTS = ("first", "first+improve", "best-fit", "best-fit+improve")
 OPTIMA = ("steady", "robust")
 
 
@@ -52,11 +54,14 @@ def make_jobs(rng: random.Random, n: int, mix: str) -> list[Job]:
     return jobs
 
 
-def planner_cost(cluster: Cluster, jobs: list[Job], tie_break: str) -> float:
+def planner_costs(cluster: Cluster, jobs: list[Job], tie_break: str) -> tuple[float, float, float]:
+    """Cost after placing the jobs in arrival order, cost after ``improve``, seconds improving."""
     planner, state = Planner(tie_break), PlanState(cluster)
     for job in jobs:  # already in arrival order
         state.apply(job, planner.decide(state, job).placement)
-    return state.cost_per_hour()
+    start = time.perf_counter()
+    result = improve(state)
+    return result.cost_before, result.cost_after, time.perf_counter() - start
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -68,7 +73,8 @@ def percentile(values: list[float], q: float) -> float:
 def run(instances: int, seed: int, min_jobs: int, max_jobs: int, mix: str, host_mem_gb: float) -> dict:
     rng = random.Random(seed)
     cluster = Cluster(rollout=PoolSpec("H20", 1.85, host_mem_gb), train=PoolSpec("H800", 5.28, host_mem_gb))
-    ratios: dict[str, list[float]] = {f"{t} / {o}": [] for t in TIE_BREAKS for o in OPTIMA}
+    ratios: dict[str, list[float]] = {f"{t} / {o}": [] for t in VARIANTS for o in OPTIMA}
+    improve_s: list[float] = []
     by_size: dict[int, list[dict]] = {}
     for _ in range(instances):
         jobs = make_jobs(rng, rng.randint(min_jobs, max_jobs), mix)
@@ -76,9 +82,11 @@ def run(instances: int, seed: int, min_jobs: int, max_jobs: int, mix: str, host_
         by_size.setdefault(len(jobs), []).append(
             {o: (s.stats.seconds, s.stats.analyze_calls, s.stats.subsets_searched) for o, s in optima.items()})
         for tie_break in TIE_BREAKS:
-            cost = planner_cost(cluster, jobs, tie_break)
+            online, improved, seconds = planner_costs(cluster, jobs, tie_break)
+            improve_s.append(seconds)
             for o, s in optima.items():
-                ratios[f"{tie_break} / {o}"].append(cost / s.cost_per_hour)
+                ratios[f"{tie_break} / {o}"].append(online / s.cost_per_hour)
+                ratios[f"{tie_break}+improve / {o}"].append(improved / s.cost_per_hour)
     summary = {k: {"mean": statistics.fmean(r), "median": statistics.median(r), "p90": percentile(r, 90),
                    "max": max(r), "min": min(r), "exactly_optimal": sum(x <= 1 + 1e-9 for x in r) / len(r)}
                for k, r in ratios.items()}
@@ -88,7 +96,9 @@ def run(instances: int, seed: int, min_jobs: int, max_jobs: int, mix: str, host_
                      "mean_subsets_searched": statistics.fmean(r[o][2] for r in rows)} for o in OPTIMA}
              for n, rows in sorted(by_size.items())}
     return {"config": {"instances": instances, "seed": seed, "jobs": [min_jobs, max_jobs], "mix": mix,
-                       "host_mem_gb": host_mem_gb}, "ratio": summary, "exact_by_size": sizes}
+                       "host_mem_gb": host_mem_gb}, "ratio": summary, "exact_by_size": sizes,
+            "improve_s": {"mean": statistics.fmean(improve_s), "p90": percentile(improve_s, 90),
+                          "max": max(improve_s)}}
 
 
 def print_tables(result: dict) -> None:
@@ -96,10 +106,12 @@ def print_tables(result: dict) -> None:
     print(f"{cfg['instances']} instances, {cfg['jobs'][0]}-{cfg['jobs'][1]} jobs, mix={cfg['mix']}, "
           f"host memory {cfg['host_mem_gb']:.0f} GB, seed {cfg['seed']}")
     print("\nplanner cost / optimal cost")
-    print(f"{'planner / optimum':<20} {'mean':>7} {'median':>7} {'p90':>7} {'max':>7} {'optimal':>8}")
+    print(f"{'planner / optimum':<28} {'mean':>7} {'median':>7} {'p90':>7} {'max':>7} {'optimal':>8}")
     for k, s in result["ratio"].items():
-        print(f"{k:<20} {s['mean']:7.3f} {s['median']:7.3f} {s['p90']:7.3f} {s['max']:7.3f} "
+        print(f"{k:<28} {s['mean']:7.3f} {s['median']:7.3f} {s['p90']:7.3f} {s['max']:7.3f} "
               f"{100 * s['exactly_optimal']:7.1f}%")
+    imp = result["improve_s"]
+    print(f"\nimprove: mean {imp['mean']:.3f} s, p90 {imp['p90']:.3f} s, max {imp['max']:.3f} s per instance")
     print("\nexact solver by instance size")
     print(f"{'jobs':>4} {'n':>4} {'optimum':>8} {'mean s':>8} {'max s':>8} {'analyze':>8} {'subsets':>8}")
     for n, row in result["exact_by_size"].items():

@@ -52,6 +52,11 @@ def test_plan_prints_explanations_and_writes_plan_json(tmp_path):
     assert all(j["slowdown"] <= j["slo"] + 1e-9 for g in plan["groups"] for j in g["jobs"])
     assert abs(plan["cost_per_hour"] - sum(g["cost_per_hour"] for g in plan["groups"])) < 1e-6
     assert "chosen" in r.output
+    imp = plan["improvement"]
+    assert imp["cost_after"] == plan["cost_per_hour"] <= imp["cost_before"] and "improvement: $" in r.output
+    r = runner.invoke(app, ["plan", "--jobs", str(trace), "--no-improve", "--json", str(out)])
+    assert r.exit_code == 0 and json.loads(out.read_text())["improvement"] is None
+    assert json.loads(out.read_text())["cost_per_hour"] == imp["cost_before"]
 
 
 def test_plan_optimal_is_no_dearer_than_the_planner(tmp_path):

@@ -121,8 +121,13 @@ def plan(
     tie_break: str = typer.Option("first", help="first (Algorithm 1: first cheapest feasible) or best-fit."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the plan JSON here."),
     explain: bool = typer.Option(True, help="List every candidate and its verdict for each job."),
+    improve: bool = typer.Option(True, help="After placing in arrival order, regroup a few groups at a time "
+                                            "with the exact solver while that lowers the cost (rollmux.improve)."),
+    improve_solves: int = typer.Option(300, min=1, help="At most this many exact solves when improving "
+                                                        "(about 5-50 ms each)."),
 ) -> None:
-    """Place every job of a trace (in arrival order, or optimally) and explain each decision."""
+    """Place every job of a trace (in arrival order, then improved by regrouping, or
+    optimally) and explain each decision."""
     from rollmux.cluster_file import load_cluster
     from rollmux.plan_state import PlanState
     from rollmux.planner import Planner
@@ -133,7 +138,7 @@ def plan(
     try:
         cl = load_cluster(cluster)
         trace, _ = load_trace(jobs, cl)
-        decisions, waiting = [], []
+        decisions, waiting, improvement = [], [], None
         if optimal:
             from rollmux.exact import solve
 
@@ -148,9 +153,11 @@ def plan(
                     state.apply(job, d.placement)
                 elif d.outcome == "wait":
                     waiting.append(job.job_id)
+            if improve:
+                improvement = _improve(state, improve_solves)
     except (RollMuxError, OSError, ValueError) as err:
         _fail(err)
-    result = plan_to_dict(state, waiting, decisions)
+    result = plan_to_dict(state, waiting, decisions, improvement)
     for d in decisions:
         console.print(f"[bold]{d.job_id}[/bold] -> {d.outcome}"
                       + (f" {d.placement.group_id}" if d.placement and d.placement.group_id else "")
@@ -158,12 +165,37 @@ def plan(
         if explain:
             for c in d.candidates:
                 console.print(f"    {c.describe()}", highlight=False)
+    if improvement is not None:
+        _print_improvement(improvement)
     console.print(plan_table(result))
     if waiting:
         console.print(f"[yellow]waiting: {', '.join(waiting)}[/yellow]")
     if json_path is not None:
         json_path.write_text(json.dumps(result, indent=1))
         console.print(f"wrote {json_path}")
+
+
+def _improve(state, max_solves: int):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from rollmux.improve import improve
+
+    with Progress(TextColumn("improving"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("", total=max_solves)
+        return improve(state, max_solves=max_solves,
+                       on_solve=lambda n, cost: bar.update(task, completed=n, description=f"${cost:,.2f}/h"))
+
+
+def _print_improvement(result) -> None:
+    for move in result.moves:
+        console.print(f"regroup {move.describe()}", highlight=False)
+    if result.skipped:
+        console.print(f"[yellow]not improved: {result.skipped}[/yellow]")
+        return
+    end = "a local optimum" if result.local_optimum else f"stopped at the solve limit ({result.solves})"
+    console.print(f"improvement: ${result.cost_before:,.2f}/h -> ${result.cost_after:,.2f}/h with "
+                  f"{len(result.moves)} regroupings, {result.solves} exact solves ({end})")
 
 
 # Options shared by the trace commands (typer reads them per command, so one object serves both).

@@ -2,15 +2,22 @@
 
 ``{"cost_per_hour": X, "groups": [{"group_id", "rollout_nodes", "train_nodes",
 "cost_per_hour", "jobs": [{"job_id", "rollout_nodes", "train_nodes", "iteration_s",
-"slowdown", "slo"}]}], "waiting": [job ids], "decisions": [explanations]}``
+"slowdown", "slo"}]}], "waiting": [job ids], "decisions": [explanations],
+"improvement": null | {"cost_before", "cost_after", "solves", "local_optimum", "skipped",
+"moves": [{"before": {group id: [job ids]}, "after": {...}, "cost_before", "cost_after"}]}}``
+
+``decisions`` are the arrival-order placements; when an improvement ran, ``groups`` is the
+plan after its regroupings.
 """
 from __future__ import annotations
 
+from rollmux.improve import Improvement
 from rollmux.plan_state import PlanState
 from rollmux.planner import Decision
 
 
-def plan_to_dict(state: PlanState, waiting: list[str], decisions: list[Decision]) -> dict:
+def plan_to_dict(state: PlanState, waiting: list[str], decisions: list[Decision],
+                 improvement: Improvement | None = None) -> dict:
     groups = []
     for gid, group in state.groups.items():
         a = state.analysis(gid)
@@ -33,4 +40,12 @@ def plan_to_dict(state: PlanState, waiting: list[str], decisions: list[Decision]
         "groups": groups,
         "waiting": list(waiting),
         "decisions": [d.to_dict() for d in decisions],
+        "improvement": None if improvement is None else {
+            "cost_before": round(improvement.cost_before, 4),
+            "cost_after": round(improvement.cost_after, 4),
+            "solves": improvement.solves,
+            "local_optimum": improvement.local_optimum,
+            "skipped": improvement.skipped,
+            "moves": [m.to_dict() for m in improvement.moves],
+        },
     }

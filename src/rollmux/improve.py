@@ -1,0 +1,208 @@
+"""Plan improvement by regrouping: re-solve the jobs of a few groups exactly (beyond the paper).
+
+Problem
+-------
+Given a plan whose groups satisfy the planner's constraints, find a cheaper plan for the
+same jobs. Algorithm 1 places jobs one at a time and never revisits a choice, so an
+early job can end up in a group that later arrivals would have filled better. When the
+jobs are all known (``rollmux plan``) or may be moved, a large-neighbourhood search
+closes most of that gap:
+
+* neighbourhood: a set K of k groups (k = 2 .. ``max_groups``) holding at most
+  ``max_jobs`` jobs in all;
+* move: replace K by the exact optimum for its jobs, ``rollmux.exact.solve(robust=True)``
+  (size, residency, SLO of every member and of every subset of members: the planner's
+  departure check), when that optimum costs less than K and every member also passes
+  the planner's start-up check for jobs of known length;
+* order: k ascending, then the largest possible saving first (cost(K) minus the lower
+  bound below; ties in creation order); the first improving move is applied and the
+  scan starts again at k = 2. A set of groups once solved is not solved again (group
+  ids are never reused).
+
+It stops at a local optimum (no set of up to ``max_groups`` groups can be regrouped
+more cheaply) or after ``max_solves`` exact solves. Each move strictly lowers the
+cost, so it terminates.
+
+Pruning (exact, before a solve): any plan of the jobs J of K needs at least
+
+    n_p >= max( max_j need_p(j),  ceil(|J| / max_group_size),  ceil(sum_j need_p(j) * s_p(j)) )
+
+nodes of pool p, where s_p(j) = d_p(j) / (SLO_j * T_solo_j) is j's share of a node at its
+SLO rate (the planner's rate bound: a node runs one phase at a time) and a group has at
+least one node of each pool. If sum_p price_p * n_p is not below cost(K), K is skipped.
+
+Limits. Groups keep their admission order by arrival (that of the exact solver);
+co-located groups are left alone. The exact solver plans with one host-memory size per
+pool, so a pool listing nodes of different memories is not improved (``Improvement.skipped``
+says so); in a bounded pool a move must also fit the nodes K frees plus the free ones.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from itertools import combinations
+from typing import Callable
+
+from rollmux.exact import ExactSolution, solve
+from rollmux.intra import analyze
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job
+from rollmux.plan_state import Placement, PlanState
+from rollmux.planner import _startup_miss
+
+DEFAULT_MAX_GROUPS = 3
+DEFAULT_MAX_JOBS = 10
+DEFAULT_MAX_SOLVES = 5000
+_COST_TOL = 1e-9
+
+
+@dataclass(slots=True, frozen=True)
+class Regroup:
+    """One accepted move: the groups replaced and the groups that replaced them."""
+
+    before: tuple[tuple[str, tuple[str, ...]], ...]  # (group id, job ids)
+    after: tuple[tuple[str, tuple[str, ...]], ...]
+    cost_before: float
+    cost_after: float
+
+    def describe(self) -> str:
+        def side(groups: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+            return " + ".join(f"{gid}{{{','.join(jobs)}}}" for gid, jobs in groups)
+        return (f"{side(self.before)} -> {side(self.after)}: "
+                f"${self.cost_before:.2f}/h -> ${self.cost_after:.2f}/h")
+
+    def to_dict(self) -> dict:
+        return {"before": {g: list(j) for g, j in self.before}, "after": {g: list(j) for g, j in self.after},
+                "cost_before": round(self.cost_before, 4), "cost_after": round(self.cost_after, 4)}
+
+
+@dataclass(slots=True, frozen=True)
+class Improvement:
+    """What ``improve`` did: the moves applied, the cost before and after, the work done."""
+
+    moves: tuple[Regroup, ...]
+    cost_before: float
+    cost_after: float
+    solves: int
+    local_optimum: bool  # False when max_solves stopped the search
+    skipped: str = ""    # why nothing was tried, if so
+
+
+def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: int = DEFAULT_MAX_JOBS,
+            max_solves: int = DEFAULT_MAX_SOLVES,
+            on_solve: Callable[[int, float], None] | None = None) -> Improvement:
+    """Regroup ``state`` in place until no set of up to ``max_groups`` groups gets cheaper.
+
+    Every group the search writes satisfies everything a planner decision guarantees
+    (size, residency, SLO of all members and of every subset, start-up); jobs keep
+    their ids and requirements, only their group and nodes change. ``on_solve`` is
+    called after every exact solve with the solves so far and the plan's cost (for
+    progress displays).
+    """
+    if max_groups < 2:
+        raise ValueError(f"max_groups={max_groups}: expected >= 2")
+    start = state.cost_per_hour()
+    skipped = _unsupported(state.cluster)
+    if skipped:
+        return Improvement((), start, start, 0, True, skipped)
+    solver_cluster = replace(state.cluster, rollout=replace(state.cluster.rollout, nodes=None, node_list=()),
+                             train=replace(state.cluster.train, nodes=None, node_list=()))
+    price = {p: state.cluster.node_price(p) for p in POOLS}
+    tried: set[tuple[str, ...]] = set()
+    moves: list[Regroup] = []
+    solves = 0
+    while True:
+        move = None
+        groups = [g for g in state.groups.values() if not g.colocated]
+        for k in range(2, max_groups + 1):
+            for gap, combo, jobs, cost in _candidates(state, groups, k, max_jobs, price, tried):
+                if solves >= max_solves:
+                    return Improvement(tuple(moves), start, state.cost_per_hour(), solves, False)
+                solves += 1
+                tried.add(tuple(g.group_id for g in combo))
+                solution = solve(solver_cluster, jobs, max_jobs=max_jobs, robust=True)
+                if on_solve is not None:
+                    on_solve(solves, state.cost_per_hour())
+                if solution.cost_per_hour < cost - _COST_TOL * cost and _fits(state, combo, solution):
+                    move = (combo, solution, cost)
+                    break
+            if move is not None:
+                break
+        if move is None:
+            return Improvement(tuple(moves), start, state.cost_per_hour(), solves, True)
+        moves.append(_apply(state, *move))
+
+
+def _candidates(state: PlanState, groups: list[Group], k: int, max_jobs: int, price: dict[str, float],
+                tried: set[tuple[str, ...]]) -> list[tuple[float, tuple[Group, ...], list[Job], float]]:
+    """Sets of ``k`` groups not tried yet whose lower bound leaves room for a saving,
+    largest possible saving first (ties in creation order)."""
+    out = []
+    for combo in combinations(groups, k):
+        if tuple(g.group_id for g in combo) in tried:
+            continue
+        jobs = sorted((m.job for g in combo for m in g.members), key=lambda j: j.arrival_s)
+        if len(jobs) > max_jobs:
+            continue
+        cost = sum(g.cost_per_hour(state.cluster) for g in combo)
+        gap = cost - _lower_bound(state.cluster, jobs, price)
+        if gap > _COST_TOL * cost:
+            out.append((gap, combo, jobs, cost))
+    out.sort(key=lambda c: -c[0])
+    return out
+
+
+def _unsupported(cluster: Cluster) -> str:
+    for pool in POOLS:
+        spec = cluster.pool(pool)
+        if len({n.host_mem_gb for n in spec.node_list} | ({spec.host_mem_gb} if spec.node_list else set())) > 1:
+            return f"the {pool} pool lists nodes with different host memory; the exact solver assumes one size"
+    return ""
+
+
+def _lower_bound(cluster: Cluster, jobs: list[Job], price: dict[str, float]) -> float:
+    groups = math.ceil(len(jobs) / cluster.max_group_size)
+    bound = 0.0
+    for pool in POOLS:
+        need = [j.nodes(pool, cluster.gpus_per_node) for j in jobs]
+        shares = sum(n * (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / (j.slo * j.t_solo)
+                     for n, j in zip(need, jobs))
+        bound += price[pool] * max(max(need), groups, math.ceil(shares - 1e-6))
+    return bound
+
+
+def _fits(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution) -> bool:
+    """The start-up check on every new group, and the inventory of bounded pools."""
+    for g in solution.groups:
+        a = analyze([state.profile(m) for m in g.members])
+        if _startup_miss(a, [m.job for m in g.members]):
+            return False
+    for pool in POOLS:
+        free = state.free_count(pool)
+        if free is not None:
+            needed = sum(len(g.nodes(pool)) for g in solution.groups)
+            if needed > free + sum(len(g.nodes(pool)) for g in combo):
+                return False
+    return True
+
+
+def _apply(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution, cost: float) -> Regroup:
+    """Release the jobs of ``combo`` and pin them as the solution's groups say."""
+    before = tuple((g.group_id, tuple(m.job.job_id for m in g.members)) for g in combo)
+    for g in combo:
+        for m in list(g.members):
+            state.release(m.job.job_id)
+    after = []
+    for g in solution.groups:
+        names = {}
+        for pool in POOLS:
+            fresh = state.peek_new(pool, len(g.nodes(pool)), max(m.job.mem(pool) for m in g.members))
+            names.update(zip(g.nodes(pool), fresh))
+        gid = None
+        for i, m in enumerate(g.members):
+            roll = tuple(names[n] for n in m.rollout_nodes)
+            train = tuple(names[n] for n in m.train_nodes)
+            new_r = tuple(names[n] for n in g.rollout_nodes) if i == 0 else ()
+            new_t = tuple(names[n] for n in g.train_nodes) if i == 0 else ()
+            gid = state.apply(m.job, Placement(gid, roll, train, new_r, new_t))
+        after.append((gid, tuple(m.job.job_id for m in g.members)))
+    return Regroup(before, tuple(after), cost, solution.cost_per_hour)

@@ -1,0 +1,172 @@
+"""Regrouping (``rollmux.improve``): cheaper, still feasible, locally optimal, bounded.
+
+Feasibility is checked here from the problem statement, not through the planner: every
+job placed once, group size, node counts, residency, the SLO of every member and of
+every subset of members (departures), the start-up allowance of jobs with a known
+length in a shared group, and the bounded inventory.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rollmux.exact import solve
+from rollmux.improve import improve
+from rollmux.intra import analyze
+from rollmux.model import POOLS, TRAIN, Cluster, Job, NodeSpec, PoolSpec, SwitchCost
+from rollmux.plan_state import PlanState
+from rollmux.planner import SLO_EPS, Planner
+
+MEM = {"7B": (275.7, 240.0), "14B": (445.4, 456.1), "32B": (490.3, 520.4)}
+
+
+def make_jobs(rng: random.Random, n: int) -> list[Job]:
+    jobs = []
+    for i in range(n):
+        model = rng.choice(list(MEM))
+        jobs.append(Job(f"j{i}", float(rng.randint(30, 300)), float(rng.randint(30, 300)),
+                        rollout_gpus=16 if rng.random() < 0.15 else 8, train_gpus=16 if rng.random() < 0.1 else 8,
+                        mem_roll_gb=MEM[model][0], mem_train_gb=MEM[model][1],
+                        slo=round(rng.uniform(1.0, 2.0), 3), model=model, arrival_s=float(i),
+                        iterations=rng.choice([None, 20, 200])))
+    return jobs
+
+
+def make_cluster(rng: random.Random) -> Cluster:
+    mem = rng.choice([1024.0, 2048.0])
+    return Cluster(rollout=PoolSpec("H20", 1.85, mem), train=PoolSpec("H800", 5.28, mem),
+                   switch_cost=rng.choice([SwitchCost("warm"), SwitchCost("fixed", 0.0, 0.0)]),
+                   max_group_size=rng.choice([3, 5]))
+
+
+def placed(cluster: Cluster, jobs: list[Job]) -> PlanState:
+    planner, state = Planner(), PlanState(cluster)
+    for job in jobs:
+        d = planner.decide(state, job)
+        assert d.placement is not None
+        state.apply(job, d.placement)
+    return state
+
+
+def check_feasible(state: PlanState, jobs: list[Job]) -> None:
+    cluster, gpn = state.cluster, state.cluster.gpus_per_node
+    assert sorted(state.job_group) == sorted(j.job_id for j in jobs)
+    seen = {p: set() for p in POOLS}
+    for group in state.groups.values():
+        members = group.members
+        assert 1 <= len(members) <= cluster.max_group_size
+        assert all(state.job_group[m.job.job_id] == group.group_id for m in members)
+        for pool in POOLS:
+            assert not seen[pool] & set(group.nodes(pool))  # groups share no node
+            seen[pool] |= set(group.nodes(pool))
+            for node in group.nodes(pool):
+                assert any(node in m.nodes(pool) for m in members)
+                assert group.mem_used(node, pool) <= state.capacity(pool, node)
+        for m in members:
+            for pool in POOLS:
+                assert len(set(m.nodes(pool))) == m.job.nodes(pool, gpn)
+                assert set(m.nodes(pool)) <= set(group.nodes(pool))
+        for size in range(1, len(members) + 1):
+            for keep in itertools.combinations(members, size):
+                a = analyze([state.profile(m) for m in keep])
+                for m in keep:
+                    assert a.slowdown[m.job.job_id] <= m.job.slo * (1 + SLO_EPS)
+        a = analyze([state.profile(m) for m in members])
+        for m in members:
+            if m.job.iterations is not None and len(members) > 1:  # alone, a job never waits
+                mean = a.iteration_s[m.job.job_id] + a.period / m.job.iterations
+                assert mean <= m.job.slo * m.job.t_solo * (1 + SLO_EPS)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6), st.integers(4, 8), st.sampled_from([2, 3]))
+def test_improve_lowers_cost_keeps_every_constraint_and_never_beats_the_optimum(seed, n, max_groups):
+    rng = random.Random(seed)
+    cluster = make_cluster(rng)
+    jobs = make_jobs(rng, n)
+    state = placed(cluster, jobs)
+    before = state.cost_per_hour()
+    result = improve(state, max_groups=max_groups)
+    assert result.cost_before == pytest.approx(before)
+    assert result.cost_after == pytest.approx(state.cost_per_hour()) and result.cost_after <= before + 1e-9
+    assert result.local_optimum and not result.skipped
+    for move in result.moves:
+        assert move.cost_after < move.cost_before
+        assert sorted(j for _, js in move.before for j in js) == sorted(j for _, js in move.after for j in js)
+    assert before - sum(m.cost_before - m.cost_after for m in result.moves) == pytest.approx(result.cost_after)
+    check_feasible(state, jobs)
+    assert result.cost_after >= solve(cluster, jobs, robust=True).cost_per_hour - 1e-9
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_local_optimum_has_no_cheaper_pair_of_groups(seed):
+    """The contract of a local optimum, re-checked with the exact solver pair by pair
+    (long-running jobs, so that no start-up allowance vetoes a cheaper pair)."""
+    rng = random.Random(seed)
+    cluster = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs = [replace(j, iterations=None) for j in make_jobs(rng, 9)]
+    state = placed(cluster, jobs)
+    assert improve(state, max_groups=2).local_optimum
+    for a, b in itertools.combinations(list(state.groups.values()), 2):
+        union = sorted((m.job for g in (a, b) for m in g.members), key=lambda j: j.arrival_s)
+        if len(union) <= 10:
+            pair = a.cost_per_hour(cluster) + b.cost_per_hour(cluster)
+            assert solve(cluster, union, robust=True).cost_per_hour >= pair - 1e-6
+
+
+def test_regrouping_finds_what_arrival_order_missed():
+    """On arrival b joins a on a second rollout node; c and d then fit neither a's group
+    nor each other, so arrival order ends with three groups. Pairing b with c and a
+    with d needs two groups of one node per pool each: the optimum."""
+    cluster = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs = [Job("a", 80.0, 80.0, slo=2.0, arrival_s=0.0), Job("b", 40.0, 20.0, slo=1.5, arrival_s=1.0),
+            Job("c", 20.0, 60.0, slo=1.5, arrival_s=2.0), Job("d", 20.0, 100.0, slo=1.5, arrival_s=3.0)]
+    state = placed(cluster, jobs)
+    assert [[m.job.job_id for m in g.members] for g in state.groups.values()] == [["a", "b"], ["c"], ["d"]]
+    result = improve(state)
+    assert sorted([m.job.job_id for m in g.members] for g in state.groups.values()) == [["a", "d"], ["b", "c"]]
+    assert result.cost_after == pytest.approx(solve(cluster, jobs, robust=True).cost_per_hour)
+    assert result.cost_after == pytest.approx(2 * (cluster.node_price("rollout") + cluster.node_price(TRAIN)))
+    check_feasible(state, jobs)
+
+
+def test_bounded_pools_keep_their_inventory():
+    rng = random.Random(7)
+    jobs = make_jobs(rng, 8)
+    cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=12), train=PoolSpec("H800", 5.28, nodes=9),
+                      switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    state = placed(cluster, jobs)
+    improve(state)
+    check_feasible(state, jobs)
+    for pool, total in ((p, cluster.pool(p).nodes) for p in POOLS):
+        used = {n for g in state.groups.values() for n in g.nodes(pool)}
+        assert used <= {f"{'R' if pool != TRAIN else 'T'}{i}" for i in range(total)}
+        assert len(used) + state.free_count(pool) == total
+
+
+def test_mixed_node_memory_is_left_alone():
+    nodes = (NodeSpec("big", 2048.0), NodeSpec("small", 1024.0))
+    cluster = Cluster(rollout=PoolSpec("H20", 1.85, 2048.0, nodes=2, node_list=nodes))
+    jobs = make_jobs(random.Random(3), 3)
+    state = placed(replace(cluster), jobs)
+    groups = {g: [m.job.job_id for m in grp.members] for g, grp in state.groups.items()}
+    result = improve(state)
+    assert "different host memory" in result.skipped and not result.moves
+    assert {g: [m.job.job_id for m in grp.members] for g, grp in state.groups.items()} == groups
+
+
+def test_solve_limit_stops_the_search():
+    rng = random.Random(11)
+    jobs = make_jobs(rng, 9)
+    state = placed(Cluster(), jobs)
+    seen = []
+    result = improve(state, max_solves=1, on_solve=lambda n, cost: seen.append(n))
+    assert result.solves == 1 and seen == [1]
+    assert not result.local_optimum or len(state.groups) < 2
+    with pytest.raises(ValueError, match="max_groups"):
+        improve(state, max_groups=1)
