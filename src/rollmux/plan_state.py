@@ -39,6 +39,31 @@ class Release:
     group_closed: bool
 
 
+@dataclass(slots=True, frozen=True)
+class NodeEntry:
+    """One node of a group as placement reads it: which members it holds, memory used and capacity."""
+
+    node: str
+    members: tuple[str, ...]  # job ids pinned to it, sorted
+    used_gb: float
+    capacity_gb: float
+
+
+@dataclass(slots=True, frozen=True)
+class GroupView:
+    """What the planner reads about a group on every arrival, computed once per change.
+
+    ``share[n]`` is the node's load at its members' SLO rates:
+    sum over members k on n of (k's phase on n's pool) / (SLO_k * T_solo_k), in the order
+    members and their nodes are listed (admission order, rollout before training).
+    """
+
+    profiles: tuple[MemberProfile, ...]
+    slo: dict[str, float]
+    share: dict[str, float]
+    nodes: dict[str, tuple[NodeEntry, ...]]  # pool -> the group's nodes of that pool, in group order
+
+
 @dataclass(slots=True)
 class PlanState:
     cluster: Cluster
@@ -48,6 +73,7 @@ class PlanState:
     _minted: dict[str, int] = field(default_factory=lambda: {ROLLOUT: 0, TRAIN: 0})
     _next_group: int = 0
     _analysis: dict[str, GroupAnalysis] = field(default_factory=dict)
+    _views: dict[str, GroupView] = field(default_factory=dict)
     _listed: dict[str, tuple[str, int, float]] = field(default_factory=dict)  # node -> (pool, index, GB)
 
     def __post_init__(self) -> None:
@@ -153,6 +179,31 @@ class PlanState:
             self._analysis[group_id] = cached
         return cached
 
+    def view(self, group_id: str) -> GroupView:
+        """The group's planning view (profiles, SLOs, node shares and residency), cached until it changes."""
+        cached = self._views.get(group_id)
+        if cached is None:
+            group = self.groups[group_id]
+            profiles = tuple(self.profile(m) for m in group.members)
+            share: dict[str, float] = {}
+            for m, p in zip(group.members, profiles):
+                limit = m.job.slo * p.t_solo
+                for node in p.rollout_nodes:
+                    share[node] = share.get(node, 0.0) + p.t_roll / limit
+                for node in p.train_nodes:
+                    share[node] = share.get(node, 0.0) + p.t_train / limit
+            nodes = {}
+            for pool in POOLS:
+                entries = []
+                for node in group.nodes(pool):
+                    on = [m for m in group.members if node in m.nodes(pool)]
+                    entries.append(NodeEntry(node, tuple(sorted(m.job.job_id for m in on)),
+                                             sum(m.job.mem(pool) for m in on), self.capacity(pool, node)))
+                nodes[pool] = tuple(entries)
+            cached = GroupView(profiles, {m.job.job_id: m.job.slo for m in group.members}, share, nodes)
+            self._views[group_id] = cached
+        return cached
+
     def cost_per_hour(self) -> float:
         return sum(g.cost_per_hour(self.cluster) for g in self.groups.values())
 
@@ -185,6 +236,7 @@ class PlanState:
         group.members.append(Member(job, placement.rollout_nodes, placement.train_nodes))
         self.job_group[job.job_id] = gid
         self._analysis.pop(gid, None)
+        self._views.pop(gid, None)
         return gid
 
     def release(self, job_id: str) -> Release:
@@ -208,4 +260,5 @@ class PlanState:
         if closed:
             del self.groups[group.group_id]
         self._analysis.pop(group.group_id, None)
+        self._views.pop(group.group_id, None)
         return Release(job_id, group.group_id, tuple(released), closed)

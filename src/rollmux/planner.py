@@ -123,17 +123,23 @@ class Decision:
 
 @dataclass(slots=True, frozen=True)
 class _Option:
-    """A candidate before evaluation; for an existing group, with the members it would
-    have (admission order, newcomer last), their SLOs and its busiest node's demand."""
+    """A candidate before evaluation, with its busiest node's demand at SLO rates (for an
+    existing group; the members it would have are built only if it is evaluated)."""
 
     kind: str
     group: Group | None
     placement: Placement
     cost: float
     rank: int
-    members: list[MemberProfile] | None = None
-    slo: dict[str, float] | None = None
     peak: tuple[str, float] = ("", 0.0)
+
+    def members(self, state: PlanState, job: Job) -> list[MemberProfile]:
+        """The group's members after the move, admission order, newcomer last."""
+        view = state.view(self.group.group_id)
+        return [*view.profiles, state.profile(Member(job, self.placement.rollout_nodes, self.placement.train_nodes))]
+
+    def slo(self, state: PlanState, job: Job) -> dict[str, float]:
+        return {**state.view(self.group.group_id).slo, job.job_id: job.slo}
 
 
 class Planner:
@@ -205,7 +211,7 @@ class Planner:
             if opt.kind != PACK:
                 continue
             cand = self._evaluate(state, job, opt)
-            if cand.verdict == "feasible" and analyze(opt.members).iteration_s[job_id] * remaining <= spare_s:
+            if cand.verdict == "feasible" and analyze(opt.members(state, job)).iteration_s[job_id] * remaining <= spare_s:
                 chosen = Candidate(PACK, cand.group_id, cand.placement, -saving, "chosen",
                                    f"frees {', '.join(freed[ROLLOUT] + freed[TRAIN])}", cand.max_slowdown)
                 return Decision(job_id, "repacked", opt.placement, -saving, (chosen,))
@@ -231,9 +237,9 @@ class Planner:
             rejected.append(Candidate(PACK, group.group_id, None, 0.0, "rejected", f"residency: {train_full}"))
             return
         price_r = state.cluster.node_price(ROLLOUT)
-        base = [state.profile(m) for m in group.members]
-        slo = {m.job.job_id: m.job.slo for m in group.members}
-        slo[job.job_id] = job.slo
+        share = state.view(group.group_id).share
+        limit = job.slo * job.t_solo
+        share_r, share_t = job.t_roll_s / limit, job.t_train_s / limit
         for m in range(0, need[ROLLOUT] + 1):
             k = need[ROLLOUT] - m
             if k > len(group.rollout_nodes):
@@ -249,11 +255,11 @@ class Planner:
                 rejected.append(Candidate(kind, group.group_id, None, m * price_r, "rejected", f"residency: {roll_full}"))
                 continue
             for roll in roll_choices:
+                roll = roll + new_ids
                 for train in train_choices:
-                    placement = Placement(group.group_id, roll + new_ids, train, new_rollout=new_ids)
-                    members = base + [state.profile(Member(job, placement.rollout_nodes, train))]
-                    options.append(_Option(kind, group, placement, m * price_r, len(options), members, slo,
-                                           _peak_demand(members, slo)))
+                    placement = Placement(group.group_id, roll, train, new_rollout=new_ids)
+                    options.append(_Option(kind, group, placement, m * price_r, len(options),
+                                           _peak_demand(share, roll, share_r, train, share_t)))
 
     @staticmethod
     def _new_group_option(state: PlanState, job: Job, need: dict[str, int], rank: int) -> _Option | None:
@@ -309,11 +315,11 @@ class Planner:
         if opt.group is None:
             util = _cost_weighted(state, _solo_analysis(state, job, opt.placement), 1, 1)
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", 1.0, util)
-        members, slo = opt.members, opt.slo
         node, peak = opt.peak
         if peak > 1.0 + SLO_EPS:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
                              f"SLO bound: node {node} would need {peak:.2f}x its time at the members' SLO rates")
+        members, slo = opt.members(state, job), opt.slo(state, job)
         a = analyze(members)
         worst = max(a.slowdown.values())
         miss = _slo_miss(a, slo) or _startup_miss(a, [m.job for m in opt.group.members] + [job])
@@ -326,22 +332,23 @@ class Planner:
         return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", worst, util)
 
 
-def _peak_demand(members: list[MemberProfile], slo: dict[str, float]) -> tuple[str, float]:
+def _peak_demand(share: dict[str, float], roll: tuple[str, ...], share_r: float, train: tuple[str, ...],
+                 share_t: float) -> tuple[str, float]:
     """The busiest node at SLO rates: a necessary condition checked before the analysis.
 
     Over a long window W a node n is busy at most W, and member k runs its phase d_k(n)
     there once per iteration, W / iter_k times. If every member met its SLO,
     iter_k <= SLO_k * T_solo_k, so  sum_{k on n} d_k(n) / (SLO_k * T_solo_k) <= 1  must hold
-    on every node. Switch seconds are left out, which keeps the bound safe. Returns the
-    node with the largest left-hand side and that value.
+    on every node. Switch seconds are left out, which keeps the bound safe. ``share`` is
+    that sum for the group's current members (``PlanState.view``); the newcomer adds
+    ``share_r`` on its rollout nodes ``roll`` and ``share_t`` on its training nodes
+    ``train``. Returns the node with the largest left-hand side and that value.
     """
-    demand: dict[str, float] = {}
-    for m in members:
-        limit = slo[m.job_id] * m.t_solo
-        for node in m.rollout_nodes:
-            demand[node] = demand.get(node, 0.0) + m.t_roll / limit
-        for node in m.train_nodes:
-            demand[node] = demand.get(node, 0.0) + m.t_train / limit
+    demand = dict(share)
+    for node in roll:
+        demand[node] = demand.get(node, 0.0) + share_r
+    for node in train:
+        demand[node] = demand.get(node, 0.0) + share_t
     return max(demand.items(), key=lambda kv: kv[1])
 
 
@@ -411,14 +418,11 @@ def node_choices(state: PlanState, group: Group, pool: str, k: int, mem: float) 
         return [()], ""
     classes: dict[tuple[str, ...], list[str]] = {}
     full = ""
-    for node in group.nodes(pool):
-        used = group.mem_used(node, pool)
-        cap = state.capacity(pool, node)
-        if used + mem > cap:
-            full = full or f"node {node}: {used:.1f} + {mem:.1f} > {cap:.0f} GB"
+    for entry in state.view(group.group_id).nodes[pool]:
+        if entry.used_gb + mem > entry.capacity_gb:
+            full = full or f"node {entry.node}: {entry.used_gb:.1f} + {mem:.1f} > {entry.capacity_gb:.0f} GB"
             continue
-        sig = tuple(sorted(m.job.job_id for m in group.members if node in m.nodes(pool)))
-        classes.setdefault(sig, []).append(node)
+        classes.setdefault(entry.members, []).append(entry.node)
     buckets = list(classes.values())
     out: list[tuple[str, ...]] = []
 
