@@ -123,15 +123,14 @@ class Decision:
 
 @dataclass(slots=True, frozen=True)
 class _Option:
-    """A candidate before evaluation, with its busiest node's demand at SLO rates (for an
-    existing group; the members it would have are built only if it is evaluated)."""
+    """A candidate before evaluation; what it implies for an existing group (members,
+    SLOs, busiest node) is worked out only if it is evaluated."""
 
     kind: str
     group: Group | None
     placement: Placement
     cost: float
     rank: int
-    peak: tuple[str, float] = ("", 0.0)
 
     def members(self, state: PlanState, job: Job) -> list[MemberProfile]:
         """The group's members after the move, admission order, newcomer last."""
@@ -237,9 +236,6 @@ class Planner:
             rejected.append(Candidate(PACK, group.group_id, None, 0.0, "rejected", f"residency: {train_full}"))
             return
         price_r = state.cluster.node_price(ROLLOUT)
-        share = state.view(group.group_id).share
-        limit = job.slo * job.t_solo
-        share_r, share_t = job.t_roll_s / limit, job.t_train_s / limit
         for m in range(0, need[ROLLOUT] + 1):
             k = need[ROLLOUT] - m
             if k > len(group.rollout_nodes):
@@ -258,8 +254,7 @@ class Planner:
                 roll = roll + new_ids
                 for train in train_choices:
                     placement = Placement(group.group_id, roll, train, new_rollout=new_ids)
-                    options.append(_Option(kind, group, placement, m * price_r, len(options),
-                                           _peak_demand(share, roll, share_r, train, share_t)))
+                    options.append(_Option(kind, group, placement, m * price_r, len(options)))
 
     @staticmethod
     def _new_group_option(state: PlanState, job: Job, need: dict[str, int], rank: int) -> _Option | None:
@@ -315,7 +310,7 @@ class Planner:
         if opt.group is None:
             util = _cost_weighted(state, _solo_analysis(state, job, opt.placement), 1, 1)
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", 1.0, util)
-        node, peak = opt.peak
+        node, peak = _peak_demand(state.view(gid).share, job, opt.placement)
         if peak > 1.0 + SLO_EPS:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
                              f"SLO bound: node {node} would need {peak:.2f}x its time at the members' SLO rates")
@@ -332,22 +327,23 @@ class Planner:
         return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", worst, util)
 
 
-def _peak_demand(share: dict[str, float], roll: tuple[str, ...], share_r: float, train: tuple[str, ...],
-                 share_t: float) -> tuple[str, float]:
+def _peak_demand(share: dict[str, float], job: Job, placement: Placement) -> tuple[str, float]:
     """The busiest node at SLO rates: a necessary condition checked before the analysis.
 
     Over a long window W a node n is busy at most W, and member k runs its phase d_k(n)
     there once per iteration, W / iter_k times. If every member met its SLO,
     iter_k <= SLO_k * T_solo_k, so  sum_{k on n} d_k(n) / (SLO_k * T_solo_k) <= 1  must hold
     on every node. Switch seconds are left out, which keeps the bound safe. ``share`` is
-    that sum for the group's current members (``PlanState.view``); the newcomer adds
-    ``share_r`` on its rollout nodes ``roll`` and ``share_t`` on its training nodes
-    ``train``. Returns the node with the largest left-hand side and that value.
+    that sum for the group's current members (``PlanState.view``); the newcomer ``job``
+    adds its own share on the nodes of ``placement``. Returns the node with the largest
+    left-hand side and that value.
     """
     demand = dict(share)
-    for node in roll:
+    limit = job.slo * job.t_solo
+    share_r, share_t = job.t_roll_s / limit, job.t_train_s / limit
+    for node in placement.rollout_nodes:
         demand[node] = demand.get(node, 0.0) + share_r
-    for node in train:
+    for node in placement.train_nodes:
         demand[node] = demand.get(node, 0.0) + share_t
     return max(demand.items(), key=lambda kv: kv[1])
 
