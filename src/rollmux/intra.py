@@ -1,7 +1,8 @@
 """Intra-group analysis: what the execution rule does to a group in steady state.
 
 Given the members of a group (phase durations, pinning, switch seconds), ``analyze``
-runs the execution rule of ``rollmux.execution`` from the moment every member is ready
+runs a specialised copy of the execution rule of ``rollmux.execution`` (checked against
+``GroupExecutor`` by tests/test_intra_kernel.py) from the moment every member is ready
 for rollout, until the group's state repeats, and reports:
 
 * ``t_cycle``  = max_j (T_roll_j + T_train_j): the longest solo iteration;
@@ -25,15 +26,16 @@ member's rate is measured over the second half of the run instead.
 
 Results are memoized on the group's shape (durations, pinning pattern with nodes
 renamed by first use, switch seconds): the planner asks about the same shapes again
-and again. The memo is bounded.
+and again. The memo is bounded, as is the one of each pinning pattern's bit masks.
 """
 from __future__ import annotations
 
 import heapq
+from bisect import insort
 from dataclasses import dataclass
-from typing import Sequence
+from operator import itemgetter
+from typing import NamedTuple, Sequence
 
-from rollmux.execution import GroupExecutor
 from rollmux.model import POOLS, ROLLOUT, TRAIN
 
 MAX_ITERATIONS = 60
@@ -156,82 +158,171 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
     )
 
 
-def _ticks(seconds: float) -> int:
-    return round(seconds * TICKS_PER_S)
+class _Layout(NamedTuple):
+    """What a group's pinning pattern fixes, per phase slot ``s = 2 i + pool`` (pool 0: rollout).
+
+    Nodes are bits of ``mask``. Which job each node ran last is one int, bit
+    ``node * n + i`` set when member i was the last on that node: a phase ending on slot
+    s sets that node field to i with ``last & keep[s] | own[s]``; it pays its switch
+    when ``last & others[s]``, i.e. one of its nodes last ran another member.
+    """
+
+    shift: int  # slot bits: a heap or queue entry is ``time << shift | slot``
+    mask: list[int]
+    own: list[int]
+    others: list[int]
+    keep: list[int]
+    names: list[tuple[str, ...]]
+    pools: tuple[str, ...]
+    nodes: list[int]  # nodes per slot
+    pool_sizes: tuple[int, int]
+
+
+_layouts: dict[tuple, _Layout] = {}
+_pins = itemgetter(2, 3)
+
+
+def _layout(pins: tuple) -> _Layout:
+    n = len(pins)
+    node_count = 1 + max((x for member in pins for nodes in member for x in nodes), default=-1)
+    member_bits = (1 << n) - 1
+    all_fields = (1 << (node_count * n)) - 1
+    mask, own, others, keep, names, counts = [], [], [], [], [], []
+    pool_masks = [0, 0]
+    for i, member in enumerate(pins):
+        for p, nodes in enumerate(member):
+            m = mine = fields = 0
+            for x in nodes:
+                m |= 1 << x
+                mine |= 1 << (x * n + i)
+                fields |= member_bits << (x * n)
+            pool_masks[p] |= m
+            mask.append(m)
+            own.append(mine)
+            others.append(fields ^ mine)
+            keep.append(all_fields ^ fields)
+            names.append(tuple(map(str, nodes)))
+            counts.append(len(nodes))
+    return _Layout((2 * n - 1).bit_length(), mask, own, others, keep, names, POOLS * n, counts,
+                   (pool_masks[0].bit_count(), pool_masks[1].bit_count()))
 
 
 def _simulate(key: tuple) -> _Shape:
-    """Run the rule in integer microsecond ticks, so that a repeated state is seen exactly."""
+    """Run the rule in integer microsecond ticks, so that a repeated state is seen exactly.
+
+    A specialised copy of ``GroupExecutor`` (checked against it by
+    tests/test_intra_kernel.py): member i is job ``str(i)``, admitted i-th, so FCFS ties
+    break by index. Running phases are a heap of ``end << shift | slot``; the two queues
+    are one sorted list of ``ready << shift | slot``, training entries offset by ``train``
+    so that the rollout queue comes first. A phase ending at ``e`` requeues its member's
+    other phase as ``e + requeue[slot]``. The state seen at a snapshot (heap and queue
+    relative to now, ``last``) is equal exactly when ``GroupExecutor``'s is. Durations
+    and switch seconds are >= 0 (the job contract), so time never goes back.
+    """
     n = len(key)
-    ex = GroupExecutor()
-    ids = [str(i) for i in range(n)]
-    index = {job_id: i for i, job_id in enumerate(ids)}
-    push, pop = heapq.heappush, heapq.heappop
-    for i, (_, _, r, t, sr, st) in enumerate(key):
-        ex.admit(ids[i], tuple(str(x) for x in r), tuple(str(x) for x in t), 0, _ticks(sr), _ticks(st))
-    dur = [{ROLLOUT: _ticks(k[0]), TRAIN: _ticks(k[1])} for k in key]
-    pool_nodes = {pool: {x for k in key for x in (k[2] if pool == ROLLOUT else k[3])} for pool in POOLS}
-    anchor = max(range(n), key=lambda i: (dur[i][ROLLOUT] + dur[i][TRAIN], -i))
-    done = [0] * n
+    pins = tuple(map(_pins, key))
+    layout = _layouts.get(pins)
+    if layout is None:
+        if len(_layouts) >= _MEMO_LIMIT:
+            _layouts.clear()
+        layout = _layouts[pins] = _layout(pins)
+    shift, mask, own, others, keep, names, pools, _, _ = layout
+    low = (1 << shift) - 1
+    length = []
+    switch = []
+    for k in key:
+        length += (round(k[0] * TICKS_PER_S), round(k[1] * TICKS_PER_S))
+        switch += (round(k[4] * TICKS_PER_S), round(k[5] * TICKS_PER_S))
+    switched = [d + sw for d, sw in zip(length, switch)]
+    anchor = 0
+    for s in range(2, 2 * n, 2):
+        if length[s] + length[s + 1] > length[anchor] + length[anchor + 1]:
+            anchor = s
+    step_limit = 4 * MAX_ITERATIONS * n + 100
+    # times stay below horizon (a step advances by at most one phase), so the training
+    # entries, offset by train, sort after every rollout entry
+    horizon = (step_limit + 2) * (max(length) + max(switch) + 1)
+    train = 1 << (horizon.bit_length() + shift)
+    requeue = [train + 1, -1] * n
+    queue = list(range(0, 2 * n, 2))
+    running: list[int] = []
     spans: list[tuple[int, str, tuple[str, ...], int, int, int]] = []
-    seen: dict[tuple, tuple[int, tuple[int, ...], int]] = {}
-    heap: list[tuple[int, int, str]] = []  # (end, member, pool)
-    now = 0
-    steps = 0
-    starts0 = 0
-    while True:
-        grants = ex.dispatch(now)
-        snap = False
-        for g in grants:
-            i = index[g.job_id]
-            end = now + g.switch_s + dur[i][g.pool]
-            push(heap, (end, i, g.pool))
-            spans.append((i, g.pool, g.nodes, now, g.switch_s, end))
-            if i == anchor and g.pool == ROLLOUT:
+    append = spans.append
+    push, pop = heapq.heappush, heapq.heappop
+    seen: dict[tuple, tuple[int, int, int]] = {}
+    busy = last = now = starts0 = 0
+    snap_step = -1
+    for step in range(step_limit + 1):
+        if step:  # apply every completion at the next instant (a dispatch leaves one running)
+            e = pop(running)
+            now = e >> shift
+            limit = e | low
+            while True:
+                s = e & low
+                busy ^= mask[s]
+                last = last & keep[s] | own[s]
+                insort(queue, e + requeue[s])
+                if not running or running[0] > limit:
+                    break
+                e = pop(running)
+        first = len(spans)
+        for e in queue[:]:  # dispatch: rollout queue, then training queue, FCFS, no blocking
+            s = e & low
+            m = mask[s]
+            if busy & m:
+                continue
+            busy |= m
+            queue.remove(e)
+            if last & others[s]:  # one of its nodes last ran another member
+                sw = switch[s]
+                end = now + switched[s]
+            else:
+                sw = 0
+                end = now + length[s]
+            push(running, end << shift | s)
+            append((s >> 1, pools[s], names[s], now, sw, end))
+            if s == anchor:
                 starts0 += 1
-                snap = True
-        if snap:
-            state = _state(ex, heap, now)
+                snap_step = step
+        # (the anchor's first start, before any phase ended, can't recur: at the later
+        # ones its rollout nodes have a last job)
+        if snap_step == step and (last or not mask[anchor]):
+            rel = (now << shift).__rsub__
+            state = (*sorted(map(rel, running)), None, *map(rel, queue), last)
             prev = seen.get(state)
             if prev is not None:
-                t0, done0, span0 = prev
-                iters = tuple(done[i] - done0[i] for i in range(n))
-                window = [s for s in spans[span0:] if s[3] < now]
-                return _finish(now - t0, iters, window, t0, dur, pool_nodes)
-            seen[state] = (now, tuple(done), len(spans) - len(grants))
+                t0, span0, mark0 = prev
+                # running phases match, so each member ended as many trainings as it started
+                iters = [0] * n
+                for span in spans[mark0:]:
+                    if span[1] == TRAIN:
+                        iters[span[0]] += 1
+                while first > span0 and spans[first - 1][3] == now:  # a zero-length phase ran at now
+                    first -= 1
+                return _finish(now - t0, iters, spans[span0:first], t0, length, layout)
+            seen[state] = (now, first, len(spans))
             if starts0 > MAX_ITERATIONS:
                 break
-        if not heap:
-            break
-        steps += 1
-        if steps > 4 * MAX_ITERATIONS * n + 100:
-            break
-        now = heap[0][0]
-        while heap and heap[0][0] == now:
-            _, i, pool = pop(heap)
-            ex.finish(ids[i], now)
-            if pool == TRAIN:
-                done[i] += 1
-    return _fallback(spans, now, n, dur, pool_nodes)
+    return _fallback(spans, now, n, length, layout)
 
 
-def _state(ex: GroupExecutor, heap: list, now: int) -> tuple:
-    running = tuple(sorted((i, pool, end - now) for end, i, pool in heap))
-    queues = tuple(tuple((j, ready - now) for ready, _, j in ex.queue_entries(pool)) for pool in POOLS)
-    return running, queues, tuple(sorted(ex.last_jobs().items()))
-
-
-def _finish(period_ticks, iters, window, t0, dur, pool_nodes) -> _Shape:
+def _finish(period_ticks, iters, window, t0, length, layout) -> _Shape:
     period = period_ticks / TICKS_PER_S
-    iteration = tuple(period / k if k > 0 else float("inf") for k in iters)
-    util = []
-    for pool in POOLS:
-        busy = sum(dur[i][pool] * len(nodes) for i, p, nodes, *_ in window if p == pool)
-        util.append(busy / (len(pool_nodes[pool]) * period_ticks) if period_ticks > 0 else 0.0)
-    return _Shape(period, iteration, (util[0], util[1]), window, t0)
+    iteration = tuple([period / k if k > 0 else float("inf") for k in iters])
+    nodes = layout.nodes
+    roll = train = 0
+    for span in window:
+        s = 2 * span[0]
+        if span[1] == ROLLOUT:
+            roll += length[s] * nodes[s]
+        else:
+            train += length[s + 1] * nodes[s + 1]
+    rolls, trains = layout.pool_sizes
+    util = (roll / (rolls * period_ticks), train / (trains * period_ticks)) if period_ticks > 0 else (0.0, 0.0)
+    return _Shape(period, iteration, util, window, t0)
 
 
-def _fallback(spans, now, n, dur, pool_nodes) -> _Shape:
+def _fallback(spans, now, n, length, layout) -> _Shape:
     """No repeat found: measure each member's rate over the second half of the run.
 
     A member's iteration time is the mean gap between its training ends in that half;
@@ -243,6 +334,6 @@ def _fallback(spans, now, n, dur, pool_nodes) -> _Shape:
     for i, pool, _, _, _, end in window:
         if pool == TRAIN:
             ends[i].append(end)
-    shape = _finish(now - half, (0,) * n, window, half, dur, pool_nodes)
+    shape = _finish(now - half, (0,) * n, window, half, length, layout)
     iteration = tuple((e[-1] - e[0]) / (len(e) - 1) / TICKS_PER_S if len(e) > 1 else float("inf") for e in ends)
     return _Shape(shape.period, iteration, shape.utilization, shape.window, shape.t0)

@@ -1,0 +1,230 @@
+"""``intra._simulate`` (a specialised kernel) against the rule of ``GroupExecutor``.
+
+``oracle`` is the analysis as it was written on top of ``GroupExecutor`` (intra's former
+``_simulate``, ``_state``, ``_finish`` and ``_fallback``): same anchor, snapshots,
+iteration and step limits, window and fallback. The kernel must return exactly the
+same ``_Shape`` (period, iteration times, utilizations, window tuples, t0) for every
+group, including the fallback path and switch costs.
+"""
+from __future__ import annotations
+
+import heapq
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rollmux import intra
+from rollmux.execution import GroupExecutor
+from rollmux.intra import MAX_ITERATIONS, TICKS_PER_S, MemberProfile, _Shape
+from rollmux.model import POOLS, ROLLOUT, TRAIN
+
+
+def _ticks(seconds: float) -> int:
+    return round(seconds * TICKS_PER_S)
+
+
+def oracle(key: tuple) -> _Shape:
+    """The steady state found by running ``GroupExecutor`` itself."""
+    n = len(key)
+    ex = GroupExecutor()
+    ids = [str(i) for i in range(n)]
+    index = {job_id: i for i, job_id in enumerate(ids)}
+    push, pop = heapq.heappush, heapq.heappop
+    for i, (_, _, r, t, sr, st_) in enumerate(key):
+        ex.admit(ids[i], tuple(str(x) for x in r), tuple(str(x) for x in t), 0, _ticks(sr), _ticks(st_))
+    dur = [{ROLLOUT: _ticks(k[0]), TRAIN: _ticks(k[1])} for k in key]
+    pool_nodes = {pool: {x for k in key for x in (k[2] if pool == ROLLOUT else k[3])} for pool in POOLS}
+    anchor = max(range(n), key=lambda i: (dur[i][ROLLOUT] + dur[i][TRAIN], -i))
+    done = [0] * n
+    spans: list[tuple[int, str, tuple[str, ...], int, int, int]] = []
+    seen: dict[tuple, tuple[int, tuple[int, ...], int]] = {}
+    heap: list[tuple[int, int, str]] = []  # (end, member, pool)
+    now = 0
+    steps = 0
+    starts0 = 0
+    while True:
+        grants = ex.dispatch(now)
+        snap = False
+        for g in grants:
+            i = index[g.job_id]
+            end = now + g.switch_s + dur[i][g.pool]
+            push(heap, (end, i, g.pool))
+            spans.append((i, g.pool, g.nodes, now, g.switch_s, end))
+            if i == anchor and g.pool == ROLLOUT:
+                starts0 += 1
+                snap = True
+        if snap:
+            state = _state(ex, heap, now)
+            prev = seen.get(state)
+            if prev is not None:
+                t0, done0, span0 = prev
+                iters = tuple(done[i] - done0[i] for i in range(n))
+                window = [s for s in spans[span0:] if s[3] < now]
+                return _finish(now - t0, iters, window, t0, dur, pool_nodes)
+            seen[state] = (now, tuple(done), len(spans) - len(grants))
+            if starts0 > MAX_ITERATIONS:
+                break
+        if not heap:
+            break
+        steps += 1
+        if steps > 4 * MAX_ITERATIONS * n + 100:
+            break
+        now = heap[0][0]
+        while heap and heap[0][0] == now:
+            _, i, pool = pop(heap)
+            ex.finish(ids[i], now)
+            if pool == TRAIN:
+                done[i] += 1
+    return _fallback(spans, now, n, dur, pool_nodes)
+
+
+def _state(ex: GroupExecutor, heap: list, now: int) -> tuple:
+    running = tuple(sorted((i, pool, end - now) for end, i, pool in heap))
+    queues = tuple(tuple((j, ready - now) for ready, _, j in ex.queue_entries(pool)) for pool in POOLS)
+    return running, queues, tuple(sorted(ex.last_jobs().items()))
+
+
+def _finish(period_ticks, iters, window, t0, dur, pool_nodes) -> _Shape:
+    period = period_ticks / TICKS_PER_S
+    iteration = tuple(period / k if k > 0 else float("inf") for k in iters)
+    util = []
+    for pool in POOLS:
+        busy = sum(dur[i][pool] * len(nodes) for i, p, nodes, *_ in window if p == pool)
+        util.append(busy / (len(pool_nodes[pool]) * period_ticks) if period_ticks > 0 else 0.0)
+    return _Shape(period, iteration, (util[0], util[1]), window, t0)
+
+
+def _fallback(spans, now, n, dur, pool_nodes) -> _Shape:
+    half = now // 2
+    window = [s for s in spans if s[3] >= half and s[5] <= now]
+    ends: list[list[int]] = [[] for _ in range(n)]
+    for i, pool, _, _, _, end in window:
+        if pool == TRAIN:
+            ends[i].append(end)
+    shape = _finish(now - half, (0,) * n, window, half, dur, pool_nodes)
+    iteration = tuple((e[-1] - e[0]) / (len(e) - 1) / TICKS_PER_S if len(e) > 1 else float("inf") for e in ends)
+    return _Shape(shape.period, iteration, shape.utilization, shape.window, shape.t0)
+
+
+def key_of(members: list[MemberProfile]) -> tuple:
+    """The memo key, built as ``intra.analyze`` builds it (nodes numbered by first use)."""
+    node_index: dict[str, int] = {}
+    parts = []
+    for m in members:
+        r = tuple(node_index.setdefault(x, len(node_index)) for x in m.rollout_nodes)
+        t = tuple(node_index.setdefault(x, len(node_index)) for x in m.train_nodes)
+        parts.append((m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train))
+    return tuple(parts)
+
+
+def assert_same(key: tuple) -> _Shape:
+    want, got = oracle(key), intra._simulate(key)
+    assert got.period == want.period
+    assert got.iteration_s == want.iteration_s
+    assert got.utilization == want.utilization
+    assert got.window == want.window
+    assert got.t0 == want.t0
+    return want
+
+
+def profile(t_roll, t_train, roll, train, sw_roll=0.0, sw_train=0.0, job="j"):
+    return MemberProfile(job, t_roll, t_train, tuple(roll), tuple(train), sw_roll, sw_train)
+
+
+durations = st.one_of(
+    st.sampled_from([10, 20, 30, 45, 60.5] * 4 + [1e-7]),  # ties; now and then 0 ticks
+    st.floats(0.5, 500.0, allow_nan=False),
+)
+switches = st.one_of(st.just(0.0), st.sampled_from([1, 5.5]), st.floats(0.0, 50.0, allow_nan=False))
+
+
+@st.composite
+def members(draw):
+    out = []
+    for j in range(draw(st.integers(1, 5))):
+        roll = draw(st.lists(st.sampled_from(["r0", "r1", "r2"]), min_size=1, max_size=2, unique=True))
+        if draw(st.integers(0, 5)) == 0:
+            train = roll  # co-located: the same nodes in both pools
+        else:
+            train = draw(st.lists(st.sampled_from(["t0", "t1"]), min_size=1, max_size=2, unique=True))
+        out.append(profile(draw(durations), draw(durations), roll, train, draw(switches), draw(switches), str(j)))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(members())
+def test_kernel_matches_group_executor(group):
+    assert_same(key_of(group))
+
+
+def test_single_member_runs_solo():
+    shape = assert_same(key_of([profile(30, 20, ["r0"], ["t0"])]))
+    assert shape.period == 50 and shape.iteration_s == (50.0,)
+
+
+def test_switch_costs_are_charged_on_a_change_of_job():
+    group = [profile(30, 20, ["r0"], ["t0"], 3, 2), profile(25, 15, ["r0"], ["t0"], 4.5, 1)]
+    shape = assert_same(key_of(group))
+    assert any(span[4] > 0 for span in shape.window)
+
+
+def test_switch_costs_with_partly_shared_nodes():
+    group = [profile(30, 20, ["r0", "r1"], ["t0"], 3, 2), profile(25, 15, ["r1"], ["t0", "t1"], 4.5, 1),
+             profile(10, 45, ["r2"], ["t1"], 0.5, 7)]
+    assert_same(key_of(group))
+
+
+def test_co_located_member_excludes_itself_through_its_nodes():
+    group = [profile(30, 20, ["c0"], ["c0"], 2, 2), profile(25, 15, ["c0"], ["t0"], 1, 1)]
+    assert_same(key_of(group))
+
+
+FALLBACKS = {
+    # No repeat within MAX_ITERATIONS starts of the anchor:
+    # two members on disjoint nodes with incommensurate iterations
+    "independent": ((60.5, 87.25856445087754, (0,), (1,), 0, 0), (20, 60.5, (2,), (3,), 0, 0)),
+    # member 0 starves behind the others
+    "starved": ((45, 30, (0, 1), (2, 3), 0, 4.345796135732257), (30, 30, (0,), (2, 3), 0, 4.9498654540001645),
+                (80.0576876843797, 10, (1,), (3, 2), 0, 0), (20, 45, (4, 0), (3,), 0, 0),
+                (70.57478369650768, 30, (0,), (3, 2), 0, 0)),
+    # switch costs on shared nodes
+    "switching": ((30, 10, (0,), (1, 2), 2.298254696365842, 1.310516314013574),
+                  (98.45637102290625, 5.710341826907123, (3, 4), (1, 2), 0, 0),
+                  (30, 20, (4, 3), (1,), 1.1844758260810413, 0), (10, 45, (3, 0), (2,), 3.9340119507316365, 0)),
+    # the step limit: the anchor (member 0) starts once and is never served again
+    "anchor_starved": ((370.4, 80.4, (0, 1), (2, 3), 1.7, 5.9), (103.2, 125.3, (4,), (2,), 1.8, 4.7),
+                       (88.2, 54.2, (5,), (3,), 1.8, 4.7), (29.7, 162.3, (5,), (2,), 1.8, 4.7)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FALLBACKS))
+def test_fallback_when_no_state_repeats(name, monkeypatch):
+    calls = []
+    fallback = intra._fallback
+    monkeypatch.setattr(intra, "_fallback", lambda *a: calls.append(1) or fallback(*a))
+    shape = assert_same(FALLBACKS[name])
+    assert calls, "the kernel found a repeat"
+    if name in ("starved", "anchor_starved"):
+        assert shape.iteration_s[0] == float("inf")
+
+
+@pytest.mark.parametrize("t_roll", [0.0, 1e-7])
+def test_phases_that_round_to_zero_ticks(t_roll):
+    """A phase may end at the instant it starts: that instant is dispatched again."""
+    group = [profile(t_roll, 10, ["r0"], ["t0"]), profile(20, 10, ["r0"], ["t0"]),
+             profile(t_roll, 0.0, ["r1"], ["t0"], 0.0, 2)]
+    assert_same(key_of(group))
+
+
+def test_phase_pinned_to_no_node():
+    group = [profile(30, 20, [], ["t0"], 1, 1), profile(25, 15, ["r0"], ["t0"], 2, 2)]
+    assert_same(key_of(group))
+
+
+def test_repeated_shapes_reuse_the_pinning_layout():
+    key = key_of([profile(30, 20, ["r0"], ["t0"], 3, 2), profile(25, 15, ["r0"], ["t1"], 4.5, 1)])
+    first = assert_same(key)
+    other = ((31, 20) + key[0][2:], key[1])  # same pinning, other durations
+    assert_same(other)
+    assert intra._simulate(key) == first
