@@ -24,7 +24,8 @@ first served a departure can slow the others down, and since every arrival is ch
 this way, every group that departures can leave behind keeps its SLOs. The start-up
 constraint covers the wait of a job joining mid-rotation (and the hold-up its admission
 causes), which matters for short jobs. Before any analysis a necessary condition prunes
-candidates: at SLO rates no node may be busier than all the time (``_peak_demand``).
+candidates: at SLO rates no node may be busier than all the time (``_peak_demand``), and
+in a group on one node per pool the members take turns (``_shared_pair_miss``).
 
 Candidates
 ----------
@@ -69,6 +70,7 @@ _KIND_RANK = {PACK: 0, SCALE: 1, NEW: 2}
 OUTCOME = {PACK: "packed", SCALE: "scaled", NEW: "new-group"}
 TIE_BREAKS = ("first", "best-fit")
 SLO_EPS = 1e-9
+_TICK_SLACK = 1e-4  # seconds; rounding of up to 2 x 5 members' phases to 1 us, with room
 
 
 @dataclass(slots=True, frozen=True)
@@ -315,6 +317,9 @@ class Planner:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
                              f"SLO bound: node {node} would need {peak:.2f}x its time at the members' SLO rates")
         members, slo = opt.members(state, job), opt.slo(state, job)
+        miss = _shared_pair_miss(members, slo)
+        if miss:
+            return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected", miss)
         a = analyze(members)
         worst = max(a.slowdown.values())
         miss = _slo_miss(a, slo) or _startup_miss(a, [m.job for m in opt.group.members] + [job])
@@ -346,6 +351,42 @@ def _peak_demand(share: dict[str, float], job: Job, placement: Placement) -> tup
     for node in placement.train_nodes:
         demand[node] = demand.get(node, 0.0) + share_t
     return max(demand.items(), key=lambda kv: kv[1])
+
+
+def _shared_pair_miss(members: list[MemberProfile], slo: dict[str, float]) -> str:
+    """A second necessary condition, for a group on one rollout node and one training node.
+
+    Claim: there, between two training phases of member A every other member B runs a
+    training phase. Proof: let A's training end at t1; A then queues for rollout. At t1, B
+    is either (a) queued for training: the training node is free at t1 and A is not
+    queued there, so B runs next; (b) queued for rollout since before t1: first come,
+    first served runs B's rollout before A's, so B queues for training first and runs
+    before A's next training; (c) running rollout: A's rollout starts after it ends, so
+    again B queues for training first. (B cannot finish training at t1: one node.) The
+    same holds for rollout phases. So in steady state the members take turns: equal
+    iteration time I, every phase follows another member's on its node and pays its
+    switch seconds, and
+
+        I >= max( max_k (T_roll_k + s_roll_k + T_train_k + s_train_k),
+                  sum_k (T_roll_k + s_roll_k),  sum_k (T_train_k + s_train_k) ).
+
+    If that exceeds some member's SLO_k * T_solo_k, no analysis can pass it. A slack of
+    ``_TICK_SLACK`` seconds covers the analysis' rounding of durations to microseconds.
+    """
+    if len(members) < 2:
+        return ""
+    first = members[0]
+    if len(first.rollout_nodes) != 1 or len(first.train_nodes) != 1 or any(
+            m.rollout_nodes != first.rollout_nodes or m.train_nodes != first.train_nodes for m in members):
+        return ""
+    roll = [m.t_roll + m.switch_roll for m in members]
+    train = [m.t_train + m.switch_train for m in members]
+    period = max(max(r + t for r, t in zip(roll, train)), sum(roll), sum(train))
+    for m in members:
+        if period > slo[m.job_id] * m.t_solo * (1 + SLO_EPS) + _TICK_SLACK:
+            return (f"SLO of job {m.job_id}: at least {period / m.t_solo:.3f} > {slo[m.job_id]:.3f} "
+                    f"(one node per pool: members take turns, iteration >= {period:.1f}s)")
+    return ""
 
 
 def _slo_miss(a: GroupAnalysis, slo: dict[str, float], remaining: str = "") -> str:
