@@ -227,3 +227,18 @@ def test_one_node_per_pool_members_take_turns(phases, slo):
     slos = {m.job_id: slo for m in members}
     if _shared_pair_miss(members, slos):
         assert any(a.slowdown[m.job_id] > slo * (1 + 1e-9) for m in members)
+
+
+def test_repack_keeps_every_target_member_within_its_whole_run_slo():
+    from rollmux.plan_state import Placement
+
+    planner, state = Planner(), PlanState(cluster())
+    a, b = job("a", 100, 20), job("b", 20, 100)
+    state.apply(a, Placement(None, ("R0",), ("T0",), ("R0",), ("T0",)))
+    state.apply(b, Placement(None, ("R1",), ("T1",), ("R1",), ("T1",)))
+    roomy = planner.repack(state, "b", 10, 1e9, progress=lambda k: (500, 1e9))
+    assert roomy is not None and roomy.outcome == "repacked" and roomy.placement.group_id == "g0"
+    assert roomy.marginal_cost < 0  # b's own nodes come back
+    # a has no spare time left: at 500 iterations it must run at solo pace from now on
+    assert planner.repack(state, "b", 10, 1e9, progress=lambda k: (500, 500 * 120.0)) is None
+    assert planner.repack(state, "b", 10, 1e9) is not None  # without progress only b's own time counts

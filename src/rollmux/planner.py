@@ -59,6 +59,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
+from typing import Callable
 
 from rollmux.errors import PlacementError
 from rollmux.intra import GroupAnalysis, MemberProfile, analyze
@@ -180,18 +181,24 @@ class Planner:
         options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
         return self._choose(state, job, options, rejected, explain)
 
-    def repack(self, state: PlanState, job_id: str, remaining: int, spare_s: float) -> Decision | None:
-        """Consolidation after departures (beyond the paper): move a running job into another
-        group at zero marginal cost when that gives back nodes only it used in its own group.
+    def repack(self, state: PlanState, job_id: str, remaining: int, spare_s: float,
+               progress: Callable[[str], tuple[int, float]] | None = None) -> Decision | None:
+        """Consolidation (beyond the paper): move a running job into another group at zero
+        marginal cost when that gives back nodes only it used in its own group.
 
         The target must pass every check of a new arrival (residency, size, SLOs of all
         members, also after departures); the source group stays feasible because every
         group is already checked against the departure of any member. ``remaining``
         iterations at the target's steady iteration time must fit in ``spare_s``, the
         seconds the caller can still spend without breaking the job's SLO over its whole
-        run (the caller subtracts what has elapsed and the migration pause). Returns a
-        Decision with outcome "repacked" and marginal cost minus the freed nodes' price,
-        or None when no such move exists. Candidates in creation order; first fit.
+        run (the caller subtracts what has elapsed and the migration pause).
+        ``progress(k)``, when given, says the same (remaining iterations, spare seconds)
+        for each member k of the target: the move must leave
+        remaining_k x iter_k + period <= spare_k (the admission can hold k up by about
+        one period), so that repeated admissions never add up past an SLO over a
+        member's whole run. Returns a Decision with outcome "repacked" and marginal cost
+        minus the freed nodes' price, or None when no such move exists. Candidates in
+        creation order; first fit.
         """
         group = state.group_of(job_id)
         member = group.member(job_id)
@@ -212,10 +219,16 @@ class Planner:
             if opt.kind != PACK:
                 continue
             cand = self._evaluate(state, job, opt)
-            if cand.verdict == "feasible" and analyze(opt.members(state, job)).iteration_s[job_id] * remaining <= spare_s:
-                chosen = Candidate(PACK, cand.group_id, cand.placement, -saving, "chosen",
-                                   f"frees {', '.join(freed[ROLLOUT] + freed[TRAIN])}", cand.max_slowdown)
-                return Decision(job_id, "repacked", opt.placement, -saving, (chosen,))
+            if cand.verdict != "feasible":
+                continue
+            a = analyze(opt.members(state, job))
+            if a.iteration_s[job_id] * remaining > spare_s:
+                continue
+            if progress is not None and not _members_keep_pace(a, opt.group.members, progress):
+                continue
+            chosen = Candidate(PACK, cand.group_id, cand.placement, -saving, "chosen",
+                               f"frees {', '.join(freed[ROLLOUT] + freed[TRAIN])}", cand.max_slowdown)
+            return Decision(job_id, "repacked", opt.placement, -saving, (chosen,))
         return None
 
     # --- gates and generation -------------------------------------------------------
@@ -387,6 +400,17 @@ def _shared_pair_miss(members: list[MemberProfile], slo: dict[str, float]) -> st
             return (f"SLO of job {m.job_id}: at least {period / m.t_solo:.3f} > {slo[m.job_id]:.3f} "
                     f"(one node per pool: members take turns, iteration >= {period:.1f}s)")
     return ""
+
+
+def _members_keep_pace(a: GroupAnalysis, members: list[Member],
+                       progress: Callable[[str], tuple[int, float]]) -> bool:
+    """Every member k still fits its SLO over its whole run: remaining_k x iter_k plus one
+    period of hold-up within the spare seconds ``progress(k)`` reports."""
+    for m in members:
+        left, spare = progress(m.job.job_id)
+        if a.iteration_s[m.job.job_id] * left + a.period > spare:
+            return False
+    return True
 
 
 def _slo_miss(a: GroupAnalysis, slo: dict[str, float], remaining: str = "") -> str:

@@ -23,7 +23,7 @@ class Policy(Protocol):
     def phase_time(self, job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
         """(worst-case body seconds, fixed overhead seconds) of ``job``'s ``pool`` phase."""
 
-    # Optional: ``repack(state, job_id, remaining, spare_s) -> Decision | None`` offers a
+    # Optional: ``repack(state, job_id, remaining, spare_s, progress) -> Decision | None`` offers a
     # running job a consolidating move (see ``Planner.repack``); the simulator calls it
     # when the policy has it.
 

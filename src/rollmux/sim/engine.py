@@ -15,8 +15,10 @@ A job is placed on arrival (or waits, FIFO, until a departure frees room), runs
 nodes are released at once. The run ends when the last job leaves.
 
 Consolidation (policies with a ``repack`` method): after a departure, each remaining
-member of that group is offered a move once, at the end of its next training phase
-(an iteration boundary). If the policy moves it, the job leaves its group there, its
+member of that group is offered a move once, and after an arrival opens a new group
+(new room to fill), every running job is; the offer is taken up at the end of the job's
+next training phase (an iteration boundary). A move must keep every member of the target
+within its SLO over its whole run, given the time each has already spent. If the policy moves it, the job leaves its group there, its
 freed nodes stop costing at once, and it is admitted to the target group
 ``migration_s`` later (facts: migrating and restarting a job costs 197-419 s), the
 pause counting against its own iteration times.
@@ -87,7 +89,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         nonlocal seq
         left = target[job.job_id] - done[job.job_id]
         spare = job.slo * job.t_solo * target[job.job_id] - (now - placed_at[job.job_id]) - migration_s
-        decision = repack(state, job.job_id, left, spare) if spare > 0 else None
+        decision = repack(state, job.job_id, left, spare, lambda k: progress_of(k, now)) if spare > 0 else None
         if decision is None:
             return False
         ex = executors[gid]
@@ -102,6 +104,11 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         seq += 1
         return True
 
+    def progress_of(job_id: str, now: float) -> tuple[int, float]:
+        """Iterations ``job_id`` has left and the seconds it can still spend within its SLO."""
+        job = by_id[job_id]
+        return target[job_id] - done[job_id], job.slo * job.t_solo * target[job_id] - (now - placed_at[job_id])
+
     def place_waiting(now: float) -> None:
         while waiting and try_place(by_id[waiting[0]], now):
             waiting.pop(0)
@@ -115,6 +122,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             return True
         state.apply(job, decision.placement)
         admit(job, now)
+        if repack is not None and decision.outcome == "new-group":
+            offer.update(j for j in state.job_group if j != job.job_id)  # new room to fill
         placed_at[job.job_id] = now
         outcome_of[job.job_id] = decision.outcome
         outcomes[decision.outcome] += 1
