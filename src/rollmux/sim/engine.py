@@ -16,12 +16,13 @@ nodes are released at once. The run ends when the last job leaves.
 
 Consolidation (policies with a ``repack`` method): after a departure, each remaining
 member of that group is offered a move once, and after an arrival opens a new group
-(new room to fill), every running job is; the offer is taken up at the end of the job's
-next training phase (an iteration boundary). A move must keep every member of the target
-within its SLO over its whole run, given the time each has already spent. If the policy moves it, the job leaves its group there, its
-freed nodes stop costing at once, and it is admitted to the target group
-``migration_s`` later (facts: migrating and restarting a job costs 197-419 s), the
-pause counting against its own iteration times.
+(new room to fill), every running job is; the offer is taken up at the end of the
+job's next training phase (an iteration boundary). A move must keep every member of
+the target within its SLO over its whole run, given the time each has already spent.
+If the policy moves it, the job leaves its group there, its freed nodes stop costing at
+once, and it is admitted to the target group ``migration_s`` later (facts: migrating
+and restarting a job costs 197-419 s), the pause counting against its own iteration
+times.
 """
 from __future__ import annotations
 
