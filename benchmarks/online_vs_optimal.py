@@ -20,7 +20,7 @@ from rollmux.sim.engine import simulate
 from rollmux.sim.optimal_curve import max_concurrency, optimal_curve
 from rollmux.traces.generate import generate
 
-POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-bestfit", "solo-d")
+POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "rollmux-bestfit", "solo-d")
 
 
 def main() -> None:

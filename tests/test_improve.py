@@ -1,4 +1,5 @@
-"""Regrouping (``rollmux.improve``): cheaper, still feasible, locally optimal, bounded.
+"""Regrouping (``rollmux.improve``): cheaper, still feasible, locally optimal, bounded;
+and its online form ``plan_regroup`` (whole groups move only when every job keeps pace).
 
 Feasibility is checked here from the problem statement, not through the planner: every
 job placed once, group size, node counts, residency, the SLO of every member and of
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.exact import solve
-from rollmux.improve import improve
+from rollmux.improve import improve, materialize, plan_regroup
 from rollmux.intra import analyze
 from rollmux.model import POOLS, TRAIN, Cluster, Job, NodeSpec, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
@@ -170,3 +171,37 @@ def test_solve_limit_stops_the_search():
     assert not result.local_optimum or len(state.groups) < 2
     with pytest.raises(ValueError, match="max_groups"):
         improve(state, max_groups=1)
+
+
+def test_plan_regroup_moves_whole_groups_only_when_every_job_keeps_pace():
+    cluster = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs = [Job("a", 80.0, 80.0, slo=2.0, arrival_s=0.0), Job("b", 40.0, 20.0, slo=1.5, arrival_s=1.0),
+            Job("c", 20.0, 60.0, slo=1.5, arrival_s=2.0), Job("d", 20.0, 100.0, slo=1.5, arrival_s=3.0)]
+    state = placed(cluster, jobs)  # g0 {a, b} on two rollout nodes, g1 {c}, g2 {d}
+    roomy = lambda k: (100, 1e9)  # noqa: E731
+    plan = plan_regroup(state, "g1", roomy, lambda k: 0.0)
+    assert plan is not None and "g1" in plan.replaced and len(plan.replaced) == 2
+    assert plan.cost_after < plan.cost_before
+    moved = sorted(m.job.job_id for g in plan.groups for m in g.members)
+    assert moved == sorted(m.job.job_id for gid in plan.replaced for m in state.groups[gid].members)
+    # no job may move, or none has the time: nothing is planned
+    assert plan_regroup(state, "g1", lambda k: None if k == "c" else (100, 1e9), lambda k: 0.0) is None
+    tight = {j.job_id: (100, 100 * j.t_solo) for j in jobs}  # solo pace from now on
+    assert plan_regroup(state, "g1", tight.get, lambda k: 0.0) is None
+    # carried out: the new groups hold exactly the moved jobs and keep every constraint
+    before = state.cost_per_hour()
+    for gid in plan.replaced:
+        for m in list(state.groups[gid].members):
+            state.release(m.job.job_id)
+    for g in plan.groups:
+        materialize(state, g)
+    assert state.cost_per_hour() == pytest.approx(before - plan.cost_before + plan.cost_after)
+    check_feasible(state, jobs)
+
+
+def test_plan_regroup_leaves_bounded_pools_alone():
+    cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=8), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs = [Job("a", 80.0, 80.0, slo=2.0, arrival_s=0.0), Job("b", 40.0, 20.0, slo=1.5, arrival_s=1.0),
+            Job("c", 20.0, 60.0, slo=1.5, arrival_s=2.0)]
+    state = placed(cluster, jobs)
+    assert plan_regroup(state, state.job_group["c"], lambda k: (100, 1e9), lambda k: 0.0) is None

@@ -43,11 +43,12 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Callable
 
+from rollmux.errors import PlacementError
 from rollmux.exact import ExactSolution, solve
 from rollmux.intra import analyze
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job
 from rollmux.plan_state import Placement, PlanState
-from rollmux.planner import _startup_miss
+from rollmux.planner import TRANSIENT_PERIODS, _startup_miss
 
 DEFAULT_MAX_GROUPS = 3
 DEFAULT_MAX_JOBS = 10
@@ -104,8 +105,7 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
     skipped = _unsupported(state.cluster)
     if skipped:
         return Improvement((), start, start, 0, True, skipped)
-    solver_cluster = replace(state.cluster, rollout=replace(state.cluster.rollout, nodes=None, node_list=()),
-                             train=replace(state.cluster.train, nodes=None, node_list=()))
+    solver_cluster = _solver_cluster(state.cluster)
     price = {p: state.cluster.node_price(p) for p in POOLS}
     tried: set[tuple[str, ...]] = set()
     moves: list[Regroup] = []
@@ -191,18 +191,99 @@ def _apply(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution, 
     for g in combo:
         for m in list(g.members):
             state.release(m.job.job_id)
-    after = []
+    after = tuple((materialize(state, g), tuple(m.job.job_id for m in g.members)) for g in solution.groups)
+    return Regroup(before, after, cost, solution.cost_per_hour)
+
+
+def materialize(state: PlanState, group: Group) -> str:
+    """Open ``group`` (a solver group, its node names local to it) on fresh nodes of ``state``
+    and pin its members there in their admission order; returns the new group id."""
+    names: dict[str, str] = {}
+    for pool in POOLS:
+        fresh = state.peek_new(pool, len(group.nodes(pool)), max(m.job.mem(pool) for m in group.members))
+        if fresh is None:
+            raise PlacementError(f"the {pool} pool has no {len(group.nodes(pool))} free nodes for a regrouped group")
+        names.update(zip(group.nodes(pool), fresh))
+    gid = None
+    for i, m in enumerate(group.members):
+        roll = tuple(names[n] for n in m.rollout_nodes)
+        train = tuple(names[n] for n in m.train_nodes)
+        new_r = tuple(names[n] for n in group.rollout_nodes) if i == 0 else ()
+        new_t = tuple(names[n] for n in group.train_nodes) if i == 0 else ()
+        gid = state.apply(m.job, Placement(gid, roll, train, new_r, new_t))
+    return gid
+
+
+@dataclass(slots=True, frozen=True)
+class RegroupPlan:
+    """An online regrouping: every job of the ``replaced`` groups moves into ``groups``
+    (solver groups, node names local to each; ``materialize`` opens one)."""
+
+    replaced: tuple[str, ...]
+    groups: tuple[Group, ...]
+    cost_before: float
+    cost_after: float
+
+
+def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
+                 pause_s: Callable[[str], float], max_solves: int = 8,
+                 max_jobs: int = DEFAULT_MAX_JOBS) -> RegroupPlan | None:
+    """Regroup ``group_id`` with one other group while jobs run (the simulator's
+    ``rollmux-regroup``): the cheapest of at most ``max_solves`` exact solves, tried by
+    largest possible saving first, whose groups pass everything ``improve`` asks and keep
+    every moved job within its SLO over its whole run.
+
+    ``progress(k)`` is job k's (remaining iterations, spare seconds within its SLO), or
+    None if k cannot move now; ``pause_s(k)`` bounds the seconds k is stopped by the move
+    (until the last member of its new group reaches an iteration boundary, plus the
+    migration). A new group opens once all its members have stopped and admits them
+    together, so its admission order is the solver's. The check per moved job k in new
+    group N:  remaining_k x iter_k(N) + TRANSIENT_PERIODS x period(N) + max_{m in N} pause_s(m)
+    <= spare_k (``planner.TRANSIENT_PERIODS``: time for the new group to settle).
+    Unbounded pools only (new groups open on fresh nodes some time after the decision).
+    """
+    if _unsupported(state.cluster) or any(state.bounded(p) for p in POOLS):
+        return None
+    group = state.groups[group_id]
+    if group.colocated or any(progress(m.job.job_id) is None for m in group.members):
+        return None
+    price = {p: state.cluster.node_price(p) for p in POOLS}
+    others = [h for h in state.groups.values() if h is not group and not h.colocated
+              and all(progress(m.job.job_id) is not None for m in h.members)]
+    ranked = []
+    for h in others:
+        jobs = sorted((m.job for g in (group, h) for m in g.members), key=lambda j: j.arrival_s)
+        if len(jobs) > max_jobs:
+            continue
+        cost = group.cost_per_hour(state.cluster) + h.cost_per_hour(state.cluster)
+        gap = cost - _lower_bound(state.cluster, jobs, price)
+        if gap > _COST_TOL * cost:
+            ranked.append((gap, h.group_id, h, jobs, cost))
+    ranked.sort(key=lambda c: (-c[0], c[1]))
+    best: RegroupPlan | None = None
+    for _, _, h, jobs, cost in ranked[:max_solves]:
+        solution = solve(_solver_cluster(state.cluster), jobs, max_jobs=max_jobs, robust=True)
+        saving = cost - solution.cost_per_hour
+        if saving <= _COST_TOL * cost or (best is not None and saving <= best.cost_before - best.cost_after):
+            continue
+        if _fits(state, (group, h), solution) and _keeps_pace(state, solution, progress, pause_s):
+            best = RegroupPlan((group.group_id, h.group_id), solution.groups, cost, solution.cost_per_hour)
+    return best
+
+
+def _keeps_pace(state: PlanState, solution: ExactSolution, progress: Callable[[str], tuple[int, float] | None],
+                pause_s: Callable[[str], float]) -> bool:
     for g in solution.groups:
-        names = {}
-        for pool in POOLS:
-            fresh = state.peek_new(pool, len(g.nodes(pool)), max(m.job.mem(pool) for m in g.members))
-            names.update(zip(g.nodes(pool), fresh))
-        gid = None
-        for i, m in enumerate(g.members):
-            roll = tuple(names[n] for n in m.rollout_nodes)
-            train = tuple(names[n] for n in m.train_nodes)
-            new_r = tuple(names[n] for n in g.rollout_nodes) if i == 0 else ()
-            new_t = tuple(names[n] for n in g.train_nodes) if i == 0 else ()
-            gid = state.apply(m.job, Placement(gid, roll, train, new_r, new_t))
-        after.append((gid, tuple(m.job.job_id for m in g.members)))
-    return Regroup(before, tuple(after), cost, solution.cost_per_hour)
+        a = analyze([state.profile(m) for m in g.members])
+        pause = max(pause_s(m.job.job_id) for m in g.members)
+        for m in g.members:
+            left, spare = progress(m.job.job_id)
+            if left * a.iteration_s[m.job.job_id] + TRANSIENT_PERIODS * a.period + pause > spare:
+                return False
+    return True
+
+
+def _solver_cluster(cluster: Cluster) -> Cluster:
+    """The cluster with both pools unbounded, as the exact solver requires."""
+    return replace(cluster, rollout=replace(cluster.rollout, nodes=None, node_list=()),
+                   train=replace(cluster.train, nodes=None, node_list=()))

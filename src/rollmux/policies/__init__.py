@@ -9,7 +9,8 @@ from rollmux.policies.random_pick import RandomPick
 from rollmux.policies.rollmux import RollMuxPolicy
 from rollmux.policies.solo_d import SoloDisaggregated
 
-DEFAULT_POLICIES = ("rollmux", "rollmux-consolidate", "solo-d", "colocated", "gavel", "random", "most-idle")
+DEFAULT_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "solo-d", "colocated", "gavel", "random",
+                    "most-idle")
 KNOWN = DEFAULT_POLICIES + ("rollmux-bestfit", "optimal")
 
 
@@ -19,6 +20,7 @@ def make_policy(name: str, seed: int = 0) -> Policy:
         "rollmux": lambda: RollMuxPolicy("first", "rollmux"),
         "rollmux-bestfit": lambda: RollMuxPolicy("best-fit", "rollmux-bestfit"),
         "rollmux-consolidate": lambda: RollMuxPolicy("first", "rollmux-consolidate", consolidate=True),
+        "rollmux-regroup": lambda: RollMuxPolicy("first", "rollmux-regroup", consolidate=True, regroup=True),
         "solo-d": SoloDisaggregated,
         "colocated": Colocated,
         "gavel": Gavel,

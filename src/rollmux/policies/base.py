@@ -25,7 +25,8 @@ class Policy(Protocol):
 
     # Optional: ``repack(state, job_id, remaining, spare_s, progress) -> Decision | None`` offers a
     # running job a consolidating move (see ``Planner.repack``); the simulator calls it
-    # when the policy has it.
+    # when the policy has it. Likewise ``regroup(state, group_id, progress, pause_s) ->
+    # RegroupPlan | None`` (see ``improve.plan_regroup``), after a departure.
 
 
 class DisaggregatedTimes:

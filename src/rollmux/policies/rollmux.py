@@ -2,11 +2,14 @@
 
 ``rollmux`` takes the first cheapest feasible candidate, as Algorithm 1 of the paper;
 ``rollmux-bestfit`` evaluates every candidate at the cheapest feasible cost and takes the
-one that leaves its group best utilized; ``rollmux-consolidate`` also offers the members
-of a group that lost a job a zero-cost move that gives nodes back (``Planner.repack``).
+one that leaves its group best utilized; ``rollmux-consolidate`` also offers running jobs
+a zero-cost move that gives nodes back (``Planner.repack``); ``rollmux-regroup`` in
+addition re-solves a group that lost a job together with one other group, exactly, and
+moves all their jobs when that is cheaper (``improve.plan_regroup``).
 """
 from __future__ import annotations
 
+from rollmux.improve import plan_regroup
 from rollmux.model import Job
 from rollmux.plan_state import PlanState
 from rollmux.planner import Decision, Planner
@@ -14,11 +17,14 @@ from rollmux.policies.base import DisaggregatedTimes
 
 
 class RollMuxPolicy(DisaggregatedTimes):
-    def __init__(self, tie_break: str = "first", name: str = "rollmux", consolidate: bool = False) -> None:
+    def __init__(self, tie_break: str = "first", name: str = "rollmux", consolidate: bool = False,
+                 regroup: bool = False) -> None:
         self.name = name
         self.planner = Planner(tie_break=tie_break)
         if consolidate:
             self.repack = self.planner.repack
+        if regroup:
+            self.regroup = plan_regroup
 
     def place(self, state: PlanState, job: Job) -> Decision:
         return self.planner.decide(state, job)

@@ -20,7 +20,8 @@ def simulate_table(results: list[PolicyResult], reference: str = "rollmux") -> T
             _pct(r.slo_attainment), str(r.peak_gpus["rollout"]), str(r.peak_gpus["train"]),
             _pct(r.bubble("rollout")), _pct(r.bubble("train")),
             f"{o.get('packed', 0)}/{o.get('scaled', 0)}/{o.get('new-group', 0)}"
-            + (f" +{o['repacked']} moved" if o.get("repacked") else ""), f"{r.wall_s:.2f}",
+            + (f" +{o.get('repacked', 0) + o.get('regrouped', 0)} moved"
+               if o.get("repacked") or o.get("regrouped") else ""), f"{r.wall_s:.2f}",
         )
     return table
 

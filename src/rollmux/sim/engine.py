@@ -32,6 +32,7 @@ from collections import Counter
 from typing import Callable
 
 from rollmux.execution import GroupExecutor, Grant
+from rollmux.improve import materialize
 from rollmux.model import ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
 from rollmux.policies.base import Policy
@@ -72,7 +73,10 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     last_arrival = max((j.arrival_s for j in jobs), default=0.0)
     events = 0
     repack = getattr(policy, "repack", None)
+    regroup = getattr(policy, "regroup", None)
     offer: set[str] = set()
+    moving: set[str] = set()  # moved, not yet admitted to their new group
+    pending: dict[str, dict] = {}  # job -> its regrouping: {"group": solver Group, "waiting": job ids}
     dirty: dict[str, None] = {}  # groups touched at the current instant, in touch order
 
     def admit(job: Job, now: float) -> None:
@@ -101,9 +105,52 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         state.apply(job, decision.placement)
         place_waiting(now)
         outcomes["repacked"] += 1
+        moving.add(job.job_id)
         heapq.heappush(heap, (now + migration_s, _MIGRATE, seq, job.job_id, ""))
         seq += 1
         return True
+
+    def movable(job_id: str, now: float) -> tuple[int, float] | None:
+        """``progress_of`` for a job a regrouping may move now: running, not already
+        moving, with at least two iterations left (it stops after the current one)."""
+        if job_id in moving or job_id in pending or target[job_id] - done[job_id] < 2:
+            return None
+        return progress_of(job_id, now)
+
+    def plan_regroup(gid: str, now: float) -> None:
+        """After a departure from ``gid``: ask the policy for a regrouping and mark its jobs."""
+        def pause(k: str) -> float:  # until k's current iteration ends, then the migration
+            return state.analysis(state.job_group[k]).iteration_s[k] + migration_s
+
+        plan = regroup(state, gid, lambda k: movable(k, now), pause)
+        if plan is None:
+            return
+        outcomes["regroupings"] += 1
+        for group in plan.groups:
+            entry = {"group": group, "waiting": {m.job.job_id for m in group.members}}
+            for m in group.members:
+                pending[m.job.job_id] = entry
+
+    def stop_for_regroup(job_id: str, gid: str, now: float) -> None:
+        """At its iteration boundary a regrouped job leaves its group; once every member of
+        its new group has, that group opens on fresh nodes and admits them together."""
+        nonlocal seq
+        entry = pending.pop(job_id)
+        ex = executors[gid]
+        ex.finish(job_id, now, requeue=False)
+        ex.remove(job_id)
+        if state.release(job_id).group_closed:
+            del executors[gid]
+        else:
+            dirty[gid] = None
+        moving.add(job_id)
+        outcomes["regrouped"] += 1
+        entry["waiting"].discard(job_id)
+        if not entry["waiting"]:
+            materialize(state, entry["group"])
+            for m in entry["group"].members:  # same instant, admission order
+                heapq.heappush(heap, (now + migration_s, _MIGRATE, seq, m.job.job_id, ""))
+                seq += 1
 
     def progress_of(job_id: str, now: float) -> tuple[int, float]:
         """Iterations ``job_id`` has left and the seconds it can still spend within its SLO."""
@@ -157,6 +204,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                 changed = True
                 continue
             if kind == _MIGRATE:
+                moving.discard(job_id)
                 admit(by_id[job_id], now)
                 continue
             gid = state.job_group[job_id]
@@ -171,12 +219,18 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                         del executors[gid]
                     else:
                         dirty[gid] = None
+                        if regroup is not None:
+                            plan_regroup(gid, now)
                         if repack is not None:
                             offer.update(m.job.job_id for m in state.groups[gid].members)
                     job = by_id[job_id]
                     finished.append(JobOutcome(job_id, job.arrival_s, placed_at[job_id], now, done[job_id],
                                                job.t_solo, job.slo, outcome_of[job_id], gid))
                     place_waiting(now)
+                    changed = True
+                    continue
+                if job_id in pending:
+                    stop_for_regroup(job_id, gid, now)
                     changed = True
                     continue
                 if job_id in offer:
