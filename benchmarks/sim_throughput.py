@@ -40,13 +40,13 @@ def main() -> None:
     cluster = Cluster()
     jobs, info = load_trace(args.trace, cluster, args.seed)
     print(f"trace {info['name']}: {info['jobs']} jobs, {info['span_hours']} h of arrivals")
-    print(f"{'policy':<12} {'events':>9} {'wall s':>8} {'events/s':>10} {'x bare heap':>12}")
+    print(f"{'policy':<20} {'events':>9} {'wall s':>8} {'events/s':>10} {'x bare heap':>12}")
     total = 0.0
     for name in DEFAULT_POLICIES:
         r = simulate(jobs, cluster, make_policy(name, args.seed), args.duration_model, args.seed)
         floor = bare_heap(r.events)
         total += r.wall_s
-        print(f"{name:<12} {r.events:>9} {r.wall_s:>8.2f} {r.events / r.wall_s:>10,.0f} {r.wall_s / floor:>11.1f}x")
+        print(f"{name:<20} {r.events:>9} {r.wall_s:>8.2f} {r.events / r.wall_s:>10,.0f} {r.wall_s / floor:>11.1f}x")
     print(f"all policies: {total:.1f} s")
 
 
