@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollmux.exact import ExactLimitError, solve
+from rollmux.exact import ExactLimitError, lower_bound, solve
 from rollmux.intra import MemberProfile, analyze
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
@@ -192,3 +192,17 @@ def test_limits():
         solve(Cluster(rollout=PoolSpec("H20", 1.85, nodes=4)), make_jobs(rng, 2))
     with pytest.raises(ValueError, match="unique"):
         solve(Cluster(), [Job("x", 10.0, 10.0), Job("x", 10.0, 10.0)])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6), st.integers(2, 6), st.booleans())
+def test_budget_finds_the_optimum_exactly_when_it_is_under_the_budget(seed, n, robust):
+    rng = random.Random(seed)
+    cluster = make_cluster(rng)
+    jobs = make_jobs(rng, n)
+    optimum = solve(cluster, jobs, robust=robust).cost_per_hour
+    assert lower_bound(cluster, jobs) <= optimum + 1e-9
+    under = solve(cluster, jobs, robust=robust, budget=optimum * 1.001)
+    assert under is not None and under.cost_per_hour == pytest.approx(optimum, rel=1e-12)
+    assert solve(cluster, jobs, robust=robust, budget=optimum) is None
+    assert solve(cluster, jobs, robust=robust, budget=optimum * 0.999) is None

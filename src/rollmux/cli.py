@@ -123,8 +123,8 @@ def plan(
     explain: bool = typer.Option(True, help="List every candidate and its verdict for each job."),
     improve: bool = typer.Option(True, help="After placing in arrival order, regroup a few groups at a time "
                                             "with the exact solver while that lowers the cost (rollmux.improve)."),
-    improve_solves: int = typer.Option(300, min=1, help="At most this many exact solves when improving "
-                                                        "(about 5-50 ms each)."),
+    improve_solves: int = typer.Option(1000, min=1, help="At most this many exact solves when improving "
+                                                         "(about 1-50 ms each)."),
 ) -> None:
     """Place every job of a trace (in arrival order, then improved by regrouping, or
     optimally) and explain each decision."""

@@ -76,6 +76,7 @@ worst-case profiles, as everywhere in planning.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from itertools import combinations
@@ -155,8 +156,15 @@ class _Counter:
 
 
 def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOBS,
-          robust: bool = False) -> ExactSolution:
-    """Minimum-cost plan for ``jobs`` on ``cluster`` (see the module docstring)."""
+          robust: bool = False, budget: float | None = None) -> ExactSolution | None:
+    """Minimum-cost plan for ``jobs`` on ``cluster`` (see the module docstring).
+
+    With ``budget``, only plans costing less are of interest: the result is the optimum
+    if it costs less than ``budget`` (by more than a relative 1e-9, so that rounding in
+    sums never passes for a saving) and None otherwise. A group for a subset S is then
+    searched only below budget - lower_bound(J minus S) (``lower_bound``), which loses no
+    plan under the budget and skips most of the work when there is none.
+    """
     start = time.perf_counter()
     cluster.validate()
     if len(jobs) > max_jobs:
@@ -178,6 +186,11 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
     best = [0.0] + [float("inf")] * full
     choice = [0] * (full + 1)
     fits: dict[int, _Fit] = {}
+    room = [float("inf")] * (full + 1)  # what a group for mask may cost at most
+    if budget is not None:
+        for mask in range(1, full + 1):
+            rest = [ordered[i] for i in range(n) if not mask >> i & 1]
+            room[mask] = budget - lower_bound(cluster, rest)
     for mask in range(1, full + 1):
         low = mask & -mask
         rest = mask ^ low
@@ -195,10 +208,12 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
         best[mask], choice[mask] = split, split_sub
         if mask.bit_count() <= cluster.max_group_size:
             members = [ordered[i] for i in range(n) if mask >> i & 1]
-            fit = _cheapest_group(cluster, members, split, robust, counter)
+            fit = _cheapest_group(cluster, members, min(split, room[mask]), robust, counter)
             if fit is not None:
                 fits[mask] = fit
                 best[mask], choice[mask] = fit.cost, mask
+    if budget is not None and not best[full] < budget - _COST_TOL * max(1.0, abs(budget)):
+        return None
     blocks = []
     mask = full
     while mask:
@@ -212,6 +227,26 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
     stats = ExactStats(n, counter.searched, counter.skipped, counter.analyze_calls,
                        time.perf_counter() - start)
     return ExactSolution(cluster, state.cost_per_hour(), tuple(state.groups.values()), tuple(placements), stats)
+
+
+def lower_bound(cluster: Cluster, jobs: Sequence[Job]) -> float:
+    """A lower bound on the cost of any plan for ``jobs`` (0 for none). Per pool p it needs
+
+        n_p >= max( max_j need_p(j),  ceil(|J| / max_group_size),  ceil(sum_j need_p(j) * s_p(j)) )
+
+    nodes: a group has a node of each pool, and s_p(j) = d_p(j) / (SLO_j * T_solo_j) is j's
+    share of a node at its SLO rate (the rate bound of step 4).
+    """
+    if not jobs:
+        return 0.0
+    groups = math.ceil(len(jobs) / cluster.max_group_size)
+    bound = 0.0
+    for pool in POOLS:
+        need = [j.nodes(pool, cluster.gpus_per_node) for j in jobs]
+        shares = sum(k * (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / (j.slo * j.t_solo)
+                     for k, j in zip(need, jobs))
+        bound += cluster.node_price(pool) * max(max(need), groups, math.ceil(shares - _BOUND_SLACK))
+    return bound
 
 
 def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,

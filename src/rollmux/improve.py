@@ -23,13 +23,10 @@ It stops at a local optimum (no set of up to ``max_groups`` groups can be regrou
 more cheaply) or after ``max_solves`` exact solves. Each move strictly lowers the
 cost, so it terminates.
 
-Pruning (exact, before a solve): any plan of the jobs J of K needs at least
-
-    n_p >= max( max_j need_p(j),  ceil(|J| / max_group_size),  ceil(sum_j need_p(j) * s_p(j)) )
-
-nodes of pool p, where s_p(j) = d_p(j) / (SLO_j * T_solo_j) is j's share of a node at its
-SLO rate (the planner's rate bound: a node runs one phase at a time) and a group has at
-least one node of each pool. If sum_p price_p * n_p is not below cost(K), K is skipped.
+Pruning (exact): ``exact.lower_bound`` bounds the cost of any plan of the jobs of K from
+the nodes each pool needs (node needs, group count, shares of a node at SLO rates); if
+it is not below cost(K), K is skipped, and the solve itself runs with cost(K) as its
+budget, so it searches only for plans cheaper than K.
 
 Limits. Groups keep their admission order by arrival (that of the exact solver);
 co-located groups are left alone. The exact solver plans with one host-memory size per
@@ -38,13 +35,12 @@ says so); in a bounded pool a move must also fit the nodes K frees plus the free
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Callable
 
 from rollmux.errors import PlacementError
-from rollmux.exact import ExactSolution, solve
+from rollmux.exact import ExactSolution, lower_bound, solve
 from rollmux.intra import analyze
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job
 from rollmux.plan_state import Placement, PlanState
@@ -106,7 +102,6 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
     if skipped:
         return Improvement((), start, start, 0, True, skipped)
     solver_cluster = _solver_cluster(state.cluster)
-    price = {p: state.cluster.node_price(p) for p in POOLS}
     tried: set[tuple[str, ...]] = set()
     moves: list[Regroup] = []
     solves = 0
@@ -114,15 +109,15 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
         move = None
         groups = [g for g in state.groups.values() if not g.colocated]
         for k in range(2, max_groups + 1):
-            for gap, combo, jobs, cost in _candidates(state, groups, k, max_jobs, price, tried):
+            for gap, combo, jobs, cost in _candidates(state, groups, k, max_jobs, tried):
                 if solves >= max_solves:
                     return Improvement(tuple(moves), start, state.cost_per_hour(), solves, False)
                 solves += 1
                 tried.add(tuple(g.group_id for g in combo))
-                solution = solve(solver_cluster, jobs, max_jobs=max_jobs, robust=True)
+                solution = solve(solver_cluster, jobs, max_jobs=max_jobs, robust=True, budget=cost)
                 if on_solve is not None:
                     on_solve(solves, state.cost_per_hour())
-                if solution.cost_per_hour < cost - _COST_TOL * cost and _fits(state, combo, solution):
+                if solution is not None and _fits(state, combo, solution):
                     move = (combo, solution, cost)
                     break
             if move is not None:
@@ -132,8 +127,7 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
         moves.append(_apply(state, *move))
 
 
-def _candidates(state: PlanState, groups: list[Group], k: int, max_jobs: int, price: dict[str, float],
-                tried: set[tuple[str, ...]]) -> list[tuple[float, tuple[Group, ...], list[Job], float]]:
+def _candidates(state: PlanState, groups: list[Group], k: int, max_jobs: int, tried: set[tuple[str, ...]]) -> list[tuple[float, tuple[Group, ...], list[Job], float]]:
     """Sets of ``k`` groups not tried yet whose lower bound leaves room for a saving,
     largest possible saving first (ties in creation order)."""
     out = []
@@ -144,7 +138,7 @@ def _candidates(state: PlanState, groups: list[Group], k: int, max_jobs: int, pr
         if len(jobs) > max_jobs:
             continue
         cost = sum(g.cost_per_hour(state.cluster) for g in combo)
-        gap = cost - _lower_bound(state.cluster, jobs, price)
+        gap = cost - lower_bound(state.cluster, jobs)
         if gap > _COST_TOL * cost:
             out.append((gap, combo, jobs, cost))
     out.sort(key=lambda c: -c[0])
@@ -157,17 +151,6 @@ def _unsupported(cluster: Cluster) -> str:
         if len({n.host_mem_gb for n in spec.node_list} | ({spec.host_mem_gb} if spec.node_list else set())) > 1:
             return f"the {pool} pool lists nodes with different host memory; the exact solver assumes one size"
     return ""
-
-
-def _lower_bound(cluster: Cluster, jobs: list[Job], price: dict[str, float]) -> float:
-    groups = math.ceil(len(jobs) / cluster.max_group_size)
-    bound = 0.0
-    for pool in POOLS:
-        need = [j.nodes(pool, cluster.gpus_per_node) for j in jobs]
-        shares = sum(n * (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / (j.slo * j.t_solo)
-                     for n, j in zip(need, jobs))
-        bound += price[pool] * max(max(need), groups, math.ceil(shares - 1e-6))
-    return bound
 
 
 def _fits(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution) -> bool:
@@ -247,7 +230,6 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     group = state.groups[group_id]
     if group.colocated or any(progress(m.job.job_id) is None for m in group.members):
         return None
-    price = {p: state.cluster.node_price(p) for p in POOLS}
     others = [h for h in state.groups.values() if h is not group and not h.colocated
               and all(progress(m.job.job_id) is not None for m in h.members)]
     ranked = []
@@ -256,15 +238,15 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
         if len(jobs) > max_jobs:
             continue
         cost = group.cost_per_hour(state.cluster) + h.cost_per_hour(state.cluster)
-        gap = cost - _lower_bound(state.cluster, jobs, price)
+        gap = cost - lower_bound(state.cluster, jobs)
         if gap > _COST_TOL * cost:
             ranked.append((gap, h.group_id, h, jobs, cost))
     ranked.sort(key=lambda c: (-c[0], c[1]))
     best: RegroupPlan | None = None
     for _, _, h, jobs, cost in ranked[:max_solves]:
-        solution = solve(_solver_cluster(state.cluster), jobs, max_jobs=max_jobs, robust=True)
-        saving = cost - solution.cost_per_hour
-        if saving <= _COST_TOL * cost or (best is not None and saving <= best.cost_before - best.cost_after):
+        floor = 0.0 if best is None else best.cost_before - best.cost_after
+        solution = solve(_solver_cluster(state.cluster), jobs, max_jobs=max_jobs, robust=True, budget=cost - floor)
+        if solution is None:
             continue
         if _fits(state, (group, h), solution) and _keeps_pace(state, solution, progress, pause_s):
             best = RegroupPlan((group.group_id, h.group_id), solution.groups, cost, solution.cost_per_hour)
