@@ -32,6 +32,11 @@ Limits. Groups keep their admission order by arrival (that of the exact solver);
 co-located groups are left alone. The exact solver plans with one host-memory size per
 pool, so a pool listing nodes of different memories is not improved (``Improvement.skipped``
 says so); in a bounded pool a move must also fit the nodes K frees plus the free ones.
+
+Online (``plan_regroup``, the simulator's ``rollmux-regroup``): the same move for a
+group that just lost a job and one other group, while their jobs run, with each moved
+job's whole-run SLO checked against the pause the move costs it; ``materialize`` opens
+a solver group on fresh nodes.
 """
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ from typing import Callable
 from rollmux.errors import PlacementError
 from rollmux.exact import ExactSolution, lower_bound, solve
 from rollmux.intra import analyze
-from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job
+from rollmux.model import POOLS, Cluster, Group, Job
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import TRANSIENT_PERIODS, _startup_miss
 
