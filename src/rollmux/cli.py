@@ -34,9 +34,11 @@ def simulate(
     trace: str = typer.Option("production", help=TRACE_HELP),
     cluster: Optional[Path] = typer.Option(None, help=CLUSTER_HELP),
     policies: str = typer.Option(",".join(DEFAULT_POLICIES),
-                                 help="Comma-separated policies: rollmux, rollmux-consolidate (moves jobs after "
-                                      "departures; simulator only), rollmux-bestfit, solo-d, colocated, gavel, "
-                                      "random, most-idle, optimal (small traces only)."),
+                                 help="Comma-separated policies: rollmux, rollmux-consolidate (moves single "
+                                      "jobs to free nodes; simulator only), rollmux-regroup (also re-solves two "
+                                      "groups exactly after a departure and moves their jobs; simulator only), "
+                                      "rollmux-bestfit, solo-d, colocated, gavel, random, most-idle, optimal "
+                                      "(small traces only)."),
     duration_model: str = typer.Option("worst", help="worst (profiled phase times) or stochastic (shorter, long tail)."),
     seed: int = typer.Option(0, help="Seed for stochastic durations, the random policy and philly-mix."),
     out: Optional[Path] = typer.Option(None, help="Write PNG plots here (cost, GPUs per pool, Gantt)."),
