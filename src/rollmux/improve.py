@@ -217,9 +217,10 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
                  pause_s: Callable[[str], float], max_solves: int = 8,
                  max_jobs: int = DEFAULT_MAX_JOBS) -> RegroupPlan | None:
     """Regroup ``group_id`` with one other group while jobs run (the simulator's
-    ``rollmux-regroup``): the cheapest of at most ``max_solves`` exact solves, tried by
-    largest possible saving first, whose groups pass everything ``improve`` asks and keep
-    every moved job within its SLO over its whole run.
+    ``rollmux-regroup``). Pairs are solved exactly, largest possible saving first, at most
+    ``max_solves`` of them; the result is the one saving most among those whose groups
+    pass everything ``improve`` asks and keep every moved job within its SLO over its
+    whole run, or None.
 
     ``progress(k)`` is job k's (remaining iterations, spare seconds within its SLO), or
     None if k cannot move now; ``pause_s(k)`` bounds the seconds k is stopped by the move
