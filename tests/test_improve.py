@@ -168,7 +168,7 @@ def test_solve_limit_stops_the_search():
     seen = []
     result = improve(state, max_solves=1, on_solve=lambda n, cost: seen.append(n))
     assert result.solves == 1 and seen == [1]
-    assert not result.local_optimum or len(state.groups) < 2
+    assert not result.local_optimum  # this instance needs 14 solves to reach one
     with pytest.raises(ValueError, match="max_groups"):
         improve(state, max_groups=1)
 

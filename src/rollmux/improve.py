@@ -49,7 +49,7 @@ from rollmux.exact import ExactSolution, lower_bound, solve
 from rollmux.intra import analyze
 from rollmux.model import POOLS, Cluster, Group, Job
 from rollmux.plan_state import Placement, PlanState
-from rollmux.planner import TRANSIENT_PERIODS, _startup_miss
+from rollmux.planner import _startup_miss, members_keep_pace
 
 DEFAULT_MAX_GROUPS = 3
 DEFAULT_MAX_JOBS = 10
@@ -114,7 +114,8 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
         move = None
         groups = [g for g in state.groups.values() if not g.colocated]
         for k in range(2, max_groups + 1):
-            for gap, combo, jobs, cost in _candidates(state, groups, k, max_jobs, tried):
+            combos = (c for c in combinations(groups, k) if tuple(g.group_id for g in c) not in tried)
+            for combo, jobs, cost in _ranked(state, combos, max_jobs):
                 if solves >= max_solves:
                     return Improvement(tuple(moves), start, state.cost_per_hour(), solves, False)
                 solves += 1
@@ -132,13 +133,11 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
         moves.append(_apply(state, *move))
 
 
-def _candidates(state: PlanState, groups: list[Group], k: int, max_jobs: int, tried: set[tuple[str, ...]]) -> list[tuple[float, tuple[Group, ...], list[Job], float]]:
-    """Sets of ``k`` groups not tried yet whose lower bound leaves room for a saving,
-    largest possible saving first (ties in creation order)."""
+def _ranked(state: PlanState, combos, max_jobs: int) -> list[tuple[tuple[Group, ...], list[Job], float]]:
+    """The sets of groups, with their jobs (arrival order) and cost, whose lower bound
+    leaves room for a saving; largest possible saving first, ties in the given order."""
     out = []
-    for combo in combinations(groups, k):
-        if tuple(g.group_id for g in combo) in tried:
-            continue
+    for combo in combos:
         jobs = sorted((m.job for g in combo for m in g.members), key=lambda j: j.arrival_s)
         if len(jobs) > max_jobs:
             continue
@@ -147,7 +146,7 @@ def _candidates(state: PlanState, groups: list[Group], k: int, max_jobs: int, tr
         if gap > _COST_TOL * cost:
             out.append((gap, combo, jobs, cost))
     out.sort(key=lambda c: -c[0])
-    return out
+    return [c[1:] for c in out]
 
 
 def _unsupported(cluster: Cluster) -> str:
@@ -238,37 +237,23 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
         return None
     others = [h for h in state.groups.values() if h is not group and not h.colocated
               and all(progress(m.job.job_id) is not None for m in h.members)]
-    ranked = []
-    for h in others:
-        jobs = sorted((m.job for g in (group, h) for m in g.members), key=lambda j: j.arrival_s)
-        if len(jobs) > max_jobs:
-            continue
-        cost = group.cost_per_hour(state.cluster) + h.cost_per_hour(state.cluster)
-        gap = cost - lower_bound(state.cluster, jobs)
-        if gap > _COST_TOL * cost:
-            ranked.append((gap, h.group_id, h, jobs, cost))
-    ranked.sort(key=lambda c: (-c[0], c[1]))
+    ranked = _ranked(state, ((group, h) for h in sorted(others, key=lambda h: h.group_id)), max_jobs)
     best: RegroupPlan | None = None
-    for _, _, h, jobs, cost in ranked[:max_solves]:
+    for pair, jobs, cost in ranked[:max_solves]:
         floor = 0.0 if best is None else best.cost_before - best.cost_after
         solution = solve(_solver_cluster(state.cluster), jobs, max_jobs=max_jobs, robust=True, budget=cost - floor)
         if solution is None:
             continue
-        if _fits(state, (group, h), solution) and _keeps_pace(state, solution, progress, pause_s):
-            best = RegroupPlan((group.group_id, h.group_id), solution.groups, cost, solution.cost_per_hour)
+        if _fits(state, pair, solution) and _keeps_pace(state, solution, progress, pause_s):
+            best = RegroupPlan(tuple(g.group_id for g in pair), solution.groups, cost, solution.cost_per_hour)
     return best
 
 
 def _keeps_pace(state: PlanState, solution: ExactSolution, progress: Callable[[str], tuple[int, float] | None],
                 pause_s: Callable[[str], float]) -> bool:
-    for g in solution.groups:
-        a = analyze([state.profile(m) for m in g.members])
-        pause = max(pause_s(m.job.job_id) for m in g.members)
-        for m in g.members:
-            left, spare = progress(m.job.job_id)
-            if left * a.iteration_s[m.job.job_id] + TRANSIENT_PERIODS * a.period + pause > spare:
-                return False
-    return True
+    return all(members_keep_pace(analyze([state.profile(m) for m in g.members]), g.members, progress,
+                                 max(pause_s(m.job.job_id) for m in g.members))
+               for g in solution.groups)
 
 
 def _solver_cluster(cluster: Cluster) -> Cluster:

@@ -228,7 +228,7 @@ class Planner:
             a = analyze(opt.members(state, job))
             if a.iteration_s[job_id] * remaining > spare_s:
                 continue
-            if progress is not None and not _members_keep_pace(a, opt.group.members, progress):
+            if progress is not None and not members_keep_pace(a, opt.group.members, progress):
                 continue
             chosen = Candidate(PACK, cand.group_id, cand.placement, -saving, "chosen",
                                f"frees {', '.join(freed[ROLLOUT] + freed[TRAIN])}", cand.max_slowdown)
@@ -406,14 +406,14 @@ def _shared_pair_miss(members: list[MemberProfile], slo: dict[str, float]) -> st
     return ""
 
 
-def _members_keep_pace(a: GroupAnalysis, members: list[Member],
-                       progress: Callable[[str], tuple[int, float]]) -> bool:
-    """Every member k still fits its SLO over its whole run: remaining_k x iter_k plus
-    ``TRANSIENT_PERIODS`` periods for the way into the new steady state within the spare
-    seconds ``progress(k)`` reports."""
+def members_keep_pace(a: GroupAnalysis, members: list[Member], progress: Callable[[str], tuple[int, float]],
+                      pause_s: float = 0.0) -> bool:
+    """Every member k still fits its SLO over its whole run: remaining_k x iter_k, plus
+    ``TRANSIENT_PERIODS`` periods for the way into the new steady state, plus ``pause_s``
+    stopped, within the spare seconds ``progress(k)`` reports."""
     for m in members:
         left, spare = progress(m.job.job_id)
-        if a.iteration_s[m.job.job_id] * left + TRANSIENT_PERIODS * a.period > spare:
+        if a.iteration_s[m.job.job_id] * left + TRANSIENT_PERIODS * a.period + pause_s > spare:
             return False
     return True
 

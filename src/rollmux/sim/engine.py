@@ -92,8 +92,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     def try_move(job: Job, gid: str, now: float) -> bool:
         """Offer ``job`` (at an iteration boundary) a consolidating move; carry it out if taken."""
         nonlocal seq
-        left = target[job.job_id] - done[job.job_id]
-        spare = job.slo * job.t_solo * target[job.job_id] - (now - placed_at[job.job_id]) - migration_s
+        left, spare = progress_of(job.job_id, now)
+        spare -= migration_s
         decision = repack(state, job.job_id, left, spare, lambda k: progress_of(k, now)) if spare > 0 else None
         if decision is None:
             return False
