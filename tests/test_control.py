@@ -1,4 +1,4 @@
-"""ControlPlane with a fake clock: placement, grants, waiting line, leases, restore."""
+"""ControlPlane with a fake clock: placement, grants, waiting line, expiry, restore, persistence."""
 from __future__ import annotations
 
 import json
@@ -10,6 +10,12 @@ from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
 from rollmux.runtime.control import (DONE, EXPIRED, PLACED, WAITING, ControlPlane, DuplicateJob,
                                      JobEnded, NeverFits, PhaseOrderError)
+
+TOKEN = "0" * 64
+
+
+def submit(cp: ControlPlane, job: Job, now: float, request_id: str | None = None, token: str = TOKEN):
+    return cp.submit(job, now, token, request_id)
 
 
 def _cluster(nodes: int | None = 2) -> Cluster:
@@ -23,7 +29,7 @@ def _job(job_id: str, iterations: int | None = 3, t: float = 10.0, gpus: int = 8
 
 def _run_phase(cp: ControlPlane, job_id: str, start: float, seconds: float) -> float:
     phase = cp.record(job_id).next_phase
-    grant = cp.acquire(job_id, phase, start)
+    grant = cp.acquire(job_id, phase)
     assert grant is not None, f"{job_id} has no {phase} grant at {start}"
     cp.release(job_id, phase, grant.seq, seconds, start + seconds)
     return start + seconds
@@ -35,7 +41,7 @@ def test_placement_is_the_planners_decision_on_the_same_state():
     for i, t in enumerate((10.0, 10.0, 4.0, 30.0)):
         job = _job(f"j{i}", t=t)
         expected = Planner().decide(mirror, job)
-        rec = cp.submit(job, now=float(i))
+        rec = submit(cp, job, float(i))
         mirror.apply(job, expected.placement)
         assert (rec.group_id, rec.rollout_nodes, rec.train_nodes) == \
             (mirror.job_group[job.job_id], expected.placement.rollout_nodes, expected.placement.train_nodes)
@@ -43,21 +49,21 @@ def test_placement_is_the_planners_decision_on_the_same_state():
 
 def test_members_sharing_a_node_never_hold_it_together():
     cp = ControlPlane(_cluster())
-    a, b = cp.submit(_job("a"), 0.0), cp.submit(_job("b"), 0.0)
+    a, b = submit(cp, _job("a"), 0.0), submit(cp, _job("b"), 0.0)
     assert a.group_id == b.group_id and a.grant is not None and b.grant is None
     now = _run_phase(cp, "a", 0.0, 10.0)
     assert cp.record("a").grant.pool == "train" and cp.record("b").grant.pool == "rollout"
     assert set(cp.record("a").grant.nodes).isdisjoint(cp.record("b").grant.nodes)
-    assert cp.acquire("b", "rollout", now).seq == cp.record("b").grant.seq
+    assert cp.acquire("b", "rollout").seq == cp.record("b").grant.seq
 
 
 def test_phase_out_of_order_and_release_without_grant_are_refused():
     cp = ControlPlane(_cluster())
-    cp.submit(_job("a"), 0.0)
-    cp.submit(_job("b"), 0.0)
+    submit(cp, _job("a"), 0.0)
+    submit(cp, _job("b"), 0.0)
     before = json.dumps(cp.snapshot(), sort_keys=True)
     with pytest.raises(PhaseOrderError, match="out of order"):
-        cp.acquire("a", "train", 1.0)
+        cp.acquire("a", "train")
     with pytest.raises(PhaseOrderError, match="no grant"):
         cp.release("b", "rollout", 1, 1.0, 1.0)
     assert json.dumps(cp.snapshot(), sort_keys=True) == before
@@ -65,8 +71,8 @@ def test_phase_out_of_order_and_release_without_grant_are_refused():
 
 def test_repeated_release_is_answered_once():
     cp = ControlPlane(_cluster())
-    cp.submit(_job("a"), 0.0)
-    seq = cp.acquire("a", "rollout", 0.0).seq
+    submit(cp, _job("a"), 0.0)
+    seq = cp.acquire("a", "rollout").seq
     cp.release("a", "rollout", seq, 10.0, 10.0)
     snap = json.dumps(cp.snapshot(), sort_keys=True)
     cp.release("a", "rollout", seq, 10.0, 11.0)
@@ -75,7 +81,7 @@ def test_repeated_release_is_answered_once():
 
 def test_last_iteration_departs_and_frees_the_nodes():
     cp = ControlPlane(_cluster())
-    cp.submit(_job("a", iterations=2), 0.0)
+    submit(cp, _job("a", iterations=2), 0.0)
     now = 0.0
     for _ in range(4):
         now = _run_phase(cp, "a", now, 5.0)
@@ -87,9 +93,9 @@ def test_last_iteration_departs_and_frees_the_nodes():
 
 def test_waiting_jobs_are_placed_in_order_when_nodes_free():
     cp = ControlPlane(_cluster(nodes=1))
-    cp.submit(_job("a", t=10.0), 0.0)
-    cp.submit(_job("b", t=10.0), 0.0)
-    c, d = cp.submit(_job("c", t=30.0), 1.0), cp.submit(_job("d", t=30.0), 2.0)
+    submit(cp, _job("a", t=10.0), 0.0)
+    submit(cp, _job("b", t=10.0), 0.0)
+    c, d = submit(cp, _job("c", t=30.0), 1.0), submit(cp, _job("d", t=30.0), 2.0)
     assert (c.state, d.state) == (WAITING, WAITING) and cp.waiting == ["c", "d"]
     cp.cancel("a", 3.0)
     assert cp.waiting == ["c", "d"], "b still pins the only nodes"
@@ -104,29 +110,45 @@ def test_job_that_can_never_fit_is_refused_without_change():
     cp = ControlPlane(_cluster())
     before = json.dumps(cp.snapshot(), sort_keys=True)
     with pytest.raises(NeverFits) as err:
-        cp.submit(_job("big", gpus=24), 0.0)
+        submit(cp, _job("big", gpus=24), 0.0)
     assert err.value.field == "rollout_gpus"
     assert json.dumps(cp.snapshot(), sort_keys=True) == before
 
 
 def test_duplicate_job_id_is_refused_unless_the_same_request_is_retried():
     cp = ControlPlane(_cluster())
-    first = cp.submit(_job("x"), 0.0, request_id="r1")
-    assert cp.submit(_job("x"), 1.0, request_id="r1") is first
+    first = submit(cp, _job("x"), 0.0, request_id="r1")
+    assert submit(cp, _job("x"), 1.0, request_id="r1") is first
     with pytest.raises(DuplicateJob):
-        cp.submit(_job("x"), 1.0, request_id="r2")
+        submit(cp, _job("x"), 1.0, request_id="r2")
+    with pytest.raises(DuplicateJob):
+        submit(cp, _job("x"), 1.0, request_id="r1", token="1" * 64)  # same request id, another secret
 
 
-def test_silent_job_loses_its_lease_and_its_turn():
-    cp = ControlPlane(_cluster(), lease_s=5.0)
-    cp.submit(_job("a"), 0.0)
-    cp.submit(_job("b"), 0.0)
-    cp.heartbeat("b", 4.0)
-    assert cp.expire(6.0) == ["a"]
+def test_a_departed_jobs_id_can_be_used_again():
+    cp = ControlPlane(_cluster())
+    submit(cp, _job("x"), 0.0)
+    cp.complete("x", 1.0)
+    first = cp.take_changes()
+    assert [r["state"] for r in first.ended] == ["done"] and first.jobs_deleted == ["x"]
+    again = submit(cp, _job("x"), 2.0)
+    assert again.state == PLACED and again.iterations_done == 0
+    changes = cp.take_changes()
+    assert "x" in changes.jobs and changes.jobs_deleted == [] and changes.ended == []
+    copy = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())), first.ended)
+    assert copy.record("x").state == PLACED
+
+
+def test_expired_job_loses_its_turn():
+    cp = ControlPlane(_cluster())
+    submit(cp, _job("a"), 0.0)
+    submit(cp, _job("b"), 0.0)
+    assert cp.expire(["a", "nobody"], 6.0, "silent") == ["a"]
+    assert cp.expire(["a"], 7.0, "silent") == [], "an expired job is not expired twice"
     assert cp.record("a").state == EXPIRED and cp.record("b").grant.pool == "rollout"
     assert [m.job.job_id for m in cp.plan.group_of("b").members] == ["b"]
     with pytest.raises(JobEnded) as err:
-        cp.acquire("a", "rollout", 7.0)
+        cp.acquire("a", "rollout")
     assert err.value.state == EXPIRED
 
 
@@ -134,10 +156,10 @@ def test_restored_plane_continues_exactly_like_the_original():
     """Oracle: a restored copy and the original, driven by the same calls, make the same grants."""
     original = ControlPlane(_cluster(nodes=2))
     for job_id in ("a", "b", "c"):
-        original.submit(_job(job_id, iterations=4), 0.0)
+        submit(original, _job(job_id, iterations=4), 0.0)
     now = _run_phase(original, "a", 0.0, 10.0)
-    original.take_events()
     copy = ControlPlane.restore(json.loads(json.dumps(original.snapshot())))
+    original.take_changes()
     assert {r.job_id: r.grant for r in copy.jobs.values()} == {r.job_id: r.grant for r in original.jobs.values()}
     for cp in (original, copy):
         t = now
@@ -145,32 +167,32 @@ def test_restored_plane_continues_exactly_like_the_original():
             for job_id in ("b", "a", "c"):
                 if cp.record(job_id).grant is not None:
                     t = _run_phase(cp, job_id, t, 7.0)
-    assert copy.take_events() == original.take_events()
+    assert copy.take_changes().events == original.take_changes().events
     assert copy.snapshot() == original.snapshot()
 
 
 def test_drained_node_is_not_used_for_new_jobs():
     cp = ControlPlane(_cluster(nodes=2))
     assert cp.drain("R0", 0.0) == []
-    rec = cp.submit(_job("a"), 1.0)
+    rec = submit(cp, _job("a"), 1.0)
     assert rec.rollout_nodes == ("R1",)
     assert cp.drain("R1", 2.0) == ["a"]
     cp.complete("a", 3.0)
     assert cp.plan.free_count("rollout") == 0
-    assert cp.submit(_job("b"), 4.0).state == WAITING
+    assert submit(cp, _job("b"), 4.0).state == WAITING
 
 
 def test_departed_jobs_leave_the_snapshot_and_are_handed_over_once():
     cp = ControlPlane(_cluster(None))
-    cp.submit(_job("a", iterations=1), 0.0)
-    cp.submit(_job("b", iterations=5), 0.0)
+    submit(cp, _job("a", iterations=1), 0.0)
+    submit(cp, _job("b", iterations=5), 0.0)
     now = _run_phase(cp, "a", 0.0, 10.0)
     _run_phase(cp, "a", now, 10.0)
     assert cp.record("a").state == DONE
-    ended = cp.take_ended()
-    assert [r["job"]["job_id"] for r in ended] == ["a"] and cp.take_ended() == []
+    ended = cp.take_changes().ended
+    assert [r["job"]["job_id"] for r in ended] == ["a"] and cp.take_changes().ended == []
     snap = json.loads(json.dumps(cp.snapshot()))
-    assert [r["job"]["job_id"] for r in snap["jobs"]] == ["b"]
+    assert list(snap["jobs"]) == ["b"]
     copy = ControlPlane.restore(snap, ended=ended)
     assert copy.record("a").state == DONE and copy.record("a").iterations_done == 1
     assert copy.snapshot() == cp.snapshot()

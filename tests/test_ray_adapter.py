@@ -205,11 +205,11 @@ def control_plane(tmp_path):
     """The live service (2 rollout + 2 train nodes, no switch cost) on a local port."""
     uvicorn = pytest.importorskip("uvicorn")
     from rollmux.model import Cluster, PoolSpec, SwitchCost
-    from rollmux.runtime.service import Service, create_app
+    from rollmux.runtime.service import Service, ServiceConfig, create_app
 
     cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=2), train=PoolSpec("H800", 5.28, nodes=2),
                       switch_cost=SwitchCost(mode="fixed"))
-    service = Service(cluster, str(tmp_path / "state.db"), lease_s=30.0, admin_token="admin")
+    service = Service(cluster, str(tmp_path / "state.db"), "admin", ServiceConfig(lease_s=30.0))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -240,7 +240,7 @@ def run_job(job, runner: RayJobRunner, iterations: int, hold_s: float, log: list
 def test_end_to_end_under_control_plane(cluster, runners, control_plane):
     from rollmux.runtime.sdk import Client
 
-    client = Client(control_plane)
+    client = Client(control_plane, token="admin")
     jobs = [client.submit({"job_id": j, "t_roll_s": 0.2, "t_train_s": 0.2, "slo": 3.0, "iterations": 2})
             for j in ("a", "b")]
     try:

@@ -11,7 +11,7 @@ import uvicorn
 from rollmux import Client
 from rollmux.model import Cluster, PoolSpec, SwitchCost
 from rollmux.runtime.sdk import JobCancelled, LeaseLost, RequestRejected, ServerUnavailable
-from rollmux.runtime.service import Service, create_app
+from rollmux.runtime.service import Service, ServiceConfig, create_app
 
 ADMIN = "sdk-admin"
 
@@ -30,7 +30,7 @@ class ThreadServer:
     def start(self) -> None:
         cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=2), train=PoolSpec("H800", 5.28, nodes=2),
                           switch_cost=SwitchCost("fixed"))
-        app = create_app(Service(cluster, self.path, self.lease_s, ADMIN))
+        app = create_app(Service(cluster, self.path, ADMIN, ServiceConfig(lease_s=self.lease_s, grace_s=0.5)))
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
@@ -76,7 +76,7 @@ class FakeCache:
 
 
 def test_phases_run_in_order_with_the_state_hook_inside_the_grant(srv):
-    job = Client(srv.url).submit(_spec("a", iterations=2))
+    job = Client(srv.url, ADMIN).submit(_spec("a", iterations=2))
     assert job.wait_placed(5)["rollout_nodes"] == ["R0"]
     log: list = []
     cache = FakeCache(log)
@@ -96,7 +96,7 @@ def test_phases_run_in_order_with_the_state_hook_inside_the_grant(srv):
 
 
 def test_phase_body_error_still_releases_the_grant(srv):
-    job = Client(srv.url).submit(_spec("a"))
+    job = Client(srv.url, ADMIN).submit(_spec("a"))
     with pytest.raises(RuntimeError):
         with job.phase("rollout"):
             raise RuntimeError("trainer crashed")
@@ -105,14 +105,14 @@ def test_phase_body_error_still_releases_the_grant(srv):
 
 
 def test_progress_is_recorded(srv):
-    job = Client(srv.url).submit(_spec("a", iterations=None))
+    job = Client(srv.url, ADMIN).submit(_spec("a", iterations=None))
     job.progress(0.25)
     assert Client(srv.url, ADMIN).status()["jobs"][0]["progress"] == 0.25
     job.complete()
 
 
 def test_cancelled_job_raises_on_its_next_phase(srv):
-    job = Client(srv.url).submit(_spec("a"))
+    job = Client(srv.url, ADMIN).submit(_spec("a"))
     Client(srv.url, ADMIN).cancel("a")
     with pytest.raises(JobCancelled, match="cancelled by the admin"):
         with job.phase("rollout"):
@@ -120,15 +120,15 @@ def test_cancelled_job_raises_on_its_next_phase(srv):
 
 
 def test_job_without_heartbeat_gets_lease_lost(srv):
-    job = Client(srv.url).submit(_spec("a"), heartbeat=False)
-    time.sleep(srv.lease_s + 1.2)
+    job = Client(srv.url, ADMIN).submit(_spec("a"), heartbeat=False)
+    time.sleep(srv.lease_s + 0.5 + 1.2)
     with pytest.raises(LeaseLost):
         with job.phase("rollout"):
             pass
 
 
 def test_heartbeat_keeps_an_idle_job_alive(srv):
-    job = Client(srv.url).submit(_spec("a"))
+    job = Client(srv.url, ADMIN).submit(_spec("a"))
     time.sleep(srv.lease_s * 2)
     with job.phase("rollout"):
         pass
@@ -137,12 +137,12 @@ def test_heartbeat_keeps_an_idle_job_alive(srv):
 
 def test_bad_spec_is_rejected_with_its_field(srv):
     with pytest.raises(RequestRejected) as err:
-        Client(srv.url).submit(dict(_spec("a"), t_train_s=0))
-    assert err.value.status == 422 and err.value.field == "t_train_s"
+        Client(srv.url, ADMIN).submit(dict(_spec("a"), t_train_s=0))
+    assert err.value.status == 422 and err.value.field == "spec.t_train_s"
 
 
 def test_client_reconnects_to_a_restarted_server(srv):
-    job = Client(srv.url, give_up_s=10).submit(_spec("a", iterations=2))
+    job = Client(srv.url, ADMIN, give_up_s=10).submit(_spec("a", iterations=2))
     with job.phase("rollout"):
         srv.stop()
         restart = threading.Timer(0.5, srv.start)
@@ -154,7 +154,7 @@ def test_client_reconnects_to_a_restarted_server(srv):
 
 
 def test_server_that_stays_gone_raises_server_unavailable(srv):
-    job = Client(srv.url, give_up_s=0.5).submit(_spec("a"), heartbeat=False)
+    job = Client(srv.url, ADMIN, give_up_s=0.5).submit(_spec("a"), heartbeat=False)
     srv.stop()
     with pytest.raises(ServerUnavailable, match="no answer"):
         with job.phase("rollout"):

@@ -1,60 +1,125 @@
-"""Service commands of ``rollmux``: serve, status, submit, cancel.
+"""Service commands of ``rollmux``: serve, status, submit, cancel, jobs, admin.
 
 ``register(app)`` adds them to the main Typer app. The client commands talk to the
-service at ``--url`` (or $ROLLMUX_URL); ``status`` and ``cancel`` need the admin token
-(``--admin-token`` or $ROLLMUX_ADMIN_TOKEN).
+service at ``--url`` (or $ROLLMUX_URL) with a credential from $ROLLMUX_TOKEN, else
+$ROLLMUX_ADMIN_TOKEN, else ``--token-file`` (never a command-line value, which other
+users could read in the process list).
 """
 from __future__ import annotations
 
 import json
+import os
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rollmux.errors import RollMuxError
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 URL_OPT = typer.Option(DEFAULT_URL, "--url", envvar="ROLLMUX_URL", help="Control plane address.")
-TOKEN_OPT = typer.Option(None, "--admin-token", envvar="ROLLMUX_ADMIN_TOKEN", help="Admin token.")
+TOKEN_FILE_OPT = typer.Option(None, "--token-file",
+                              help="File holding the admin or tenant token (else $ROLLMUX_TOKEN or "
+                                   "$ROLLMUX_ADMIN_TOKEN).")
 
 console = Console()
+jobs_app = typer.Typer(no_args_is_help=True, help="List and inspect jobs (admin token).")
+admin_app = typer.Typer(no_args_is_help=True, help="Operate the control plane: nodes, backups, tenants.")
+nodes_app = typer.Typer(no_args_is_help=True, help="Add, drain and undrain nodes of bounded pools (admin token).")
+admin_app.add_typer(nodes_app, name="nodes")
+
+
+class JobState(str, Enum):
+    waiting = "waiting"
+    placed = "placed"
+    done = "done"
+    cancelled = "cancelled"
+    expired = "expired"
+
+
+class PoolName(str, Enum):
+    rollout = "rollout"
+    train = "train"
 
 
 def _fail(err: Exception) -> None:
-    console.print(f"[red]error:[/red] {err}")
+    console.print(f"[red]error:[/red] {escape(str(err))}")
     raise typer.Exit(2)
 
 
+def _credential(token_file: Optional[Path]) -> Optional[str]:
+    if token_file is not None:
+        try:
+            return token_file.read_text(encoding="utf-8").strip() or None
+        except OSError as err:
+            _fail(RollMuxError(f"--token-file: {err}"))
+    return os.environ.get("ROLLMUX_TOKEN") or os.environ.get("ROLLMUX_ADMIN_TOKEN")
+
+
+def _client(url: str, token_file: Optional[Path]):
+    from rollmux.runtime.sdk import Client
+
+    return Client(url, _credential(token_file), give_up_s=5.0)
+
+
 def serve(
-    cluster: Optional[Path] = typer.Option(None, "--cluster", help="Cluster YAML; default: the paper's testbed."),
-    state: Path = typer.Option(Path("rollmux-state.db"), "--state", help="SQLite state file (created if missing)."),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(8470, "--port"),
-    admin_token: Optional[str] = TOKEN_OPT,
-    lease_s: float = typer.Option(30.0, "--lease-s", help="Seconds without a heartbeat before a job loses its nodes."),
+    cluster: Optional[Path] = typer.Option(None, "--cluster",
+                                           help="Cluster YAML. First start: default is the paper's testbed. On a "
+                                                "restart the file is reconciled with the saved cluster (added nodes "
+                                                "join, free removed nodes leave, prices apply from now on); "
+                                                "without it the saved cluster is kept."),
+    state: Path = typer.Option(Path("rollmux-state.db"), "--state",
+                               help="SQLite state file (created if missing, locked while served)."),
+    new_state: bool = typer.Option(False, "--new-state",
+                                   help="Move an existing state file aside and start empty."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8470, "--port", min=1, max=65535),
+    admin_token_file: Optional[Path] = typer.Option(
+        None, "--admin-token-file",
+        help="File with the admin token ($ROLLMUX_ADMIN_TOKEN wins); created with a new token (0600) if missing. "
+             "Default: STATE.admin-token."),
+    tenants: Optional[Path] = typer.Option(None, "--tenants",
+                                           help="YAML {tenants: {NAME: {token_sha256: HEX}}}: who may submit "
+                                                "besides the admin (see `rollmux admin tenant-token`)."),
+    lease_s: float = typer.Option(30.0, "--lease-s", min=0.1,
+                                  help="Seconds a job may go without a call before it loses its nodes (plus "
+                                       "--grace-s)."),
+    grace_s: float = typer.Option(10.0, "--grace-s", min=0.0,
+                                  help="Extra seconds tolerated on top of the lease for slow networks."),
+    max_job_gpus: int = typer.Option(256, "--max-job-gpus", min=1,
+                                     help="Most GPUs one job may ask of an unbounded pool."),
+    max_live_jobs: int = typer.Option(5000, "--max-live-jobs", min=1, help="Most live jobs at once."),
+    log_file: Optional[Path] = typer.Option(None, "--log-file", help="JSON-lines log (default: stderr)."),
 ) -> None:
-    """Run the control plane (HTTP+JSON, OpenAPI at /docs). A state file that exists is resumed."""
+    """Run the control plane (HTTP+JSON under /v1, OpenAPI at /docs). A state file that exists is resumed."""
     from rollmux.cluster_file import load_cluster
-    from rollmux.runtime.service import run
+    from rollmux.runtime import auth, logs
+    from rollmux.runtime.service import ServiceConfig, run
 
     try:
-        spec = load_cluster(cluster)
+        spec = load_cluster(cluster) if cluster is not None else None
+        token, source = auth.admin_token(admin_token_file, state)
+        config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
+                               max_live_jobs=max_live_jobs, tenants=auth.load_tenants(tenants))
+        logs.setup(log_file)
+        typer.echo(f"rollmux: admin token from {source}", err=True)
+        run(spec, str(state), token, config, host, port, new_state)
     except (RollMuxError, OSError) as err:
         _fail(err)
-    run(spec, str(state), host, port, admin_token, lease_s)
 
 
-def status(url: str = URL_OPT, admin_token: Optional[str] = TOKEN_OPT,
+def status(url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT,
            as_json: bool = typer.Option(False, "--json", help="Print the raw status document.")) -> None:
-    """Groups, pinning, who holds which node, queue order, measured slowdown vs SLO."""
-    from rollmux.runtime.sdk import Client, ClientError
+    """Groups, pinning, who holds which node, queue order, measured slowdown vs SLO (admin)."""
+    from rollmux.runtime.sdk import ClientError
 
     try:
-        doc = Client(url, admin_token, give_up_s=5.0).status()
+        doc = _client(url, token_file).status()
     except ClientError as err:
         _fail(err)
     if as_json:
@@ -68,57 +133,184 @@ def status(url: str = URL_OPT, admin_token: Optional[str] = TOKEN_OPT,
                          for m in g["members"])
         holders = "\n".join(f"{n} <- {j}" for n, j in sorted(g["holders"].items())) or "-"
         queues = "\n".join(f"{p}: {' > '.join(q) or '-'}" for p, q in g["queues"].items())
-        groups.add_row(g["group_id"], ",".join(g["rollout_nodes"]), ",".join(g["train_nodes"]), pins, holders,
-                       queues, f"{g['cost_per_hour']:.2f}")
+        groups.add_row(*(escape(x) for x in (g["group_id"], ",".join(g["rollout_nodes"]), ",".join(g["train_nodes"]),
+                                             pins, holders, queues)), f"{g['cost_per_hour']:.2f}")
     console.print(groups)
-    jobs = Table(title="jobs")
-    for col in ("job", "state", "group", "iterations", "progress", "slowdown", "SLO", "grant"):
-        jobs.add_column(col)
-    for j in doc["jobs"]:
-        slow = "-" if j["measured_slowdown"] is None else f"{j['measured_slowdown']:.2f}"
+    console.print(_jobs_table(doc["jobs"]))
+    console.print(f"waiting: {escape(', '.join(doc['waiting']) or '-')}   "
+                  f"drained: {escape(', '.join(doc['drained']) or '-')}   cost: ${doc['cost_per_hour']:.2f}/h")
+
+
+def _jobs_table(jobs: list[dict]) -> Table:
+    table = Table(title="jobs")
+    for col in ("job", "state", "tenant", "group", "iterations", "progress", "slowdown", "SLO", "grant"):
+        table.add_column(col)
+    for j in jobs:
+        slow = "-" if j.get("measured_slowdown") is None else f"{j['measured_slowdown']:.2f}"
         its = f"{j['iterations_done']}/{j['iterations'] or '-'}"
         grant = f"{j['grant']['pool']} on {','.join(j['grant']['nodes'])}" if j["grant"] else "-"
-        jobs.add_row(j["job_id"], j["state"], j["group_id"] or "-", its, f"{j['progress']:.0%}", slow,
-                     f"{j['slo']:.2f}", grant)
-    console.print(jobs)
-    console.print(f"waiting: {', '.join(doc['waiting']) or '-'}   drained: {', '.join(doc['drained']) or '-'}   "
-                  f"cost: ${doc['cost_per_hour']:.2f}/h")
+        group = j.get("group_id") or (j.get("placement") or {}).get("group_id") or "-"
+        slo = f"{j['slo']:.2f}" if "slo" in j else "-"
+        table.add_row(*(escape(str(x)) for x in (j["job_id"], j["state"], j.get("tenant", ""), group, its,
+                                                  f"{j['progress']:.0%}", slow, slo, grant)))
+    return table
 
 
 def submit(job_file: Path = typer.Argument(..., help="YAML mapping of the job's trace columns."),
-           url: str = URL_OPT) -> None:
-    """Register a job; prints its token and placement. The job's process must attach and
-    heartbeat within the lease, or the job expires."""
-    from rollmux.runtime.sdk import Client, ClientError
+           url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
+    """Register a job (admin or tenant token); prints its token and placement. The job's
+    process must attach and heartbeat within the lease, or the job expires."""
+    from rollmux.runtime.sdk import ClientError
 
     try:
         spec = yaml.safe_load(job_file.read_text(encoding="utf-8"))
-        job = Client(url, give_up_s=5.0).submit(spec, heartbeat=False)
-    except (ClientError, OSError, yaml.YAMLError) as err:
+        if not isinstance(spec, dict):
+            kind = "empty" if spec is None else f"a {type(spec).__name__}"
+            raise RollMuxError(f"{job_file}: the job file is {kind}; expected a mapping of trace columns "
+                               f"(job_id: ..., t_roll_s: ..., ...)")
+        job = _client(url, token_file).submit(spec, heartbeat=False)
+    except (ClientError, RollMuxError, OSError, yaml.YAMLError) as err:
         _fail(err)
     view = job.view
-    console.print(f"job {job.job_id}: {view['outcome']}, token {job.token}")
+    console.print(f"job {escape(job.job_id)}: {view['outcome']}, token {job.token}")
     if job.placement:
         p = job.placement
-        console.print(f"group {p['group_id']}: R[{','.join(p['rollout_nodes'])}] T[{','.join(p['train_nodes'])}]")
+        console.print(escape(f"group {p['group_id']}: R[{','.join(p['rollout_nodes'])}] "
+                             f"T[{','.join(p['train_nodes'])}]"))
     for line in view["explanation"]:
-        console.print(f"  {line}")
+        console.print(f"  {escape(line)}")
 
 
-def cancel(job_id: str = typer.Argument(...), url: str = URL_OPT, admin_token: Optional[str] = TOKEN_OPT) -> None:
+def cancel(job_id: str = typer.Argument(...), url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """Cancel a job (admin): it leaves its group and its nodes go back."""
-    from rollmux.runtime.sdk import Client, ClientError
+    from rollmux.runtime.sdk import ClientError
 
     try:
-        view = Client(url, admin_token, give_up_s=5.0).cancel(job_id)
+        view = _client(url, token_file).cancel(job_id)
     except ClientError as err:
         _fail(err)
-    console.print(f"job {job_id}: {view['state']} ({view['reason']})")
+    console.print(escape(f"job {job_id}: {view['state']} ({view['reason']})"))
+
+
+@jobs_app.command("list")
+def jobs_list(state: Optional[JobState] = typer.Option(None, "--state", help="Only jobs in this state."),
+              group: Optional[str] = typer.Option(None, "--group", help="Only jobs of this group."),
+              tenant: Optional[str] = typer.Option(None, "--tenant", help="Only jobs of this tenant."),
+              limit: int = typer.Option(1000, "--limit", min=1, max=10000),
+              as_json: bool = typer.Option(False, "--json"),
+              url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
+    """Jobs in submission order (departed ones first), filtered."""
+    from rollmux.runtime.sdk import ClientError
+
+    try:
+        jobs = _client(url, token_file).jobs(state.value if state else None, group, tenant, limit)
+    except ClientError as err:
+        _fail(err)
+    if as_json:
+        print(json.dumps(jobs, indent=2))
+    else:
+        console.print(_jobs_table(jobs))
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: str = typer.Argument(...), url: str = URL_OPT,
+              token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
+    """One job: state, placement, grant, progress and the planner's explanation (JSON)."""
+    from rollmux.runtime.sdk import ClientError
+
+    try:
+        print(json.dumps(_client(url, token_file).job(job_id), indent=2))
+    except ClientError as err:
+        _fail(err)
+
+
+@nodes_app.command("add")
+def nodes_add(pool: PoolName = typer.Argument(..., help="rollout or train."),
+              node_id: str = typer.Argument("", help="The new node's id (a pool that lists its nodes needs one)."),
+              host_mem_gb: Optional[float] = typer.Option(None, "--host-mem-gb", min=0.001),
+              url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
+    """Add a node to a bounded pool, live; waiting jobs may be placed on it at once."""
+    from rollmux.runtime.sdk import ClientError
+
+    try:
+        out = _client(url, token_file).add_node(pool.value, node_id, host_mem_gb)
+    except ClientError as err:
+        _fail(err)
+    console.print(escape(f"added {out['node']} to {pool.value}; placed: {', '.join(out['placed']) or '-'}"))
+
+
+@nodes_app.command("drain")
+def nodes_drain(node: str = typer.Argument(...), url: str = URL_OPT,
+                token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
+    """No new job is pinned to NODE; jobs on it finish there, then it is withheld."""
+    from rollmux.runtime.sdk import ClientError
+
+    try:
+        out = _client(url, token_file).drain(node)
+    except ClientError as err:
+        _fail(err)
+    console.print(escape(f"drained {out['node']}; jobs still on it: {', '.join(out['jobs_on_node']) or '-'}"))
+
+
+@nodes_app.command("undrain")
+def nodes_undrain(node: str = typer.Argument(...), url: str = URL_OPT,
+                  token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
+    """Put a drained node back in service."""
+    from rollmux.runtime.sdk import ClientError
+
+    try:
+        out = _client(url, token_file).undrain(node)
+    except ClientError as err:
+        _fail(err)
+    console.print(escape(f"undrained {out['node']}; placed: {', '.join(out['placed']) or '-'}"))
+
+
+@admin_app.command("backup")
+def admin_backup(out: Path = typer.Argument(..., help="New file to write the backup to."),
+                 state: Path = typer.Option(Path("rollmux-state.db"), "--state", help="The service's state file.")) -> None:
+    """Consistent copy of the state file, also while the service runs (SQLite online backup)."""
+    from rollmux.runtime.store import StoreError, backup_file
+
+    try:
+        backup_file(state, out)
+    except (StoreError, OSError) as err:
+        _fail(err)
+    console.print(escape(f"backed up {state} to {out} ({out.stat().st_size} bytes, integrity ok)"))
+
+
+@admin_app.command("restore")
+def admin_restore(backup: Path = typer.Argument(..., help="A file written by `rollmux admin backup`."),
+                  state: Path = typer.Option(Path("rollmux-state.db"), "--state",
+                                             help="The state file to replace (the service must be stopped).")) -> None:
+    """Put a backup in place of the state file; the old file is kept beside it."""
+    from rollmux.runtime.store import StoreError, restore_file
+
+    try:
+        moved = restore_file(backup, state)
+    except (StoreError, OSError) as err:
+        _fail(err)
+    console.print(escape(f"restored {backup} to {state}" + (f"; the old file is now {moved}" if moved else "")))
+
+
+@admin_app.command("tenant-token")
+def admin_tenant_token(name: str = typer.Argument(..., help="Tenant name (letters, digits, '.', '_', '-').")) -> None:
+    """Make a submit token for a tenant: prints the token (give it to the tenant) and the
+    line for the --tenants file (only the hash is stored)."""
+    from rollmux.runtime.auth import TENANT_PATTERN, new_token
+    from rollmux.runtime.store import hash_token
+
+    if not TENANT_PATTERN.match(name) or name == "admin":
+        _fail(RollMuxError(f"NAME: {name!r} is not a tenant name (letters, digits, '.', '_', '-'; not 'admin')"))
+    token = new_token()
+    typer.echo(f"token: {token}")
+    typer.echo(f"tenants file entry:\n  {name}: {{token_sha256: {hash_token(token)}}}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add serve, status, submit and cancel to ``app``."""
+    """Add serve, status, submit, cancel, jobs and admin to ``app``."""
     app.command()(serve)
     app.command()(status)
     app.command()(submit)
     app.command()(cancel)
+    app.add_typer(jobs_app, name="jobs")
+    app.add_typer(admin_app, name="admin")

@@ -162,14 +162,14 @@ def _control_plane(rollout_nodes: int, train_nodes: int, out_dir: Path) -> Itera
     """The control plane over a bounded inventory, served on a free 127.0.0.1 port in a thread."""
     import uvicorn
 
-    from rollmux.runtime.service import Service, create_app
+    from rollmux.runtime.service import Service, ServiceConfig, create_app
 
     cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=rollout_nodes),
                       train=PoolSpec("H800", 5.28, nodes=train_nodes),
                       switch_cost=SwitchCost(mode="fixed", rollout_s=SWITCH_ESTIMATE_S, train_s=SWITCH_ESTIMATE_S))
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="rollmux-demo-") as state_dir:
-        service = Service(cluster, str(Path(state_dir) / "state.db"), lease_s=60.0, admin_token=token)
+        service = Service(cluster, str(Path(state_dir) / "state.db"), token, ServiceConfig(lease_s=60.0))
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]

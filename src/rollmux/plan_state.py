@@ -134,6 +134,11 @@ class PlanState:
         free.remove(node)
         return True
 
+    def reinstate(self, pool: str, node: str) -> None:
+        """Give a withheld (drained) node of a bounded pool back to its free nodes."""
+        if node not in self._free[pool]:
+            self._give_back(pool, [node])
+
     def pool_of(self, node: str) -> str | None:
         """The pool a node id this state has issued belongs to, or None."""
         listed = self._listed.get(node)

@@ -1,39 +1,58 @@
 """Request and response bodies of the control plane's HTTP API (pydantic, the edge only).
 
-Every request model forbids unknown fields, so a misspelt field is a 422 naming it
-rather than a silently ignored value. Domain checks (durations > 0, SLO >= 1, ...) stay
-in ``Job.validate``; these models only fix the shape.
+Every request model forbids unknown fields, so a misspelt field is a 422 naming it.
+Every input is bounded: numbers finite and within the ranges below, integers strict
+(``true`` is not 1), strings limited in length and characters. The cluster-dependent
+limits (GPUs at most the pool's size, or ``--max-job-gpus`` on an unbounded pool) are
+checked by the service before any planning.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
 from rollmux.model import Job
+from rollmux.runtime.auth import JOB_ID_PATTERN
 from rollmux.runtime.control import GrantRecord, JobRecord
 
 Phase = Literal["rollout", "train"]
 MAX_WAIT_S = 30.0
+MAX_PHASE_S = 1e6            # a worst-case phase of about 11.6 days
+MAX_MEM_GB = 1e6
+MAX_SLO = 1000.0
+MAX_ITERATIONS = 10_000_000
+MAX_GPUS = 1_000_000         # shape bound only; the service applies the cluster's limit
+MAX_BODY_BYTES = 64 * 1024
+TEXT = r"^[^\x00-\x1f\x7f]*$"  # no control characters
+
+
+def _not_bool(value):
+    if isinstance(value, bool):
+        raise ValueError("a number, not a boolean")
+    return value
+
+
+Number = Annotated[float, BeforeValidator(_not_bool)]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class JobSpec(_Request):
     """A job as submitted: the columns of a trace row (``iterations`` optional)."""
 
-    job_id: str = Field(min_length=1, max_length=200)
-    rollout_gpus: int = 8
-    train_gpus: int = 8
-    t_roll_s: float
-    t_train_s: float
-    mem_roll_gb: float = 0.0
-    mem_train_gb: float = 0.0
-    slo: float = 1.5
-    model: str = ""
-    iterations: int | None = None
+    job_id: str = Field(pattern=JOB_ID_PATTERN, description="1-128 of A-Z a-z 0-9 . _ -, starting alphanumeric")
+    rollout_gpus: StrictInt = Field(default=8, ge=1, le=MAX_GPUS)
+    train_gpus: StrictInt = Field(default=8, ge=1, le=MAX_GPUS)
+    t_roll_s: Number = Field(gt=0, le=MAX_PHASE_S)
+    t_train_s: Number = Field(gt=0, le=MAX_PHASE_S)
+    mem_roll_gb: Number = Field(default=0.0, ge=0, le=MAX_MEM_GB)
+    mem_train_gb: Number = Field(default=0.0, ge=0, le=MAX_MEM_GB)
+    slo: Number = Field(default=1.5, ge=1.0, le=MAX_SLO)
+    model: str = Field(default="", max_length=128, pattern=TEXT)
+    iterations: StrictInt | None = Field(default=None, ge=1, le=MAX_ITERATIONS)
 
     def to_job(self) -> Job:
         return Job(job_id=self.job_id, t_roll_s=self.t_roll_s, t_train_s=self.t_train_s,
@@ -42,33 +61,43 @@ class JobSpec(_Request):
 
 
 class SubmitRequest(_Request):
-    """``request_id`` makes a retried submit return the first answer instead of a 409."""
+    """``token``: the job's own secret, chosen by the client (the SDK does), so that a
+    retried submit (same ``request_id`` and token) gets the first answer and no answer
+    ever carries a token the caller did not already have. Without it the service makes
+    one and returns it once."""
 
     spec: JobSpec
-    request_id: str | None = Field(default=None, max_length=200)
+    request_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    token: str | None = Field(default=None, min_length=32, max_length=256, pattern=r"^[A-Za-z0-9._~+/=-]+$")
 
 
 class AcquireRequest(_Request):
     """Wait up to ``wait_s`` seconds (long poll) for the grant of ``phase``."""
 
     phase: Phase
-    wait_s: float = Field(default=0.0, ge=0.0, le=MAX_WAIT_S)
+    wait_s: Number = Field(default=0.0, ge=0.0, le=MAX_WAIT_S)
 
 
 class ReleaseRequest(_Request):
     """End the phase held under grant ``grant_seq``; ``duration_s`` as the job measured it."""
 
     phase: Phase
-    grant_seq: int
-    duration_s: float = Field(ge=0.0)
+    grant_seq: StrictInt = Field(ge=1, le=2**62)
+    duration_s: Number = Field(ge=0.0, le=MAX_PHASE_S)
 
 
 class HeartbeatRequest(_Request):
-    progress: float | None = Field(default=None, ge=0.0, le=1.0)
+    progress: Number | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class ProgressRequest(_Request):
-    fraction: float = Field(ge=0.0, le=1.0)
+    fraction: Number = Field(ge=0.0, le=1.0)
+
+
+class AddNodeRequest(_Request):
+    pool: Literal["rollout", "train"]
+    node_id: str = Field(default="", max_length=128, pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")
+    host_mem_gb: Number | None = Field(default=None, gt=0, le=MAX_MEM_GB)
 
 
 class PlacementView(BaseModel):
@@ -94,6 +123,7 @@ class GrantView(BaseModel):
 class JobView(BaseModel):
     job_id: str
     state: str
+    tenant: str
     placement: PlacementView | None
     grant: GrantView | None
     next_phase: Phase
@@ -101,24 +131,25 @@ class JobView(BaseModel):
     iterations: int | None
     progress: float
     lease_s: float
+    grace_s: float
     outcome: str
     explanation: list[str]
     reason: str
 
     @classmethod
-    def of(cls, rec: JobRecord, lease_s: float) -> "JobView":
+    def of(cls, rec: JobRecord, lease_s: float, grace_s: float) -> "JobView":
         placement = None
         if rec.group_id is not None:
             placement = PlacementView(group_id=rec.group_id, rollout_nodes=list(rec.rollout_nodes),
                                       train_nodes=list(rec.train_nodes))
-        return cls(job_id=rec.job_id, state=rec.state, placement=placement, grant=GrantView.of(rec.grant),
-                   next_phase=rec.next_phase, iterations_done=rec.iterations_done, iterations=rec.job.iterations,
-                   progress=rec.progress, lease_s=lease_s, outcome=rec.outcome, explanation=rec.explanation,
-                   reason=rec.end_reason)
+        return cls(job_id=rec.job_id, state=rec.state, tenant=rec.tenant, placement=placement,
+                   grant=GrantView.of(rec.grant), next_phase=rec.next_phase, iterations_done=rec.iterations_done,
+                   iterations=rec.job.iterations, progress=rec.progress, lease_s=lease_s, grace_s=grace_s,
+                   outcome=rec.outcome, explanation=rec.explanation, reason=rec.end_reason)
 
 
 class SubmitResponse(JobView):
-    token: str
+    token: str | None = Field(description="The job's token when the service made it (first answer only)")
 
 
 class AcquireResponse(BaseModel):
@@ -127,14 +158,27 @@ class AcquireResponse(BaseModel):
     job: JobView
 
 
-class DrainResponse(BaseModel):
+class HeartbeatResponse(BaseModel):
+    job_id: str
+    state: str
+    lease_s: float
+    grace_s: float
+
+
+class NodeResponse(BaseModel):
     node: str
-    jobs_on_node: list[str]
+    jobs_on_node: list[str] = []
+    placed: list[str] = []
 
 
-class ErrorBody(BaseModel):
-    """Every 4xx answer: which field was wrong and why."""
+class Problem(BaseModel):
+    """Every error answer (RFC 9457 problem details, ``application/problem+json``), with
+    ``field`` (what was wrong) and ``reason`` (why) as extension members."""
 
+    type: str
+    title: str
+    status: int
+    detail: str
     field: str
     reason: str
     state: str | None = None

@@ -2,10 +2,11 @@
 
 ``ControlPlane`` is the body that drives the shared brain in real time. It owns one
 ``PlanState`` (placed by ``Planner``, exactly as the simulator does) and one
-``GroupExecutor`` per group (the execution rule). It holds no clock and does no I/O:
-every method takes ``now`` (seconds; the service passes wall-clock epoch seconds so
-times survive a restart) and the caller persists ``snapshot()`` (live state), plus
-``take_events()`` and ``take_ended()`` (appended once each), before acknowledging a change.
+``GroupExecutor`` per group (the execution rule). It holds no clock, no leases and does
+no I/O: every method takes ``now`` (seconds on the service's clock, which never runs
+backwards, also across restarts) and the caller persists ``take_changes()`` (the rows
+that changed, the new events and the departed jobs' records) before acknowledging a
+change. Leases live in the service: it calls ``expire`` with the jobs it found silent.
 
 Contract
 --------
@@ -18,6 +19,8 @@ Contract
   guarantees that no two grants of a group share a node.
 * Phases alternate rollout, train, rollout, ... per job. Ending a train phase counts an
   iteration; a job with ``iterations`` set departs after its last one.
+* Job ids of departed jobs may be submitted again (a new run of the same job); the
+  departed record stays in the history (``take_ended``).
 * Departures (completion, cancellation, lease expiry) remove the member from its
   executor, release its pins in the plan (nodes that nobody uses any more go back to
   the pool), dispatch the group again, then retry the waiting line in order.
@@ -28,20 +31,23 @@ Contract
 """
 from __future__ import annotations
 
-import secrets
+import dataclasses
+import math
 from dataclasses import asdict, dataclass, field
 
 from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
 from rollmux.errors import RollMuxError
 from rollmux.execution import Grant, GroupExecutor
-from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import Planner
+from rollmux.runtime.store import Changes, hash_token
 
 WAITING, PLACED, DONE, CANCELLED, EXPIRED = "waiting", "placed", "done", "cancelled", "expired"
 LIVE_STATES = (WAITING, PLACED)
 JOB_STATES = (WAITING, PLACED, DONE, CANCELLED, EXPIRED)
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
+EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the best of the rest
 
 
 class ControlError(RollMuxError):
@@ -73,6 +79,12 @@ class PhaseOrderError(ControlError):
     status = 409
 
 
+class ClusterConflict(ControlError):
+    """A cluster change that would strand pinned jobs (a removed node in use, less memory than used)."""
+
+    status = 409
+
+
 class JobEnded(ControlError):
     """The job has departed (done, cancelled or expired); ``state`` says which."""
 
@@ -100,13 +112,14 @@ class GrantRecord:
 
 @dataclass(slots=True)
 class JobRecord:
-    """Everything the control plane knows about one job."""
+    """Everything the control plane knows about one job (``token_hash``: SHA-256 of its token)."""
 
     job: Job
-    token: str
+    token_hash: str
     state: str
     submitted_at: float
-    lease_until: float
+    ord: int = 0
+    tenant: str = ""
     request_id: str | None = None
     outcome: str = ""
     explanation: list[str] = field(default_factory=list)
@@ -116,16 +129,22 @@ class JobRecord:
     next_phase: str = ROLLOUT
     grant: GrantRecord | None = None
     last_released_seq: int | None = None
+    last_released_phase: str | None = None
     iterations_done: int = 0
     progress: float = 0.0
     iter_mark: float | None = None
     iter_time_sum: float = 0.0
+    ready_at: float | None = None
     ended_at: float | None = None
     end_reason: str = ""
 
     @property
     def job_id(self) -> str:
         return self.job.job_id
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_STATES
 
     def measured_slowdown(self) -> float | None:
         """Mean measured iteration time over the solo iteration time of the spec."""
@@ -135,14 +154,11 @@ class JobRecord:
 
 
 class ControlPlane:
-    """Jobs, plan, executors and leases of the live service (see the module docstring)."""
+    """Jobs, plan and executors of the live service (see the module docstring)."""
 
-    def __init__(self, cluster: Cluster, lease_s: float = 30.0, planner: Planner | None = None) -> None:
-        if not lease_s > 0:
-            raise ValueError(f"lease_s={lease_s!r}: expected seconds > 0")
+    def __init__(self, cluster: Cluster, planner: Planner | None = None) -> None:
         cluster.validate()
         self.cluster = cluster
-        self.lease_s = lease_s
         self.planner = planner or Planner()
         self.plan = PlanState(cluster)
         self.executors: dict[str, GroupExecutor] = {}
@@ -154,29 +170,44 @@ class ControlPlane:
         self.provisioned_s = {p: 0.0 for p in POOLS}
         self._clock: float | None = None
         self._seq = 0
+        self._ord = 0
         self._events: list[dict] = []
-        self._ended: list[str] = []
+        self._ended: list[JobRecord] = []
+        self._dirty_jobs: set[str] = set()
+        self._dirty_groups: set[str] = set()
+        self._cluster_dirty = True
+
+    @property
+    def clock(self) -> float | None:
+        """The latest ``now`` this plane has seen (the service never lets its clock fall below it)."""
+        return self._clock
 
     # --- job calls ------------------------------------------------------------------
-    def submit(self, job: Job, now: float, request_id: str | None = None) -> JobRecord:
+    def submit(self, job: Job, now: float, token_hash: str, request_id: str | None = None,
+               tenant: str = "") -> JobRecord:
         """Register ``job``; place it now or put it in the waiting line.
 
-        A repeated submit with the same ``request_id`` returns the first answer (a client
-        retrying after a lost reply); any other repeat of a job id is a ``DuplicateJob``.
+        A repeated submit with the same ``request_id`` and token returns the first answer
+        (a client retrying after a lost reply); any other submit of a live job's id is a
+        ``DuplicateJob``. The id of a departed job may be used again.
         """
         known = self.jobs.get(job.job_id)
         if known is not None:
-            if request_id is not None and known.request_id == request_id:
+            if request_id is not None and known.request_id == request_id and known.token_hash == token_hash:
                 return known
-            raise DuplicateJob("job_id", f"{job.job_id!r} is already registered")
+            if known.live:
+                raise DuplicateJob("job_id", f"{job.job_id!r} is already registered")
         job.validate(self.cluster)
         decision = self.planner.decide(self.plan, job, explain=True)
         if decision.outcome == "rejected":
             raise NeverFits(self._never_fits_field(job), decision.reason)
         self._advance(now)
-        rec = JobRecord(job, secrets.token_urlsafe(24), WAITING, now, now + self.lease_s, request_id,
-                        decision.outcome, [c.describe() for c in decision.candidates])
+        self._ord += 1
+        rec = JobRecord(job, token_hash, WAITING, now, self._ord, tenant, request_id, decision.outcome,
+                        _explain(decision))
+        self.jobs.pop(job.job_id, None)
         self.jobs[job.job_id] = rec
+        self._dirty_jobs.add(job.job_id)
         if decision.placement is None:
             rec.end_reason = decision.reason
             self.waiting.append(job.job_id)
@@ -184,26 +215,27 @@ class ControlPlane:
             self._place(rec, decision.placement, now)
         return rec
 
-    def acquire(self, job_id: str, phase: str, now: float) -> GrantRecord | None:
-        """The job's grant for ``phase`` if it holds one, else None (not yet its turn)."""
+    def acquire(self, job_id: str, phase: str) -> GrantRecord | None:
+        """The job's grant for ``phase`` if it holds one, else None (not yet its turn). Changes nothing."""
         rec = self._live(job_id)
         self._check_phase(phase)
         if phase != rec.next_phase:
             raise PhaseOrderError("phase", f"{phase!r} out of order: job {job_id!r} is due for {rec.next_phase!r}")
-        rec.lease_until = now + self.lease_s
         if rec.grant is not None and rec.grant.pool == phase:
             return rec.grant
         return None
 
     def release(self, job_id: str, phase: str, grant_seq: int, duration_s: float, now: float) -> JobRecord:
-        """End the granted ``phase``; a repeat of the last release is answered, not re-applied."""
+        """End the granted ``phase``; a repeat of the last release (same grant and phase) is
+        answered, not re-applied."""
         rec = self.jobs.get(job_id)
-        if rec is not None and rec.last_released_seq == grant_seq and grant_seq is not None:
+        if (rec is not None and rec.last_released_seq == grant_seq and rec.last_released_phase == phase
+                and grant_seq is not None):
             return rec
         rec = self._live(job_id)
         self._check_phase(phase)
-        if not (duration_s >= 0):
-            raise ControlError("duration_s", f"{duration_s!r} is not a duration >= 0 seconds")
+        if not (math.isfinite(duration_s) and duration_s >= 0):
+            raise ControlError("duration_s", f"{duration_s!r} is not a finite duration >= 0 seconds")
         if rec.grant is None:
             raise PhaseOrderError("phase", f"job {job_id!r} holds no grant to release")
         if rec.grant.pool != phase:
@@ -211,13 +243,16 @@ class ControlPlane:
         if rec.grant.seq != grant_seq:
             raise PhaseOrderError("grant_seq", f"{grant_seq} is not the held grant ({rec.grant.seq})")
         self._advance(now)
-        rec.lease_until = now + self.lease_s
         last = phase == TRAIN and rec.job.iterations is not None and rec.iterations_done + 1 >= rec.job.iterations
         self._end_grant(rec, now)
         self.executors[rec.group_id].finish(job_id, now, requeue=not last)
         self._log(now, "finish", rec.group_id, job_id, phase, (), requeue=not last)
+        self._dirty_jobs.add(job_id)
+        self._dirty_groups.add(rec.group_id)
         rec.last_released_seq = grant_seq
+        rec.last_released_phase = phase
         rec.next_phase = TRAIN if phase == ROLLOUT else ROLLOUT
+        rec.ready_at = now
         if phase == TRAIN:
             rec.iterations_done += 1
             rec.iter_time_sum += now - (rec.iter_mark if rec.iter_mark is not None else rec.submitted_at)
@@ -228,13 +263,13 @@ class ControlPlane:
             self._dispatch(rec.group_id, now)
         return rec
 
-    def heartbeat(self, job_id: str, now: float, progress: float | None = None) -> JobRecord:
-        """Extend the job's lease; optionally record its progress fraction in [0, 1]."""
+    def report_progress(self, job_id: str, fraction: float) -> JobRecord:
+        """Record the job's progress fraction in [0, 1]."""
         rec = self._live(job_id)
-        if progress is not None:
-            self._check_progress(progress)
-            rec.progress = progress
-        rec.lease_until = now + self.lease_s
+        if not (0.0 <= fraction <= 1.0):
+            raise ControlError("fraction", f"{fraction!r} is not a fraction in [0, 1]")
+        rec.progress = fraction
+        self._dirty_jobs.add(job_id)
         return rec
 
     def complete(self, job_id: str, now: float) -> JobRecord:
@@ -255,34 +290,140 @@ class ControlPlane:
         self._depart(rec, CANCELLED, now, reason)
         return rec
 
-    def expire(self, now: float) -> list[str]:
-        """Depart every live job whose lease ran out before ``now``; returns their ids."""
-        gone = [r for r in self.jobs.values() if r.state in LIVE_STATES and r.lease_until < now]
+    def expire(self, job_ids: list[str], now: float, reason: str) -> list[str]:
+        """Depart each of ``job_ids`` that is still live (its lease ran out); returns those departed."""
+        gone = [self.jobs[j] for j in job_ids if j in self.jobs and self.jobs[j].live]
         for rec in gone:
-            self._depart(rec, EXPIRED, now, f"no heartbeat for {self.lease_s:g}s")
+            self._depart(rec, EXPIRED, now, reason)
         return [r.job_id for r in gone]
-
-    def renew_all(self, now: float) -> None:
-        """Give every live job a fresh lease (after a restart, so clients can reconnect)."""
-        for rec in self.jobs.values():
-            if rec.state in LIVE_STATES:
-                rec.lease_until = now + self.lease_s
 
     # --- admin calls ------------------------------------------------------------------
     def drain(self, node: str, now: float) -> list[str]:
         """Make ``node`` unschedulable: no new job is pinned to it; current pins stay
         until their jobs depart, then the node is withheld. Returns the jobs still on it."""
-        pool = self.plan.pool_of(node)
-        if pool is None:
-            raise UnknownNode("node", f"{node!r} is not a node of this cluster")
+        pool = self._pool_of(node)
         self._advance(now)
         self.drained.add(node)
         self._withhold_drained()
-        return [m.job.job_id for g in self.plan.groups.values() for m in g.members if node in m.nodes(pool)]
+        return self._jobs_on(node, pool)
+
+    def undrain(self, node: str, now: float) -> list[str]:
+        """Put a drained node back in service; waiting jobs may be placed on it. Returns the
+        jobs placed by this."""
+        pool = self._pool_of(node)
+        self._advance(now)
+        if node not in self.drained:
+            return []
+        self.drained.discard(node)
+        if self.plan.bounded(pool) and not self._jobs_on(node, pool):
+            self.plan.reinstate(pool, node)
+        return self._retry_waiting(now)
+
+    def add_node(self, pool: str, node_id: str, host_mem_gb: float | None, now: float) -> list[str]:
+        """Add a node to a bounded pool (a listed pool gets ``node_id``; a counted pool its
+        next generated id, which must be ``node_id`` if given). Returns the jobs placed by it."""
+        if pool not in POOLS:
+            raise ControlError("pool", f"{pool!r} is not one of {POOLS}")
+        spec = self.cluster.pool(pool)
+        if spec.nodes is None:
+            raise ControlError("pool", f"the {pool} pool is unbounded: nodes are provisioned on demand")
+        mem = spec.host_mem_gb if host_mem_gb is None else host_mem_gb
+        if spec.node_list:
+            if not node_id:
+                raise ControlError("node_id", "the pool lists its nodes: give the new node's id")
+            if self.plan.pool_of(node_id) is not None:
+                raise ControlError("node_id", f"{node_id!r} is already a node of this cluster")
+            new = dataclasses.replace(spec, nodes=spec.nodes + 1,
+                                      node_list=(*spec.node_list, NodeSpec(node_id, mem)),
+                                      host_mem_gb=max(spec.host_mem_gb, mem))
+        else:
+            expected = f"{'R' if pool == ROLLOUT else 'T'}{spec.nodes}"
+            if node_id and node_id != expected:
+                raise ControlError("node_id", f"{node_id!r}: the {pool} pool names its nodes by count; the next "
+                                              f"is {expected!r}")
+            if host_mem_gb is not None and host_mem_gb != spec.host_mem_gb:
+                raise ControlError("host_mem_gb", f"{host_mem_gb!r}: a counted pool's nodes all have "
+                                                  f"{spec.host_mem_gb} GB; list the nodes to vary it")
+            new = dataclasses.replace(spec, nodes=spec.nodes + 1)
+        cluster = dataclasses.replace(self.cluster, **{pool: new})
+        return self.reconcile(cluster, now)["placed"]
+
+    def reconcile(self, cluster: Cluster, now: float) -> dict:
+        """Move to ``cluster`` (the cluster file changed, or a node was added live).
+
+        Added nodes join their pool's free nodes; removed free nodes leave it; a removed
+        node that a job is pinned to, a node whose new memory is below what its jobs use,
+        a different ``gpus_per_node`` or a pool switching between bounded and unbounded
+        while it has groups raises ``ClusterConflict`` and changes nothing. Prices and
+        switch costs apply from now on. Waiting jobs are retried. Returns
+        ``{"added", "removed", "changed", "placed"}``.
+        """
+        cluster.validate()
+        old = self.cluster
+        if cluster.gpus_per_node != old.gpus_per_node:
+            raise ClusterConflict("gpus_per_node", f"{cluster.gpus_per_node}: this state file's cluster has "
+                                                   f"{old.gpus_per_node} GPUs per node; it cannot change")
+        free, minted, added, removed = {}, {}, [], []
+        for pool in POOLS:
+            spec, before = cluster.pool(pool), old.pool(pool)
+            used: dict[str, float] = {}
+            for g in self.plan.groups.values():
+                for n in g.nodes(pool):
+                    used[n] = used.get(n, 0.0) + g.mem_used(n, pool)
+            if (spec.nodes is None) != (before.nodes is None):
+                if used:
+                    raise ClusterConflict(f"{pool}.nodes", f"the {pool} pool cannot switch between bounded and "
+                                                           f"unbounded while jobs use it ({', '.join(sorted(used))})")
+            if spec.nodes is None:
+                minted[pool] = self.plan.inventory()["minted"][pool] if before.nodes is None else 0
+                continue
+            ids = _pool_nodes(spec, pool)
+            for n, gb in used.items():
+                if n not in ids:
+                    raise ClusterConflict(f"{pool}.nodes", f"node {n!r} is pinned by job(s) "
+                                                           f"{', '.join(self._jobs_on(n, pool))}; drain it and "
+                                                           f"let them finish before removing it")
+                if gb > ids[n] + 1e-9:
+                    raise ClusterConflict(f"{pool}.nodes", f"node {n!r}: {ids[n]:g} GB of host memory is less "
+                                                           f"than the {gb:g} GB its jobs hold")
+            old_ids = _pool_nodes(before, pool) if before.nodes is not None else {}
+            added += [n for n in ids if n not in old_ids]
+            removed += [n for n in old_ids if n not in ids]
+            free[pool] = [n for n in ids if n not in used and n not in self.drained]
+            minted[pool] = len(ids)
+        changed = [f"{pool}: {k} {getattr(old.pool(pool), k)} -> {getattr(cluster.pool(pool), k)}"
+                   for pool in POOLS for k in ("gpu", "price_per_gpu_hour")
+                   if getattr(old.pool(pool), k) != getattr(cluster.pool(pool), k)]
+        if cluster.switch_cost != old.switch_cost:
+            changed.append("switch cost")
+        if cluster.max_group_size != old.max_group_size:
+            changed.append(f"max_group_size {old.max_group_size} -> {cluster.max_group_size}")
+        self._advance(now)
+        groups = list(self.plan.groups.values())
+        plan = PlanState(cluster)
+        plan.restore(groups, {"free": free, "minted": minted, "next_group": self.plan.inventory()["next_group"]})
+        self.plan = plan
+        self.cluster = cluster
+        self.drained = {n for n in self.drained if plan.pool_of(n) is not None}
+        self._cluster_dirty = True
+        placed = self._retry_waiting(now) if (added or changed) else []
+        return {"added": added, "removed": removed, "changed": changed, "placed": placed}
 
     # --- reads --------------------------------------------------------------------------
     def record(self, job_id: str) -> JobRecord:
         return self._record(job_id)
+
+    def list_jobs(self, state: str | None = None, group_id: str | None = None, tenant: str | None = None,
+                  limit: int = 1000) -> list[JobRecord]:
+        """Jobs in submission order (departed ones first), filtered; at most ``limit``."""
+        out = []
+        for rec in self.jobs.values():
+            if ((state is None or rec.state == state) and (group_id is None or rec.group_id == group_id)
+                    and (tenant is None or rec.tenant == tenant)):
+                out.append(rec)
+                if len(out) >= limit:
+                    break
+        return out
 
     def status(self, now: float) -> dict:
         """Groups, pinning, node holders, queue order and measured slowdowns (plain data)."""
@@ -301,13 +442,14 @@ class ControlPlane:
                 "planned_slowdown": analysis.slowdown,
                 "cost_per_hour": group.cost_per_hour(self.cluster),
             })
-        jobs = [{"job_id": r.job_id, "state": r.state, "group_id": r.group_id,
+        jobs = [{"job_id": r.job_id, "state": r.state, "tenant": r.tenant, "group_id": r.group_id,
                  "iterations_done": r.iterations_done, "iterations": r.job.iterations,
                  "progress": r.progress, "slo": r.job.slo, "measured_slowdown": r.measured_slowdown(),
                  "grant": asdict(r.grant) if r.grant else None, "reason": r.end_reason}
                 for r in self.jobs.values()]
+        nodes = {p: {"free": self.plan.free_count(p)} for p in POOLS}
         return {"now": now, "groups": groups, "waiting": list(self.waiting), "jobs": jobs,
-                "drained": sorted(self.drained), "cost_per_hour": self.plan.cost_per_hour()}
+                "drained": sorted(self.drained), "nodes": nodes, "cost_per_hour": self.plan.cost_per_hour()}
 
     def counts(self) -> dict[str, int]:
         out = {s: 0 for s in JOB_STATES}
@@ -318,90 +460,98 @@ class ControlPlane:
     def outstanding_grants(self) -> int:
         return sum(1 for r in self.jobs.values() if r.grant is not None)
 
-    def take_events(self) -> list[dict]:
-        """Events recorded since the last call, oldest first (the caller persists them)."""
-        out, self._events = self._events, []
-        return out
-
-    def take_ended(self) -> list[dict]:
-        """Records of jobs that departed since the last call (the caller persists them once;
-        ``snapshot`` carries live jobs only, so it does not grow with the service's history)."""
-        out = [_record_to_dict(self.jobs[j]) for j in self._ended]
-        self._ended = []
-        return out
-
     # --- persistence ------------------------------------------------------------------
+    def take_changes(self) -> Changes:
+        """What changed since the last call: rows to write or delete, new events, departed
+        records. The caller persists it; its size follows the change, not the state."""
+        changes = Changes(self._globals(), events=self._events,
+                          ended=[_record_to_dict(r) for r in self._ended],
+                          cluster=cluster_to_dict(self.cluster) if self._cluster_dirty else None)
+        for job_id in self._dirty_jobs:
+            rec = self.jobs.get(job_id)
+            if rec is not None and rec.live:
+                changes.jobs[job_id] = (rec.ord, _record_to_dict(rec))
+            else:
+                changes.jobs_deleted.append(job_id)
+        for gid in self._dirty_groups:
+            if gid in self.plan.groups:
+                changes.groups[gid] = (_group_ord(gid), self._group_row(gid))
+            else:
+                changes.groups_deleted.append(gid)
+        self._events, self._ended = [], []
+        self._dirty_jobs, self._dirty_groups = set(), set()
+        self._cluster_dirty = False
+        return changes
+
     def snapshot(self) -> dict:
-        """The whole state as JSON-ready data; ``ControlPlane.restore`` inverts it."""
-        plan = self.plan
-        executors = {}
-        for gid, ex in self.executors.items():
-            queued = {}
-            for pool in POOLS:
-                for ready, _order, job_id in ex.queue_entries(pool):
-                    queued[job_id] = [pool, ready]
-            last = ex.last_jobs()
-            members = []
-            for job_id in ex.members():
-                m = plan.groups[gid].member(job_id)
-                sw = self.cluster.switch_cost
-                members.append({"job_id": job_id, "order": ex.order_of(job_id),
-                                "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes),
-                                "switch": [sw.seconds(m.job.model, ROLLOUT), sw.seconds(m.job.model, TRAIN)],
-                                "queued": queued.get(job_id), "running": ex.running(job_id),
-                                "last_on": sorted(n for n, j in last.items() if j == job_id)})
-            executors[gid] = members
-        return {
-            "version": SNAPSHOT_VERSION,
-            "cluster": cluster_to_dict(self.cluster),
-            "lease_s": self.lease_s,
-            "plan": {"groups": [{"group_id": g.group_id, "rollout_nodes": g.rollout_nodes,
-                                 "train_nodes": g.train_nodes, "colocated": g.colocated,
-                                 "members": [m.job.job_id for m in g.members]} for g in plan.groups.values()],
-                     **plan.inventory()},
-            "executors": executors,
-            "jobs": [_record_to_dict(r) for r in self.jobs.values() if r.state in LIVE_STATES],
-            "waiting": list(self.waiting),
-            "drained": sorted(self.drained),
-            "grants_total": self.grants_total,
-            "busy_s": dict(self.busy_s),
-            "provisioned_s": dict(self.provisioned_s),
-            "clock": self._clock,
-            "seq": self._seq,
-        }
+        """The whole state as JSON-ready data, in the shape ``Store.load`` returns;
+        ``ControlPlane.restore`` inverts it."""
+        return {"cluster": cluster_to_dict(self.cluster), "globals": self._globals(),
+                "jobs": {r.job_id: _record_to_dict(r) for r in self.jobs.values() if r.live},
+                "groups": {gid: self._group_row(gid) for gid in self.plan.groups}}
 
     @classmethod
-    def restore(cls, snap: dict, lease_s: float | None = None, planner: Planner | None = None,
-                ended: list[dict] = ()) -> "ControlPlane":
-        """Rebuild from ``snapshot()`` and every ``take_ended()`` record: same plan, same queues,
+    def restore(cls, snap: dict, ended: list[dict] = (), planner: Planner | None = None) -> "ControlPlane":
+        """Rebuild from ``snapshot()`` and every departed record: same plan, same queues,
         same outstanding grants, and the departed jobs' final records."""
-        if snap.get("version") != SNAPSHOT_VERSION:
-            raise ValueError(f"snapshot version={snap.get('version')!r}: expected {SNAPSHOT_VERSION}")
-        cp = cls(cluster_from_dict(snap["cluster"]), lease_s or snap["lease_s"], planner)
-        for d in [*ended, *snap["jobs"]]:
+        glob = snap["globals"]
+        if glob.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"snapshot version={glob.get('version')!r}: expected {SNAPSHOT_VERSION}")
+        cp = cls(cluster_from_dict(snap["cluster"]), planner)
+        live = sorted(snap["jobs"].values(), key=lambda d: d["ord"])
+        for d in [*ended, *live]:
             rec = _record_from_dict(d)
+            cp.jobs.pop(rec.job_id, None)
             cp.jobs[rec.job_id] = rec
         groups = []
-        for g in snap["plan"]["groups"]:
+        rows = sorted(snap["groups"].items(), key=lambda kv: kv[1]["ord"])
+        for gid, g in rows:
             members = [Member(cp.jobs[j].job, cp.jobs[j].rollout_nodes, cp.jobs[j].train_nodes) for j in g["members"]]
-            groups.append(Group(g["group_id"], list(g["rollout_nodes"]), list(g["train_nodes"]), members,
-                                g["colocated"]))
-        cp.plan.restore(groups, snap["plan"])
-        for gid, members in snap["executors"].items():
+            groups.append(Group(gid, list(g["rollout_nodes"]), list(g["train_nodes"]), members, g["colocated"]))
+        cp.plan.restore(groups, glob["inventory"])
+        for gid, g in rows:
             ex = GroupExecutor()
-            for m in members:
+            for m in g["executor"]:
                 ex.restore(m["job_id"], m["order"], tuple(m["rollout_nodes"]), tuple(m["train_nodes"]),
                            m["switch"][0], m["switch"][1], tuple(m["queued"]) if m["queued"] else None,
                            m["running"], tuple(m["last_on"]))
             cp.executors[gid] = ex
-        cp.waiting = list(snap["waiting"])
-        cp.drained = set(snap["drained"])
-        cp.grants_total = snap["grants_total"]
-        cp.busy_s = dict(snap["busy_s"])
-        cp.provisioned_s = dict(snap["provisioned_s"])
-        cp._clock = snap["clock"]
-        cp._seq = snap["seq"]
+        cp.waiting = list(glob["waiting"])
+        cp.drained = set(glob["drained"])
+        cp.grants_total = glob["grants_total"]
+        cp.busy_s = dict(glob["busy_s"])
+        cp.provisioned_s = dict(glob["provisioned_s"])
+        cp._clock = glob["clock"]
+        cp._seq = glob["seq"]
+        cp._ord = glob["ord"]
+        cp._cluster_dirty = False
         return cp
+
+    def _globals(self) -> dict:
+        return {"version": SNAPSHOT_VERSION, "waiting": list(self.waiting), "drained": sorted(self.drained),
+                "grants_total": self.grants_total, "busy_s": dict(self.busy_s),
+                "provisioned_s": dict(self.provisioned_s), "clock": self._clock, "seq": self._seq,
+                "ord": self._ord, "inventory": self.plan.inventory()}
+
+    def _group_row(self, gid: str) -> dict:
+        g = self.plan.groups[gid]
+        ex = self.executors[gid]
+        queued = {}
+        for pool in POOLS:
+            for ready, _order, job_id in ex.queue_entries(pool):
+                queued[job_id] = [pool, ready]
+        last = ex.last_jobs()
+        members = []
+        sw = self.cluster.switch_cost
+        for job_id in ex.members():
+            m = g.member(job_id)
+            members.append({"job_id": job_id, "order": ex.order_of(job_id),
+                            "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes),
+                            "switch": [sw.seconds(m.job.model, ROLLOUT), sw.seconds(m.job.model, TRAIN)],
+                            "queued": queued.get(job_id), "running": ex.running(job_id),
+                            "last_on": sorted(n for n, j in last.items() if j == job_id)})
+        return {"ord": _group_ord(gid), "rollout_nodes": list(g.rollout_nodes), "train_nodes": list(g.train_nodes),
+                "colocated": g.colocated, "members": [m.job.job_id for m in g.members], "executor": members}
 
     # --- internals --------------------------------------------------------------------
     def _place(self, rec: JobRecord, placement: Placement, now: float) -> None:
@@ -412,7 +562,9 @@ class ControlPlane:
         rec.rollout_nodes = tuple(placement.rollout_nodes)
         rec.train_nodes = tuple(placement.train_nodes)
         rec.iter_mark = now
+        rec.ready_at = now
         rec.end_reason = ""
+        self._dirty_jobs.add(job.job_id)
         ex = self.executors.setdefault(gid, GroupExecutor())
         sw = self.cluster.switch_cost
         ex.admit(job.job_id, rec.rollout_nodes, rec.train_nodes, now,
@@ -423,15 +575,18 @@ class ControlPlane:
         self._dispatch(gid, now)
 
     def _dispatch(self, gid: str, now: float) -> list[Grant]:
+        self._dirty_groups.add(gid)
         grants = self.executors[gid].dispatch(now)
         for g in grants:
             self._seq += 1
             self.grants_total += 1
             rec = self.jobs[g.job_id]
             rec.grant = GrantRecord(self._seq, g.pool, g.nodes, now, g.switch_s)
+            self._dirty_jobs.add(g.job_id)
+            wait = now - rec.ready_at if rec.ready_at is not None else 0.0
             self._events.append({"seq": self._seq, "at": now, "kind": "grant", "group_id": gid,
                                  "job_id": g.job_id, "pool": g.pool, "nodes": list(g.nodes),
-                                 "detail": {"switch_s": g.switch_s}})
+                                 "detail": {"switch_s": g.switch_s, "wait_s": wait}})
         return grants
 
     def _end_grant(self, rec: JobRecord, now: float) -> None:
@@ -442,6 +597,7 @@ class ControlPlane:
     def _depart(self, rec: JobRecord, state: str, now: float, reason: str) -> None:
         self._advance(now)
         job_id = rec.job_id
+        self._dirty_jobs.add(job_id)
         if rec.state == WAITING:
             self.waiting.remove(job_id)
         else:
@@ -449,21 +605,23 @@ class ControlPlane:
             if rec.grant is not None:
                 self._end_grant(rec, now)
             self.executors[gid].remove(job_id)
-            self._log(now, "remove", gid, job_id, "", ())
+            self._log(now, "remove", gid, job_id, "", (), reason=reason)
             released = self.plan.release(job_id)
             self._withhold_drained()
+            self._dirty_groups.add(gid)
             if released.group_closed:
                 del self.executors[gid]
             else:
                 self._dispatch(gid, now)
         rec.state = state
         rec.ended_at = now
-        self._ended.append(job_id)
         rec.end_reason = reason
+        self._ended.append(rec)
         self._retry_waiting(now)
 
-    def _retry_waiting(self, now: float) -> None:
-        """Try the waiting line in order; each job placed now leaves it."""
+    def _retry_waiting(self, now: float) -> list[str]:
+        """Try the waiting line in order; each job placed now leaves it. Returns those placed."""
+        placed = []
         for job_id in list(self.waiting):
             rec = self.jobs[job_id]
             decision = self.planner.decide(self.plan, rec.job, explain=True)
@@ -471,14 +629,25 @@ class ControlPlane:
                 continue
             self.waiting.remove(job_id)
             rec.outcome = decision.outcome
-            rec.explanation = [c.describe() for c in decision.candidates]
+            rec.explanation = _explain(decision)
             self._place(rec, decision.placement, now)
+            placed.append(job_id)
+        return placed
 
     def _withhold_drained(self) -> None:
         for node in self.drained:
             pool = self.plan.pool_of(node)
             if pool is not None:
                 self.plan.withhold(pool, node)
+
+    def _jobs_on(self, node: str, pool: str) -> list[str]:
+        return [m.job.job_id for g in self.plan.groups.values() for m in g.members if node in m.nodes(pool)]
+
+    def _pool_of(self, node: str) -> str:
+        pool = self.plan.pool_of(node)
+        if pool is None:
+            raise UnknownNode("node", f"{node!r} is not a node of this cluster")
+        return pool
 
     def _advance(self, now: float) -> None:
         """Integrate provisioned node-seconds per pool up to ``now``."""
@@ -503,7 +672,7 @@ class ControlPlane:
 
     def _live(self, job_id: str) -> JobRecord:
         rec = self._record(job_id)
-        if rec.state not in LIVE_STATES:
+        if not rec.live:
             raise JobEnded("job_id", f"{job_id!r} has departed ({rec.state}: {rec.end_reason})", rec.state)
         return rec
 
@@ -512,11 +681,6 @@ class ControlPlane:
         if phase not in POOLS:
             raise ControlError("phase", f"{phase!r} is not one of {POOLS}")
 
-    @staticmethod
-    def _check_progress(progress: float) -> None:
-        if not (0.0 <= progress <= 1.0):
-            raise ControlError("progress", f"{progress!r} is not a fraction in [0, 1]")
-
     def _never_fits_field(self, job: Job) -> str:
         total = self.cluster.rollout.nodes
         if total is not None and job.nodes(ROLLOUT, self.cluster.gpus_per_node) > total:
@@ -524,10 +688,33 @@ class ControlPlane:
         return "train_gpus"
 
 
+def _explain(decision) -> list[str]:
+    """The decision's candidates as text: the chosen one first, at most ``EXPLAIN_LINES``."""
+    cands = sorted(decision.candidates, key=lambda c: c.verdict != "chosen")
+    lines = [c.describe() for c in cands[:EXPLAIN_LINES]]
+    if len(cands) > EXPLAIN_LINES:
+        lines.append(f"... and {len(cands) - EXPLAIN_LINES} more candidates")
+    return lines
+
+
+def _group_ord(gid: str) -> int:
+    return int(gid[1:]) if gid[1:].isdigit() else 0
+
+
+def _pool_nodes(spec: PoolSpec, pool: str) -> dict[str, float]:
+    """Node id -> host memory of a bounded pool, in inventory order."""
+    if spec.node_list:
+        return {n.node_id: n.host_mem_gb for n in spec.node_list}
+    prefix = "R" if pool == ROLLOUT else "T"
+    return {f"{prefix}{i}": spec.host_mem_gb for i in range(spec.nodes)}
+
+
 def _record_to_dict(rec: JobRecord) -> dict:
     d = asdict(rec)
     d["rollout_nodes"] = list(rec.rollout_nodes)
     d["train_nodes"] = list(rec.train_nodes)
+    if d["grant"] is not None:
+        d["grant"]["nodes"] = list(rec.grant.nodes)
     return d
 
 
@@ -539,3 +726,26 @@ def _record_from_dict(d: dict) -> JobRecord:
     d["rollout_nodes"] = tuple(d["rollout_nodes"])
     d["train_nodes"] = tuple(d["train_nodes"])
     return JobRecord(**d)
+
+
+def snapshot_from_v2(snap: dict, ended: list[dict]) -> tuple[dict, list[dict]]:
+    """A version-2 snapshot and departed records in today's shape (tokens hashed, leases dropped)."""
+    def record(d: dict, ord_: int) -> dict:
+        d = dict(d)
+        d["token_hash"] = hash_token(d.pop("token"))
+        d.pop("lease_until", None)
+        d.update(ord=ord_, tenant="", last_released_phase=None, ready_at=None)
+        if d["last_released_seq"] is not None:
+            d["last_released_phase"] = TRAIN if d["next_phase"] == ROLLOUT else ROLLOUT
+        return d
+
+    jobs = {d["job"]["job_id"]: record(d, i + 1) for i, d in enumerate(snap["jobs"])}
+    groups = {g["group_id"]: {"ord": _group_ord(g["group_id"]), "rollout_nodes": g["rollout_nodes"],
+                              "train_nodes": g["train_nodes"], "colocated": g["colocated"], "members": g["members"],
+                              "executor": snap["executors"][g["group_id"]]} for g in snap["plan"]["groups"]}
+    inventory = {k: snap["plan"][k] for k in ("free", "minted", "next_group")}
+    glob = {"version": SNAPSHOT_VERSION, "waiting": snap["waiting"], "drained": snap["drained"],
+            "grants_total": snap["grants_total"], "busy_s": snap["busy_s"], "provisioned_s": snap["provisioned_s"],
+            "clock": snap["clock"], "seq": snap["seq"], "ord": len(jobs), "inventory": inventory}
+    return ({"cluster": snap["cluster"], "globals": glob, "jobs": jobs, "groups": groups},
+            [record(d, 0) for d in ended])

@@ -1,25 +1,39 @@
 """Prometheus metrics of the control plane, on a registry of its own (one per service).
 
-Gauges are read from the ``ControlPlane`` at scrape time, so they can never drift from
-the state; the phase-duration histogram is fed by each release (durations as the job
-measured them).
+State gauges are read from the ``ControlPlane`` at scrape time, so they can never drift
+from the state. Per-job gauges (iterations done, measured slowdown, seconds since the
+job was last heard from) are exported while at most ``per_job_limit`` jobs are live,
+to bound label cardinality. The service feeds the histograms and counters:
+
+* ``rollmux_phase_duration_seconds{pool}``: phase durations as the jobs measured them;
+* ``rollmux_grant_wait_seconds{pool}``: from a phase becoming due (placement or the end
+  of the job's previous phase) to its grant, on the service's clock;
+* ``rollmux_commit_seconds``: one state-file commit; ``rollmux_commit_failures_total``;
+* ``rollmux_event_loop_lag_seconds``: how late a 100 ms timer fires on the event loop
+  (a blocked loop shows here first);
+* ``rollmux_lease_expiries_total``; ``rollmux_http_errors_total{status}``.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from rollmux.model import POOLS
 from rollmux.runtime.control import ControlPlane
 
 PHASE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+FAST_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
 class _StateCollector:
-    def __init__(self, control: Callable[[], ControlPlane]) -> None:
+    def __init__(self, control: Callable[[], ControlPlane], age: Callable[[str], float | None],
+                 per_job_limit: int) -> None:
         self._control = control
+        self._age = age
+        self._limit = per_job_limit
 
     def collect(self):
         cp = self._control()
@@ -43,19 +57,49 @@ class _StateCollector:
         yield idle
         yield GaugeMetricFamily("rollmux_cost_per_hour_dollars", "Hourly price of every provisioned node",
                                 value=cp.plan.cost_per_hour())
+        live = [r for r in list(cp.jobs.values()) if r.live]
+        if len(live) <= self._limit:
+            its = GaugeMetricFamily("rollmux_job_iterations_done", "Iterations a live job has finished",
+                                    labels=["job_id"])
+            slow = GaugeMetricFamily("rollmux_job_measured_slowdown",
+                                     "A live job's mean iteration time over its solo iteration time",
+                                     labels=["job_id"])
+            seen = GaugeMetricFamily("rollmux_job_seconds_since_heard", "Seconds since the job's last call",
+                                     labels=["job_id"])
+            for rec in live:
+                its.add_metric([rec.job_id], rec.iterations_done)
+                s = rec.measured_slowdown()
+                if s is not None:
+                    slow.add_metric([rec.job_id], s)
+                age = self._age(rec.job_id)
+                if age is not None:
+                    seen.add_metric([rec.job_id], age)
+            yield its
+            yield slow
+            yield seen
 
 
 class ServiceMetrics:
-    """The registry, the histogram the service feeds, and the Prometheus text rendering."""
+    """The registry, the instruments the service feeds, and the Prometheus text rendering."""
 
-    def __init__(self, control: Callable[[], ControlPlane]) -> None:
-        self.registry = CollectorRegistry()
+    def __init__(self, control: Callable[[], ControlPlane], age: Callable[[str], float | None],
+                 per_job_limit: int = 500) -> None:
+        r = self.registry = CollectorRegistry()
         self.phase_seconds = Histogram("rollmux_phase_duration_seconds", "Phase durations reported by jobs",
-                                       ["pool"], buckets=PHASE_BUCKETS, registry=self.registry)
-        self.registry.register(_StateCollector(control))
-
-    def observe_phase(self, pool: str, seconds: float) -> None:
-        self.phase_seconds.labels(pool).observe(seconds)
+                                       ["pool"], buckets=PHASE_BUCKETS, registry=r)
+        self.grant_wait = Histogram("rollmux_grant_wait_seconds", "From a phase becoming due to its grant",
+                                    ["pool"], buckets=WAIT_BUCKETS, registry=r)
+        self.commit_seconds = Histogram("rollmux_commit_seconds", "One state-file commit", buckets=FAST_BUCKETS,
+                                        registry=r)
+        self.commit_failures = Counter("rollmux_commit_failures", "Commits that could not be written "
+                                       "(nothing changed)", registry=r)
+        self.loop_lag = Histogram("rollmux_event_loop_lag_seconds", "Lateness of a 100 ms event-loop timer",
+                                  buckets=FAST_BUCKETS, registry=r)
+        self.loop_lag_max = Gauge("rollmux_event_loop_lag_max_seconds", "Largest event-loop lag in the last "
+                                  "10 s", registry=r)
+        self.expiries = Counter("rollmux_lease_expiries", "Jobs that lost their lease", registry=r)
+        self.http_errors = Counter("rollmux_http_errors", "Error answers by status", ["status"], registry=r)
+        r.register(_StateCollector(control, age, per_job_limit))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -19,11 +19,15 @@ Contract
 * ``phase(..., state=obj)`` enters ``obj.resident(key, device)`` once the grant is held
   and leaves it before the grant is released (load on the device, offload to host); any
   object with such a context-manager method works.
-* A background thread heartbeats every third of the lease. A server that does not
-  answer (connection refused, reset, 5xx) is retried with exponential backoff until
-  ``give_up_s`` has passed without an answer, so a restarted server is reconnected
-  transparently; every retried call is idempotent (submit carries a request id,
-  release the grant's sequence number).
+* Heartbeats run on their own timer: one is sent every quarter of the lease, at fixed
+  times, each on its own short-lived thread, so a slow answer (or a long poll, or a
+  long phase body) never delays the next one; the service measures the lease from
+  when it receives each call, and tolerates its documented grace on top.
+* A server that does not answer (connection refused, reset, 5xx) is retried with
+  exponential backoff until ``give_up_s`` has passed without an answer, so a
+  restarted server is reconnected transparently; every retried call is idempotent
+  (submit carries a request id and the job's own token, chosen here, so no answer
+  ever needs to carry it; release carries the grant's sequence number).
 * Clear failures, each its own class: ``JobCancelled``, ``LeaseLost``, ``JobDone``,
   ``ServerUnavailable`` and ``RequestRejected`` (a 4xx naming field and reason). A
   failure seen by the heartbeat thread is raised by the job's next call.
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import secrets
 import threading
 import time
 import uuid
@@ -87,10 +92,13 @@ class JobDone(JobEnded):
 
 
 _ENDED = {"cancelled": JobCancelled, "expired": LeaseLost, "done": JobDone}
+API = "/v1"
+MAX_BEATS_IN_FLIGHT = 4
 
 
 class Client:
-    """A connection to the control plane at ``url``; ``token`` is the admin token for admin calls."""
+    """A connection to the control plane at ``url``. ``token`` is the credential for
+    submitting (the admin token or a tenant's token) and for the admin calls."""
 
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 10.0, give_up_s: float = 30.0,
                  poll_s: float = 10.0) -> None:
@@ -108,9 +116,10 @@ class Client:
         ``heartbeat=False`` registers without keeping the lease (an operator submitting
         for a job process that will ``attach`` within the lease).
         """
-        body = {"spec": _spec_dict(spec), "request_id": uuid.uuid4().hex}
-        view = self.call("POST", "/jobs", json=body)
-        return JobHandle(self, view["job_id"], view["token"], view, heartbeat)
+        job_token = secrets.token_urlsafe(32)
+        body = {"spec": _spec_dict(spec), "request_id": uuid.uuid4().hex, "token": job_token}
+        view = self.call("POST", "/jobs", token=self.token, json=body)
+        return JobHandle(self, view["job_id"], job_token, view, heartbeat)
 
     def attach(self, job_id: str, token: str) -> "JobHandle":
         """A handle on an already registered job (another process, or after a client restart)."""
@@ -121,19 +130,38 @@ class Client:
     def status(self) -> dict:
         return self.call("GET", "/status", token=self.token)
 
+    def jobs(self, state: str | None = None, group: str | None = None, tenant: str | None = None,
+             limit: int = 1000) -> list[dict]:
+        params = {k: v for k, v in (("state", state), ("group", group), ("tenant", tenant)) if v is not None}
+        params["limit"] = limit
+        return self.call("GET", "/jobs", token=self.token, params=params)
+
+    def job(self, job_id: str) -> dict:
+        return self.call("GET", f"/jobs/{job_id}", token=self.token)
+
+    def events(self, since: int = 0, limit: int = 10000) -> list[dict]:
+        return self.call("GET", "/events", token=self.token, params={"since": since, "limit": limit})
+
     def cancel(self, job_id: str) -> dict:
         return self.call("POST", f"/jobs/{job_id}/cancel", token=self.token)
 
     def drain(self, node: str) -> dict:
         return self.call("POST", f"/admin/nodes/{node}/drain", token=self.token)
 
+    def undrain(self, node: str) -> dict:
+        return self.call("POST", f"/admin/nodes/{node}/undrain", token=self.token)
+
+    def add_node(self, pool: str, node_id: str = "", host_mem_gb: float | None = None) -> dict:
+        return self.call("POST", "/admin/nodes", token=self.token,
+                         json={"pool": pool, "node_id": node_id, "host_mem_gb": host_mem_gb})
+
     def close(self) -> None:
         self._http.close()
 
     # --- transport ---------------------------------------------------------------------
     def call(self, method: str, path: str, token: str | None = None, json: Any = None,
-             timeout_s: float | None = None) -> Any:
-        """One request, retried with backoff while the server is unreachable or 5xx.
+             timeout_s: float | None = None, params: dict | None = None) -> Any:
+        """One request to ``/v1`` + ``path``, retried with backoff while the server is unreachable or 5xx.
 
         Raises ``ServerUnavailable`` after ``give_up_s`` without an answer, a ``JobEnded``
         subclass for a 410, ``RequestRejected`` for any other 4xx.
@@ -142,7 +170,7 @@ class Client:
         delay, first_failure = 0.05, None
         while True:
             try:
-                r = self._http.request(method, path, json=json, headers=headers,
+                r = self._http.request(method, API + path, json=json, headers=headers, params=params,
                                        timeout=timeout_s or self.timeout_s)
                 if r.status_code < 500:
                     return _answer(r)
@@ -238,17 +266,46 @@ class JobHandle:
                                json={"phase": name, "grant_seq": grant["seq"], "duration_s": duration_s})
 
     def _heartbeat(self) -> None:
-        period = max(0.05, self.view.get("lease_s", 30.0) / 3)
-        while not self._stop.wait(period):
-            try:
-                view = self.client.call("POST", f"/jobs/{self.job_id}/heartbeat", token=self.token, json={})
-            except JobDone:
-                return
-            except ClientError as exc:
-                self._failure = exc
-                return
-            if view["state"] not in ("waiting", "placed"):
-                return
+        """Fixed-rate beats every lease/4, each on its own thread (see the module docstring)."""
+        period = max(0.05, self.view.get("lease_s", 30.0) / 4)
+        http = httpx.Client(base_url=self.client.url, timeout=max(period * 4, 1.0))
+        in_flight = threading.Semaphore(MAX_BEATS_IN_FLIGHT)
+        last_answer = [time.monotonic()]
+        next_at = time.monotonic() + period
+        try:
+            while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+                next_at += period
+                if time.monotonic() - last_answer[0] > self.client.give_up_s:
+                    self._failure = ServerUnavailable(f"{self.client.url}: no heartbeat answered for "
+                                                      f"{self.client.give_up_s:g}s")
+                    return
+                if self._failure is not None:
+                    return
+                if in_flight.acquire(blocking=False):
+                    threading.Thread(target=self._beat_once, args=(http, in_flight, last_answer),
+                                     name=f"rollmux-beat-{self.job_id}", daemon=True).start()
+        finally:
+            self._stop.set()
+            for _ in range(MAX_BEATS_IN_FLIGHT):  # let beats in flight finish before closing their client
+                in_flight.acquire(timeout=period * 4)
+            http.close()
+
+    def _beat_once(self, http: httpx.Client, in_flight: threading.Semaphore, last_answer: list[float]) -> None:
+        try:
+            r = http.post(f"{API}/jobs/{self.job_id}/heartbeat", json={},
+                          headers={"Authorization": f"Bearer {self.token}"})
+            if r.status_code < 500:
+                last_answer[0] = time.monotonic()
+                _answer(r)
+        except JobDone:
+            self._stop.set()
+        except ClientError as exc:
+            self._failure = exc
+            self._stop.set()
+        except httpx.TransportError:
+            pass  # the next beat tries again; give_up_s bounds how long
+        finally:
+            in_flight.release()
 
 
 class Phase(contextlib.ContextDecorator):
@@ -309,6 +366,6 @@ def _answer(r: httpx.Response) -> Any:
     except ValueError:
         body = {"field": "body", "reason": r.text}
     if r.status_code == 410 and body.get("state") in _ENDED:
-        job_id = r.request.url.path.split("/")[2]
+        job_id = r.request.url.path.split("/")[3]
         raise _ENDED[body["state"]](job_id, body["state"], body.get("reason", ""))
     raise RequestRejected(r.status_code, body.get("field", "body"), body.get("reason", r.text))

@@ -1,40 +1,69 @@
 """The control plane as an HTTP+JSON service (FastAPI, OpenAPI at /docs) run by uvicorn.
 
-Concurrency model: every handler is ``async`` and runs on the one event loop, so the
-``ControlPlane`` is only ever touched by one thread and needs no lock. A change is
-committed to the state file before its reply is sent. Long polls (``acquire`` with
-``wait_s``) wait on a change signal that every commit fires.
+Concurrency model
+-----------------
+Handlers are ``async`` on one event loop. Every change runs through ``Service.mutate``:
+under one asyncio lock, in a worker thread, the ``ControlPlane`` method runs, the rows it
+changed are committed to the state file, and only then is the change published (long
+polls woken, leases started or dropped, logs and metrics written) on the loop. Reads take
+the same lock, so they never see a half-made change. The event loop itself never plans
+or writes: a heartbeat is answered while a heavy submit is being planned. If a commit
+fails (disk full, I/O error) the in-memory state is reloaded from the state file, so
+memory and disk never disagree, and the caller gets a 503.
 
-Authentication: ``Authorization: Bearer <token>``. Calls about a job take that job's
-token (returned by submit) or the admin token; ``/status`` and ``/admin/*`` take the
-admin token. No token: 401; a wrong one: 403; either way nothing changes. ``/healthz``
-and ``/metrics`` are open.
+Time: ``ServiceClock`` (never runs backwards) for every timestamp, the monotonic clock
+for leases (``Leases``): wall-clock jumps neither expire live jobs nor keep dead ones.
 
-After a restart on the same state file the snapshot is restored (plan, queues,
-outstanding grants, tokens) and every live job gets a fresh lease to reconnect in.
+Authentication: ``Authorization: Bearer <token>``. Submitting takes the admin token or a
+tenant's token; calls about a job take that job's token or the admin token; listing,
+``/v1/status``, ``/v1/events`` and ``/v1/admin/*`` take the admin token. No token: 401.
+A wrong token on a job call: 404, exactly as for an unknown job, so job ids cannot be
+probed. ``/healthz`` and ``/metrics`` are open. Errors are RFC 9457 problem details
+naming the field.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import secrets
+import logging
 import sys
 import time
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any, Callable
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rollmux.errors import SpecError
-from rollmux.model import Cluster
-from rollmux.runtime.api_models import (AcquireRequest, AcquireResponse, DrainResponse, ErrorBody, GrantView,
-                                        HeartbeatRequest, JobView, ProgressRequest, ReleaseRequest, SubmitRequest, SubmitResponse)
-from rollmux.runtime.control import ControlError, ControlPlane, JobEnded, JobRecord
+from rollmux.model import POOLS, ROLLOUT, Cluster
+from rollmux.runtime import auth
+from rollmux.runtime.api_models import (MAX_BODY_BYTES, AcquireRequest, AcquireResponse, AddNodeRequest,
+                                        HeartbeatRequest, HeartbeatResponse, JobView, NodeResponse, ProgressRequest,
+                                        ReleaseRequest, SubmitRequest, SubmitResponse)
+from rollmux.runtime.clock import ServiceClock
+from rollmux.runtime.control import JOB_STATES, ControlError, ControlPlane, JobEnded, JobRecord, UnknownJob
+from rollmux.runtime.leases import Leases
+from rollmux.runtime.logs import LOGGER
 from rollmux.runtime.metrics import ServiceMetrics
-from rollmux.runtime.store import Store
+from rollmux.runtime.store import Changes, CommitFailed, StateDamaged, Store, StoreError, hash_token
 
-ADMIN_TOKEN_ENV = "ROLLMUX_ADMIN_TOKEN"
+log = logging.getLogger(LOGGER)
+_NO_SUCH_JOB = "not found, or the token is not this job's"
+
+
+@dataclass(slots=True)
+class ServiceConfig:
+    """Operator settings (``rollmux serve`` options)."""
+
+    lease_s: float = 30.0
+    grace_s: float = 10.0
+    max_job_gpus: int = 256        # per pool and job, on unbounded pools
+    max_live_jobs: int = 5000      # the planner's work per request grows with the groups
+    per_job_metrics: int = 500     # per-job metric labels while at most this many jobs are live
+    tenants: dict[str, str] = field(default_factory=dict)
 
 
 class AuthError(Exception):
@@ -46,33 +75,113 @@ class AuthError(Exception):
         self.reason = reason
 
 
-class Service:
-    """A control plane bound to its state file, plus the change signal for long polls."""
+class Refused(Exception):
+    """A request the service refuses before any work (limits): ``status``, field, reason."""
 
-    def __init__(self, cluster: Cluster, state_path: str, lease_s: float, admin_token: str) -> None:
-        self.store = Store(state_path)
-        self.admin_token = admin_token
-        snap = self.store.load()
-        if snap is None:
-            self.control = ControlPlane(cluster, lease_s)
-            self.store.commit(self.control.snapshot(), [])
-            self.restored = False
-        else:
-            self.control = ControlPlane.restore(snap, lease_s, ended=self.store.ended())
-            self.control.renew_all(time.time())
-            self.restored = True
-        self.metrics = ServiceMetrics(lambda: self.control)
+    def __init__(self, status: int, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.status = status
+        self.field = field
+        self.reason = reason
+
+
+class Service:
+    """A control plane bound to its state file, with leases, credentials and metrics."""
+
+    def __init__(self, cluster: Cluster | None, state_path: str, admin_token: str,
+                 config: ServiceConfig | None = None, clock: ServiceClock | None = None,
+                 new_state: bool = False) -> None:
+        self.config = config or ServiceConfig()
+        self.credentials = auth.Credentials(hash_token(admin_token), dict(self.config.tenants))
+        self.store = Store.open(state_path, new_state=new_state)
+        try:
+            self.control, self.restored, self.reconciled = self._open(cluster)
+        except BaseException:
+            self.store.close()
+            raise
+        self.clock = clock or ServiceClock(floor=self.control.clock)
+        self.leases = Leases(self.config.lease_s, self.config.grace_s, self.clock.monotonic)
+        self.leases.ensure(r.job_id for r in self.control.jobs.values() if r.live)
+        self.metrics = ServiceMetrics(lambda: self.control, self.leases.age, self.config.per_job_metrics)
+        self._lock = asyncio.Lock()
         self._waiters: dict[str, asyncio.Event] = {}
 
-    def commit(self) -> None:
-        """Persist the state and the new events, then wake the long polls of the jobs they name.
+    def _open(self, cluster: Cluster | None) -> tuple[ControlPlane, bool, dict | None]:
+        snap = self.store.load()
+        if snap is None:
+            control = ControlPlane(cluster or Cluster())
+            self.store.commit(control.take_changes())
+            return control, False, None
+        control = self._restore()
+        reconciled = None
+        if cluster is not None:
+            reconciled = control.reconcile(cluster, max(time.time(), control.clock or 0.0))
+            self.store.commit(control.take_changes())
+        return control, True, reconciled
 
-        Only a job named by an event (admitted, granted, finished, removed) can see a different
-        answer, so only its waiters wake: no thundering herd with many clients.
-        """
-        events = self.control.take_events()
-        self.store.commit(self.control.snapshot(), events, self.control.take_ended())
-        for job_id in {e["job_id"] for e in events}:
+    def _restore(self) -> ControlPlane:
+        try:
+            return ControlPlane.restore(self.store.load(), self.store.ended())
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StateDamaged(f"{self.store.path}: the state does not restore ({type(exc).__name__}: {exc}); "
+                               f"start with --new-state to begin empty, or restore a backup") from exc
+
+    # --- changes -----------------------------------------------------------------------
+    async def mutate(self, fn: Callable[[ControlPlane, float], Any]) -> Any:
+        """Run ``fn(control, now)`` in a worker thread, commit what it changed, publish it."""
+        async with self._lock:
+            result, changes = await asyncio.to_thread(self._apply, fn)
+        if changes is not None:
+            self._publish(changes)
+        return result
+
+    def _apply(self, fn: Callable[[ControlPlane, float], Any]) -> tuple[Any, Changes | None]:
+        try:
+            result = fn(self.control, self.clock.now())
+        except ControlError:
+            raise  # validated before any change: nothing changed
+        except BaseException:
+            self.control = self._restore()
+            raise
+        changes = self.control.take_changes()
+        if changes.empty():
+            return result, None
+        t0 = time.perf_counter()
+        try:
+            self.store.commit(changes)
+        except CommitFailed as exc:
+            self.control = self._restore()
+            self.metrics.commit_failures.inc()
+            log.error("commit_failed", extra={"reason": str(exc)})
+            raise
+        self.metrics.commit_seconds.observe(time.perf_counter() - t0)
+        return result, changes
+
+    def _publish(self, changes: Changes) -> None:
+        """After a commit: leases, waiters, logs and metrics of what changed."""
+        self.leases.ensure(changes.jobs)
+        self.leases.drop(changes.jobs_deleted)
+        woken = set(changes.jobs_deleted)
+        for e in changes.events:
+            woken.add(e["job_id"])
+            kind = e["kind"]
+            extra = {"job_id": e["job_id"], "group_id": e["group_id"], "seq": e["seq"]}
+            if kind == "grant":
+                self.metrics.grant_wait.labels(e["pool"]).observe(max(0.0, e["detail"]["wait_s"]))
+                log.info("grant", extra={**extra, "pool": e["pool"], "nodes": e["nodes"],
+                                         "wait_s": round(e["detail"]["wait_s"], 6)})
+            elif kind == "finish":
+                log.info("finish", extra={**extra, "pool": e["pool"]})
+            elif kind == "admit":
+                log.info("admit", extra={**extra, "nodes": e["nodes"]})
+            elif kind == "remove":
+                log.info("depart", extra={**extra, "reason": e["detail"].get("reason", "")})
+        for rec in changes.ended:
+            if rec["state"] == "expired":
+                self.metrics.expiries.inc()
+                log.warning("expire", extra={"job_id": rec["job"]["job_id"], "group_id": rec["group_id"],
+                                             "reason": rec["end_reason"]})
+        for job_id in woken:
             waiter = self._waiters.pop(job_id, None)
             if waiter is not None:
                 waiter.set()
@@ -84,25 +193,92 @@ class Service:
             waiter = self._waiters[job_id] = asyncio.Event()
         return waiter
 
+    # --- credentials -------------------------------------------------------------------
     def check_admin(self, token: str | None) -> None:
         if token is None:
-            raise AuthError(401, "admin token required")
-        if not secrets.compare_digest(token, self.admin_token):
+            raise AuthError(401, "the admin token is required")
+        if not self.credentials.is_admin(token):
             raise AuthError(403, "not the admin token")
 
-    def check_job(self, job_id: str, token: str | None) -> JobRecord:
+    def check_submitter(self, token: str | None) -> str:
         if token is None:
-            raise AuthError(401, f"token of job {job_id!r} required")
-        rec = self.control.record(job_id)
-        if not (secrets.compare_digest(token, rec.token) or secrets.compare_digest(token, self.admin_token)):
-            raise AuthError(403, f"not the token of job {job_id!r}")
-        return rec
+            raise AuthError(401, "submitting needs the admin token or a tenant's token")
+        who = self.credentials.submitter(token)
+        if who is None:
+            raise AuthError(403, "not the admin token nor a tenant's token")
+        return who
 
+    def check_job(self, job_id: str, token: str | None) -> tuple[JobRecord, bool]:
+        """The job's record and whether the caller is the admin; touches the job's lease
+        when the caller is the job. A wrong token looks exactly like an unknown job."""
+        if token is None:
+            raise AuthError(401, f"the token of job {job_id!r} (or the admin token) is required")
+        rec = self.control.jobs.get(job_id)
+        own = auth.same(token, rec.token_hash if rec is not None else "0" * 64)
+        if rec is not None and own:
+            if rec.live:
+                self.leases.touch(job_id)
+            return rec, False
+        if self.credentials.is_admin(token):
+            if rec is None:
+                raise UnknownJob("job_id", f"{job_id!r} is not registered")
+            return rec, True
+        raise _unknown(job_id)
+
+    def view(self, rec: JobRecord) -> JobView:
+        return JobView.of(rec, self.config.lease_s, self.config.grace_s)
+
+    # --- limits --------------------------------------------------------------------------
+    def check_limits(self, body: SubmitRequest) -> None:
+        """Refuse, before any planning, what the cluster or the service's limits cannot take."""
+        spec = body.spec
+        cp = self.control
+        for pool, name in ((ROLLOUT, "rollout_gpus"), ("train", "train_gpus")):
+            gpus = getattr(spec, name)
+            nodes = cp.cluster.pool(pool).nodes
+            limit = self.config.max_job_gpus if nodes is None else nodes * cp.cluster.gpus_per_node
+            if gpus > limit:
+                what = ("--max-job-gpus on this unbounded pool" if nodes is None
+                        else f"the {pool} pool's {nodes} nodes x {cp.cluster.gpus_per_node} GPUs")
+                raise Refused(422, f"spec.{name}", f"{gpus} GPUs is more than {limit} ({what})")
+        live = sum(1 for r in list(cp.jobs.values()) if r.live)
+        if live >= self.config.max_live_jobs and spec.job_id not in cp.jobs:
+            raise Refused(429, "spec", f"the service holds {live} live jobs, its --max-live-jobs; retry later")
+
+    # --- background tasks -------------------------------------------------------------------
     async def expire_leases(self, period_s: float) -> None:
         while True:
             await asyncio.sleep(period_s)
-            if self.control.expire(time.time()):
-                self.commit()
+            silent = self.leases.silent()
+            if not silent:
+                continue
+            limit = self.config.lease_s + self.config.grace_s
+
+            def expire(cp: ControlPlane, now: float) -> list[str]:
+                still = [j for j in silent if self.leases.is_silent(j)]
+                return cp.expire(still, now, f"no call received for {limit:g}s (lease {self.config.lease_s:g}s "
+                                             f"+ grace {self.config.grace_s:g}s)")
+
+            with contextlib.suppress(StoreError):  # logged; retried at the next period
+                await self.mutate(expire)
+
+    async def watch_loop_lag(self, period_s: float = 0.1) -> None:
+        window: list[tuple[float, float]] = []
+        while True:
+            t0 = time.monotonic()
+            await asyncio.sleep(period_s)
+            lag = max(0.0, time.monotonic() - t0 - period_s)
+            self.metrics.loop_lag.observe(lag)
+            now = time.monotonic()
+            window = [(t, v) for t, v in window if now - t < 10.0] + [(now, lag)]
+            self.metrics.loop_lag_max.set(max(v for _, v in window))
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _unknown(job_id: str) -> ControlError:
+    return UnknownJob("job_id", f"{job_id!r}: {_NO_SUCH_JOB}")
 
 
 def bearer(authorization: str | None = Header(default=None)) -> str | None:
@@ -112,43 +288,110 @@ def bearer(authorization: str | None = Header(default=None)) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
+def problem(status: int, field: str, reason: str, state: str | None = None) -> JSONResponse:
+    """An RFC 9457 problem-details answer naming ``field``."""
+    title = HTTPStatus(status).phrase
+    body = {"type": f"urn:rollmux:problem:{title.lower().replace(' ', '-')}", "title": title, "status": status,
+            "detail": f"{field}: {reason}", "field": field, "reason": reason}
+    if state is not None:
+        body["state"] = state
+    return JSONResponse(body, status_code=status, media_type="application/problem+json")
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is answered 413 before it is parsed."""
+
+    def __init__(self, app, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            return await problem(413, "body", f"more than {self.limit} bytes")(scope, receive, send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge()
+            return message
+
+        try:
+            return await self.app(scope, limited, send)
+        except _TooLarge:
+            return await problem(413, "body", f"more than {self.limit} bytes")(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
 def create_app(service: Service) -> FastAPI:
-    """The FastAPI application over ``service``; its lifespan runs the lease reaper."""
+    """The FastAPI application over ``service``; its lifespan runs the lease reaper and
+    the event-loop watch, and closes the state file at shutdown."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
-        reaper = asyncio.create_task(service.expire_leases(min(1.0, service.control.lease_s / 4)))
+        tasks = [asyncio.create_task(service.expire_leases(min(0.5, service.config.lease_s / 4))),
+                 asyncio.create_task(service.watch_loop_lag())]
         try:
             yield
         finally:
-            reaper.cancel()
-            service.store.close()
+            for t in tasks:
+                t.cancel()
+            service.close()
 
     app = FastAPI(title="RollMux control plane", version="1", lifespan=lifespan)
+    app.add_middleware(BodyLimit)
     cp = lambda: service.control  # noqa: E731 - the control plane, read at call time
-    lease = lambda: service.control.lease_s  # noqa: E731
+    lock = service._lock
+
+    def answer(status: int, field: str, reason: str, state: str | None = None) -> JSONResponse:
+        service.metrics.http_errors.labels(str(status)).inc()
+        level = logging.ERROR if status >= 500 else logging.INFO
+        log.log(level, "refused", extra={"status": status, "field": field, "reason": reason})
+        return problem(status, field, reason, state)
 
     @app.exception_handler(ControlError)
     async def _control_error(_r: Request, exc: ControlError) -> JSONResponse:
-        state = exc.state if isinstance(exc, JobEnded) else None
-        return JSONResponse(ErrorBody(field=exc.field, reason=exc.reason, state=state).model_dump(),
-                            status_code=exc.status)
+        return answer(exc.status, exc.field, exc.reason, exc.state if isinstance(exc, JobEnded) else None)
 
     @app.exception_handler(SpecError)
     async def _spec_error(_r: Request, exc: SpecError) -> JSONResponse:
-        body = ErrorBody(field=exc.field, reason=f"{exc.value!r}: expected {exc.expected}")
-        return JSONResponse(body.model_dump(), status_code=422)
+        return answer(422, f"spec.{exc.field}", f"{exc.value!r}: expected {exc.expected}")
 
     @app.exception_handler(RequestValidationError)
     async def _shape_error(_r: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        return JSONResponse(ErrorBody(field=".".join(loc) or "body", reason=first.get("msg", "invalid")).model_dump(),
-                            status_code=422)
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+        return answer(422, ".".join(loc) or "body", first.get("msg", "invalid"))
 
     @app.exception_handler(AuthError)
     async def _auth_error(_r: Request, exc: AuthError) -> JSONResponse:
-        return JSONResponse(ErrorBody(field="authorization", reason=exc.reason).model_dump(), status_code=exc.status)
+        return answer(exc.status, "authorization", exc.reason)
+
+    @app.exception_handler(Refused)
+    async def _refused(_r: Request, exc: Refused) -> JSONResponse:
+        return answer(exc.status, exc.field, exc.reason)
+
+    @app.exception_handler(CommitFailed)
+    async def _commit_failed(_r: Request, exc: CommitFailed) -> JSONResponse:
+        return answer(503, "state", f"the change could not be saved, nothing changed ({exc})")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return answer(exc.status_code, "path", str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _bug(_r: Request, exc: Exception) -> JSONResponse:
+        log.exception("error", extra={"reason": repr(exc)})
+        return answer(500, "server", f"internal error ({type(exc).__name__}); see the service log")
 
     @app.get("/healthz")
     async def healthz() -> dict:
@@ -158,111 +401,142 @@ def create_app(service: Service) -> FastAPI:
     async def metrics() -> Response:
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.post("/jobs", response_model=SubmitResponse, status_code=201)
-    async def submit(body: SubmitRequest) -> SubmitResponse:
-        rec = cp().submit(body.spec.to_job(), time.time(), body.request_id)
-        service.commit()
-        return SubmitResponse(token=rec.token, **JobView.of(rec, lease()).model_dump())
+    @app.post("/v1/jobs", response_model=SubmitResponse, status_code=201)
+    async def submit(body: SubmitRequest, token: str | None = Depends(bearer)) -> SubmitResponse:
+        tenant = service.check_submitter(token)
+        service.check_limits(body)
+        job_token = body.token or auth.new_token()
+        job = body.spec.to_job()
 
-    @app.get("/jobs/{job_id}", response_model=JobView)
+        def run(c: ControlPlane, now: float) -> JobRecord:
+            return c.submit(job, now, hash_token(job_token), body.request_id, tenant)
+
+        rec = await service.mutate(run)
+        service.leases.touch(rec.job_id)
+        first = body.token is None  # the service made the token: this first answer is the only one with it
+        log.info("decision", extra={"job_id": rec.job_id, "tenant": tenant, "outcome": rec.outcome,
+                                    "group_id": rec.group_id, "rollout_nodes": list(rec.rollout_nodes),
+                                    "train_nodes": list(rec.train_nodes)})
+        return SubmitResponse(token=job_token if first else None, **service.view(rec).model_dump())
+
+    @app.get("/v1/jobs", response_model=list[JobView])
+    async def list_jobs(state: str | None = Query(None, max_length=16), group: str | None = Query(None, max_length=32),
+                        tenant: str | None = Query(None, max_length=64), limit: int = Query(1000, ge=1, le=10000),
+                        token: str | None = Depends(bearer)) -> list[JobView]:
+        service.check_admin(token)
+        if state is not None and state not in JOB_STATES:
+            raise Refused(422, "state", f"{state!r} is not one of {', '.join(JOB_STATES)}")
+        async with lock:
+            return [service.view(r) for r in cp().list_jobs(state, group, tenant, limit)]
+
+    @app.get("/v1/jobs/{job_id}", response_model=JobView)
     async def get_job(job_id: str, token: str | None = Depends(bearer)) -> JobView:
-        return JobView.of(service.check_job(job_id, token), lease())
+        async with lock:
+            rec, _ = service.check_job(job_id, token)
+            return service.view(rec)
 
-    @app.post("/jobs/{job_id}/acquire", response_model=AcquireResponse)
+    @app.post("/v1/jobs/{job_id}/acquire", response_model=AcquireResponse)
     async def acquire(job_id: str, body: AcquireRequest, token: str | None = Depends(bearer)) -> AcquireResponse:
         service.check_job(job_id, token)
         deadline = time.monotonic() + body.wait_s
         while True:
             signal = service.change_signal(job_id)
-            grant = cp().acquire(job_id, body.phase, time.time())
+            async with lock:
+                grant = cp().acquire(job_id, body.phase)
+                view = service.view(cp().record(job_id))
             left = deadline - time.monotonic()
             if grant is not None or left <= 0:
                 break
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(signal.wait(), left)
-        rec = cp().record(job_id)
-        return AcquireResponse(granted=grant is not None, grant=GrantView.of(grant),
-                               job=JobView.of(rec, lease()))
+        return AcquireResponse(granted=grant is not None, grant=view.grant if grant is not None else None, job=view)
 
-    @app.post("/jobs/{job_id}/release", response_model=JobView)
+    @app.post("/v1/jobs/{job_id}/release", response_model=JobView)
     async def release(job_id: str, body: ReleaseRequest, token: str | None = Depends(bearer)) -> JobView:
         service.check_job(job_id, token)
-        before = cp().record(job_id).last_released_seq
-        rec = cp().release(job_id, body.phase, body.grant_seq, body.duration_s, time.time())
-        if rec.last_released_seq != before:
-            service.metrics.observe_phase(body.phase, body.duration_s)
-            service.commit()
-        return JobView.of(rec, lease())
+        rec = await service.mutate(lambda c, now: c.release(job_id, body.phase, body.grant_seq, body.duration_s, now))
+        service.metrics.phase_seconds.labels(body.phase).observe(body.duration_s)
+        return service.view(rec)
 
-    @app.post("/jobs/{job_id}/heartbeat", response_model=JobView)
-    async def heartbeat(job_id: str, body: HeartbeatRequest, token: str | None = Depends(bearer)) -> JobView:
-        service.check_job(job_id, token)
-        rec = cp().heartbeat(job_id, time.time(), body.progress)
+    @app.post("/v1/jobs/{job_id}/heartbeat", response_model=HeartbeatResponse)
+    async def heartbeat(job_id: str, body: HeartbeatRequest, token: str | None = Depends(bearer)) -> HeartbeatResponse:
+        rec, _ = service.check_job(job_id, token)
+        if not rec.live:
+            raise JobEnded("job_id", f"{job_id!r} has departed ({rec.state}: {rec.end_reason})", rec.state)
         if body.progress is not None:
-            service.commit()
-        return JobView.of(rec, lease())
+            rec = await service.mutate(lambda c, _now: c.report_progress(job_id, body.progress))
+        return HeartbeatResponse(job_id=job_id, state=rec.state, lease_s=service.config.lease_s,
+                                 grace_s=service.config.grace_s)
 
-    @app.post("/jobs/{job_id}/progress", response_model=JobView)
+    @app.post("/v1/jobs/{job_id}/progress", response_model=JobView)
     async def progress(job_id: str, body: ProgressRequest, token: str | None = Depends(bearer)) -> JobView:
         service.check_job(job_id, token)
-        rec = cp().heartbeat(job_id, time.time(), body.fraction)
-        service.commit()
-        return JobView.of(rec, lease())
+        return service.view(await service.mutate(lambda c, _now: c.report_progress(job_id, body.fraction)))
 
-    @app.post("/jobs/{job_id}/complete", response_model=JobView)
+    @app.post("/v1/jobs/{job_id}/complete", response_model=JobView)
     async def complete(job_id: str, token: str | None = Depends(bearer)) -> JobView:
         service.check_job(job_id, token)
-        rec = cp().complete(job_id, time.time())
-        service.commit()
-        return JobView.of(rec, lease())
+        return service.view(await service.mutate(lambda c, now: c.complete(job_id, now)))
 
-    @app.post("/jobs/{job_id}/cancel", response_model=JobView)
+    @app.post("/v1/jobs/{job_id}/cancel", response_model=JobView)
     async def cancel(job_id: str, token: str | None = Depends(bearer)) -> JobView:
-        service.check_job(job_id, token)
-        by_admin = token is not None and secrets.compare_digest(token, service.admin_token)
-        rec = cp().cancel(job_id, time.time(), "cancelled by the admin" if by_admin else "cancelled by the job")
-        service.commit()
-        return JobView.of(rec, lease())
+        _, by_admin = service.check_job(job_id, token)
+        reason = "cancelled by the admin" if by_admin else "cancelled by the job"
+        return service.view(await service.mutate(lambda c, now: c.cancel(job_id, now, reason)))
 
-    @app.get("/status")
+    @app.get("/v1/status")
     async def status(token: str | None = Depends(bearer)) -> dict:
         service.check_admin(token)
-        return cp().status(time.time())
+        async with lock:
+            return cp().status(service.clock.now())
 
-    @app.post("/admin/nodes/{node}/drain", response_model=DrainResponse)
-    async def drain(node: str, token: str | None = Depends(bearer)) -> DrainResponse:
+    @app.get("/v1/events")
+    async def events(since: int = Query(0, ge=0, le=2**62), limit: int = Query(10000, ge=1, le=100000),
+                     token: str | None = Depends(bearer)) -> list[dict]:
         service.check_admin(token)
-        jobs = cp().drain(node, time.time())
-        service.commit()
-        return DrainResponse(node=node, jobs_on_node=jobs)
+        async with lock:
+            return service.store.events(since, limit)
 
-    @app.get("/admin/tokens")
-    async def tokens(token: str | None = Depends(bearer)) -> dict[str, str]:
+    @app.post("/v1/admin/nodes", response_model=NodeResponse, status_code=201)
+    async def add_node(body: AddNodeRequest, token: str | None = Depends(bearer)) -> NodeResponse:
         service.check_admin(token)
-        return {job_id: rec.token for job_id, rec in cp().jobs.items()}
 
-    @app.get("/admin/events")
-    async def events(since: int = 0, token: str | None = Depends(bearer)) -> list[dict]:
+        def run(c: ControlPlane, now: float) -> tuple[str, list[str]]:
+            placed = c.add_node(body.pool, body.node_id, body.host_mem_gb, now)
+            spec = c.cluster.pool(body.pool)
+            node = spec.node_list[-1].node_id if spec.node_list else f"{'R' if body.pool == ROLLOUT else 'T'}" \
+                                                                      f"{spec.nodes - 1}"
+            return node, placed
+
+        node, placed = await service.mutate(run)
+        log.info("node", extra={"action": "add", "pool": body.pool, "node": node, "placed": placed})
+        return NodeResponse(node=node, placed=placed)
+
+    @app.post("/v1/admin/nodes/{node}/drain", response_model=NodeResponse)
+    async def drain(node: str, token: str | None = Depends(bearer)) -> NodeResponse:
         service.check_admin(token)
-        return service.store.events(since)
+        jobs = await service.mutate(lambda c, now: c.drain(node, now))
+        log.info("node", extra={"action": "drain", "node": node, "jobs_on_node": jobs})
+        return NodeResponse(node=node, jobs_on_node=jobs)
+
+    @app.post("/v1/admin/nodes/{node}/undrain", response_model=NodeResponse)
+    async def undrain(node: str, token: str | None = Depends(bearer)) -> NodeResponse:
+        service.check_admin(token)
+        placed = await service.mutate(lambda c, now: c.undrain(node, now))
+        log.info("node", extra={"action": "undrain", "node": node, "placed": placed})
+        return NodeResponse(node=node, placed=placed)
 
     return app
 
 
-def resolve_admin_token(flag: str | None) -> str:
-    """The admin token: the flag, else $ROLLMUX_ADMIN_TOKEN, else a fresh one printed once."""
-    token = flag or os.environ.get(ADMIN_TOKEN_ENV)
-    if token:
-        return token
-    token = secrets.token_urlsafe(24)
-    print(f"rollmux: no admin token given; this run's admin token is {token}", file=sys.stderr, flush=True)
-    return token
-
-
-def run(cluster: Cluster, state_path: str, host: str = "127.0.0.1", port: int = 8470,
-        admin_token: str | None = None, lease_s: float = 30.0) -> None:
+def run(cluster: Cluster | None, state_path: str, admin_token: str, config: ServiceConfig,
+        host: str = "127.0.0.1", port: int = 8470, new_state: bool = False) -> None:
     """Serve until interrupted (blocking)."""
     import uvicorn
 
-    service = Service(cluster, state_path, lease_s, resolve_admin_token(admin_token))
+    sys.setswitchinterval(0.001)  # the loop thread gets the GIL back quickly while a worker plans
+    service = Service(cluster, state_path, admin_token, config, new_state=new_state)
+    log.info("start", extra={"state": state_path, "restored": service.restored, "host": host, "port": port,
+                             "reconciled": service.reconciled, "pools": {
+                                 p: service.control.cluster.pool(p).nodes for p in POOLS}})
     uvicorn.run(create_app(service), host=host, port=port, log_level="warning", access_log=False)

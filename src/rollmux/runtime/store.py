@@ -1,74 +1,407 @@
-"""SQLite persistence of the control plane: one snapshot row of the live state, an
-append-only event log and the final records of departed jobs.
+"""SQLite persistence of the control plane: one row per live job and per group, a small
+globals row, an append-only event log and the final records of departed jobs.
 
 Contract
 --------
-* ``commit(snapshot, events, ended)`` writes the new snapshot, appends the events and
-  the departed jobs' records in one transaction; when it returns, the change survives the process being killed (WAL
-  journal, ``synchronous=NORMAL``: a committed transaction is in the WAL file before
-  ``commit`` returns; only an operating-system crash could lose the last ones).
-* ``load()`` returns the last committed snapshot, or None for a new file; ``ended()``
-  every departed job's final record, in departure order.
-* ``events(since)`` returns the log after sequence number ``since``, oldest first. The log
-  is the service's grant record: every admit, grant, finish and remove with its time.
-* One ``Store`` is used from one thread at a time (the service's event loop).
+* ``Store.open(path)`` takes an exclusive lock (``<path>.lock``, flock): a second
+  process on the same file gets ``StateLocked`` naming the holder's pid. A new path is
+  created with mode 0600. An existing file must be a RollMux state file that passes
+  SQLite's ``quick_check``, carries a known schema version and still has its
+  write-ahead log when one was live; anything else raises ``StateDamaged`` with how to
+  recover. ``new_state=True`` moves an existing file aside (``<path>.replaced-<time>``)
+  and starts empty: a fresh start is always explicit.
+* Schema version ``SCHEMA_VERSION`` (3). Older files are migrated in one transaction on
+  open (version 2: a single snapshot row, plaintext tokens).
+* ``commit(changes)`` writes only what changed (``Changes``: upserted and deleted job
+  and group rows, the globals, new events, departed records) in one transaction; its
+  cost follows the size of the change, not of the state. When it returns the change
+  survives a kill -9 (WAL, ``synchronous=NORMAL``). When it raises, nothing was written.
+* ``load()`` returns the state as ``{"cluster", "globals", "jobs", "groups"}`` (the
+  shape of ``ControlPlane.snapshot()``), or None for a new file.
+* ``backup(dst)`` writes a consistent copy while the service runs (SQLite backup API)
+  and checks it.
+* One ``Store`` is used from one thread at a time (the service serialises commits).
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
 import sqlite3
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from rollmux.errors import RollMuxError
+
+SCHEMA_VERSION = 3
+
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, ord INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS groups (group_id TEXT PRIMARY KEY, ord INTEGER NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, group_id TEXT NOT NULL,
     job_id TEXT NOT NULL, pool TEXT NOT NULL, nodes TEXT NOT NULL, detail TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS ended (n INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT UNIQUE NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS ended (n INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS ended_job ON ended (job_id);
 """
+
+_RECOVER = ("start with --new-state to move it aside and begin empty, or stop the service and restore a backup "
+            "with `rollmux admin restore BACKUP --state {path}`")
+
+
+class StoreError(RollMuxError):
+    """Base of the state file's errors."""
+
+
+class StateLocked(StoreError):
+    """Another process holds the state file."""
+
+
+class StateDamaged(StoreError):
+    """The state file is not a usable RollMux state file; the message says how to recover."""
+
+
+class CommitFailed(StoreError):
+    """A commit could not be written (disk full, I/O error); nothing was written."""
+
+
+@dataclass(slots=True)
+class Changes:
+    """One commit's worth of change (see ``ControlPlane.take_changes``)."""
+
+    globals: dict
+    jobs: dict[str, tuple[int, dict]] = field(default_factory=dict)      # job_id -> (ord, row)
+    jobs_deleted: list[str] = field(default_factory=list)
+    groups: dict[str, tuple[int, dict]] = field(default_factory=dict)    # group_id -> (ord, row)
+    groups_deleted: list[str] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    ended: list[dict] = field(default_factory=list)
+    cluster: dict | None = None                                           # set when the cluster changed
+
+    def empty(self) -> bool:
+        return not (self.jobs or self.jobs_deleted or self.groups or self.groups_deleted or self.events
+                    or self.ended or self.cluster is not None)
+
+
+def hash_token(token: str) -> str:
+    """The stored form of a bearer token (SHA-256, hex)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _dumps(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
 class Store:
-    """The service's state file (see the module docstring)."""
+    """The service's state file (see the module docstring). Use ``Store.open``."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, db: sqlite3.Connection, lock_fd: int | None, created: bool) -> None:
         self.path = str(path)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        self._db = db
+        self._lock_fd = lock_fd
+        self.created = created
 
+    # --- opening ------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path, new_state: bool = False, lock: bool = True) -> "Store":
+        path = Path(path)
+        lock_fd = _lock(path) if lock else None
+        try:
+            if new_state and path.exists():
+                stamp = time.strftime("%Y%m%d-%H%M%S")
+                for suffix in ("", "-wal", "-shm"):
+                    p = Path(f"{path}{suffix}")
+                    if p.exists():
+                        p.rename(f"{path}.replaced-{stamp}{suffix}")
+            created = not path.exists()
+            if not created:
+                _check_header(path)
+                if not Path(f"{path}-wal").exists() and _flag_open(path):
+                    raise StateDamaged(f"{path}: the state file was in use but its write-ahead log "
+                                       f"({path.name}-wal) is missing, so its last changes are lost; "
+                                       + _RECOVER.format(path=path))
+            old = os.umask(0o077)
+            try:
+                db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+            finally:
+                os.umask(old)
+            os.chmod(path, 0o600)
+            store = cls(path, db, lock_fd, created)
+            store._prepare()
+            return store
+        except BaseException:
+            if lock_fd is not None:
+                os.close(lock_fd)
+            raise
+
+    def _prepare(self) -> None:
+        db = self._db
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            if self.created:
+                db.executescript(_SCHEMA)
+                db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            else:
+                check = db.execute("PRAGMA quick_check").fetchone()[0]
+                if check != "ok":
+                    raise StateDamaged(f"{self.path}: SQLite integrity check failed ({check}); "
+                                       + _RECOVER.format(path=self.path))
+                version = self._version()
+                if version > SCHEMA_VERSION:
+                    raise StateDamaged(f"{self.path}: schema version {version} was written by a newer rollmux "
+                                       f"(this one knows up to {SCHEMA_VERSION}); upgrade rollmux")
+                if version < SCHEMA_VERSION:
+                    _MIGRATIONS[version](db)
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('open', '1')")
+            db.execute("PRAGMA wal_checkpoint(FULL)")
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise StateDamaged(f"{self.path}: not a readable RollMux state file ({exc}); "
+                               + _RECOVER.format(path=self.path)) from exc
+        except BaseException:
+            db.close()
+            raise
+
+    def _version(self) -> int:
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" in tables:
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is not None and row[0].isdigit():
+                return int(row[0])
+        if tables == {"snapshot", "events", "ended", "sqlite_sequence"} or tables == {"snapshot", "events", "ended"}:
+            return 2
+        raise StateDamaged(f"{self.path}: not a RollMux state file (tables: {sorted(tables) or 'none'}); "
+                           + _RECOVER.format(path=self.path))
+
+    # --- reads ---------------------------------------------------------------------------
     def load(self) -> dict | None:
-        row = self._db.execute("SELECT body FROM snapshot WHERE id = 1").fetchone()
-        return json.loads(row[0]) if row else None
+        """The committed state, or None when nothing was ever committed."""
+        db = self._db
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+        if "globals" not in meta:
+            return None
+        return {
+            "cluster": json.loads(meta["cluster"]),
+            "globals": json.loads(meta["globals"]),
+            "jobs": {j: json.loads(b) for j, b in db.execute("SELECT job_id, body FROM jobs ORDER BY ord")},
+            "groups": {g: json.loads(b) for g, b in db.execute("SELECT group_id, body FROM groups ORDER BY ord")},
+        }
 
     def ended(self) -> list[dict]:
+        """Every departed job's final record, in departure order."""
         return [json.loads(b) for (b,) in self._db.execute("SELECT body FROM ended ORDER BY n")]
 
-    def commit(self, snapshot: dict, events: list[dict], ended: list[dict] = ()) -> None:
-        body = json.dumps(snapshot, separators=(",", ":"))
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.execute("INSERT OR REPLACE INTO snapshot (id, body) VALUES (1, ?)", (body,))
-            db.executemany(
-                "INSERT INTO events (seq, at, kind, group_id, job_id, pool, nodes, detail) VALUES (?,?,?,?,?,?,?,?)",
-                [(e["seq"], e["at"], e["kind"], e["group_id"], e["job_id"], e["pool"], json.dumps(e["nodes"]),
-                  json.dumps(e["detail"])) for e in events])
-            db.executemany("INSERT INTO ended (job_id, body) VALUES (?, ?)",
-                           [(r["job"]["job_id"], json.dumps(r, separators=(",", ":"))) for r in ended])
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-
     def events(self, since: int = 0, limit: int = 100_000) -> list[dict]:
+        """The log after sequence number ``since``, oldest first."""
         rows = self._db.execute(
             "SELECT seq, at, kind, group_id, job_id, pool, nodes, detail FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
             (since, limit)).fetchall()
         return [{"seq": s, "at": at, "kind": k, "group_id": g, "job_id": j, "pool": p, "nodes": json.loads(n),
                  "detail": json.loads(d)} for s, at, k, g, j, p, n, d in rows]
 
+    def dump(self) -> str:
+        """Every committed row as canonical text (tests compare it before and after a refusal)."""
+        db = self._db
+        parts = []
+        for table, key in (("meta", "key"), ("jobs", "job_id"), ("groups", "group_id"), ("events", "seq"),
+                           ("ended", "n")):
+            rows = db.execute(f"SELECT * FROM {table} ORDER BY {key}").fetchall()  # noqa: S608 - fixed names
+            if table == "meta":
+                rows = [r for r in rows if r[0] != "open"]
+            parts.append(f"{table}:{rows!r}")
+        return "\n".join(parts)
+
+    # --- writes --------------------------------------------------------------------------
+    def commit(self, changes: Changes) -> None:
+        """Write ``changes`` in one transaction; ``CommitFailed`` means nothing was written."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise CommitFailed(f"{self.path}: {exc}") from exc
+        try:
+            if changes.cluster is not None:
+                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('cluster', ?)",
+                           (_dumps(changes.cluster),))
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('globals', ?)", (_dumps(changes.globals),))
+            if changes.jobs_deleted:
+                db.executemany("DELETE FROM jobs WHERE job_id = ?", [(j,) for j in changes.jobs_deleted])
+            if changes.jobs:
+                db.executemany("INSERT OR REPLACE INTO jobs (job_id, ord, body) VALUES (?, ?, ?)",
+                               [(j, o, _dumps(b)) for j, (o, b) in changes.jobs.items()])
+            if changes.groups_deleted:
+                db.executemany("DELETE FROM groups WHERE group_id = ?", [(g,) for g in changes.groups_deleted])
+            if changes.groups:
+                db.executemany("INSERT OR REPLACE INTO groups (group_id, ord, body) VALUES (?, ?, ?)",
+                               [(g, o, _dumps(b)) for g, (o, b) in changes.groups.items()])
+            if changes.events:
+                db.executemany(
+                    "INSERT INTO events (seq, at, kind, group_id, job_id, pool, nodes, detail) VALUES (?,?,?,?,?,?,?,?)",
+                    [(e["seq"], e["at"], e["kind"], e["group_id"], e["job_id"], e["pool"], _dumps(e["nodes"]),
+                      _dumps(e["detail"])) for e in changes.events])
+            if changes.ended:
+                db.executemany("INSERT INTO ended (job_id, body) VALUES (?, ?)",
+                               [(r["job"]["job_id"], _dumps(r)) for r in changes.ended])
+            db.execute("COMMIT")
+        except (sqlite3.Error, ValueError, OSError) as exc:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise CommitFailed(f"{self.path}: {exc}") from exc
+
+    def backup(self, dst: str | Path) -> None:
+        """A consistent copy of the committed state at ``dst`` (0600), checked after writing."""
+        backup(self._db, dst)
+
     def close(self) -> None:
+        """Mark a clean shutdown, checkpoint (the WAL goes away) and release the lock."""
+        try:
+            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('open', '0')")
+        except sqlite3.Error:
+            pass
         self._db.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def backup(db: sqlite3.Connection, dst: str | Path) -> None:
+    """Copy ``db`` to ``dst`` with SQLite's online backup; refuses to overwrite a file."""
+    dst = Path(dst)
+    if dst.exists():
+        raise StoreError(f"{dst}: exists; give a new file name for the backup")
+    old = os.umask(0o077)
+    try:
+        out = sqlite3.connect(str(dst))
+    finally:
+        os.umask(old)
+    try:
+        db.backup(out)
+        out.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('open', '0')")
+        out.commit()
+        check = out.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise StoreError(f"{dst}: the backup failed its integrity check ({check})")
+    finally:
+        out.close()
+
+
+def backup_file(state: str | Path, dst: str | Path) -> None:
+    """Online backup of the state file at ``state`` (a running service may hold it)."""
+    state = Path(state)
+    _check_header(state)
+    src = sqlite3.connect(f"file:{state}?mode=ro", uri=True)
+    try:
+        backup(src, dst)
+    finally:
+        src.close()
+
+
+def restore_file(backup_path: str | Path, state: str | Path) -> Path | None:
+    """Put a backup in place of ``state`` (no service may hold it); the old file is moved
+    aside and its new name returned (None if there was none)."""
+    backup_path, state = Path(backup_path), Path(state)
+    _check_header(backup_path)
+    fd = _lock(state)
+    try:
+        src = sqlite3.connect(f"file:{backup_path}?mode=ro", uri=True)
+        try:
+            check = src.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise StateDamaged(f"{backup_path}: integrity check failed ({check}); not restored")
+            moved = None
+            if state.exists():
+                moved = Path(f"{state}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+                for suffix in ("", "-wal", "-shm"):
+                    p = Path(f"{state}{suffix}")
+                    if p.exists():
+                        p.rename(f"{moved}{suffix}")
+            backup(src, state)
+            return moved
+        finally:
+            src.close()
+    finally:
+        os.close(fd)
+
+
+# --- helpers -----------------------------------------------------------------------------
+def _lock(path: Path) -> int:
+    lock_path = Path(f"{path}.lock")
+    old = os.umask(0o077)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    finally:
+        os.umask(old)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StateLocked(f"{path}: held by another rollmux process (pid {holder}); stop it first, or give "
+                          f"this one its own --state file") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def _check_header(path: Path) -> None:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        raise StateDamaged(f"{path}: cannot be read ({exc})") from exc
+    if head != b"SQLite format 3\x00":
+        what = "empty (0 bytes)" if not head else "not an SQLite database"
+        raise StateDamaged(f"{path}: {what}; " + _RECOVER.format(path=path))
+
+
+def _flag_open(path: Path) -> bool:
+    """Whether the main file says a service had it open (read without touching the WAL)."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key='open'").fetchone()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return False
+    return row is not None and row[0] == "1"
+
+
+def _migrate_v2(db: sqlite3.Connection) -> None:
+    """Version 2 (one snapshot row, plaintext tokens, leases in the records) -> 3."""
+    from rollmux.runtime.control import snapshot_from_v2
+
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        row = db.execute("SELECT body FROM snapshot WHERE id = 1").fetchone()
+        ended = [json.loads(b) for (b,) in db.execute("SELECT body FROM ended ORDER BY n")]
+        db.execute("ALTER TABLE ended RENAME TO ended_v2")
+        for statement in filter(str.strip, _SCHEMA.split(";")):
+            db.execute(statement)
+        db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        if row is not None:
+            snap, ended3 = snapshot_from_v2(json.loads(row[0]), ended)
+            db.execute("INSERT INTO meta (key, value) VALUES ('cluster', ?)", (_dumps(snap["cluster"]),))
+            db.execute("INSERT INTO meta (key, value) VALUES ('globals', ?)", (_dumps(snap["globals"]),))
+            db.executemany("INSERT INTO jobs (job_id, ord, body) VALUES (?, ?, ?)",
+                           [(j, b["ord"], _dumps(b)) for j, b in snap["jobs"].items()])
+            db.executemany("INSERT INTO groups (group_id, ord, body) VALUES (?, ?, ?)",
+                           [(g, b["ord"], _dumps(b)) for g, b in snap["groups"].items()])
+            db.executemany("INSERT INTO ended (job_id, body) VALUES (?, ?)",
+                           [(r["job"]["job_id"], _dumps(r)) for r in ended3])
+        db.execute("DROP TABLE ended_v2")
+        db.execute("DROP TABLE snapshot")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+_MIGRATIONS = {2: _migrate_v2}

@@ -1,0 +1,106 @@
+"""Credentials of the control plane: the admin token, tenants' submit tokens, job tokens.
+
+Contract
+--------
+* Tokens are bearer secrets; the service keeps only their SHA-256 (``hash_token``) and
+  compares hashes in constant time, so a token of any characters is just a wrong token.
+* The admin token comes from $ROLLMUX_ADMIN_TOKEN, else from a file (``--admin-token-file``,
+  by default ``<state file>.admin-token``); a missing file is created with a fresh
+  token, mode 0600, so the token survives restarts. It never appears on a command line.
+* Tenants (``--tenants FILE``, YAML ``{tenants: {name: {token_sha256: HEX}}}``) may
+  submit jobs with their own token; ``rollmux admin tenant-token NAME`` makes one.
+* Job ids: ``JOB_ID_PATTERN``, letters, digits, ``.``, ``_`` and ``-``, starting with a
+  letter or digit, at most 128 characters: safe in URLs, file names and logs.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from rollmux.errors import SpecError
+from rollmux.runtime.store import hash_token
+
+ADMIN_TOKEN_ENV = "ROLLMUX_ADMIN_TOKEN"
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+ADMIN = "admin"
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def same(token: str, digest: str) -> bool:
+    """Whether ``token`` hashes to ``digest`` (constant time in the digest)."""
+    return secrets.compare_digest(hash_token(token), digest)
+
+
+@dataclass(slots=True)
+class Credentials:
+    """Who may do what: the admin token's hash and each tenant's submit-token hash."""
+
+    admin_hash: str
+    tenants: dict[str, str] = field(default_factory=dict)  # tenant -> token sha256
+
+    def submitter(self, token: str) -> str | None:
+        """``ADMIN`` for the admin token, a tenant's name for its token, else None."""
+        digest = hash_token(token)
+        found = ADMIN if secrets.compare_digest(digest, self.admin_hash) else None
+        for name, h in self.tenants.items():
+            if secrets.compare_digest(digest, h):
+                found = found or name
+        return found
+
+    def is_admin(self, token: str) -> bool:
+        return secrets.compare_digest(hash_token(token), self.admin_hash)
+
+
+def admin_token(token_file: str | Path | None, state_path: str | Path) -> tuple[str, str]:
+    """The admin token and where it came from (env, or a file created if missing)."""
+    token = os.environ.get(ADMIN_TOKEN_ENV)
+    if token:
+        return token, f"${ADMIN_TOKEN_ENV}"
+    path = Path(token_file) if token_file else Path(f"{state_path}.admin-token")
+    if path.exists():
+        token = path.read_text(encoding="utf-8").strip()
+        if not token:
+            raise SpecError("--admin-token-file", str(path), "a file holding the admin token (it is empty)")
+        if path.stat().st_mode & 0o077:
+            os.chmod(path, 0o600)
+        return token, str(path)
+    token = new_token()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token + "\n")
+    return token, f"{path} (new)"
+
+
+def load_tenants(path: str | Path | None) -> dict[str, str]:
+    """Tenant name -> token hash from a tenants YAML (see the module docstring)."""
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError("--tenants", str(path), f"a readable YAML file ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("tenants"), dict):
+        raise SpecError("tenants", type(data).__name__, "a mapping {tenants: {name: {token_sha256: HEX}}}",
+                        str(path))
+    out = {}
+    for name, entry in data["tenants"].items():
+        if not isinstance(name, str) or not TENANT_PATTERN.match(name):
+            raise SpecError("tenants", name, "a tenant name of letters, digits, '.', '_', '-' (<= 64)", str(path))
+        digest = entry.get("token_sha256") if isinstance(entry, dict) else None
+        if not isinstance(digest, str) or not _HEX64.match(digest):
+            raise SpecError(f"tenants.{name}.token_sha256", digest, "64 lowercase hex digits (SHA-256 of the token)",
+                            str(path))
+        if name == ADMIN:
+            raise SpecError("tenants", name, "a name other than 'admin'", str(path))
+        out[name] = digest
+    return out
