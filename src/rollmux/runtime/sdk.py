@@ -267,8 +267,9 @@ class JobHandle:
 
     def _heartbeat(self) -> None:
         """Fixed-rate beats every lease/4, each on its own thread (see the module docstring)."""
-        period = max(0.05, self.view.get("lease_s", 30.0) / 4)
-        http = httpx.Client(base_url=self.client.url, timeout=max(period * 4, 1.0))
+        lease = self.view.get("lease_s", 30.0)
+        period = max(0.05, lease / 4)
+        http = httpx.Client(base_url=self.client.url, timeout=max(lease + self.view.get("grace_s", 0.0), 1.0))
         in_flight = threading.Semaphore(MAX_BEATS_IN_FLIGHT)
         last_answer = [time.monotonic()]
         next_at = time.monotonic() + period

@@ -141,12 +141,8 @@ class Store:
     def _prepare(self) -> None:
         db = self._db
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            if self.created:
-                db.executescript(_SCHEMA)
-                db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            else:
+            version = SCHEMA_VERSION
+            if not self.created:  # checks first: a refused file is left exactly as it was
                 check = db.execute("PRAGMA quick_check").fetchone()[0]
                 if check != "ok":
                     raise StateDamaged(f"{self.path}: SQLite integrity check failed ({check}); "
@@ -155,8 +151,13 @@ class Store:
                 if version > SCHEMA_VERSION:
                     raise StateDamaged(f"{self.path}: schema version {version} was written by a newer rollmux "
                                        f"(this one knows up to {SCHEMA_VERSION}); upgrade rollmux")
-                if version < SCHEMA_VERSION:
-                    _MIGRATIONS[version](db)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            if self.created:
+                db.executescript(_SCHEMA)
+                db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif version < SCHEMA_VERSION:
+                _MIGRATIONS[version](db)
             db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('open', '1')")
             db.execute("PRAGMA wal_checkpoint(FULL)")
         except sqlite3.DatabaseError as exc:

@@ -1,0 +1,289 @@
+"""The state file: rows that follow the change, an oracle against the full snapshot,
+the lock, integrity checks on damaged files, migration, full disk, backup and restore."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rollmux.model import Cluster, Job, PoolSpec, SwitchCost
+from rollmux.runtime.control import PLACED, ControlPlane
+from rollmux.runtime.store import (CommitFailed, StateDamaged, StateLocked, Store, StoreError, backup_file,
+                                   hash_token, restore_file)
+
+DATA = Path(__file__).parent / "data"
+
+
+def _cluster(nodes: int | None = None) -> Cluster:
+    return Cluster(rollout=PoolSpec("H20", 1.85, nodes=nodes), train=PoolSpec("H800", 5.28, nodes=nodes),
+                   switch_cost=SwitchCost("fixed"))
+
+
+def _job(job_id: str, t: float = 10.0, iterations: int | None = 3) -> Job:
+    return Job(job_id, t, t, slo=2.0, iterations=iterations)
+
+
+def _roundtrip(obj):
+    return json.loads(json.dumps(obj))
+
+
+def _random_ops(cp: ControlPlane, store: Store, rng: random.Random, steps: int) -> None:
+    """Random submits, phases, progress, cancels, expiries and drains; commit after each;
+    the committed state must equal the full in-memory snapshot every time."""
+    now = 0.0
+    for step in range(steps):
+        now += rng.uniform(0.0, 5.0)
+        live = [r for r in cp.jobs.values() if r.live]
+        op = rng.random()
+        try:
+            if op < 0.3 or not live:
+                cp.submit(_job(f"j{step}", rng.choice([4.0, 10.0, 30.0]), rng.choice([1, 2, 4, None])), now,
+                          hash_token(f"t{step}"))
+            elif op < 0.75:
+                rec = rng.choice(live)
+                if rec.grant is not None:
+                    cp.release(rec.job_id, rec.grant.pool, rec.grant.seq, 1.0, now)
+            elif op < 0.8:
+                cp.report_progress(rng.choice(live).job_id, rng.random())
+            elif op < 0.87:
+                cp.cancel(rng.choice(live).job_id, now)
+            elif op < 0.94:
+                cp.expire([rng.choice(live).job_id], now, "silent")
+            elif cp.plan.bounded("rollout"):
+                node = rng.choice(["R0", "R1", "R2"])
+                (cp.drain if rng.random() < 0.5 else cp.undrain)(node, now)
+        except Exception as exc:  # the plane refuses (e.g. duplicate): nothing may have changed
+            assert type(exc).__name__ in {"DuplicateJob", "NeverFits"}, exc
+        store.commit(cp.take_changes())
+        assert store.load() == _roundtrip(cp.snapshot()), f"step {step}: the file differs from memory"
+
+
+@pytest.mark.parametrize("nodes,seed", [(None, 0), (None, 1), (3, 2), (3, 3)])
+def test_committed_rows_always_equal_the_full_snapshot(tmp_path, nodes, seed):
+    cp = ControlPlane(_cluster(nodes))
+    store = Store.open(tmp_path / "s.db")
+    store.commit(cp.take_changes())
+    _random_ops(cp, store, random.Random(seed), 150)
+    restored = ControlPlane.restore(store.load(), store.ended())
+    assert restored.snapshot() == cp.snapshot()
+    assert {j: r.state for j, r in restored.jobs.items()} == {j: r.state for j, r in cp.jobs.items()}
+    store.close()
+
+
+def _rows_written_by_one_release(tmp_path: Path, live_jobs: int) -> int:
+    cp = ControlPlane(_cluster())
+    for i in range(live_jobs):
+        cp.submit(_job(f"j{i}", iterations=None), 0.0, hash_token(str(i)))
+    store = Store.open(tmp_path / f"rows{live_jobs}.db")
+    store.commit(cp.take_changes())
+    rec = next(r for r in cp.jobs.values() if r.grant is not None)
+    cp.release(rec.job_id, rec.grant.pool, rec.grant.seq, 1.0, 5.0)
+    changes = cp.take_changes()
+    store.commit(changes)
+    store.close()
+    return len(changes.jobs) + len(changes.groups) + len(changes.events)
+
+
+def test_a_commit_writes_the_change_not_the_state(tmp_path):
+    small, large = _rows_written_by_one_release(tmp_path, 10), _rows_written_by_one_release(tmp_path, 300)
+    assert small == large and small <= 6
+
+
+def test_a_second_process_on_the_same_file_is_refused(tmp_path):
+    path = tmp_path / "s.db"
+    first = Store.open(path)
+    with pytest.raises(StateLocked, match=f"pid {os.getpid()}"):
+        Store.open(path)
+    first.close()
+    Store.open(path).close()  # free again once the holder is gone
+
+
+def test_files_are_private(tmp_path):
+    store = Store.open(tmp_path / "s.db")
+    store.commit(ControlPlane(_cluster()).take_changes())
+    for name in ("s.db", "s.db-wal", "s.db.lock"):
+        mode = stat.S_IMODE((tmp_path / name).stat().st_mode)
+        assert mode & 0o077 == 0, f"{name} is {oct(mode)}"
+    store.close()
+
+
+def _committed_file(tmp_path: Path, close: bool = True) -> tuple[Path, Store]:
+    cp = ControlPlane(_cluster(2))
+    store = Store.open(tmp_path / "s.db")
+    store.commit(cp.take_changes())
+    cp.submit(_job("a"), 1.0, hash_token("a"))
+    store.commit(cp.take_changes())
+    if close:
+        store.close()
+    return tmp_path / "s.db", store
+
+
+def _damage_zero(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def _damage_garbage(path: Path) -> None:
+    path.write_bytes(os.urandom(8192))
+
+
+def _damage_pages(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    rng = random.Random(7)
+    for page in range(1, len(data) // 4096):
+        for _ in range(64):
+            data[page * 4096 + rng.randrange(4096)] = rng.randrange(256)
+    path.write_bytes(bytes(data))
+
+
+def _damage_foreign(path: Path) -> None:
+    path.unlink()
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE photos (id INTEGER)")
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize("damage", [_damage_zero, _damage_garbage, _damage_pages, _damage_foreign])
+def test_a_damaged_file_refuses_to_start_and_is_left_as_it_is(tmp_path, damage):
+    path, _ = _committed_file(tmp_path)
+    damage(path)
+    before = path.read_bytes()
+    with pytest.raises(StateDamaged, match="--new-state|restore"):
+        Store.open(path)
+    assert path.read_bytes() == before
+    fresh = Store.open(path, new_state=True)
+    assert fresh.load() is None and list(tmp_path.glob("s.db.replaced-*"))
+    fresh.close()
+
+
+def test_a_copy_without_its_write_ahead_log_is_refused(tmp_path):
+    path, store = _committed_file(tmp_path, close=False)  # a running service, as kill -9 leaves it
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(path, copy / "s.db")
+    store.close()
+    with pytest.raises(StateDamaged, match="write-ahead log"):
+        Store.open(copy / "s.db")
+
+
+def test_a_killed_service_leaves_a_file_that_opens_with_everything(tmp_path):
+    script = (f"from rollmux.runtime.store import Store, hash_token\n"
+              f"from rollmux.runtime.control import ControlPlane\n"
+              f"from rollmux.model import Cluster, Job\n"
+              f"import os, signal\n"
+              f"cp = ControlPlane(Cluster()); s = Store.open({str(tmp_path / 's.db')!r}); s.commit(cp.take_changes())\n"
+              f"cp.submit(Job('a', 10.0, 10.0, slo=2.0), 1.0, hash_token('a')); s.commit(cp.take_changes())\n"
+              f"os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([os.sys.executable, "-c", script], capture_output=True)
+    assert proc.returncode == -9, proc.stderr.decode()
+    store = Store.open(tmp_path / "s.db")
+    assert store.load()["jobs"]["a"]["state"] == PLACED
+    store.close()
+
+
+def _v2_file(path: Path) -> dict:
+    """A state file as version 2 wrote it (schema and rows from a recorded run of that version)."""
+    dump = json.loads((DATA / "state_v2.json").read_text())
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), body TEXT NOT NULL);
+        CREATE TABLE events (seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, group_id TEXT NOT NULL,
+                             job_id TEXT NOT NULL, pool TEXT NOT NULL, nodes TEXT NOT NULL, detail TEXT NOT NULL);
+        CREATE TABLE ended (n INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT UNIQUE NOT NULL, body TEXT NOT NULL);
+    """)
+    db.execute("INSERT INTO snapshot VALUES (1, ?)", (json.dumps(dump["snapshot"]),))
+    db.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?)",
+                   [tuple(e.values()) for e in dump["events"]])
+    db.executemany("INSERT INTO ended (job_id, body) VALUES (?, ?)",
+                   [(r["job"]["job_id"], json.dumps(r)) for r in dump["ended"]])
+    db.commit()
+    db.close()
+    return dump
+
+
+def test_a_version_2_file_is_migrated_with_its_jobs_grants_and_tokens(tmp_path):
+    dump = _v2_file(tmp_path / "s.db")
+    store = Store.open(tmp_path / "s.db")
+    cp = ControlPlane.restore(store.load(), store.ended())
+    old = {d["job"]["job_id"]: d for d in dump["snapshot"]["jobs"]}
+    assert {j for j, r in cp.jobs.items() if r.live} == set(old)
+    for job_id, d in old.items():
+        rec = cp.record(job_id)
+        assert rec.token_hash == hash_token(d["token"]), "tokens are kept, hashed"
+        assert (rec.state, rec.group_id, rec.iterations_done) == (d["state"], d["group_id"], d["iterations_done"])
+        assert (rec.grant.seq if rec.grant else None) == (d["grant"]["seq"] if d["grant"] else None)
+    assert [r["job"]["job_id"] for r in store.ended()] == [r["job"]["job_id"] for r in dump["ended"]]
+    assert [e["seq"] for e in store.events()] == [e["seq"] for e in dump["events"]]
+    assert "token" not in json.dumps(store.load()).replace("token_hash", "")
+    # the migrated plane carries on: the holder of a grant can release it
+    holder = next(r for r in cp.jobs.values() if r.live and r.grant is not None)
+    cp.release(holder.job_id, holder.grant.pool, holder.grant.seq, 1.0, dump["snapshot"]["clock"] + 1)
+    store.commit(cp.take_changes())
+    assert store.load() == _roundtrip(cp.snapshot())
+    store.close()
+
+
+def test_a_full_disk_fails_the_commit_and_writes_nothing(tmp_path):
+    cp = ControlPlane(_cluster())
+    store = Store.open(tmp_path / "s.db")
+    store.commit(cp.take_changes())
+    store._db.execute("PRAGMA max_page_count = 1")  # the file cannot grow: SQLITE_FULL, as on a full disk
+    before = store.dump()
+    for i in range(40):
+        cp.submit(Job(f"big{i}", 10.0, 10.0, slo=2.0, model="x" * 100), 1.0, hash_token(str(i)))
+    with pytest.raises(CommitFailed, match="full"):
+        store.commit(cp.take_changes())
+    assert store.dump() == before
+    store.close()
+
+
+def test_a_full_tmpfs_fails_the_commit_and_writes_nothing(tmp_path):
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root and mount rights)")
+    try:
+        cp = ControlPlane(_cluster())
+        store = Store.open(mount / "s.db")
+        store.commit(cp.take_changes())
+        before = store.dump()
+        failed = False
+        for batch in range(200):
+            for i in range(20):
+                cp.submit(Job(f"b{batch}-{i}", 10.0, 10.0, slo=2.0, model="m" * 120), 1.0, hash_token("x"))
+            changes = cp.take_changes()
+            try:
+                store.commit(changes)
+                before = store.dump()
+            except CommitFailed:
+                failed = True
+                break
+        assert failed, "the tmpfs never filled up"
+        assert store.dump() == before
+        store.close()
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_online_backup_and_restore(tmp_path):
+    path, store = _committed_file(tmp_path, close=False)
+    backup_file(path, tmp_path / "b.db")  # while the service holds the file
+    with pytest.raises(StoreError, match="exists"):
+        backup_file(path, tmp_path / "b.db")
+    with pytest.raises(StateLocked):
+        restore_file(tmp_path / "b.db", path)  # not while it runs
+    expected = store.load()
+    store.close()
+    moved = restore_file(tmp_path / "b.db", path)
+    assert moved is not None and moved.exists()
+    again = Store.open(path)
+    assert again.load() == expected
+    again.close()
