@@ -160,7 +160,7 @@ def test_simulator_and_live_control_plane_place_the_same_arrivals_identically():
         nodes.setdefault((job_id, pool), on)
     live = ControlPlane(cluster)
     for j in sorted(jobs, key=lambda j: j.arrival_s):
-        rec = live.submit(j, now=j.arrival_s)
+        rec = live.submit(j, now=j.arrival_s, token_hash="sim-vs-live")
         out = next(o for o in sim.jobs if o.job_id == j.job_id)
         assert (rec.group_id, rec.outcome) == (out.group_id, out.outcome)
         assert (rec.rollout_nodes, rec.train_nodes) == (nodes[(j.job_id, "rollout")], nodes[(j.job_id, "train")])
@@ -178,3 +178,110 @@ def test_bounded_inventory_makes_jobs_wait_and_is_never_exceeded(small, name):
     assert overlaps(r.spans) == 0
     used = {n for s in r.spans for n in s[3]}
     assert used <= {"R0", "R1", "R2", "R3", "T0", "T1", "T2"}
+
+
+# --- bounded pools: waits, end-to-end slowdown, the queue and the binding pool ------------
+
+def _two_jobs_one_node_each(slo=1.0):
+    """Two equal jobs at t=0 that cannot share a node (SLO 1.0 forbids any slowdown)."""
+    from rollmux.model import Job
+
+    return [Job("a", 100.0, 50.0, slo=slo, arrival_s=0.0, iterations=10),
+            Job("b", 100.0, 50.0, slo=slo, arrival_s=0.0, iterations=10)]
+
+
+def _cluster(rollout_nodes, train_nodes):
+    from rollmux.model import PoolSpec, SwitchCost
+
+    return Cluster(rollout=PoolSpec("H20", 1.85, nodes=rollout_nodes),
+                   train=PoolSpec("H800", 5.28, nodes=train_nodes), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+
+
+def test_a_job_that_waits_for_a_node_is_slower_end_to_end_and_misses_its_slo():
+    from rollmux.sim.metrics import END_TO_END, ITERATION
+
+    r = simulate(_two_jobs_one_node_each(), _cluster(None, 1), make_policy("rollmux"))
+    a, b = sorted(r.jobs, key=lambda j: j.placed_s)
+    solo = 10 * 150.0
+    assert (a.wait_s, a.jct_s) == (0.0, solo)
+    assert b.wait_s == solo and b.jct_s == 2 * solo  # it starts when a leaves
+    assert b.slowdown == pytest.approx(1.0) and b.e2e_slowdown == pytest.approx(2.0)
+    assert r.slo_basis == END_TO_END and b.slo_basis == END_TO_END
+    assert (a.slo_met, b.slo_met) == (True, False)
+    assert r.slo_attainment == 0.5 and r.attainment(ITERATION) == 1.0
+    assert b.to_dict()["e2e_slowdown"] == 2.0 and b.to_dict()["wait_s"] == solo
+
+
+def test_the_queue_and_the_binding_pool_of_a_single_short_pool():
+    r = simulate(_two_jobs_one_node_each(), _cluster(None, 1), make_policy("rollmux"))
+    solo = 1500.0
+    assert r.queue_series == [(0.0, 1), (solo, 0)]
+    assert r.max_queue == 1 and r.queue_job_s == solo
+    assert r.binding("train") == pytest.approx(0.5) and r.binding("rollout") == 0.0  # waited half the run
+    assert r.waited_on_s == {"rollout": 0.0, "train": solo}
+    assert r.limiting_pool == "train"
+    s = r.summary()
+    assert s["binding"]["train"]["fraction"] == pytest.approx(0.5) and s["limiting_pool"] == "train"
+    assert s["queue_series"] == [[0.0, 1], [solo, 0]] and s["mean_wait_s"] == solo / 2
+
+
+def test_both_pools_bind_when_both_lack_nodes():
+    r = simulate(_two_jobs_one_node_each(), _cluster(1, 1), make_policy("solo-d"))
+    assert r.binding("rollout") == pytest.approx(0.5) and r.binding("train") == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("name", ["rollmux", "solo-d", "colocated", "rollmux-consolidate"])
+def test_queue_integral_equals_the_summed_waits_and_every_wait_has_a_binding_pool(small, name):
+    """Oracles: the queue integrated over time is the job-seconds waited; its peak is the
+    most jobs ever between arrival and placement at once; while anyone waits some pool binds."""
+    r = simulate(small, _cluster(4, 3), make_policy(name))
+    assert not r.rejected
+    assert r.queue_job_s == pytest.approx(sum(j.wait_s for j in r.jobs), rel=1e-9)
+    edges = sorted([(j.arrival_s, 1) for j in r.jobs if j.wait_s > 0] + [(j.placed_s, -1) for j in r.jobs
+                                                                         if j.wait_s > 0])
+    live = peak = 0
+    for _, d in edges:
+        live += d
+        peak = max(peak, live)
+    assert r.max_queue == peak > 0
+    busy = sum(t2 - t1 for (t1, n), (t2, _) in zip(r.queue_series, r.queue_series[1:]) if n > 0)
+    assert busy > 0
+    assert max(r.binding_s.values()) <= busy + 1e-6
+    assert sum(r.binding_s.values()) >= busy - 1e-6
+
+
+def test_unbounded_pools_keep_the_per_iteration_basis_and_never_queue(small):
+    from rollmux.sim.metrics import ITERATION
+
+    r = simulate(small, Cluster(), make_policy("rollmux"))
+    assert r.slo_basis == ITERATION and r.bounded == ()
+    assert all(j.wait_s == 0 and j.e2e_slowdown == pytest.approx(j.slowdown) for j in r.jobs)
+    assert r.queue_series == [] and r.max_queue == 0 and r.limiting_pool is None
+
+
+def test_a_job_that_never_ran_counts_as_missing_its_slo():
+    from rollmux.model import Job
+
+    jobs = [Job("fits", 100.0, 50.0, slo=1.5, iterations=4),
+            Job("huge", 100.0, 50.0, train_gpus=16, slo=1.5, arrival_s=1.0, iterations=4)]
+    r = simulate(jobs, _cluster(None, 1), make_policy("rollmux"))
+    assert [j.job_id for j in r.jobs] == ["fits"] and r.rejected == ["huge"]
+    assert "needs 2 train nodes, the pool has 1" in r.reject_reasons["huge"]
+    assert r.slo_attainment == 0.5
+    assert r.summary()["never_ran"] == [{"job_id": "huge", "reason": r.reject_reasons["huge"]}]
+
+
+@pytest.mark.parametrize("name, rollout, train, pool", [
+    ("rollmux", 0, None, "rollout"), ("solo-d", None, 0, "train"), ("colocated", None, 0, "train")])
+def test_a_run_that_can_place_no_job_is_an_error_naming_the_pool(small, name, rollout, train, pool):
+    from rollmux.errors import CapacityError
+
+    with pytest.raises(CapacityError) as info:
+        simulate(small, _cluster(rollout, train), make_policy(name))
+    assert info.value.pools == (pool,)
+    assert f"{pool}.nodes = 0" in str(info.value) and name in str(info.value)
+
+
+def test_colocation_runs_on_a_cluster_without_rollout_nodes(small):
+    r = simulate(small, _cluster(0, None), make_policy("colocated"))
+    assert len(r.jobs) == len(small) and r.peak_gpus["rollout"] == 0

@@ -35,3 +35,28 @@ class TraceFormatError(RollMuxError, ValueError):
 
 class PlacementError(RollMuxError):
     """A placement was asked for that the state cannot take (unknown job, duplicate id)."""
+
+
+class CapacityError(RollMuxError):
+    """A simulated run could place no job at all: the bounded pools can never host the trace.
+
+    ``pools`` names the pools that lacked nodes; the message names them, their inventory
+    field (``rollout.nodes`` / ``train.nodes``) and a job's reason.
+    """
+
+    def __init__(self, policy: str, pools: tuple[str, ...], message: str) -> None:
+        self.policy = policy
+        self.pools = pools
+        super().__init__(message)
+
+
+class OutputPathError(RollMuxError):
+    """An output path given on the command line cannot be written; raised before any work.
+
+    The message names the option (``--json``, ``--out``), the path and why.
+    """
+
+    def __init__(self, option: str, path: object, why: str) -> None:
+        self.option = option
+        self.path = path
+        super().__init__(f"{option} {path}: {why}")

@@ -57,7 +57,7 @@ Complexity: O(groups x node choices x analysis); ``analyze`` is memoized per sha
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Callable
 
@@ -108,7 +108,12 @@ class Candidate:
 
 @dataclass(slots=True, frozen=True)
 class Decision:
-    """A placement decision as a value; ``PlanState.apply`` carries it out."""
+    """A placement decision as a value; ``PlanState.apply`` carries it out.
+
+    ``short_pools`` (for "wait" and "rejected") names the pools that lacked the nodes the
+    job needs: free now ("wait") or in the whole inventory ("rejected"). The simulator
+    charges a waiting job's time to these pools (the binding constraint).
+    """
 
     job_id: str
     outcome: str  # packed | scaled | new-group | wait | rejected
@@ -116,6 +121,7 @@ class Decision:
     marginal_cost: float
     candidates: tuple[Candidate, ...]
     reason: str = ""
+    short_pools: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {
@@ -166,7 +172,7 @@ class Planner:
             total = cluster.pool(pool).nodes
             if total is not None and need[pool] > total:
                 return Decision(job.job_id, "rejected", None, 0.0, (),
-                                f"needs {need[pool]} {pool} nodes, the pool has {total}")
+                                f"needs {need[pool]} {pool} nodes, the pool has {total}", (pool,))
         rejected: list[Candidate] = []
         options: list[_Option] = []
         for group in state.groups.values():
@@ -183,7 +189,11 @@ class Planner:
         else:
             options.append(new)
         options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
-        return self._choose(state, job, options, rejected, explain)
+        decision = self._choose(state, job, options, rejected, explain)
+        if decision.outcome == "wait":
+            short = tuple(p for p in POOLS if state.peek_new(p, need[p], job.mem(p)) is None)
+            decision = replace(decision, short_pools=short)
+        return decision
 
     def repack(self, state: PlanState, job_id: str, remaining: int, spare_s: float,
                progress: Callable[[str], tuple[int, float]] | None = None) -> Decision | None:

@@ -43,7 +43,9 @@ def isolated(state: PlanState, job: Job, reason: str = "") -> Decision:
     need = {p: job.nodes(p, cluster.gpus_per_node) for p in POOLS}
     ids = {p: state.peek_new(p, need[p], job.mem(p)) for p in POOLS}
     if any(v is None for v in ids.values()):
-        return Decision(job.job_id, "wait", None, 0.0, (), "no free nodes for a new group")
+        short = tuple(p for p in POOLS if ids[p] is None)
+        return Decision(job.job_id, "wait", None, 0.0, (), f"no free {' or '.join(short)} nodes for a new group",
+                        short)
     placement = Placement(None, ids[ROLLOUT], ids["train"], ids[ROLLOUT], ids["train"])
     cost = sum(need[p] * cluster.node_price(p) for p in POOLS)
     cand = Candidate(NEW, None, placement, cost, "chosen", reason)

@@ -29,7 +29,7 @@ class Colocated:
         need = job.nodes(TRAIN, state.cluster.gpus_per_node)
         ids = state.peek_new(TRAIN, need, job.mem_roll_gb + job.mem_train_gb)
         if ids is None:
-            return Decision(job.job_id, "wait", None, 0.0, (), "no free training nodes")
+            return Decision(job.job_id, "wait", None, 0.0, (), "no free training nodes", (TRAIN,))
         placement = Placement(None, ids, ids, (), ids, colocated=True)
         cost = need * state.cluster.node_price(TRAIN)
         return Decision(job.job_id, "new-group", placement, cost, (Candidate(NEW, None, placement, cost, "chosen"),))

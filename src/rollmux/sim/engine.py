@@ -12,7 +12,12 @@ seed).
 
 A job is placed on arrival (or waits, FIFO, until a departure frees room), runs
 ``Job.solo_iterations()`` iterations, and leaves after its last training phase; its
-nodes are released at once. The run ends when the last job leaves.
+nodes are released at once. The run ends when the last job leaves. A job the policy
+rejects (it can never fit the inventory) and a job still waiting at the end never ran;
+the result lists them with the reason. With a bounded pool, SLOs are judged on the
+end-to-end slowdown (wait included; ``rollmux.sim.metrics``), and the queue and the
+pools it waited on are recorded. If no job at all could be placed, ``simulate`` raises
+CapacityError naming the pools that lacked nodes.
 
 Consolidation (policies with a ``repack`` method): after a departure, each remaining
 member of that group is offered a move once, and after an arrival opens a new group
@@ -31,13 +36,14 @@ import time
 from collections import Counter
 from typing import Callable
 
+from rollmux.errors import CapacityError
 from rollmux.execution import GroupExecutor, Grant
 from rollmux.improve import materialize
-from rollmux.model import ROLLOUT, TRAIN, Cluster, Job
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
 from rollmux.policies.base import Policy
 from rollmux.sim.durations import DurationModel
-from rollmux.sim.metrics import Accounting, JobOutcome, PolicyResult, finish, solo_span_s
+from rollmux.sim.metrics import END_TO_END, ITERATION, Accounting, JobOutcome, PolicyResult, finish, solo_span_s
 
 _END, _ARRIVE, _MIGRATE = 0, 1, 2
 MIGRATION_S = 300.0
@@ -63,6 +69,10 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     finished: list[JobOutcome] = []
     waiting: list[str] = []
     rejected: list[str] = []
+    reasons: dict[str, str] = {}  # job -> why it was rejected, or why it waits (the head)
+    short_of: dict[str, tuple[str, ...]] = {}  # job -> the pools it lacked at its last try
+    bounded = tuple(p for p in POOLS if cluster.pool(p).nodes is not None)
+    basis = END_TO_END if bounded else ITERATION
     spans: list | None = [] if record_spans else None
     sw = cluster.switch_cost
     gpn = cluster.gpus_per_node
@@ -163,6 +173,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
 
     def try_place(job: Job, now: float) -> bool:
         decision = policy.place(state, job)
+        if decision.outcome in ("wait", "rejected"):
+            reasons[job.job_id] = decision.reason
+            short_of[job.job_id] = decision.short_pools
         if decision.outcome == "wait":
             return False
         if decision.outcome == "rejected":
@@ -225,7 +238,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                             offer.update(m.job.job_id for m in state.groups[gid].members)
                     job = by_id[job_id]
                     finished.append(JobOutcome(job_id, job.arrival_s, placed_at[job_id], now, done[job_id],
-                                               job.t_solo, job.slo, outcome_of[job_id], gid))
+                                               job.t_solo, job.slo, outcome_of[job_id], gid, basis))
                     place_waiting(now)
                     changed = True
                     continue
@@ -243,6 +256,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             dirty[gid] = None
         if changed:
             acct.set_level(now, state.cost_per_hour(), state.gpus_in_use(ROLLOUT), state.gpus_in_use(TRAIN))
+            acct.set_queue(now, len(waiting), short_of.get(waiting[0], ()) if waiting else ())
             if progress is not None:
                 progress(min(now, last_arrival))
         for gid in sorted(dirty, key=_group_order):
@@ -250,11 +264,28 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             if ex is not None:
                 for grant in ex.dispatch(now):
                     start(grant, gid, now)
-    for job_id in waiting:
+    name = getattr(policy, "name", type(policy).__name__)
+    for i, job_id in enumerate(waiting):
         rejected.append(job_id)
+        reasons[job_id] = ("still waiting when the run ended: " + reasons.get(job_id, "") if i == 0
+                           else f"still waiting when the run ended, queued behind {waiting[0]}")
+    if jobs and not finished:
+        raise _never_placed(name, cluster, rejected, reasons, short_of)
     finished.sort(key=lambda o: (o.arrival_s, o.job_id))
-    return finish(getattr(policy, "name", type(policy).__name__), acct, finished, outcomes, events,
-                  time.perf_counter() - started, spans, rejected, solo_span_s(jobs))
+    result = finish(name, acct, finished, outcomes, events, time.perf_counter() - started, spans, rejected,
+                    solo_span_s(jobs))
+    result.slo_basis, result.bounded, result.reject_reasons = basis, bounded, {k: reasons[k] for k in rejected}
+    return result
+
+
+def _never_placed(policy: str, cluster: Cluster, rejected: list[str], reasons: dict[str, str],
+                  short_of: dict[str, tuple[str, ...]]) -> CapacityError:
+    """The error for a run that placed no job: which pools lacked nodes, and one job's reason."""
+    pools = tuple(p for p in POOLS if any(p in short_of.get(k, ()) for k in rejected))
+    named = " and ".join(f"the {p} pool ({p}.nodes = {cluster.pool(p).nodes})" for p in pools) or "the inventory"
+    first = rejected[0]
+    return CapacityError(policy, pools, f"{policy} could place none of the {len(rejected)} jobs: {named} "
+                                        f"cannot host them ({first}: {reasons.get(first, 'no reason given')})")
 
 
 def _group_order(gid: str) -> int:

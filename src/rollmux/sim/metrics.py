@@ -8,9 +8,19 @@
 * GPUs in use per pool over time (same step function), peak and time-average.
 * utilization of a pool = GPU-seconds of phase bodies / GPU-seconds allocated; the bubble
   is 1 - utilization (switch and co-location overheads count as idle).
-* per job: mean iteration time = (completion - placement) / iterations, slowdown against
-  its solo disaggregated iteration time T_roll + T_train, SLO met when slowdown <= SLO,
-  completion time (JCT) from arrival, placement outcome.
+* per job: wait = placement - arrival; mean iteration time = (completion - placement) /
+  iterations; the per-iteration slowdown is that over the solo disaggregated iteration
+  time T_roll + T_train; JCT = completion - arrival; the end-to-end slowdown is JCT over
+  the solo run time (iterations x (T_roll + T_train)), so it also charges the wait.
+* SLO basis: with unbounded pools no job waits and a job meets its SLO when its
+  per-iteration slowdown <= SLO (the two slowdowns are then equal). When either pool is
+  bounded (``BOUNDED``), a job meets it when its end-to-end slowdown <= SLO, and a job
+  that never ran (rejected, or still waiting when the run ended) misses it.
+* queue: the number of arrived jobs not yet placed, over time (a step series), its peak
+  and its time-average over the run. A pool is the binding constraint while a job
+  waits and the head of the queue was refused because that pool lacked free nodes
+  (``Decision.short_pools``); per pool, the share of the run it was binding and the
+  job-seconds waited meanwhile.
 """
 from __future__ import annotations
 
@@ -20,10 +30,13 @@ from dataclasses import dataclass, field
 from rollmux.model import POOLS, ROLLOUT, TRAIN
 
 SLO_TOLERANCE = 1e-9
+ITERATION, END_TO_END = "per-iteration", "end-to-end"  # the SLO bases
 
 
 @dataclass(slots=True)
 class JobOutcome:
+    """A finished job; ``slo_basis`` says which slowdown ``slo_met`` judges."""
+
     job_id: str
     arrival_s: float
     placed_s: float
@@ -33,6 +46,20 @@ class JobOutcome:
     slo: float
     outcome: str
     group_id: str
+    slo_basis: str = ITERATION
+
+    @property
+    def wait_s(self) -> float:
+        return self.placed_s - self.arrival_s
+
+    @property
+    def jct_s(self) -> float:
+        return self.end_s - self.arrival_s
+
+    @property
+    def solo_s(self) -> float:
+        """How long the job would run alone on its own nodes, placed on arrival."""
+        return self.iterations * self.t_solo
 
     @property
     def mean_iteration_s(self) -> float:
@@ -40,22 +67,33 @@ class JobOutcome:
 
     @property
     def slowdown(self) -> float:
+        """Per-iteration slowdown: mean iteration time / solo iteration time."""
         return self.mean_iteration_s / self.t_solo
 
     @property
+    def e2e_slowdown(self) -> float:
+        """End-to-end slowdown: JCT (wait included) / solo run time."""
+        return self.jct_s / self.solo_s
+
+    @property
     def slo_met(self) -> bool:
-        return self.slowdown <= self.slo * (1 + SLO_TOLERANCE)
+        return (self.e2e_slowdown if self.slo_basis == END_TO_END else self.slowdown) <= self.slo * (1 + SLO_TOLERANCE)
 
     def to_dict(self) -> dict:
         return {"job_id": self.job_id, "arrival_s": self.arrival_s, "placed_s": self.placed_s,
-                "end_s": self.end_s, "jct_s": self.end_s - self.arrival_s, "iterations": self.iterations,
-                "slowdown": round(self.slowdown, 4), "slo": self.slo, "slo_met": self.slo_met,
-                "outcome": self.outcome, "group_id": self.group_id}
+                "end_s": self.end_s, "wait_s": self.wait_s, "jct_s": self.jct_s, "iterations": self.iterations,
+                "slowdown": round(self.slowdown, 4), "e2e_slowdown": round(self.e2e_slowdown, 4), "slo": self.slo,
+                "slo_met": self.slo_met, "slo_basis": self.slo_basis, "outcome": self.outcome,
+                "group_id": self.group_id}
 
 
 @dataclass(slots=True)
 class Accounting:
-    """Integrates cost and allocated GPUs over time; collects busy GPU-seconds."""
+    """Integrates cost, allocated GPUs and the queue over time; collects busy GPU-seconds.
+
+    Levels hold from the instant they are set to the next ``advance``: call ``advance(t)``
+    before changing anything at ``t``.
+    """
 
     t0: float | None = None
     last_t: float = 0.0
@@ -66,6 +104,12 @@ class Accounting:
     busy: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in POOLS})
     peak: dict[str, int] = field(default_factory=lambda: {p: 0 for p in POOLS})
     series: list[tuple[float, float, int, int]] = field(default_factory=list)
+    queue: int = 0
+    short: tuple[str, ...] = ()  # pools the head of the queue lacked at its last try
+    queue_series: list[tuple[float, int]] = field(default_factory=list)
+    queue_job_s: float = 0.0
+    binding_s: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in POOLS})
+    waited_on_s: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in POOLS})
 
     def advance(self, t: float) -> None:
         if self.t0 is None:
@@ -75,7 +119,23 @@ class Accounting:
             self.total_cost += self.rate * dt / 3600.0
             for p in POOLS:
                 self.gpu_seconds[p] += self.gpus[p] * dt
+            if self.queue:
+                self.queue_job_s += self.queue * dt
+                for p in self.short:
+                    self.binding_s[p] += dt
+                    self.waited_on_s[p] += self.queue * dt
         self.last_t = t
+
+    def set_queue(self, t: float, waiting: int, short: tuple[str, ...]) -> None:
+        """``waiting`` jobs queue from ``t`` on; ``short``: the pools their head lacked."""
+        self.short = short if waiting else ()
+        if waiting == self.queue and (self.queue_series or waiting == 0):
+            return
+        self.queue = waiting
+        if self.queue_series and self.queue_series[-1][0] == t:
+            self.queue_series[-1] = (t, waiting)
+        else:
+            self.queue_series.append((t, waiting))
 
     def set_level(self, t: float, rate: float, gpus_r: int, gpus_t: int) -> None:
         if rate == self.rate and gpus_r == self.gpus[ROLLOUT] and gpus_t == self.gpus[TRAIN]:
@@ -110,6 +170,13 @@ class PolicyResult:
 
     reference_span_s: float = 0.0
     executed: bool = True  # False for a cost curve that ran no phases (the optimal bound)
+    slo_basis: str = ITERATION
+    bounded: tuple[str, ...] = ()  # the pools with a fixed inventory
+    reject_reasons: dict[str, str] = field(default_factory=dict)  # job -> why it never ran
+    queue_series: list[tuple[float, int]] = field(default_factory=list)
+    queue_job_s: float = 0.0
+    binding_s: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in POOLS})
+    waited_on_s: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in POOLS})
 
     @property
     def cost_per_hour(self) -> float:
@@ -117,23 +184,65 @@ class PolicyResult:
 
     @property
     def slo_attainment(self) -> float | None:
-        """Share of jobs that met their SLO; None when no phase was executed."""
+        """Share of the trace's jobs that met their SLO on ``slo_basis`` (a job that never
+        ran missed it); None when no phase was executed."""
         if not self.executed:
             return None
-        return sum(j.slo_met for j in self.jobs) / len(self.jobs) if self.jobs else 1.0
+        total = len(self.jobs) + len(self.rejected)
+        return sum(j.slo_met for j in self.jobs) / total if total else 1.0
+
+    def attainment(self, basis: str) -> float | None:
+        """SLO attainment judged on ``basis`` (ITERATION or END_TO_END), rejected jobs missing."""
+        if not self.executed:
+            return None
+        total = len(self.jobs) + len(self.rejected)
+        attr = "e2e_slowdown" if basis == END_TO_END else "slowdown"
+        met = sum(getattr(j, attr) <= j.slo * (1 + SLO_TOLERANCE) for j in self.jobs)
+        return met / total if total else 1.0
 
     def bubble(self, pool: str) -> float | None:
         """Idle share of the pool's allocated GPU time; None when the policy used none of it
         or executed no phases."""
         return 1.0 - self.utilization[pool] if self.executed and self.gpu_seconds[pool] > 0 else None
 
+    @property
+    def max_queue(self) -> int:
+        return max((n for _, n in self.queue_series), default=0)
+
+    @property
+    def mean_wait_s(self) -> float:
+        return sum(j.wait_s for j in self.jobs) / len(self.jobs) if self.jobs else 0.0
+
+    def binding(self, pool: str) -> float:
+        """Share of the run during which ``pool`` lacked the nodes a waiting job needed."""
+        return self.binding_s[pool] / self.span_s if self.span_s > 0 else 0.0
+
+    @property
+    def limiting_pool(self) -> str | None:
+        """The pool that was binding for the longest time; None when no job ever waited on one."""
+        pool = max(POOLS, key=lambda p: self.binding_s[p])
+        return pool if self.binding_s[pool] > 0 else None
+
     def summary(self) -> dict:
+        waits = [j.wait_s for j in self.jobs]
         return {
             "cost_per_hour": self.cost_per_hour,
             "total_cost": self.total_cost,
             "span_hours": self.span_s / 3600.0,
             "solo_span_hours": self.reference_span_s / 3600.0,
             "slo_attainment": self.slo_attainment,
+            "slo_basis": self.slo_basis,
+            "slo_attainment_per_iteration": self.attainment(ITERATION),
+            "slo_attainment_end_to_end": self.attainment(END_TO_END),
+            "bounded_pools": list(self.bounded),
+            "mean_wait_s": self.mean_wait_s,
+            "max_wait_s": max(waits, default=0.0),
+            "max_queue": self.max_queue,
+            "mean_queue": self.queue_job_s / self.span_s if self.span_s > 0 else 0.0,
+            "queue_series": [[t, n] for t, n in self.queue_series],
+            "binding": {p: {"fraction": self.binding(p), "waited_job_hours": self.waited_on_s[p] / 3600.0}
+                        for p in POOLS},
+            "limiting_pool": self.limiting_pool,
             "peak_rollout_gpus": self.peak_gpus[ROLLOUT],
             "peak_train_gpus": self.peak_gpus[TRAIN],
             "avg_rollout_gpus": self.avg_gpus[ROLLOUT],
@@ -147,6 +256,7 @@ class PolicyResult:
             "wall_s": self.wall_s,
             "note": self.note,
             "jobs": [j.to_dict() for j in self.jobs],
+            "never_ran": [{"job_id": k, "reason": self.reject_reasons.get(k, "")} for k in self.rejected],
         }
 
 
@@ -163,4 +273,6 @@ def finish(policy: str, acct: Accounting, jobs: list[JobOutcome], outcomes: Coun
     util = {p: (acct.busy[p] / acct.gpu_seconds[p] if acct.gpu_seconds[p] > 0 else 0.0) for p in POOLS}
     avg = {p: (acct.gpu_seconds[p] / span if span > 0 else 0.0) for p in POOLS}
     return PolicyResult(policy, acct.total_cost, span, dict(acct.peak), avg, util, dict(acct.gpu_seconds), jobs, outcomes,
-                        acct.series, events, wall_s, spans, rejected, reference_span_s=reference_span_s)
+                        acct.series, events, wall_s, spans, rejected, reference_span_s=reference_span_s,
+                        queue_series=acct.queue_series, queue_job_s=acct.queue_job_s,
+                        binding_s=dict(acct.binding_s), waited_on_s=dict(acct.waited_on_s))
