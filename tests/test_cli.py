@@ -78,3 +78,128 @@ def test_trace_generate_and_from_philly(tmp_path):
     r = runner.invoke(app, ["trace", "from-philly", str(philly), "--out", str(conv)])
     assert r.exit_code == 0, r.output
     assert len(conv.read_text().strip().splitlines()) == 2
+
+
+# --- bounded pools ---------------------------------------------------------------------
+
+def _cluster_file(tmp_path, text, name="cluster.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_simulate_on_bounded_pools_judges_slos_end_to_end_and_says_what_limits(tmp_path):
+    trace = small_trace(tmp_path, 30)
+    cluster = _cluster_file(tmp_path, "rollout: {nodes: 3}\ntrain: {nodes: 2}\n")
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--cluster", str(cluster), "--policies",
+                            "rollmux,solo-d", "--out", str(out), "--json", str(out / "r.json")])
+    assert r.exit_code == 0, r.output
+    assert "SLOs judged end to end" in r.output and "SLO met e2e" in r.output
+    data = json.loads((out / "r.json").read_text())["policies"]
+    for name, p in data.items():
+        assert p["slo_basis"] == "end-to-end" and p["bounded_pools"] == ["rollout", "train"]
+        met = sum(j["e2e_slowdown"] <= j["slo"] * (1 + 1e-9) for j in p["jobs"])
+        assert p["slo_attainment"] == met / 30 == p["slo_attainment_end_to_end"]
+        assert p["max_queue"] == max(n for _, n in p["queue_series"]) > 0
+        assert any(j["wait_s"] > 0 for j in p["jobs"])
+        limiting = p["limiting_pool"]
+        share = p["binding"][limiting]["fraction"]
+        assert f"{name}: limited by the {limiting} pool" in r.output and f"binding {100 * share:.1f}%" in r.output
+    assert (out / "queue_length.png").stat().st_size > 1000
+
+
+def test_simulate_without_bounded_pools_keeps_the_per_iteration_table(tmp_path):
+    trace = small_trace(tmp_path, 8)
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "rollmux"])
+    assert r.exit_code == 0, r.output
+    assert "SLO met e2e" not in r.output and "limited by" not in r.output and "peak R GPUs" in r.output
+
+
+def test_simulate_that_can_place_no_job_fails_naming_the_pool(tmp_path):
+    cluster = _cluster_file(tmp_path, "rollout: {nodes: 0}\n")
+    r = runner.invoke(app, ["simulate", "--trace", str(small_trace(tmp_path, 5)), "--cluster", str(cluster)])
+    assert r.exit_code == 2
+    assert "rollout pool" in r.output and "rollout.nodes = 0" in r.output
+    assert "SLO met" not in r.output  # no table at all
+
+
+# --- options ----------------------------------------------------------------------------
+
+def test_choice_options_are_validated_with_the_choices_shown():
+    r = runner.invoke(app, ["simulate", "--duration-model", "average"])
+    assert r.exit_code == 2 and "--duration-model" in r.output
+    assert "worst" in r.output and "stochastic" in r.output
+    r = runner.invoke(app, ["simulate", "--policies", "rollmux,rollmux"])
+    assert r.exit_code == 2 and "listed twice" in r.output
+    r = runner.invoke(app, ["plan", "--jobs", "production", "--tie-break", "worst-fit"])
+    assert r.exit_code == 2 and "best-fit" in r.output
+    r = runner.invoke(app, ["trace", "generate", "--out", "x.csv", "--mix", "heavy"])
+    assert r.exit_code == 2 and "rollout-heavy" in r.output
+
+
+def test_policies_error_lists_every_known_policy():
+    from rollmux.policies import KNOWN
+
+    r = runner.invoke(app, ["simulate", "--policies", "fastest"])
+    flat = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 2 and all(name in flat for name in KNOWN)
+
+
+def test_unwritable_outputs_are_refused_before_the_run(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for args, option in ((["--json", str(blocker / "r.json")], "--json"), (["--out", str(blocker)], "--out"),
+                         (["--json", str(tmp_path)], "--json")):
+        r = runner.invoke(app, ["simulate", "--trace", "production", *args])
+        assert r.exit_code == 2, r.output
+        assert f"error: {option} " in r.output
+        assert "trace production" not in r.output  # nothing ran
+    r = runner.invoke(app, ["plan", "--jobs", "production", "--json", str(blocker / "p.json")])
+    assert r.exit_code == 2 and "--json" in r.output and "chosen" not in r.output
+    r = runner.invoke(app, ["trace", "generate", "--out", str(blocker / "g.csv")])
+    assert r.exit_code == 2 and "--out" in r.output
+
+
+def test_errors_speak_option_names(tmp_path):
+    r = runner.invoke(app, ["trace", "generate", "--out", str(tmp_path / "g.csv"), "--slo-min", "3",
+                            "--slo-max", "2"])
+    assert r.exit_code == 2 and "--slo-min/--slo-max" in r.output and "slo_range" not in r.output
+    r = runner.invoke(app, ["simulate", "--trace", "nosuch"])
+    assert r.exit_code == 2 and "--trace 'nosuch'" in r.output and "trace=" not in r.output
+    r = runner.invoke(app, ["plan", "--jobs", "nosuch"])
+    assert r.exit_code == 2 and "--jobs 'nosuch'" in r.output
+    bad = _cluster_file(tmp_path, "rollout: {gpu: X100}\n")
+    r = runner.invoke(app, ["simulate", "--cluster", str(bad)])
+    assert r.exit_code == 2 and f"--cluster {bad}: rollout.gpu='X100'" in r.output
+
+
+def test_version():
+    from importlib.metadata import version
+
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"rollmux {version('rollmux')}"
+
+
+def test_a_trace_saved_with_a_byte_order_mark_simulates(tmp_path):
+    trace = small_trace(tmp_path, 4)
+    trace.write_bytes(b"\xef\xbb\xbf" + trace.read_bytes())
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "solo-d"])
+    assert r.exit_code == 0, r.output
+    assert "4 jobs" in r.output
+
+
+# --- user strings print literally --------------------------------------------------------
+
+def test_node_and_job_names_with_brackets_print_literally(tmp_path):
+    cluster = _cluster_file(tmp_path, "rollout: {nodes: [{id: '[h20-r01]'}, {id: '[h20-r02]'}]}\n"
+                                      "train: {nodes: [{id: '[h800-t01]'}, {id: '[h800-t02]'}]}\n")
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("job_id,arrival_s,iterations,rollout_gpus,train_gpus,t_roll_s,t_train_s,mem_roll_gb,"
+                     "mem_train_gb,slo,model\n[bold]job,0,5,8,8,100,50,10,10,1.5,7B\n")
+    r = runner.invoke(app, ["plan", "--jobs", str(trace), "--cluster", str(cluster), "--no-improve"])
+    assert r.exit_code == 0, r.output
+    assert "R[[h20-r01]] T[[h800-t01]]" in r.output  # a candidate's description
+    assert "[bold]job" in r.output and "[h20-r01]" in r.output.split("Plan:")[1]  # and the plan table
+    r = runner.invoke(app, ["simulate", "--trace", str(tmp_path / "[x]" / "none.csv")])
+    assert r.exit_code == 2 and "[x]" in r.output

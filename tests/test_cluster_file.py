@@ -47,7 +47,7 @@ def test_switch_cost_forms(tmp_path, value, expected):
 
 
 @pytest.mark.parametrize("text, field, needle", [
-    ("rollout: {gpu: B200}\n", "rollout.gpu", "H20"),
+    ("rollout: {gpu: X100}\n", "rollout.gpu", "H20"),
     ("colour: red\n", "colour", "allowed keys: gpus_per_node"),
     ("train: {gpus: 8}\n", "train.gpus", "allowed keys: gpu, price_per_gpu_hour"),
     ("train: {price_per_gpu_hour: -1}\n", "train.price_per_gpu_hour", "price > 0"),
@@ -134,3 +134,16 @@ def test_nodes_of_the_wrong_type_lists_the_accepted_forms(tmp_path):
     path.write_text("train:\n  nodes: lots\n")
     with pytest.raises(SpecError, match=r"train.nodes='lots': expected a node count, a list"):
         load_cluster(path)
+
+
+def test_h200_and_b200_are_known_types_with_default_prices(tmp_path):
+    from rollmux.model import GPU_TYPES
+    from rollmux.policies.colocated import rollout_speed_factor
+
+    cluster = load_cluster(_write(tmp_path, "rollout: {gpu: H200}\ntrain: {gpu: B200}\n"))
+    assert (cluster.rollout.gpu, cluster.train.gpu) == ("H200", "B200")
+    assert cluster.rollout.price_per_gpu_hour == GPU_TYPES["H200"][2] > GPU_TYPES["H100"][2]
+    assert cluster.train.price_per_gpu_hour == GPU_TYPES["B200"][2] > GPU_TYPES["H200"][2]
+    # rollout is bandwidth bound: on B200 (8.0 TB/s) it runs faster than on H200 (4.8 TB/s)
+    assert rollout_speed_factor(cluster) == pytest.approx(4.8 / 8.0)
+    assert GPU_TYPES["B200"][0] > GPU_TYPES["H200"][0] == GPU_TYPES["H100"][0]  # same Hopper compute

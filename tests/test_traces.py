@@ -45,6 +45,20 @@ def test_reads_comments_whitespace_and_sorts_by_arrival(tmp_path):
     assert [j.job_id for j in read_trace(path)] == ["first", "late", "tie"]
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path):
+    """Spreadsheet programs save CSV as UTF-8 with a BOM; the header must still read."""
+    plain = read_trace(_trace(tmp_path, HEADER, ROW_A, ROW_B))
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join([HEADER, ROW_A, ROW_B]).encode())
+    assert read_trace(path) == plain
+
+
+def test_a_byte_order_mark_before_a_philly_header_is_skipped(tmp_path):
+    src = tmp_path / "philly.csv"
+    src.write_bytes(b"\xef\xbb\xbf" + f"{RFOLD_HEADER}\n7,100.0,CLOS,1,1,500.0\n".encode())
+    assert [r.gpus for r in read_philly(src)] == [1]
+
+
 def test_iterations_replace_duration_and_colo_may_be_empty(tmp_path):
     path = _trace(tmp_path, HEADER.replace("duration_s", "iterations") + ",t_roll_colo_s,t_train_colo_s",
                   "a,0,12,8,8,100,50,0,0,1.5,7B,,", "b,1,3,8,8,100,50,0,0,1.5,7B,80,40")

@@ -1,6 +1,13 @@
-"""The ``rollmux`` command."""
+"""The ``rollmux`` command.
+
+Option values that are choices are validated by typer against the list they show;
+output paths are checked before any work starts; errors name the command's options
+(``--duration-model``, ``--cluster FILE``), not Python's parameter names; every string
+that comes from the user is escaped before Rich prints it.
+"""
 from __future__ import annotations
 
+import enum
 import json
 import sys
 from pathlib import Path
@@ -8,11 +15,15 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rollmux.cli_service import register as register_service_commands
-from rollmux.errors import RollMuxError
-from rollmux.policies import DEFAULT_POLICIES
+from rollmux.errors import RollMuxError, SpecError
+from rollmux.planner import TIE_BREAKS
+from rollmux.policies import DEFAULT_POLICIES, KNOWN
+from rollmux.sim.durations import MODELS
+from rollmux.traces.philly import MIXES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RollMux: multiplex RL post-training jobs across disaggregated rollout and training pools.")
@@ -22,52 +33,112 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 
 TRACE_HELP = "A builtin trace (production, philly-mix) or a job-trace CSV file."
 CLUSTER_HELP = "Cluster YAML (pools, prices, host memory, inventory, switch cost); default: the paper's testbed."
+CLUSTER_OPTION = typer.Option(None, help=CLUSTER_HELP, exists=True, dir_okay=False, readable=True)
+
+#: The choices of choice-valued options, as typer enums (typer checks them and lists them).
+DurationModel = enum.Enum("DurationModel", {m: m for m in MODELS}, type=str)
+TieBreak = enum.Enum("TieBreak", {t: t for t in TIE_BREAKS}, type=str)
+Mix = enum.Enum("Mix", {m: m for m in MIXES}, type=str)
 
 
-def _fail(err: Exception) -> None:
-    console.print(f"[red]error:[/red] {err}")
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            console.print(f"rollmux {version('rollmux')}", highlight=False)
+        except PackageNotFoundError:
+            console.print("rollmux (not installed as a package)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                            help="Print the version and exit.")) -> None:
+    pass
+
+
+def _fail(err: Exception, options: dict[str, str] | None = None) -> None:
+    """Print ``err`` and exit with status 2. A SpecError about a parameter in ``options``
+    (parameter name -> option name) is worded with the option's name."""
+    message = str(err)
+    if isinstance(err, SpecError) and not err.where and options and err.field in options:
+        message = f"{options[err.field]} {err.value!r}: expected {err.expected}"
+    console.print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(2)
+
+
+def _load_cluster(path: Optional[Path]):
+    """``load_cluster`` with a SpecError prefixed by ``--cluster FILE``."""
+    from rollmux.cluster_file import load_cluster
+
+    try:
+        return load_cluster(path)
+    except SpecError as err:
+        raise RollMuxError(f"--cluster {path}: {err}") from None
+
+
+def _policy_list(value: str) -> str:
+    """Typer callback: ``--policies`` must be a comma list of distinct known names."""
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    unknown = [n for n in names if n not in KNOWN]
+    if unknown or not names:
+        raise typer.BadParameter(f"{'unknown ' + ', '.join(map(repr, unknown)) if unknown else 'empty list'}; "
+                                 f"choose from {', '.join(KNOWN)}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise typer.BadParameter(f"{', '.join(map(repr, twice))} listed twice")
+    return value
 
 
 @app.command()
 def simulate(
     trace: str = typer.Option("production", help=TRACE_HELP),
-    cluster: Optional[Path] = typer.Option(None, help=CLUSTER_HELP),
-    policies: str = typer.Option(",".join(DEFAULT_POLICIES),
+    cluster: Optional[Path] = CLUSTER_OPTION,
+    policies: str = typer.Option(",".join(DEFAULT_POLICIES), callback=_policy_list,
                                  help="Comma-separated policies: rollmux, rollmux-consolidate (moves single "
                                       "jobs to free nodes; simulator only), rollmux-regroup (also re-solves two "
                                       "groups exactly after a departure and moves their jobs; simulator only), "
                                       "rollmux-bestfit, solo-d, colocated, gavel, random, most-idle, optimal "
                                       "(small traces only)."),
-    duration_model: str = typer.Option("worst", help="worst (profiled phase times) or stochastic (shorter, long tail)."),
+    duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic "
+                                                               "(shorter, long tail)."),
     seed: int = typer.Option(0, help="Seed for stochastic durations, the random policy and philly-mix."),
-    out: Optional[Path] = typer.Option(None, help="Write PNG plots here (cost, GPUs per pool, Gantt)."),
+    out: Optional[Path] = typer.Option(None, help="Write PNG plots here (cost, GPUs per pool, Gantt; the queue "
+                                                  "when a pool is bounded)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write all metrics as JSON here."),
 ) -> None:
-    """Replay a job trace through RollMux and the baselines; compare cost, SLOs and idle GPUs."""
-    from rollmux.cluster_file import cluster_to_dict, load_cluster
-    from rollmux.policies import KNOWN, make_policy
-    from rollmux.report.tables import simulate_table
-    from rollmux.sim.durations import MODELS
+    """Replay a job trace through RollMux and the baselines; compare cost, SLOs and idle GPUs.
+
+    With a bounded pool (nodes in the cluster file) jobs may wait; SLOs are then judged end to end.
+
+    The table then also shows the mean wait, the longest queue and which pool was binding.
+    """
+    from rollmux.cluster_file import cluster_to_dict
+    from rollmux.errors import CapacityError
+    from rollmux.model import POOLS
+    from rollmux.policies import make_policy
+    from rollmux.report.paths import check_writable
+    from rollmux.report.tables import limit_lines, simulate_table
     from rollmux.sim.engine import simulate as run
     from rollmux.sim.optimal_curve import optimal_curve
     from rollmux.traces.builtin import load_trace
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
+    model = duration_model.value
     try:
-        unknown = [n for n in names if n not in KNOWN]
-        if unknown or not names:
-            raise RollMuxError(f"--policies: unknown {unknown or 'empty list'}; expected some of {', '.join(KNOWN)}")
-        if duration_model not in MODELS:
-            raise RollMuxError(f"--duration-model {duration_model!r}: expected one of {', '.join(MODELS)}")
-        cl = load_cluster(cluster)
+        if out is not None:
+            check_writable(out, "--out", directory=True)
+        if json_path is not None:
+            check_writable(json_path, "--json")
+        cl = _load_cluster(cluster)
         jobs, info = load_trace(trace, cl, seed)
     except (RollMuxError, OSError) as err:
-        _fail(err)
+        _fail(err, {"trace": "--trace"})
     if not jobs:
-        _fail(RollMuxError(f"trace {trace!r} holds no jobs"))
-    console.print(f"trace [bold]{info['name']}[/bold]: {info['jobs']} jobs over {info['span_hours']} h "
-                  f"of arrivals ({info['source']})")
+        _fail(RollMuxError(f"--trace {trace}: the trace holds no jobs"))
+    console.print(f"trace [bold]{escape(info['name'])}[/bold]: {info['jobs']} jobs over {info['span_hours']} h "
+                  f"of arrivals ({escape(info['source'])})")
     results = []
     horizon = max(j.arrival_s for j in jobs) or 1.0
     gantt_of = "rollmux" if "rollmux" in names else names[0]
@@ -78,49 +149,64 @@ def simulate(
             if name == "optimal":
                 result = optimal_curve(jobs, cl)
             else:
-                result = run(jobs, cl, make_policy(name, seed), duration_model, seed,
-                             record_spans=(out is not None and name == gantt_of),
-                             progress=lambda t, task=task: progress.update(task, completed=t))
+                try:
+                    result = run(jobs, cl, make_policy(name, seed), model, seed,
+                                 record_spans=(out is not None and name == gantt_of),
+                                 progress=lambda t, task=task: progress.update(task, completed=t))
+                except CapacityError as err:
+                    progress.stop()
+                    _fail(err)
             progress.update(task, completed=horizon)
             results.append(result)
             if result.note.startswith("skipped"):
-                console.print(f"[yellow]{name}: {result.note}[/yellow]")
+                console.print(f"[yellow]{name}: {escape(result.note)}[/yellow]")
     shown = [r for r in results if not r.note.startswith("skipped")]
     ref = "rollmux" if any(r.policy == "rollmux" for r in shown) else shown[0].policy
     console.print(simulate_table(shown, ref))
+    for line in limit_lines(shown, {p: cl.pool(p).nodes for p in POOLS}):
+        console.print(line, highlight=False)
     for r in shown:
         if r.rejected:
-            console.print(f"[yellow]{r.policy}: {len(r.rejected)} jobs never ran (cannot fit the inventory)[/yellow]")
+            first = r.rejected[0]
+            console.print(f"[yellow]{escape(r.policy)}: {len(r.rejected)} jobs never ran, counted as missing "
+                          f"their SLO ({escape(first)}: {escape(r.reject_reasons.get(first, ''))})[/yellow]")
     if json_path is not None:
         payload = {"policies": {r.policy: r.summary() for r in results}, "trace": info,
-                   "cluster": cluster_to_dict(cl), "duration_model": duration_model, "seed": seed}
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(payload, indent=1))
-        console.print(f"wrote {json_path}")
+                   "cluster": cluster_to_dict(cl), "duration_model": model, "seed": seed}
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(payload, indent=1))
+        except OSError as err:
+            _fail(RollMuxError(f"--json {json_path}: {err.strerror or err}"))
+        console.print(f"wrote {escape(str(json_path))}")
     if out is not None:
-        _plots(shown, out)
+        _plots(shown, out, cl)
 
 
-def _plots(results, out: Path) -> None:
+def _plots(results, out: Path, cluster) -> None:
+    from rollmux.model import POOLS
     from rollmux.report import plots
 
+    gpus = {p: cluster.pool(p).gpu for p in POOLS}
     out.mkdir(parents=True, exist_ok=True)
     written = [plots.cost_over_time(results, out / "cost_over_time.png"),
-               plots.gpus_in_use(results, out / "gpus_in_use.png")]
+               plots.gpus_in_use(results, out / "gpus_in_use.png", gpus)]
+    if any(r.bounded for r in results):
+        written.append(plots.queue_length(results, out / "queue_length.png"))
     traced = next((r for r in results if r.spans), None)
     if traced is not None:
-        written.append(plots.gantt(traced.spans, out / "gantt.png",
+        written.append(plots.gantt(traced.spans, out / "gantt.png", gpus,
                                    title=f"{traced.policy}: busiest group, phases per node (grey = switch)"))
-    console.print("wrote " + ", ".join(str(p) for p in written))
+    console.print("wrote " + ", ".join(escape(str(p)) for p in written))
 
 
 @app.command()
 def plan(
     jobs: str = typer.Option(..., "--jobs", help="Job-trace CSV or a builtin trace (production, philly-mix); "
                                               "every job is treated as present at once."),
-    cluster: Optional[Path] = typer.Option(None, help=CLUSTER_HELP),
+    cluster: Optional[Path] = CLUSTER_OPTION,
     optimal: bool = typer.Option(False, help="Solve for the minimum-cost plan exactly (up to ~10 jobs)."),
-    tie_break: str = typer.Option("first", help="first (Algorithm 1: first cheapest feasible) or best-fit."),
+    tie_break: TieBreak = typer.Option("first", help="first (Algorithm 1: first cheapest feasible) or best-fit."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the plan JSON here."),
     explain: bool = typer.Option(True, help="List every candidate and its verdict for each job."),
     improve: bool = typer.Option(True, help="After placing in arrival order, regroup a few groups at a time "
@@ -130,15 +216,17 @@ def plan(
 ) -> None:
     """Place every job of a trace (in arrival order, then improved by regrouping, or
     optimally) and explain each decision."""
-    from rollmux.cluster_file import load_cluster
     from rollmux.plan_state import PlanState
     from rollmux.planner import Planner
+    from rollmux.report.paths import check_writable
     from rollmux.report.plan_json import plan_to_dict
     from rollmux.report.tables import plan_table
     from rollmux.traces.builtin import load_trace
 
     try:
-        cl = load_cluster(cluster)
+        if json_path is not None:
+            check_writable(json_path, "--json")
+        cl = _load_cluster(cluster)
         trace, _ = load_trace(jobs, cl)
         decisions, waiting, improvement = [], [], None
         if optimal:
@@ -146,7 +234,7 @@ def plan(
 
             state = solve(cl, trace).to_state()
         else:
-            planner = Planner(tie_break)
+            planner = Planner(tie_break.value)
             state = PlanState(cl)
             for job in trace:
                 d = planner.decide(state, job, explain=explain)
@@ -158,23 +246,27 @@ def plan(
             if improve:
                 improvement = _improve(state, improve_solves)
     except (RollMuxError, OSError, ValueError) as err:
-        _fail(err)
+        _fail(err, {"trace": "--jobs"})
     result = plan_to_dict(state, waiting, decisions, improvement)
     for d in decisions:
-        console.print(f"[bold]{d.job_id}[/bold] -> {d.outcome}"
-                      + (f" {d.placement.group_id}" if d.placement and d.placement.group_id else "")
-                      + (f" ({d.reason})" if d.reason else ""))
+        console.print(f"[bold]{escape(d.job_id)}[/bold] -> {d.outcome}"
+                      + (f" {escape(d.placement.group_id)}" if d.placement and d.placement.group_id else "")
+                      + (f" ({escape(d.reason)})" if d.reason else ""))
         if explain:
             for c in d.candidates:
-                console.print(f"    {c.describe()}", highlight=False)
+                console.print(f"    {escape(c.describe())}", highlight=False)
     if improvement is not None:
         _print_improvement(improvement)
     console.print(plan_table(result))
     if waiting:
-        console.print(f"[yellow]waiting: {', '.join(waiting)}[/yellow]")
+        console.print(f"[yellow]waiting: {escape(', '.join(waiting))}[/yellow]")
     if json_path is not None:
-        json_path.write_text(json.dumps(result, indent=1))
-        console.print(f"wrote {json_path}")
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(result, indent=1))
+        except OSError as err:
+            _fail(RollMuxError(f"--json {json_path}: {err.strerror or err}"))
+        console.print(f"wrote {escape(str(json_path))}")
 
 
 def _improve(state, max_solves: int):
@@ -191,9 +283,9 @@ def _improve(state, max_solves: int):
 
 def _print_improvement(result) -> None:
     for move in result.moves:
-        console.print(f"regroup {move.describe()}", highlight=False)
+        console.print(f"regroup {escape(move.describe())}", highlight=False)
     if result.skipped:
-        console.print(f"[yellow]not improved: {result.skipped}[/yellow]")
+        console.print(f"[yellow]not improved: {escape(result.skipped)}[/yellow]")
         return
     end = "a local optimum" if result.local_optimum else f"stopped at the solve limit ({result.solves})"
     console.print(f"improvement: ${result.cost_before:,.2f}/h -> ${result.cost_after:,.2f}/h with "
@@ -202,50 +294,59 @@ def _print_improvement(result) -> None:
 
 # Options shared by the trace commands (typer reads them per command, so one object serves both).
 SEED_OPTION = typer.Option(0, help="Seed of the profile, SLO and memory draws.")
-MIX_OPTION = typer.Option("mixed", help="mixed, balanced, rollout-heavy or train-heavy.")
+MIX_OPTION = typer.Option("mixed", help="Profile mix: one profile or all of them (mixed).")
 SLO_MIN_OPTION = typer.Option(1.0, help="Lower end of the uniform SLO draw.")
 SLO_MAX_OPTION = typer.Option(2.0, help="Upper end of the uniform SLO draw.")
+#: Parameters of the trace helpers that SpecError names, and the options that set them.
+TRACE_OPTIONS = {"mix": "--mix", "slo_range": "--slo-min/--slo-max", "count": "--count", "limit": "--limit"}
 
 
 @trace_app.command("from-philly")
 def from_philly(
-    src: Path = typer.Argument(..., help="A Philly-format CSV (job id, arrival time, topology, shape, size, duration)."),
+    src: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True,
+                               help="A Philly-format CSV (job id, arrival time, topology, shape, size, duration)."),
     out: Path = typer.Option(..., help="Where to write the job trace CSV."),
-    limit: Optional[int] = typer.Option(None, help="Keep at most this many jobs."),
+    limit: Optional[int] = typer.Option(None, min=0, help="Keep at most this many jobs."),
     seed: int = SEED_OPTION,
-    mix: str = MIX_OPTION,
+    mix: Mix = MIX_OPTION,
     slo_min: float = SLO_MIN_OPTION,
     slo_max: float = SLO_MAX_OPTION,
 ) -> None:
     """Turn a public cluster trace (Philly format) into a RollMux job trace."""
+    from rollmux.report.paths import check_writable
     from rollmux.traces.philly import convert_philly
 
     try:
-        stats = convert_philly(src, out, limit, seed, mix, (slo_min, slo_max))
+        check_writable(out, "--out")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stats = convert_philly(src, out, limit, seed, mix.value, (slo_min, slo_max))
     except (RollMuxError, OSError) as err:
-        _fail(err)
-    console.print(f"wrote {out}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
+        _fail(err, TRACE_OPTIONS)
+    console.print(f"wrote {escape(str(out))}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
 
 
 @trace_app.command("generate")
 def generate_trace(
     out: Path = typer.Option(..., help="Where to write the job trace CSV."),
-    count: int = typer.Option(100, help="Number of jobs."),
+    count: int = typer.Option(100, min=0, help="Number of jobs."),
     seed: int = SEED_OPTION,
-    mix: str = MIX_OPTION,
+    mix: Mix = MIX_OPTION,
     slo_min: float = SLO_MIN_OPTION,
     slo_max: float = SLO_MAX_OPTION,
 ) -> None:
     """Make a synthetic job trace (Poisson arrivals, lognormal durations, the paper's profile mixes)."""
+    from rollmux.report.paths import check_writable
     from rollmux.traces.format import write_trace
     from rollmux.traces.generate import generate
 
     try:
-        jobs = generate(count, seed, mix, (slo_min, slo_max))
+        check_writable(out, "--out")
+        jobs = generate(count, seed, mix.value, (slo_min, slo_max))
+        out.parent.mkdir(parents=True, exist_ok=True)
         write_trace(jobs, out)
     except (RollMuxError, OSError) as err:
-        _fail(err)
-    console.print(f"wrote {out}: {len(jobs)} jobs")
+        _fail(err, TRACE_OPTIONS)
+    console.print(f"wrote {escape(str(out))}: {len(jobs)} jobs")
 
 
 register_service_commands(app)

@@ -46,11 +46,17 @@ COLD_SWITCH_S = {
     14: {ROLLOUT: 60.4, TRAIN: 59.0},
     32: {ROLLOUT: 81.7, TRAIN: 81.2},
 }
-#: Known GPU types: name -> (dense TFLOPS, memory bandwidth TB/s, default $/GPU-hour).
+#: Known GPU types: name -> (dense bf16 TFLOPS, memory bandwidth TB/s, default $/GPU-hour).
+#: H200 and B200 use NVIDIA's published figures (H200 SXM: 989.5 TFLOPS dense bf16,
+#: 4.8 TB/s; HGX B200: 2,250 TFLOPS dense bf16, 8.0 TB/s per GPU). Their prices are
+#: CoreWeave's on-demand list prices (coreweave.com/pricing, early 2026) divided by the
+#: 8 GPUs of the instance: HGX H200 $50.44/h -> $6.305, HGX B200 $68.80/h -> $8.60.
 GPU_TYPES = {
     "H20": (148.0, 4.0, 1.85),
     "H800": (989.5, 3.35, 5.28),
     "H100": (989.5, 3.35, 5.28),
+    "H200": (989.5, 4.8, 6.305),
+    "B200": (2250.0, 8.0, 8.60),
     "A100": (312.0, 2.0, 3.0),
 }
 

@@ -1,6 +1,8 @@
-"""PNG plots for ``rollmux simulate --out``: cost over time, GPUs in use per pool, and a
-Gantt chart of the busiest RollMux group (rollout and training lanes, one colour per job).
-Matplotlib with the Agg backend: no display needed."""
+"""PNG plots for ``rollmux simulate --out``: cost over time, GPUs in use per pool, the
+queue of waiting jobs (bounded pools), and a Gantt chart of the busiest RollMux group
+(rollout and training lanes, one colour per job). Pools are labelled with the GPU types
+the cluster configures (``gpus``: pool -> GPU type name). Matplotlib with the Agg
+backend: no display needed."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +12,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from rollmux.model import POOLS, ROLLOUT, TRAIN  # noqa: E402
 from rollmux.sim.metrics import PolicyResult  # noqa: E402
+
+_POOL_WORD = {ROLLOUT: "rollout", TRAIN: "training"}
 
 
 def save(fig, path: Path) -> Path:
@@ -42,17 +47,35 @@ def cost_over_time(results: list[PolicyResult], path: Path) -> Path:
     return save(fig, path)
 
 
-def gpus_in_use(results: list[PolicyResult], path: Path) -> Path:
+def gpus_in_use(results: list[PolicyResult], path: Path, gpus: dict[str, str]) -> Path:
+    """GPUs allocated per pool over time, one panel per pool labelled with its GPU type."""
     fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    for idx, (ax, pool) in enumerate(zip(axes, ("rollout (H20)", "training (H800)"))):
+    for idx, (ax, pool) in enumerate(zip(axes, POOLS)):
         for r in results:
             xs, ys = _steps(r.series, 2 + idx, 0.0)
             ax.step(xs, ys, where="post", label=r.policy, linewidth=1.1)
-        ax.set_ylabel(f"{pool} GPUs")
+        ax.set_ylabel(f"{_POOL_WORD[pool]} ({gpus[pool]}) GPUs")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, ncol=3)
     axes[1].set_xlabel("hours since first arrival")
     axes[0].set_title("GPUs in use per pool")
+    return save(fig, path)
+
+
+def queue_length(results: list[PolicyResult], path: Path) -> Path:
+    """Jobs waiting for nodes over time, per policy (a step series; 0 where none waited)."""
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    t0 = min((r.series[0][0] for r in results if r.series), default=0.0)
+    for r in results:
+        if not r.executed:
+            continue
+        xs, ys = _steps(r.queue_series or [(t0, 0)], 1, t0)
+        ax.step(xs, ys, where="post", label=f"{r.policy} (max {r.max_queue})", linewidth=1.1)
+    ax.set_xlabel("hours since first arrival")
+    ax.set_ylabel("jobs waiting")
+    ax.set_title("Queue: jobs waiting for nodes")
+    ax.legend(fontsize=8, ncol=3)
+    ax.grid(alpha=0.3)
     return save(fig, path)
 
 
@@ -70,9 +93,22 @@ def busiest_group_window(spans) -> tuple[str, list]:
     return gid, [s for s in own if mid <= s[4] < mid + width]
 
 
-def gantt(spans, path: Path, title: str = "") -> Path:
+def lane_pools(spans) -> dict[str, str]:
+    """The pool of every node in ``spans``: a node that ever ran a training phase is a
+    training node (co-located nodes run both), any other a rollout node. Node names are
+    not trusted to say it (real inventories name nodes freely)."""
+    pools: dict[str, str] = {}
+    for _, _, pool, nodes, *_ in spans:
+        for node in nodes:
+            if pool == TRAIN or node not in pools:
+                pools[node] = pool
+    return pools
+
+
+def gantt(spans, path: Path, gpus: dict[str, str], title: str = "") -> Path:
     gid, window = busiest_group_window(spans)
-    lanes = sorted({n for s in window for n in s[3]}, key=lambda n: (n[0] != "R", n))
+    pool_of = lane_pools(s for s in spans if s[0] == gid)
+    lanes = sorted({n for s in window for n in s[3]}, key=lambda n: (POOLS.index(pool_of[n]), n))
     jobs = sorted({s[1] for s in window})
     colours = plt.get_cmap("tab10")
     t0 = window[0][4]
@@ -87,7 +123,7 @@ def gantt(spans, path: Path, title: str = "") -> Path:
                     edgecolor="black", linewidth=0.4)
             ax.text((body_start + end) / 2 / 60 - t0 / 60, y, f"{job} {pool[0].upper()}", ha="center",
                     va="center", fontsize=6)
-    ax.set_yticks(range(len(lanes)), [f"{n} ({'rollout' if n[0] == 'R' else 'train'})" for n in lanes])
+    ax.set_yticks(range(len(lanes)), [f"{n} ({gpus[pool_of[n]]} {_POOL_WORD[pool_of[n]]})" for n in lanes])
     ax.invert_yaxis()
     ax.set_xlabel("minutes")
     ax.set_title(title or f"Group {gid}: phases per node (grey = switch)")

@@ -1,29 +1,83 @@
-"""Rich tables for the CLI: the simulate comparison and the plan listing."""
+"""Rich tables for the CLI: the simulate comparison and the plan listing.
+
+Every string that comes from the user (job, group, node and policy names) goes through
+``rich.markup.escape``, so a node named ``R[h20-r01]`` prints as written.
+
+With unbounded pools the simulate table has one SLO column, judged per iteration (no job
+waits, so it equals the end-to-end figure). When a pool is bounded the table says so in
+its title, judges SLOs end to end (``SLO met e2e``) and adds the mean wait, the longest
+queue and, per pool, the share of the run that pool was the binding constraint.
+"""
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
+from rollmux.model import POOLS, ROLLOUT, TRAIN
 from rollmux.sim.metrics import PolicyResult
+
+_SHORT = {ROLLOUT: "R", TRAIN: "T"}
 
 
 def simulate_table(results: list[PolicyResult], reference: str = "rollmux") -> Table:
     ref = next((r for r in results if r.policy == reference), results[0])
-    table = Table(title="Policies side by side (cost relative to " + ref.policy + ")")
-    for col in ("policy", "$/h", "total $", "vs " + ref.policy, "SLO met", "peak R GPUs", "peak T GPUs",
-                "R bubble", "T bubble", "packed/scaled/new", "wall s"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
+    bounded = sorted({p for r in results for p in r.bounded}, key=POOLS.index)
+    title = "Policies side by side (cost relative to " + escape(ref.policy) + ")"
+    slo_col = "SLO met"
+    if bounded:
+        title += (f"; {' and '.join(bounded)} pool{'s' if len(bounded) > 1 else ''} bounded: "
+                  "SLOs judged end to end (JCT / solo run time)")
+        slo_col = "SLO met e2e"
+    table = Table(title=title)
+    cols = ["policy", "$/h", "total $", "vs " + escape(ref.policy), slo_col]
+    if bounded:  # the extra columns; pool pairs share a column to keep the width
+        cols += ["wait h", "max queue", "R/T binds", "peak R/T GPUs", "R/T bubble"]
+    else:
+        cols += ["peak R GPUs", "peak T GPUs", "R bubble", "T bubble"]
+    cols += ["packed/scaled/new", "wall s"]
+    for col in cols:
+        table.add_column(col, justify="left" if col == "policy" else "right",
+                         no_wrap=col in ("policy", "total $", "R/T binds", "R/T bubble", "packed/scaled/new"))
     for r in results:
         o = r.outcomes
-        table.add_row(
-            r.policy, f"{r.cost_per_hour:,.1f}", f"{r.total_cost:,.0f}",
-            f"{r.total_cost / ref.total_cost:.2f}x" if ref.total_cost else "-",
-            _pct(r.slo_attainment), str(r.peak_gpus["rollout"]), str(r.peak_gpus["train"]),
-            _pct(r.bubble("rollout")), _pct(r.bubble("train")),
-            f"{o.get('packed', 0)}/{o.get('scaled', 0)}/{o.get('new-group', 0)}"
-            + (f" +{o.get('repacked', 0) + o.get('regrouped', 0)} moved"
-               if o.get("repacked") or o.get("regrouped") else ""), f"{r.wall_s:.2f}",
-        )
+        row = [escape(r.policy), f"{r.cost_per_hour:,.1f}", f"{r.total_cost:,.0f}",
+               f"{r.total_cost / ref.total_cost:.2f}x" if ref.total_cost else "-", _pct(r.slo_attainment)]
+        peak_r, peak_t = str(r.peak_gpus[ROLLOUT]), str(r.peak_gpus[TRAIN])
+        if bounded:
+            waits = ([f"{r.mean_wait_s / 3600:,.1f}", str(r.max_queue),
+                      _pair(r.binding(ROLLOUT), r.binding(TRAIN))] if r.executed else ["-"] * 3)
+            row += waits + [f"{peak_r}/{peak_t}", _pair(r.bubble(ROLLOUT), r.bubble(TRAIN))]
+        else:
+            row += [peak_r, peak_t, _pct(r.bubble(ROLLOUT)), _pct(r.bubble(TRAIN))]
+        row += [f"{o.get('packed', 0)}/{o.get('scaled', 0)}/{o.get('new-group', 0)}"
+                + (f" +{o.get('repacked', 0) + o.get('regrouped', 0)} moved"
+                   if o.get("repacked") or o.get("regrouped") else ""), f"{r.wall_s:.2f}"]
+        table.add_row(*row)
+    if bounded:
+        table.caption = ("SLO met e2e: (wait + run) / solo run time <= SLO; a job that never ran misses it. "
+                         "wait h: mean hours from arrival to placement. R/T binds: share of the run in which a "
+                         "job waited because the rollout / training pool lacked free nodes.")
     return table
+
+
+def limit_lines(results: list[PolicyResult], nodes: dict[str, int | None]) -> list[str]:
+    """One line per policy of a bounded run: which pool limits it and by how much.
+
+    ``nodes`` is each pool's inventory (None: unbounded). Empty for unbounded runs.
+    """
+    lines = []
+    for r in results:
+        if not r.bounded or not r.executed:
+            continue
+        pool = r.limiting_pool
+        if pool is None:
+            lines.append(f"{escape(r.policy)}: no job waited for nodes")
+            continue
+        other = TRAIN if pool == ROLLOUT else ROLLOUT
+        lines.append(f"{escape(r.policy)}: limited by the {pool} pool ({nodes[pool]} nodes): binding "
+                     f"{_pct(r.binding(pool))} of the run, {r.waited_on_s[pool] / 3600:,.0f} job-hours waited; "
+                     f"{other} pool binding {_pct(r.binding(other))}")
+    return lines
 
 
 def plan_table(plan: dict) -> Table:
@@ -33,10 +87,16 @@ def plan_table(plan: dict) -> Table:
     for g in plan["groups"]:
         for i, j in enumerate(g["jobs"]):
             ok = "[green]" if j["slowdown"] <= j["slo"] + 1e-9 else "[red]"
-            table.add_row(g["group_id"] if i == 0 else "", f"{g['cost_per_hour']:.2f}" if i == 0 else "",
-                          j["job_id"], ",".join(j["rollout_nodes"]), ",".join(j["train_nodes"]),
-                          f"{j['iteration_s']:.1f}", f"{ok}{j['slowdown']:.3f}", f"{j['slo']:.2f}")
+            table.add_row(escape(g["group_id"]) if i == 0 else "", f"{g['cost_per_hour']:.2f}" if i == 0 else "",
+                          escape(j["job_id"]), escape(",".join(j["rollout_nodes"])),
+                          escape(",".join(j["train_nodes"])), f"{j['iteration_s']:.1f}",
+                          f"{ok}{j['slowdown']:.3f}", f"{j['slo']:.2f}")
     return table
+
+
+def _pair(rollout: float | None, train: float | None) -> str:
+    """Two shares as "12.5/30.0%" ("-" for a missing one)."""
+    return "/".join("-" if v is None else f"{100 * v:.1f}" for v in (rollout, train)) + "%"
 
 
 def _pct(share: float | None) -> str:

@@ -2,8 +2,9 @@
 
 Contract
 --------
-* The first line that is neither blank nor a comment (a line starting with ``#``) is
-  the header. Headers and values are stripped of surrounding whitespace.
+* UTF-8, with or without a byte-order mark (as spreadsheet programs write it). The
+  first line that is neither blank nor a comment (a line starting with ``#``) is the
+  header. Headers and values are stripped of surrounding whitespace.
 * Required columns: ``job_id, arrival_s, rollout_gpus, train_gpus, t_roll_s,
   t_train_s, mem_roll_gb, mem_train_gb, slo, model`` and at least one of
   ``duration_s`` / ``iterations``. Optional: ``t_roll_colo_s``, ``t_train_colo_s``.
@@ -95,7 +96,7 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[Job]:
     header_line = 0
     first_seen: dict[str, int] = {}
     order: list[Job] = []
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:
         for line_no, text in enumerate(handle, start=1):
             if not text.strip() or text.lstrip().startswith("#"):
                 continue

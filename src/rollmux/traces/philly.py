@@ -146,7 +146,7 @@ def read_philly(path: str | Path, stats: PhillyStats | None = None) -> list[Phil
     stats = stats if stats is not None else PhillyStats()
     columns: dict[str, int] | None = None
     records: list[PhillyJob] = []
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:  # a byte-order mark is skipped
         for text in handle:
             if not text.strip():
                 continue
