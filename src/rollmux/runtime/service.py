@@ -370,6 +370,8 @@ def create_app(service: Service) -> FastAPI:
     async def _shape_error(_r: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
         loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+        if first.get("type") == "json_invalid":
+            loc = []  # the position in the text, not a field
         return answer(422, ".".join(loc) or "body", first.get("msg", "invalid"))
 
     @app.exception_handler(AuthError)

@@ -1,0 +1,554 @@
+"""The control plane under hostile input, wrong credentials and faults.
+
+Every refusal asserts the status, that the answer is a problem document naming the
+field, and that the state (every committed row and /v1/status) is byte-identical
+afterwards. Faults: a failed commit, a second server on the file, a damaged file,
+clock jumps (injected clocks), a slow network (a delaying proxy), a heavy submit
+while heartbeats arrive.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from rollmux import Client
+from rollmux.model import Cluster, PoolSpec, SwitchCost
+from rollmux.runtime.clock import ServiceClock
+from rollmux.runtime.sdk import LeaseLost
+from rollmux.runtime.service import Service, ServiceConfig, create_app
+from rollmux.runtime.store import CommitFailed, StateLocked, hash_token
+
+ADMIN = "admin-secret"
+TENANT = "tenant-a-secret-token"
+ROLLMUX = str(Path(sys.executable).with_name("rollmux"))
+
+
+def _cluster(nodes: int | None = 2) -> Cluster:
+    return Cluster(rollout=PoolSpec("H20", 1.85, nodes=nodes), train=PoolSpec("H800", 5.28, nodes=nodes),
+                   switch_cost=SwitchCost("fixed"))
+
+
+def _spec(job_id: str, iterations: int = 3, t: float = 0.1, **extra) -> dict:
+    return {"job_id": job_id, "t_roll_s": t, "t_train_s": t, "slo": 2.0, "iterations": iterations, **extra}
+
+
+def _auth(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}".encode("utf-8")}  # bytes: any token, as a client may send it
+
+
+def _config(**kw) -> ServiceConfig:
+    return ServiceConfig(**{"lease_s": 30.0, "grace_s": 5.0, "tenants": {"team-a": hash_token(TENANT)}, **kw})
+
+
+@pytest.fixture
+def api(tmp_path):
+    service = Service(_cluster(), str(tmp_path / "state.db"), ADMIN, _config())
+    with TestClient(create_app(service)) as client:
+        first = client.post("/v1/jobs", json={"spec": _spec("a")}, headers=_auth(ADMIN))
+        assert first.status_code == 201
+        yield client, service, first.json()["token"]
+
+
+def _persisted(client: TestClient, service: Service) -> str:
+    status = client.get("/v1/status", headers=_auth(ADMIN)).json()
+    status.pop("now")
+    return service.store.dump() + json.dumps(status, sort_keys=True)
+
+
+def _assert_problem(r: httpx.Response, status: int, field: str) -> None:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    body = r.json()
+    assert body["status"] == status and body["field"] == field and body["reason"] and body["title"], body
+    assert body["detail"].startswith(field)
+
+
+BIG = "x" * 1_000_000
+HOSTILE = [
+    # (method, path, body or raw bytes, token, status, field)
+    ("post", "/v1/jobs", {"spec": _spec("x")}, None, 401, "authorization"),
+    ("post", "/v1/jobs", {"spec": _spec("x")}, "job", 403, "authorization"),
+    ("post", "/v1/jobs", {"spec": _spec("x")}, "wrong", 403, "authorization"),
+    ("post", "/v1/jobs", {"spec": _spec("x")}, "tökén-ß", 403, "authorization"),
+    ("post", "/v1/jobs", {"spec": _spec("x", rollout_gpus=8000)}, "admin", 422, "spec.rollout_gpus"),
+    ("post", "/v1/jobs", {"spec": _spec("x", rollout_gpus=24000)}, "admin", 422, "spec.rollout_gpus"),
+    ("post", "/v1/jobs", {"spec": _spec("x", train_gpus=80000)}, "admin", 422, "spec.train_gpus"),
+    ("post", "/v1/jobs", {"spec": _spec("x", rollout_gpus=True)}, "admin", 422, "spec.rollout_gpus"),
+    ("post", "/v1/jobs", {"spec": _spec("x", iterations=True)}, "admin", 422, "spec.iterations"),
+    ("post", "/v1/jobs", {"spec": _spec("x", slo=True)}, "admin", 422, "spec.slo"),
+    ("post", "/v1/jobs", {"spec": _spec("x", rollout_gpus=8.5)}, "admin", 422, "spec.rollout_gpus"),
+    ("post", "/v1/jobs", {"spec": _spec("x", t=1e308)}, "admin", 422, "spec.t_roll_s"),
+    ("post", "/v1/jobs", b'{"spec": {"job_id": "x", "t_roll_s": Infinity, "t_train_s": 1}}', "admin", 422,
+     "spec.t_roll_s"),
+    ("post", "/v1/jobs", b'{"spec": {"job_id": "x", "t_roll_s": NaN, "t_train_s": 1}}', "admin", 422,
+     "spec.t_roll_s"),
+    ("post", "/v1/jobs", {"spec": _spec("x", duration_s=1e9)}, "admin", 422, "spec.duration_s"),
+    ("post", "/v1/jobs", {"spec": _spec("x", mem_roll_gb=-1)}, "admin", 422, "spec.mem_roll_gb"),
+    ("post", "/v1/jobs", {"spec": _spec("x", mem_roll_gb=5000)}, "admin", 422, "spec.mem_roll_gb"),
+    ("post", "/v1/jobs", {"spec": _spec("x", slo=0.5)}, "admin", 422, "spec.slo"),
+    ("post", "/v1/jobs", {"spec": _spec("x", model="m" * 129)}, "admin", 422, "spec.model"),
+    ("post", "/v1/jobs", {"spec": _spec("x", model="a\nb")}, "admin", 422, "spec.model"),
+    ("post", "/v1/jobs", {"spec": _spec("x", model=BIG)}, "admin", 413, "body"),
+    ("post", "/v1/jobs", {"spec": _spec("p/../q")}, "admin", 422, "spec.job_id"),
+    ("post", "/v1/jobs", {"spec": _spec("..")}, "admin", 422, "spec.job_id"),
+    ("post", "/v1/jobs", {"spec": _spec("a\nb")}, "admin", 422, "spec.job_id"),
+    ("post", "/v1/jobs", {"spec": _spec("")}, "admin", 422, "spec.job_id"),
+    ("post", "/v1/jobs", {"spec": _spec("j" * 129)}, "admin", 422, "spec.job_id"),
+    ("post", "/v1/jobs", {"spec": _spec("x", colour="red")}, "admin", 422, "spec.colour"),
+    ("post", "/v1/jobs", {"spec": {"job_id": "x", "t_roll_s": 1.0}}, "admin", 422, "spec.t_train_s"),
+    ("post", "/v1/jobs", {"spec": _spec("x"), "token": "short"}, "admin", 422, "token"),
+    ("post", "/v1/jobs", {"spec": _spec("a")}, "admin", 409, "job_id"),
+    ("post", "/v1/jobs", b"{not json", "admin", 422, "body"),
+    ("post", "/v1/jobs", b"[]", "admin", 422, "body"),
+    ("get", "/v1/events?since=1000000000000000000000000000000", None, "admin", 422, "since"),
+    ("get", "/v1/events?since=-1", None, "admin", 422, "since"),
+    ("get", "/v1/jobs?state=running", None, "admin", 422, "state"),
+    ("get", "/v1/jobs?limit=0", None, "admin", 422, "limit"),
+    ("get", "/v1/status", None, None, 401, "authorization"),
+    ("get", "/v1/status", None, "job", 403, "authorization"),
+    ("get", "/v1/status", None, "tenant", 403, "authorization"),
+    ("get", "/v1/jobs", None, "job", 403, "authorization"),
+    ("post", "/v1/admin/nodes/R1/drain", None, "job", 403, "authorization"),
+    ("post", "/v1/admin/nodes/Z9/drain", None, "admin", 404, "node"),
+    ("post", "/v1/admin/nodes", {"pool": "rollout", "node_id": "R7"}, "admin", 400, "node_id"),
+    ("post", "/v1/admin/nodes", {"pool": "gpu"}, "admin", 422, "pool"),
+    ("post", "/v1/jobs/a/acquire", {"phase": "rollout"}, None, 401, "authorization"),
+    ("post", "/v1/jobs/a/acquire", {"phase": "rollout"}, "wrong", 404, "job_id"),
+    ("post", "/v1/jobs/a/acquire", {"phase": "rollout"}, "tökén", 404, "job_id"),
+    ("post", "/v1/jobs/a/acquire", {"phase": "train"}, "job", 409, "phase"),
+    ("post", "/v1/jobs/a/acquire", {"phase": "decode"}, "job", 422, "phase"),
+    ("post", "/v1/jobs/a/acquire", {"phase": "rollout", "wait_s": 1e9}, "job", 422, "wait_s"),
+    ("post", "/v1/jobs/a/release", {"phase": "train", "grant_seq": 2, "duration_s": 0.1}, "job", 409, "phase"),
+    ("post", "/v1/jobs/a/release", {"phase": "rollout", "grant_seq": 99, "duration_s": 0.1}, "job", 409,
+     "grant_seq"),
+    ("post", "/v1/jobs/a/release", {"phase": "rollout", "grant_seq": 2, "duration_s": -1}, "job", 422,
+     "duration_s"),
+    ("post", "/v1/jobs/a/release", {"phase": "rollout", "grant_seq": 10**30, "duration_s": 1}, "job", 422,
+     "grant_seq"),
+    ("post", "/v1/jobs/a/release", {"phase": "rollout", "grant_seq": True, "duration_s": 1}, "job", 422,
+     "grant_seq"),
+    ("post", "/v1/jobs/a/progress", {"fraction": 1.5}, "job", 422, "fraction"),
+    ("post", "/v1/jobs/a/cancel", None, "wrong", 404, "job_id"),
+    ("post", "/v1/jobs/a/complete", None, "tenant", 404, "job_id"),
+    ("post", "/v1/jobs/nope/acquire", {"phase": "rollout"}, "job", 404, "job_id"),
+    ("post", "/v1/jobs/nope/acquire", {"phase": "rollout"}, "admin", 404, "job_id"),
+    ("get", "/v1/nowhere", None, "admin", 404, "path"),
+    ("delete", "/v1/jobs/a", None, "admin", 405, "path"),
+]
+
+
+@pytest.mark.parametrize("method,path,body,token,status,field", HOSTILE,
+                         ids=[f"{m} {p[:40]} {status}" for m, p, _b, _t, status, _f in HOSTILE])
+def test_hostile_request_is_refused_naming_the_field_and_changes_nothing(api, method, path, body, token, status,
+                                                                         field):
+    client, service, job_token = api
+    before = _persisted(client, service)
+    headers = _auth({"admin": ADMIN, "job": job_token, "tenant": TENANT}.get(token, token)) if token else {}
+    if isinstance(body, bytes):
+        r = client.request(method.upper(), path, content=body, headers={**headers, "content-type": "application/json"})
+    else:
+        r = client.request(method.upper(), path, json=body, headers=headers)
+    _assert_problem(r, status, field)
+    assert _persisted(client, service) == before
+
+
+def test_release_with_the_right_grant_but_the_wrong_phase_is_refused_also_after_a_release(api):
+    client, service, token = api
+    grant = client.post("/v1/jobs/a/acquire", json={"phase": "rollout"}, headers=_auth(token)).json()["grant"]
+    ok = client.post("/v1/jobs/a/release", json={"phase": "rollout", "grant_seq": grant["seq"], "duration_s": 0.1},
+                     headers=_auth(token))
+    assert ok.status_code == 200
+    before = _persisted(client, service)
+    r = client.post("/v1/jobs/a/release", json={"phase": "train", "grant_seq": grant["seq"], "duration_s": 0.1},
+                    headers=_auth(token))
+    _assert_problem(r, 409, "grant_seq")  # not taken for a repeat of the rollout release
+    again = client.post("/v1/jobs/a/release", json={"phase": "rollout", "grant_seq": grant["seq"],
+                                                    "duration_s": 0.1}, headers=_auth(token))
+    assert again.status_code == 200, "the same release repeated is answered"
+    assert _persisted(client, service) == before
+
+
+def test_unknown_and_forbidden_look_the_same(api):
+    client, _service, token = api
+    client.post("/v1/jobs", json={"spec": _spec("b")}, headers=_auth(ADMIN))
+    known = client.post("/v1/jobs/b/cancel", headers=_auth(token))
+    unknown = client.post("/v1/jobs/zz/cancel", headers=_auth(token))
+    assert known.status_code == unknown.status_code == 404
+    assert known.json()["reason"].replace("'b'", "ID") == unknown.json()["reason"].replace("'zz'", "ID")
+
+
+def test_no_answer_carries_a_token_the_caller_did_not_have(api):
+    client, service, _token = api
+    secret = "s" * 40
+    body = {"spec": _spec("b"), "request_id": "r1", "token": secret}
+    first = client.post("/v1/jobs", json=body, headers=_auth(ADMIN))
+    again = client.post("/v1/jobs", json=body, headers=_auth(ADMIN))
+    assert first.status_code == again.status_code == 201
+    assert first.json()["token"] is None and again.json()["token"] is None
+    assert again.json()["placement"] == first.json()["placement"]
+    stolen = client.post("/v1/jobs", json={**body, "token": "t" * 40}, headers=_auth(ADMIN))
+    _assert_problem(stolen, 409, "job_id")
+    paths = [r.path for r in client.app.routes]
+    assert not any("token" in p for p in paths)
+    raw = service.store.dump() + (Path(service.store.path).read_bytes().decode("latin-1"))
+    assert secret not in raw and ADMIN not in raw, "tokens are stored hashed"
+
+
+def test_a_tenant_submits_and_its_jobs_carry_its_name(api):
+    client, _service, _token = api
+    r = client.post("/v1/jobs", json={"spec": _spec("t1")}, headers=_auth(TENANT))
+    assert r.status_code == 201 and r.json()["tenant"] == "team-a" and r.json()["token"]
+    listed = client.get("/v1/jobs?tenant=team-a", headers=_auth(ADMIN)).json()
+    assert [j["job_id"] for j in listed] == ["t1"]
+    assert [j["job_id"] for j in client.get("/v1/jobs?state=placed", headers=_auth(ADMIN)).json()] == ["a", "t1"]
+
+
+def test_a_finished_jobs_id_can_be_submitted_again(api):
+    client, _service, token = api
+    assert client.post("/v1/jobs/a/complete", headers=_auth(token)).json()["state"] == "done"
+    again = client.post("/v1/jobs", json={"spec": _spec("a")}, headers=_auth(ADMIN))
+    assert again.status_code == 201 and again.json()["state"] == "placed"
+    old = client.get("/v1/jobs/a", headers=_auth(token))
+    assert old.status_code == 404, "the old run's token is not the new run's"
+
+
+def test_unbounded_pool_caps_job_width_before_planning(tmp_path):
+    service = Service(_cluster(None), str(tmp_path / "state.db"), ADMIN, _config(max_job_gpus=64))
+    with TestClient(create_app(service)) as client:
+        before = service.store.dump()
+        t0 = time.perf_counter()
+        r = client.post("/v1/jobs", json={"spec": _spec("huge", rollout_gpus=24000)}, headers=_auth(ADMIN))
+        assert time.perf_counter() - t0 < 5.0
+        _assert_problem(r, 422, "spec.rollout_gpus")
+        assert "--max-job-gpus" in r.json()["reason"]
+        assert service.store.dump() == before
+        ok = client.post("/v1/jobs", json={"spec": _spec("wide", rollout_gpus=64, train_gpus=64)},
+                         headers=_auth(ADMIN))
+        assert ok.status_code == 201 and len(ok.json()["placement"]["rollout_nodes"]) == 8
+
+
+def test_a_full_disk_fails_the_submit_changes_nothing_and_the_service_carries_on(api):
+    client, service, token = api
+    db = service.store._db
+    db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")  # the disk is full
+    failed = None
+    for i in range(300):
+        before = _persisted(client, service)
+        r = client.post("/v1/jobs", json={"spec": _spec(f"b{i}", model="m" * 128)}, headers=_auth(ADMIN))
+        if r.status_code != 201:
+            failed = i
+            break
+    assert failed is not None, "the file never filled up"
+    _assert_problem(r, 503, "state")
+    assert "full" in r.json()["reason"]
+    assert client.get(f"/v1/jobs/b{failed}", headers=_auth(ADMIN)).status_code == 404, "memory follows the file"
+    assert _persisted(client, service) == before
+    assert "rollmux_commit_failures_total 1.0" in client.get("/metrics").text
+    db.execute("PRAGMA max_page_count = 1073741823")  # space again
+    r = client.post("/v1/jobs", json={"spec": _spec(f"b{failed}")}, headers=_auth(ADMIN))
+    assert r.status_code == 201
+    seqs = [e["seq"] for e in service.store.events()]
+    assert seqs == list(range(1, len(seqs) + 1)), "the grant log has no gap"
+    grant = client.post("/v1/jobs/a/acquire", json={"phase": "rollout"}, headers=_auth(token)).json()
+    assert grant["granted"]
+
+
+def test_a_second_server_on_the_same_file_refuses_to_start(tmp_path):
+    first = Service(_cluster(), str(tmp_path / "state.db"), ADMIN, _config())
+    with pytest.raises(StateLocked, match="held by another rollmux process"):
+        Service(_cluster(), str(tmp_path / "state.db"), ADMIN, _config())
+    env = dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN)
+    proc = subprocess.run([ROLLMUX, "serve", "--state", str(tmp_path / "state.db"), "--port", "1"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2 and "held by another rollmux process" in proc.stdout + proc.stderr
+    first.close()
+
+
+def test_a_damaged_file_refuses_to_start_with_how_to_recover(tmp_path):
+    (tmp_path / "state.db").write_bytes(b"")
+    env = dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN)
+    proc = subprocess.run([ROLLMUX, "serve", "--state", str(tmp_path / "state.db"), "--port", "1"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "empty (0 bytes)" in out and "--new-state" in out
+    assert (tmp_path / "state.db").read_bytes() == b""
+
+
+def test_a_restart_reconciles_the_cluster_file(tmp_path):
+    path = str(tmp_path / "state.db")
+    service = Service(_cluster(2), path, ADMIN, _config())
+    with TestClient(create_app(service)) as client:
+        for j in ("a", "b", "c"):
+            client.post("/v1/jobs", json={"spec": _spec(j, t=10.0)}, headers=_auth(ADMIN))
+        status = client.get("/v1/status", headers=_auth(ADMIN)).json()
+    used = {n for g in status["groups"] for n in g["rollout_nodes"]}
+    assert used == {"R0", "R1"}
+    with pytest.raises(Exception, match="pinned by job"):  # removing a node in use is refused
+        Service(_cluster(1), path, ADMIN, _config())
+    grown = Cluster(rollout=PoolSpec("H20", 2.5, nodes=4), train=PoolSpec("H800", 5.28, nodes=4),
+                    switch_cost=SwitchCost("fixed"))
+    service = Service(grown, path, ADMIN, _config())
+    assert service.reconciled["added"] == ["R2", "R3", "T2", "T3"]
+    assert any("price_per_gpu_hour 1.85 -> 2.5" in c for c in service.reconciled["changed"])
+    assert service.control.plan.free_count("rollout") == 2
+    service.close()
+    kept = Service(None, path, ADMIN, _config())  # no cluster file: the saved one is kept
+    assert kept.control.cluster.rollout.nodes == 4 and kept.reconciled is None
+    kept.close()
+
+
+def test_nodes_are_added_drained_and_undrained_live(tmp_path):
+    service = Service(_cluster(1), str(tmp_path / "state.db"), ADMIN, _config())
+    with TestClient(create_app(service)) as client:
+        h = _auth(ADMIN)
+        client.post("/v1/jobs", json={"spec": _spec("a", t=10.0)}, headers=h)
+        client.post("/v1/jobs", json={"spec": _spec("b", t=10.0)}, headers=h)
+        big = client.post("/v1/jobs", json={"spec": _spec("c", t=60.0)}, headers=h).json()
+        assert big["state"] == "waiting"
+        added = client.post("/v1/admin/nodes", json={"pool": "rollout"}, headers=h).json()
+        assert added["node"] == "R1" and added["placed"] == []
+        added = client.post("/v1/admin/nodes", json={"pool": "train"}, headers=h).json()
+        assert added["node"] == "T1" and added["placed"] == ["c"]
+        assert client.post("/v1/admin/nodes/R0/drain", headers=h).json()["jobs_on_node"] == ["a", "b"]
+        undrained = client.post("/v1/admin/nodes/R0/undrain", headers=h).json()
+        assert undrained["node"] == "R0"
+        assert "R0" not in client.get("/v1/status", headers=h).json()["drained"]
+
+
+# --- real clocks, real sockets -------------------------------------------------------------
+
+class FakeClocks:
+    def __init__(self) -> None:
+        self.wall = 1_800_000_000.0
+        self.mono = 1000.0
+        self.lock = threading.Lock()
+
+    def wall_now(self) -> float:
+        return self.wall
+
+    def mono_now(self) -> float:
+        with self.lock:
+            return self.mono
+
+
+def test_clock_jumps_neither_expire_live_jobs_nor_keep_dead_ones(tmp_path):
+    clocks = FakeClocks()
+    service = Service(_cluster(), str(tmp_path / "state.db"), ADMIN, _config(lease_s=5.0, grace_s=1.0),
+                      clock=ServiceClock(wall=clocks.wall_now, monotonic=clocks.mono_now))
+    with TestClient(create_app(service)) as client:
+        h = _auth(ADMIN)
+        live = client.post("/v1/jobs", json={"spec": _spec("live")}, headers=h).json()["token"]
+        client.post("/v1/jobs", json={"spec": _spec("dead")}, headers=h)
+        clocks.wall += 90.0  # the wall clock jumps forward: nothing may expire
+        time.sleep(1.0)  # the reaper runs every 0.5 s
+        states = {j["job_id"]: j["state"] for j in client.get("/v1/jobs", headers=h).json()}
+        assert states == {"live": "placed", "dead": "placed"}
+        clocks.wall -= 3600.0  # and back an hour: a silent job must still expire on time
+        for _ in range(4):
+            with clocks.lock:
+                clocks.mono += 2.0
+            assert client.post("/v1/jobs/live/heartbeat", json={}, headers=_auth(live)).status_code == 200
+            time.sleep(0.7)
+        states = {j["job_id"]: j["state"] for j in client.get("/v1/jobs", headers=h).json()}
+        assert states == {"live": "placed", "dead": "expired"}
+        events = service.store.events()
+        assert [e["at"] for e in events] == sorted(e["at"] for e in events), "timestamps never run backwards"
+        assert "rollmux_lease_expiries_total 1.0" in client.get("/metrics").text
+
+
+@pytest.fixture
+def thread_server(tmp_path):
+    """The service under uvicorn in a thread on a free loopback port."""
+    started = []
+
+    def start(config: ServiceConfig, cluster: Cluster | None = None) -> tuple[Service, str]:
+        service = Service(cluster or _cluster(None), str(tmp_path / f"state{len(started)}.db"), ADMIN, config)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 15
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        started.append((server, thread))
+        return service, f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, thread in started:
+        server.should_exit = True
+        thread.join(15)
+
+
+def test_a_heartbeat_is_answered_while_a_slow_submit_is_planned(thread_server):
+    service, url = thread_server(_config())
+    client = Client(url, ADMIN)
+    job = client.submit(_spec("a"), heartbeat=False)
+    real = service.control.planner.decide
+
+    def slow(*args, **kw):
+        time.sleep(2.0)  # a planner taking 2 s on this submit
+        return real(*args, **kw)
+
+    service.control.planner.decide = slow
+    slow_done = threading.Event()
+    worker = threading.Thread(target=lambda: (client.call("POST", "/jobs", token=ADMIN, json={"spec": _spec("b")}),
+                                              slow_done.set()))
+    worker.start()
+    time.sleep(0.3)
+    beats = []
+    with httpx.Client(base_url=url, timeout=5) as http:
+        for _ in range(10):
+            t0 = time.perf_counter()
+            r = http.post("/v1/jobs/a/heartbeat", json={}, headers=_auth(job.token))
+            beats.append(time.perf_counter() - t0)
+            assert r.status_code == 200
+    assert not slow_done.is_set(), "the heartbeats were answered while the submit was still being planned"
+    worker.join(10)
+    assert slow_done.is_set()
+    assert max(beats) < 1.0
+
+
+class DelayProxy:
+    """A TCP proxy on 127.0.0.1 that holds every chunk ``delay_s`` seconds in both directions."""
+
+    def __init__(self, upstream_port: int, delay_s: float) -> None:
+        self.upstream_port = upstream_port
+        self.delay_s = delay_s
+        self.loop = asyncio.new_event_loop()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self._ready = threading.Event()
+        self.thread.start()
+        assert self._ready.wait(5)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", self.port))
+        self._ready.set()
+        self.loop.run_forever()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def deliver():
+            with contextlib.suppress(ConnectionError):
+                while True:
+                    at, chunk = await queue.get()
+                    await asyncio.sleep(max(0.0, at - self.loop.time()))
+                    if chunk is None:
+                        break
+                    writer.write(chunk)
+                    await writer.drain()
+            writer.close()
+
+        task = asyncio.create_task(deliver())
+        try:
+            while chunk := await reader.read(65536):
+                queue.put_nowait((self.loop.time() + self.delay_s, chunk))
+        except ConnectionError:
+            pass
+        queue.put_nowait((self.loop.time() + self.delay_s, None))
+        await task
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True)
+
+    def close(self) -> None:
+        async def shutdown():
+            self.server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+def test_a_slow_network_below_the_grace_never_expires_a_live_job(thread_server):
+    """Lease 1 s, grace 2 s, 1 s each way (2 s round trips): the documented rule (round trip
+    below grace + 3/4 lease) holds, so the job runs to the end; the same delay with no
+    grace loses the lease, which shows the proxy really delays."""
+    service, url = thread_server(_config(lease_s=1.0, grace_s=2.0))
+    port = int(url.rsplit(":", 1)[1])
+    proxy = DelayProxy(port, delay_s=1.0)
+    try:
+        slow = Client(f"http://127.0.0.1:{proxy.port}", ADMIN, timeout_s=10.0, poll_s=1.0)
+        t0 = time.monotonic()
+        job = slow.submit(_spec("far", iterations=1, t=0.05))
+        assert time.monotonic() - t0 >= 2.0, "the proxy delays"
+        for name in ("rollout", "train"):
+            with job.phase(name):
+                time.sleep(0.05)
+        assert job.view["state"] == "done"
+        assert service.metrics.expiries._value.get() == 0
+    finally:
+        proxy.close()
+
+    service, url = thread_server(_config(lease_s=1.0, grace_s=0.0))
+    proxy = DelayProxy(int(url.rsplit(":", 1)[1]), delay_s=1.0)
+    try:
+        job = Client(f"http://127.0.0.1:{proxy.port}", ADMIN, timeout_s=10.0).submit(_spec("far", iterations=1))
+        time.sleep(2.5)
+        with pytest.raises(LeaseLost):
+            with job.phase("rollout"):
+                pass
+    finally:
+        proxy.close()
+
+
+def test_logs_are_json_lines_with_job_and_group(tmp_path):
+    env = dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "service.log"
+    proc = subprocess.Popen([ROLLMUX, "serve", "--state", str(tmp_path / "s.db"), "--port", str(port),
+                             "--log-file", str(log), "--lease-s", "0.5", "--grace-s", "0"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{url}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, proc.stderr.read1().decode()
+                time.sleep(0.1)
+        Client(url, ADMIN).submit(_spec("a"), heartbeat=False)
+        httpx.post(f"{url}/v1/jobs", json={"spec": _spec("bad", slo=0)}, headers=_auth(ADMIN))
+        time.sleep(2.0)  # the job expires
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    by_event = {}
+    for line in lines:
+        by_event.setdefault(line["event"], []).append(line)
+    assert {"start", "decision", "admit", "grant", "refused", "expire", "depart"} <= set(by_event)
+    assert by_event["grant"][0]["job_id"] == "a" and by_event["grant"][0]["group_id"] == "g0"
+    assert by_event["refused"][0]["field"] == "spec.slo" and by_event["refused"][0]["status"] == 422
+    assert by_event["expire"][0]["job_id"] == "a"
+    assert all("ts" in line and "level" in line for line in lines)
