@@ -552,3 +552,41 @@ def test_logs_are_json_lines_with_job_and_group(tmp_path):
     assert by_event["refused"][0]["field"] == "spec.slo" and by_event["refused"][0]["status"] == 422
     assert by_event["expire"][0]["job_id"] == "a"
     assert all("ts" in line and "level" in line for line in lines)
+
+
+def test_operator_commands_against_a_live_service(thread_server, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from rollmux.cli import app
+
+    service, url = thread_server(_config(), cluster=_cluster(2))
+    monkeypatch.setenv("ROLLMUX_ADMIN_TOKEN", ADMIN)
+    monkeypatch.setenv("ROLLMUX_URL", url)
+    runner = CliRunner()
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    for name, kind in (("empty.yaml", "empty"), ("list.yaml", "a list")):
+        out = runner.invoke(app, ["submit", str(tmp_path / name)])
+        assert out.exit_code == 2 and f"is {kind}; expected a mapping" in out.output
+    (tmp_path / "job.yaml").write_text("job_id: cli-job\nt_roll_s: 10\nt_train_s: 10\nslo: 2\n")
+    out = runner.invoke(app, ["submit", str(tmp_path / "job.yaml")])
+    assert out.exit_code == 0 and "job cli-job: new-group" in out.output and "R[R0]" in out.output
+    out = runner.invoke(app, ["jobs", "list", "--state", "placed", "--json"])
+    assert [j["job_id"] for j in json.loads(out.output)] == ["cli-job"]
+    assert runner.invoke(app, ["jobs", "list", "--state", "running"]).exit_code == 2  # not a state: choices shown
+    out = runner.invoke(app, ["jobs", "show", "cli-job"])
+    assert json.loads(out.output)["placement"]["rollout_nodes"] == ["R0"]
+    out = runner.invoke(app, ["admin", "nodes", "drain", "R0"])
+    assert out.exit_code == 0 and "jobs still on it: cli-job" in out.output
+    out = runner.invoke(app, ["admin", "nodes", "add", "rollout"])
+    assert out.exit_code == 0 and "added R2 to rollout" in out.output
+    out = runner.invoke(app, ["admin", "backup", str(tmp_path / "b.db"), "--state", service.store.path])
+    assert out.exit_code == 0 and "integrity ok" in out.output
+    out = runner.invoke(app, ["status"])
+    assert out.exit_code == 0 and "drained: R0" in out.output
+    monkeypatch.setenv("ROLLMUX_ADMIN_TOKEN", "wrong")
+    out = runner.invoke(app, ["jobs", "list"])
+    assert out.exit_code == 2 and "403" in out.output
+    out = runner.invoke(app, ["admin", "tenant-token", "team-b"])
+    token = out.output.split("token: ")[1].split()[0]
+    assert hash_token(token) in out.output
