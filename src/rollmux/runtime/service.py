@@ -281,7 +281,8 @@ def _unknown(job_id: str) -> ControlError:
     return UnknownJob("job_id", f"{job_id!r}: {_NO_SUCH_JOB}")
 
 
-def bearer(authorization: str | None = Header(default=None)) -> str | None:
+async def bearer(authorization: str | None = Header(default=None)) -> str | None:
+    # async: a plain ``def`` dependency would be run in a worker thread for every request
     if authorization is None:
         return None
     scheme, _, token = authorization.partition(" ")
@@ -401,7 +402,9 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
+        async with lock:  # the gauges read the control plane: not while a change is being made
+            body = service.metrics.render()
+        return Response(body, media_type="text/plain; version=0.0.4")
 
     @app.post("/v1/jobs", response_model=SubmitResponse, status_code=201)
     async def submit(body: SubmitRequest, token: str | None = Depends(bearer)) -> SubmitResponse:
