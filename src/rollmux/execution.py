@@ -24,6 +24,57 @@ The rule
    serves one job never pays.
 
 Complexity: ``dispatch`` is O(queue length x nodes per job); groups are small.
+
+Long-tail hand-off (``tail``; facts section 5, "long-tail migration")
+----------------------------------------------------------------------
+6. A running rollout of job A may report that its tail has begun (``tail(A, now,
+   keep_gpus)``: the fraction of its responses done reached the threshold, 0.8 by
+   default). A keeps ``keep_gpus`` of its GPUs, packed onto its rollout nodes in pinning
+   order (node 1 keeps min(keep, G), node 2 the rest, ...; G = ``gpus_per_node``); the
+   others are *freed*. A still owns every node it is pinned to (``busy_nodes`` is
+   unchanged, so every node-granular rule above sees the same state), but the freed
+   GPUs may be handed off.
+7. Hand-off, at the next ``dispatch(now)``, after the rollout queue's normal pass and
+   before the training queue: the rollout queue is walked in FCFS order; a queued
+   rollout of B gets a slice when (a) every node B is pinned to in the rollout pool is a
+   rollout node of one donor A in its tail with freed GPUs not yet handed off, and (b)
+   no queued entry ahead of B (either pool) touches any of B's nodes. B then takes every
+   freed GPU of its nodes and the grant carries ``share`` = min over its nodes of freed
+   GPUs / G (< 1; B runs synchronously, so its slowest node sets its rate). A slice always
+   pays B's switch seconds (its nodes last ran A). A recipient in a slice reports no tail
+   of its own (a ``tail`` call for it is ignored and returns 0).
+8. When A's rollout ends (``finish``), each recipient still running becomes the sole
+   owner of its nodes (it runs at full rate from then on: the caller rescales it, see
+   ``recipients``); A's other nodes are freed. A recipient whose slice ended before A's
+   rollout is *parked*: its next phase is queued only when A's rollout ends, with A's end
+   as its ready time and just behind A's own next phase. A node that ran a recipient
+   records that recipient as its last job (A's weights were evicted from those GPUs), so
+   A's next rollout there pays the switch as it would have in the plain rule.
+9. ``remove`` of a donor hands its running recipients their nodes as ``finish`` does
+   (parked entries are queued at ``now``); ``remove`` of a recipient returns its GPUs to
+   the donor's freed pool.
+
+Without any ``tail`` call the rule is the plain rule above, step for step: ``tail`` is the
+only way into the new state, and every new branch is guarded by it (tested by
+tests/test_execution_tail.py against a frozen copy of the plain rule).
+
+Capacity: at every instant, on every node, the donor's kept GPUs plus the recipients'
+GPUs are at most G (a recipient takes only freed GPUs; freed GPUs go to one recipient).
+Residency: a recipient's rollout nodes are its own pinned nodes, already shared with the
+donor in the plan, and the planner admits a member only if the states of *all* members
+pinned to a node fit that node's host memory (``rollmux.planner`` residency check); so both
+models resident on a node during a hand-off is a state the plan already allows.
+
+Timeline rule (why the hand-off is safe for the recipient): by (b) and the FCFS order,
+the plain rule would grant B those nodes at A's rollout end t_e (nothing ahead of B touches
+them, and A holds them until t_e), paying the same switch. In the tail rule B starts at
+t_h < t_e, pays the switch, then runs at rate ``share`` until t_e and at rate 1 after, so
+B's rollout ends at or before t_e + switch + body: never later than without the hand-off.
+Parking (8) keeps A's next phase ahead of B's, as in the plain rule. What the tail does
+*not* guarantee in every group: a phase that ends earlier can make a later-ready phase of
+a third job find its nodes busy (a list-scheduling anomaly, which the plain rule shows as
+well when phases run shorter than their worst case); see docs/long_tail.md for where the
+end-no-later property is proved and where it is tested.
 """
 from __future__ import annotations
 
@@ -44,6 +95,19 @@ class Grant(NamedTuple):
     nodes: tuple[str, ...]
     start: float
     switch_s: float
+    share: float = 1.0  # < 1: a hand-off slice (rule 7), at this fraction of the nodes' rate
+
+
+@dataclass(slots=True)
+class _Tail:
+    """A donor's rollout in its tail: GPUs kept and still freed per node, who got slices."""
+
+    kept: dict[str, int]
+    freed: dict[str, int]  # freed GPUs not handed off yet
+    taken: dict[str, tuple[str, int]] = field(default_factory=dict)  # node -> (recipient, GPUs)
+    recipients: list[str] = field(default_factory=list)  # running in a slice now
+    parked: list[tuple[str, float]] = field(default_factory=list)  # (recipient, its end): waits for the donor
+    ran: dict[str, str] = field(default_factory=dict)  # node -> the last recipient it ran
 
 
 @dataclass(slots=True)
@@ -65,6 +129,9 @@ class GroupExecutor:
     _busy: dict[str, str] = field(default_factory=dict)
     _last: dict[str, str] = field(default_factory=dict)
     _next_order: int = 0
+    gpus_per_node: int = 8
+    _tails: dict[str, _Tail] = field(default_factory=dict)  # donor -> its tail
+    _donor: dict[str, str] = field(default_factory=dict)  # recipient in a slice -> donor
 
     def admit(self, job_id: str, rollout_nodes: tuple[str, ...], train_nodes: tuple[str, ...],
               now: float, switch_rollout_s: float = 0.0, switch_train_s: float = 0.0) -> None:
@@ -95,6 +162,8 @@ class GroupExecutor:
 
     def remove(self, job_id: str) -> None:
         """Drop a member wherever it is: queued, running (its nodes are freed) or idle."""
+        if self._tails or job_id in self._donor:
+            self._tail_leave(job_id, None)
         slot = self._members.pop(job_id)
         if slot.running is not None:
             for node in slot.nodes[slot.running]:
@@ -102,6 +171,8 @@ class GroupExecutor:
                     del self._busy[node]
         for pool in POOLS:
             self._queues[pool] = [e for e in self._queues[pool] if e[2] != job_id]
+        for tail in self._tails.values():
+            tail.parked = [p for p in tail.parked if p[0] != job_id]
 
     def finish(self, job_id: str, now: float, requeue: bool = True) -> str:
         """End the running phase of ``job_id`` at ``now``; queue its next phase unless told not to.
@@ -112,6 +183,10 @@ class GroupExecutor:
         pool = slot.running
         if pool is None:
             raise ValueError(f"job {job_id!r} is not running a phase")
+        if job_id in self._donor:  # a slice ends before its donor (rule 8): park
+            self._slice_end(job_id, now if requeue else None)
+            slot.running = None
+            return pool
         for node in slot.nodes[pool]:
             del self._busy[node]
             self._last[node] = job_id
@@ -119,7 +194,106 @@ class GroupExecutor:
         if requeue:
             nxt = TRAIN if pool == ROLLOUT else ROLLOUT
             insort(self._queues[nxt], (now, slot.order, job_id))
+        if job_id in self._tails:
+            self._tail_leave(job_id, now)
         return pool
+
+    def tail(self, job_id: str, now: float, keep_gpus: int) -> int:
+        """Job ``job_id``'s running rollout reports its tail at ``now`` (rule 6); it keeps
+        ``keep_gpus`` GPUs (at least 1). Returns the GPUs freed (0: nothing changes, e.g. a
+        recipient in a slice, a repeated report, or a job that keeps all its GPUs). The
+        hand-offs are granted by the next ``dispatch(now)``."""
+        slot = self._members[job_id]
+        if slot.running != ROLLOUT:
+            raise ValueError(f"job {job_id!r} is not running a rollout (running: {slot.running!r})")
+        if job_id in self._tails or job_id in self._donor:
+            return 0
+        g = self.gpus_per_node
+        nodes = slot.nodes[ROLLOUT]
+        left = max(1, int(keep_gpus))
+        if left >= g * len(nodes):
+            return 0
+        kept, freed = {}, {}
+        for n in nodes:
+            kept[n] = min(left, g)
+            left -= kept[n]
+            freed[n] = g - kept[n]
+        self._tails[job_id] = _Tail(kept, freed)
+        return sum(freed.values())
+
+    def _handoff(self, now: float, grants: list[Grant]) -> None:
+        """Rule 7: give freed GPUs to queued rollouts, FCFS, no entry ahead touching them."""
+        owner = {}
+        for donor, tail in self._tails.items():
+            for n, free in tail.freed.items():
+                if free > 0:
+                    owner[n] = donor
+        if not owner:
+            return
+        ahead: set[str] = set()
+        for entry in self._queues[TRAIN]:  # a queued training on a tail node blocks it too
+            ahead.update(self._members[entry[2]].nodes[TRAIN])
+        queue = self._queues[ROLLOUT]
+        kept = []
+        for entry in queue:
+            slot = self._members[entry[2]]
+            nodes = slot.nodes[ROLLOUT]
+            donor = owner.get(nodes[0]) if nodes else None
+            ok = (slot.running is None and donor is not None
+                  and all(owner.get(n) == donor and n not in ahead for n in nodes))
+            if not ok:
+                ahead.update(nodes)
+                kept.append(entry)
+                continue
+            tail = self._tails[donor]
+            share = min(tail.freed[n] for n in nodes) / self.gpus_per_node
+            for n in nodes:
+                tail.taken[n] = (slot.job_id, tail.freed[n])
+                tail.freed[n] = 0
+                del owner[n]
+            tail.recipients.append(slot.job_id)
+            self._donor[slot.job_id] = donor
+            slot.running = ROLLOUT
+            grants.append(Grant(slot.job_id, ROLLOUT, nodes, now, slot.switch_s[ROLLOUT], share))
+        if len(kept) != len(queue):
+            self._queues[ROLLOUT] = kept
+
+    def _slice_end(self, job_id: str, parked_at: float | None) -> None:
+        """A recipient's slice ends while its donor is in its tail: GPUs back, next phase parked."""
+        donor = self._donor.pop(job_id)
+        tail = self._tails[donor]
+        tail.recipients.remove(job_id)
+        for n in self._members[job_id].nodes[ROLLOUT]:
+            _, gpus = tail.taken.pop(n)
+            tail.freed[n] += gpus
+            tail.ran[n] = job_id
+        if parked_at is not None:
+            tail.parked.append((job_id, parked_at))
+
+    def _tail_leave(self, job_id: str, now: float | None) -> None:
+        """``job_id`` leaves (``finish``, or ``remove`` when ``now`` is None): as a recipient in
+        a slice, its GPUs go back; as a donor in its tail, its recipients take over (rule 8)."""
+        if job_id in self._donor:
+            self._slice_end(job_id, None)
+            self._members[job_id].running = None
+            return
+        tail = self._tails.pop(job_id, None)
+        if tail is None:
+            return
+        if now is None:  # a removed donor: its nodes are freed by remove, recipients keep theirs
+            for n in self._members[job_id].nodes[ROLLOUT]:
+                if self._busy.get(n) == job_id:
+                    del self._busy[n]
+        for n, rec in tail.ran.items():
+            self._last[n] = rec
+        for rec in tail.recipients:
+            del self._donor[rec]
+            for n in self._members[rec].nodes[ROLLOUT]:
+                self._busy[n] = rec
+        order = self._members[job_id].order
+        for k, (rec, ended) in enumerate(tail.parked, 1):  # just behind the donor's own next phase
+            ready = now if now is not None else ended  # a removed donor: as the recipient ended
+            insort(self._queues[TRAIN], (ready, order + k / (len(tail.parked) + 1), rec))
 
     def dispatch(self, now: float) -> list[Grant]:
         """Start every ready phase whose nodes are all free, rollout queue first, FCFS."""
@@ -156,6 +330,8 @@ class GroupExecutor:
                 grants.append(Grant(job_id, pool, nodes, now, switch))
             if len(kept) != len(queue):
                 self._queues[pool] = kept
+            if pool == ROLLOUT and self._tails:
+                self._handoff(now, grants)
         return grants
 
     # Read-only views, for the analyzer, the service's status and the tests.
@@ -179,3 +355,31 @@ class GroupExecutor:
 
     def members(self) -> list[str]:
         return list(self._members)
+
+    # Views of the long-tail state (rules 6-9).
+    def in_tail(self, job_id: str) -> bool:
+        return job_id in self._tails
+
+    def donor_of(self, job_id: str) -> str | None:
+        """The donor whose freed GPUs ``job_id`` runs on now, or None."""
+        return self._donor.get(job_id)
+
+    def recipients(self, job_id: str) -> list[str]:
+        """Jobs running in slices of ``job_id``'s tail now; they run at full rate once it ends."""
+        tail = self._tails.get(job_id)
+        return list(tail.recipients) if tail else []
+
+    def gpu_use(self) -> dict[str, dict[str, int]]:
+        """GPUs in use per node and job: a node-granular owner holds all of them; during a
+        tail, the donor its kept GPUs and each recipient the GPUs it took."""
+        use: dict[str, dict[str, int]] = {}
+        for n, job in self._busy.items():
+            tail = self._tails.get(job)
+            if tail is None:
+                use[n] = {job: self.gpus_per_node}
+            else:
+                use[n] = {job: tail.kept[n]}
+                if n in tail.taken:
+                    rec, gpus = tail.taken[n]
+                    use[n][rec] = gpus
+        return use
