@@ -20,7 +20,19 @@ Contract
 * Phases alternate rollout, train, rollout, ... per job. Ending a train phase counts an
   iteration; a job with ``iterations`` set departs after its last one.
 * Job ids of departed jobs may be submitted again (a new run of the same job); the
-  departed record stays in the history (``take_ended``).
+  departed record stays in the history (``take_changes().ended``).
+* Moves (policy ``rollmux-consolidate``, as in the simulator): after a departure the
+  remaining members of that group, and after a new group opens every placed job, are
+  offered a move once. At the offered job's next iteration boundary (the release of a
+  train phase) ``Planner.repack`` may move it into another group where it frees nodes.
+  The move is one state change: the job leaves its old group's executor and plan, is
+  pinned to its new nodes and carries ``move`` (from, to, when) until the job
+  acknowledges with ``moved`` (its state now lives on the new nodes); only then is it
+  admitted to the new group's executor. A failed or timed-out move is undone by
+  placing the job afresh (the planner may put it back where it was) or queueing it:
+  it is never lost, never in two groups, and its nodes are never granted twice. The
+  pause a move costs is learned per model size from the moves acknowledged so far
+  (the largest seen; ``migration_s`` until one is).
 * Departures (completion, cancellation, lease expiry) remove the member from its
   executor, release its pins in the plan (nodes that nobody uses any more go back to
   the pool), dispatch the group again, then retry the waiting line in order.
@@ -39,8 +51,10 @@ from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
 from rollmux.errors import RollMuxError
 from rollmux.execution import Grant, GroupExecutor
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec
+from rollmux.model import model_size_column
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import Planner
+from rollmux.policies.rollmux import RollMuxPolicy
 from rollmux.runtime.store import Changes, hash_token
 
 WAITING, PLACED, DONE, CANCELLED, EXPIRED = "waiting", "placed", "done", "cancelled", "expired"
@@ -48,6 +62,8 @@ LIVE_STATES = (WAITING, PLACED)
 JOB_STATES = (WAITING, PLACED, DONE, CANCELLED, EXPIRED)
 SNAPSHOT_VERSION = 3
 EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the best of the rest
+LIVE_POLICIES = ("rollmux", "rollmux-consolidate")
+OPEN_ENDED = 10**9  # iterations assumed for a job without a target (its whole-run check is then per iteration)
 
 
 class ControlError(RollMuxError):
@@ -137,6 +153,10 @@ class JobRecord:
     ready_at: float | None = None
     ended_at: float | None = None
     end_reason: str = ""
+    placed_at: float | None = None
+    movable: bool = True
+    move: dict | None = None
+    moves: int = 0
 
     @property
     def job_id(self) -> str:
@@ -156,10 +176,20 @@ class JobRecord:
 class ControlPlane:
     """Jobs, plan and executors of the live service (see the module docstring)."""
 
-    def __init__(self, cluster: Cluster, planner: Planner | None = None) -> None:
+    def __init__(self, cluster: Cluster, planner: Planner | None = None, policy: str = "rollmux",
+                 migration_s: float = 300.0) -> None:
         cluster.validate()
+        if policy not in LIVE_POLICIES:
+            raise ValueError(f"policy={policy!r}: the live service runs {', '.join(LIVE_POLICIES)}")
         self.cluster = cluster
-        self.planner = planner or Planner()
+        self.policy = RollMuxPolicy("first", policy, consolidate=policy == "rollmux-consolidate")
+        if planner is not None:
+            self.policy.planner = planner
+        self.planner = self.policy.planner
+        self._repack = getattr(self.policy, "repack", None)
+        self.migration_s = migration_s
+        self.move_s: dict[str, float] = {}  # model size column -> largest measured move (s)
+        self.offer: set[str] = set()
         self.plan = PlanState(cluster)
         self.executors: dict[str, GroupExecutor] = {}
         self.jobs: dict[str, JobRecord] = {}
@@ -176,6 +206,7 @@ class ControlPlane:
         self._dirty_jobs: set[str] = set()
         self._dirty_groups: set[str] = set()
         self._cluster_dirty = True
+        self._in_use: dict[str, int] | None = None  # nodes in groups per pool; None after the plan changed
 
     @property
     def clock(self) -> float | None:
@@ -184,7 +215,7 @@ class ControlPlane:
 
     # --- job calls ------------------------------------------------------------------
     def submit(self, job: Job, now: float, token_hash: str, request_id: str | None = None,
-               tenant: str = "") -> JobRecord:
+               tenant: str = "", movable: bool = True) -> JobRecord:
         """Register ``job``; place it now or put it in the waiting line.
 
         A repeated submit with the same ``request_id`` and token returns the first answer
@@ -204,7 +235,7 @@ class ControlPlane:
         self._advance(now)
         self._ord += 1
         rec = JobRecord(job, token_hash, WAITING, now, self._ord, tenant, request_id, decision.outcome,
-                        _explain(decision))
+                        _explain(decision), movable=movable)
         self.jobs.pop(job.job_id, None)
         self.jobs[job.job_id] = rec
         self._dirty_jobs.add(job.job_id)
@@ -212,7 +243,7 @@ class ControlPlane:
             rec.end_reason = decision.reason
             self.waiting.append(job.job_id)
         else:
-            self._place(rec, decision.placement, now)
+            self._place(rec, decision, now)
         return rec
 
     def acquire(self, job_id: str, phase: str) -> GrantRecord | None:
@@ -244,11 +275,6 @@ class ControlPlane:
             raise PhaseOrderError("grant_seq", f"{grant_seq} is not the held grant ({rec.grant.seq})")
         self._advance(now)
         last = phase == TRAIN and rec.job.iterations is not None and rec.iterations_done + 1 >= rec.job.iterations
-        self._end_grant(rec, now)
-        self.executors[rec.group_id].finish(job_id, now, requeue=not last)
-        self._log(now, "finish", rec.group_id, job_id, phase, (), requeue=not last)
-        self._dirty_jobs.add(job_id)
-        self._dirty_groups.add(rec.group_id)
         rec.last_released_seq = grant_seq
         rec.last_released_phase = phase
         rec.next_phase = TRAIN if phase == ROLLOUT else ROLLOUT
@@ -257,11 +283,61 @@ class ControlPlane:
             rec.iterations_done += 1
             rec.iter_time_sum += now - (rec.iter_mark if rec.iter_mark is not None else rec.submitted_at)
             rec.iter_mark = now
+        move = None
+        if phase == TRAIN and not last and job_id in self.offer:  # an iteration boundary: the offer is taken up
+            self.offer.discard(job_id)
+            move = self._move_decision(rec, now)
+        self._end_grant(rec, now)
+        self.executors[rec.group_id].finish(job_id, now, requeue=not last and move is None)
+        self._log(now, "finish", rec.group_id, job_id, phase, (), requeue=not last and move is None)
+        self._dirty_jobs.add(job_id)
+        self._dirty_groups.add(rec.group_id)
         if last:
             self._depart(rec, DONE, now, "completed its iterations")
+        elif move is not None:
+            self._start_move(rec, move, now)
         else:
             self._dispatch(rec.group_id, now)
         return rec
+
+    def pending_move(self, job_id: str) -> dict | None:
+        """The job's move in progress ({"from_group", "to_group", "rollout_nodes",
+        "train_nodes", "decided_at"}), or None."""
+        return self._live(job_id).move
+
+    def moved(self, job_id: str, now: float, ok: bool = True, reason: str = "") -> JobRecord:
+        """The job reports its move done (``ok``: its state is on the new nodes; it is
+        admitted to its new group) or failed (it is placed afresh or queued). A repeat
+        of a done move is answered, not re-applied."""
+        rec = self._live(job_id)
+        if rec.move is None:
+            if rec.state == PLACED and rec.moves > 0:
+                return rec
+            raise PhaseOrderError("move", f"job {job_id!r} has no move in progress")
+        self._advance(now)
+        if ok:
+            seconds = now - rec.move["decided_at"]
+            column = str(model_size_column(rec.job.model))
+            self.move_s[column] = max(self.move_s.get(column, 0.0), seconds)
+            self._log(now, "moved", rec.group_id, job_id, "", (), from_group=rec.move["from_group"],
+                      seconds=seconds)
+            rec.move = None
+            rec.moves += 1
+            self._admit(rec, now)
+        else:
+            self._abort_move(rec, now, reason or "the job could not move")
+        self._dirty_jobs.add(job_id)
+        return rec
+
+    def abort_stale_moves(self, now: float, timeout_s: float) -> list[str]:
+        """Undo every move not acknowledged within ``timeout_s``; returns those jobs."""
+        stale = [r for r in self.jobs.values() if r.live and r.move is not None
+                 and now - r.move["decided_at"] > timeout_s]
+        for rec in stale:
+            self._advance(now)
+            self._abort_move(rec, now, f"not acknowledged within {timeout_s:g}s")
+            self._dirty_jobs.add(rec.job_id)
+        return [r.job_id for r in stale]
 
     def report_progress(self, job_id: str, fraction: float) -> JobRecord:
         """Record the job's progress fraction in [0, 1]."""
@@ -403,6 +479,7 @@ class ControlPlane:
         plan = PlanState(cluster)
         plan.restore(groups, {"free": free, "minted": minted, "next_group": self.plan.inventory()["next_group"]})
         self.plan = plan
+        self._in_use = None
         self.cluster = cluster
         self.drained = {n for n in self.drained if plan.pool_of(n) is not None}
         self._cluster_dirty = True
@@ -491,13 +568,14 @@ class ControlPlane:
                 "groups": {gid: self._group_row(gid) for gid in self.plan.groups}}
 
     @classmethod
-    def restore(cls, snap: dict, ended: list[dict] = (), planner: Planner | None = None) -> "ControlPlane":
+    def restore(cls, snap: dict, ended: list[dict] = (), planner: Planner | None = None, policy: str = "rollmux",
+                migration_s: float = 300.0) -> "ControlPlane":
         """Rebuild from ``snapshot()`` and every departed record: same plan, same queues,
         same outstanding grants, and the departed jobs' final records."""
         glob = snap["globals"]
         if glob.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"snapshot version={glob.get('version')!r}: expected {SNAPSHOT_VERSION}")
-        cp = cls(cluster_from_dict(snap["cluster"]), planner)
+        cp = cls(cluster_from_dict(snap["cluster"]), planner, policy, migration_s)
         live = sorted(snap["jobs"].values(), key=lambda d: d["ord"])
         for d in [*ended, *live]:
             rec = _record_from_dict(d)
@@ -524,6 +602,8 @@ class ControlPlane:
         cp._clock = glob["clock"]
         cp._seq = glob["seq"]
         cp._ord = glob["ord"]
+        cp.offer = set(glob.get("offer", ()))
+        cp.move_s = dict(glob.get("move_s", {}))
         cp._cluster_dirty = False
         return cp
 
@@ -531,7 +611,8 @@ class ControlPlane:
         return {"version": SNAPSHOT_VERSION, "waiting": list(self.waiting), "drained": sorted(self.drained),
                 "grants_total": self.grants_total, "busy_s": dict(self.busy_s),
                 "provisioned_s": dict(self.provisioned_s), "clock": self._clock, "seq": self._seq,
-                "ord": self._ord, "inventory": self.plan.inventory()}
+                "ord": self._ord, "inventory": self.plan.inventory(), "offer": sorted(self.offer),
+                "move_s": dict(self.move_s)}
 
     def _group_row(self, gid: str) -> dict:
         g = self.plan.groups[gid]
@@ -554,9 +635,15 @@ class ControlPlane:
                 "colocated": g.colocated, "members": [m.job.job_id for m in g.members], "executor": members}
 
     # --- internals --------------------------------------------------------------------
-    def _place(self, rec: JobRecord, placement: Placement, now: float) -> None:
+    def _place(self, rec: JobRecord, decision, now: float) -> None:
         job = rec.job
+        placement = decision.placement
         gid = self.plan.apply(job, placement)
+        if rec.placed_at is None:
+            rec.placed_at = now
+        if self._repack is not None and decision.outcome == "new-group":  # new room to fill
+            self.offer.update(j for j in self.plan.job_group if j != job.job_id)
+        self._in_use = None
         rec.state = PLACED
         rec.group_id = gid
         rec.rollout_nodes = tuple(placement.rollout_nodes)
@@ -565,14 +652,90 @@ class ControlPlane:
         rec.ready_at = now
         rec.end_reason = ""
         self._dirty_jobs.add(job.job_id)
+        self._admit(rec, now)
+
+    def _admit(self, rec: JobRecord, now: float) -> None:
+        """Admit a placed job to its group's executor (ready for rollout) and dispatch."""
+        job, gid = rec.job, rec.group_id
         ex = self.executors.setdefault(gid, GroupExecutor())
         sw = self.cluster.switch_cost
         ex.admit(job.job_id, rec.rollout_nodes, rec.train_nodes, now,
                  sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN))
+        rec.ready_at = now
         self._log(now, "admit", gid, job.job_id, "", rec.rollout_nodes + rec.train_nodes,
                   rollout_nodes=list(rec.rollout_nodes), train_nodes=list(rec.train_nodes),
                   switch=[sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN)])
         self._dispatch(gid, now)
+
+    def _progress(self, rec: JobRecord, now: float) -> tuple[int, float]:
+        """Iterations ``rec`` has left and the seconds it may still spend within its SLO
+        over its whole run (the simulator's ``progress_of``)."""
+        target = rec.job.iterations if rec.job.iterations is not None else OPEN_ENDED
+        elapsed = now - (rec.placed_at if rec.placed_at is not None else rec.submitted_at)
+        return target - rec.iterations_done, rec.job.slo * rec.job.t_solo * target - elapsed
+
+    def migration_seconds(self, job: Job) -> float:
+        """The pause a move of ``job`` is planned with: the largest measured for its model
+        size, else ``migration_s``."""
+        return self.move_s.get(str(model_size_column(job.model)), self.migration_s)
+
+    def _move_decision(self, rec: JobRecord, now: float):
+        """``Planner.repack`` for ``rec`` at its iteration boundary, or None (as the simulator's ``try_move``)."""
+        if not rec.movable or rec.move is not None:
+            return None
+        left, spare = self._progress(rec, now)
+        spare -= self.migration_seconds(rec.job)
+        if spare <= 0:
+            return None
+        return self._repack(self.plan, rec.job_id, left, spare, lambda k: self._progress(self.jobs[k], now))
+
+    def _start_move(self, rec: JobRecord, decision, now: float) -> None:
+        """The job leaves its group (its nodes there may go back) and is pinned to its new
+        place, where it is admitted once it acknowledges (``moved``)."""
+        job_id, old = rec.job_id, rec.group_id
+        self.executors[old].remove(job_id)
+        self._log(now, "remove", old, job_id, "", (), reason="moving")
+        released = self.plan.release(job_id)
+        self._in_use = None
+        self._withhold_drained()
+        self._dirty_groups.add(old)
+        if released.group_closed:
+            del self.executors[old]
+        else:
+            self._dispatch(old, now)
+        gid = self.plan.apply(rec.job, decision.placement)
+        self._in_use = None
+        rec.group_id = gid
+        rec.rollout_nodes = tuple(decision.placement.rollout_nodes)
+        rec.train_nodes = tuple(decision.placement.train_nodes)
+        rec.move = {"from_group": old, "to_group": gid, "rollout_nodes": list(rec.rollout_nodes),
+                    "train_nodes": list(rec.train_nodes), "decided_at": now}
+        rec.outcome = "repacked"
+        self._dirty_groups.add(gid)
+        self._log(now, "move", gid, job_id, "", rec.rollout_nodes + rec.train_nodes, from_group=old,
+                  rollout_nodes=list(rec.rollout_nodes), train_nodes=list(rec.train_nodes))
+        self._retry_waiting(now)
+
+    def _abort_move(self, rec: JobRecord, now: float, reason: str) -> None:
+        """Undo a move: unpin the job from its target and place it afresh, or queue it."""
+        gid = rec.group_id
+        self._log(now, "move_aborted", gid, rec.job_id, "", (), reason=reason, from_group=rec.move["from_group"])
+        released = self.plan.release(rec.job_id)
+        self._in_use = None
+        self._withhold_drained()
+        self._dirty_groups.add(gid)
+        if released.group_closed:
+            self.executors.pop(gid, None)
+        rec.move = None
+        rec.state, rec.group_id, rec.rollout_nodes, rec.train_nodes = WAITING, None, (), ()
+        decision = self.planner.decide(self.plan, rec.job, explain=True)
+        rec.outcome, rec.explanation = decision.outcome, _explain(decision)
+        if decision.placement is None:
+            rec.end_reason = f"move failed ({reason}); waiting: {decision.reason}"
+            self.waiting.append(rec.job_id)
+        else:
+            self._place(rec, decision, now)
+        self._retry_waiting(now)
 
     def _dispatch(self, gid: str, now: float) -> list[Grant]:
         self._dirty_groups.add(gid)
@@ -604,15 +767,21 @@ class ControlPlane:
             gid = rec.group_id
             if rec.grant is not None:
                 self._end_grant(rec, now)
-            self.executors[gid].remove(job_id)
+            if rec.move is None:  # a moving job is pinned to its target but not yet admitted there
+                self.executors[gid].remove(job_id)
+            rec.move = None
             self._log(now, "remove", gid, job_id, "", (), reason=reason)
             released = self.plan.release(job_id)
+            self._in_use = None
             self._withhold_drained()
             self._dirty_groups.add(gid)
             if released.group_closed:
-                del self.executors[gid]
+                self.executors.pop(gid, None)
             else:
+                if self._repack is not None:
+                    self.offer.update(m.job.job_id for m in self.plan.groups[gid].members)
                 self._dispatch(gid, now)
+        self.offer.discard(job_id)
         rec.state = state
         rec.ended_at = now
         rec.end_reason = reason
@@ -630,7 +799,7 @@ class ControlPlane:
             self.waiting.remove(job_id)
             rec.outcome = decision.outcome
             rec.explanation = _explain(decision)
-            self._place(rec, decision.placement, now)
+            self._place(rec, decision, now)
             placed.append(job_id)
         return placed
 
@@ -653,8 +822,10 @@ class ControlPlane:
         """Integrate provisioned node-seconds per pool up to ``now``."""
         if self._clock is not None and now > self._clock:
             dt = now - self._clock
+            if self._in_use is None:  # the plan changes only through apply, release and reconcile
+                self._in_use = {p: sum(len(g.nodes(p)) for g in self.plan.groups.values()) for p in POOLS}
             for pool in POOLS:
-                self.provisioned_s[pool] += dt * sum(len(g.nodes(pool)) for g in self.plan.groups.values())
+                self.provisioned_s[pool] += dt * self._in_use[pool]
         if self._clock is None or now > self._clock:
             self._clock = now
 
@@ -734,7 +905,8 @@ def snapshot_from_v2(snap: dict, ended: list[dict]) -> tuple[dict, list[dict]]:
         d = dict(d)
         d["token_hash"] = hash_token(d.pop("token"))
         d.pop("lease_until", None)
-        d.update(ord=ord_, tenant="", last_released_phase=None, ready_at=None)
+        d.update(ord=ord_, tenant="", last_released_phase=None, ready_at=None, movable=True, move=None, moves=0,
+                 placed_at=d["submitted_at"] if d["group_id"] is not None else None)
         if d["last_released_seq"] is not None:
             d["last_released_phase"] = TRAIN if d["next_phase"] == ROLLOUT else ROLLOUT
         return d
@@ -746,6 +918,7 @@ def snapshot_from_v2(snap: dict, ended: list[dict]) -> tuple[dict, list[dict]]:
     inventory = {k: snap["plan"][k] for k in ("free", "minted", "next_group")}
     glob = {"version": SNAPSHOT_VERSION, "waiting": snap["waiting"], "drained": snap["drained"],
             "grants_total": snap["grants_total"], "busy_s": snap["busy_s"], "provisioned_s": snap["provisioned_s"],
-            "clock": snap["clock"], "seq": snap["seq"], "ord": len(jobs), "inventory": inventory}
+            "clock": snap["clock"], "seq": snap["seq"], "ord": len(jobs), "inventory": inventory, "offer": [],
+            "move_s": {}}
     return ({"cluster": snap["cluster"], "globals": glob, "jobs": jobs, "groups": groups},
             [record(d, 0) for d in ended])

@@ -41,8 +41,8 @@ from rollmux.errors import SpecError
 from rollmux.model import POOLS, ROLLOUT, Cluster
 from rollmux.runtime import auth
 from rollmux.runtime.api_models import (MAX_BODY_BYTES, AcquireRequest, AcquireResponse, AddNodeRequest,
-                                        HeartbeatRequest, HeartbeatResponse, JobView, NodeResponse, ProgressRequest,
-                                        ReleaseRequest, SubmitRequest, SubmitResponse)
+                                        HeartbeatRequest, HeartbeatResponse, JobView, MovedRequest, NodeResponse,
+                                        ProgressRequest, ReleaseRequest, SubmitRequest, SubmitResponse)
 from rollmux.runtime.clock import ServiceClock
 from rollmux.runtime.control import JOB_STATES, ControlError, ControlPlane, JobEnded, JobRecord, UnknownJob
 from rollmux.runtime.leases import Leases
@@ -63,6 +63,9 @@ class ServiceConfig:
     max_job_gpus: int = 256        # per pool and job, on unbounded pools
     max_live_jobs: int = 5000      # the planner's work per request grows with the groups
     per_job_metrics: int = 500     # per-job metric labels while at most this many jobs are live
+    policy: str = "rollmux"        # or rollmux-consolidate: live moves (see ControlPlane)
+    migration_s: float = 300.0     # planned pause of a move until moves of that model size are measured
+    move_timeout_s: float = 600.0  # a move not acknowledged by then is undone
     tenants: dict[str, str] = field(default_factory=dict)
 
 
@@ -109,7 +112,8 @@ class Service:
     def _open(self, cluster: Cluster | None) -> tuple[ControlPlane, bool, dict | None]:
         snap = self.store.load()
         if snap is None:
-            control = ControlPlane(cluster or Cluster())
+            control = ControlPlane(cluster or Cluster(), policy=self.config.policy,
+                                   migration_s=self.config.migration_s)
             self.store.commit(control.take_changes())
             return control, False, None
         control = self._restore()
@@ -121,7 +125,8 @@ class Service:
 
     def _restore(self) -> ControlPlane:
         try:
-            return ControlPlane.restore(self.store.load(), self.store.ended())
+            return ControlPlane.restore(self.store.load(), self.store.ended(), policy=self.config.policy,
+                                        migration_s=self.config.migration_s)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StateDamaged(f"{self.store.path}: the state does not restore ({type(exc).__name__}: {exc}); "
                                f"start with --new-state to begin empty, or restore a backup") from exc
@@ -176,6 +181,8 @@ class Service:
                 log.info("admit", extra={**extra, "nodes": e["nodes"]})
             elif kind == "remove":
                 log.info("depart", extra={**extra, "reason": e["detail"].get("reason", "")})
+            elif kind in ("move", "moved", "move_aborted"):
+                log.info(kind, extra={**extra, **e["detail"]})
         for rec in changes.ended:
             if rec["state"] == "expired":
                 self.metrics.expiries.inc()
@@ -247,20 +254,24 @@ class Service:
 
     # --- background tasks -------------------------------------------------------------------
     async def expire_leases(self, period_s: float) -> None:
+        """Every ``period_s``: undo moves past their timeout, expire silent jobs."""
+        limit = self.config.lease_s + self.config.grace_s
+        reason = (f"no call received for {limit:g}s (lease {self.config.lease_s:g}s + grace "
+                  f"{self.config.grace_s:g}s)")
+
+        def abort(cp: ControlPlane, now: float) -> list[str]:
+            return cp.abort_stale_moves(now, self.config.move_timeout_s)
+
+        def expire(cp: ControlPlane, now: float) -> list[str]:
+            return cp.expire([j for j in self.leases.silent() if self.leases.is_silent(j)], now, reason)
+
         while True:
             await asyncio.sleep(period_s)
-            silent = self.leases.silent()
-            if not silent:
-                continue
-            limit = self.config.lease_s + self.config.grace_s
-
-            def expire(cp: ControlPlane, now: float) -> list[str]:
-                still = [j for j in silent if self.leases.is_silent(j)]
-                return cp.expire(still, now, f"no call received for {limit:g}s (lease {self.config.lease_s:g}s "
-                                             f"+ grace {self.config.grace_s:g}s)")
-
             with contextlib.suppress(StoreError):  # logged; retried at the next period
-                await self.mutate(expire)
+                if any(r.move is not None for r in list(self.control.jobs.values())):
+                    await self.mutate(abort)
+                if self.leases.silent():
+                    await self.mutate(expire)
 
     async def watch_loop_lag(self, period_s: float = 0.1) -> None:
         window: list[tuple[float, float]] = []
@@ -414,7 +425,7 @@ def create_app(service: Service) -> FastAPI:
         job = body.spec.to_job()
 
         def run(c: ControlPlane, now: float) -> JobRecord:
-            return c.submit(job, now, hash_token(job_token), body.request_id, tenant)
+            return c.submit(job, now, hash_token(job_token), body.request_id, tenant, body.spec.movable)
 
         rec = await service.mutate(run)
         service.leases.touch(rec.job_id)
@@ -447,14 +458,22 @@ def create_app(service: Service) -> FastAPI:
         while True:
             signal = service.change_signal(job_id)
             async with lock:
-                grant = cp().acquire(job_id, body.phase)
+                move = cp().pending_move(job_id)
+                grant = None if move is not None else cp().acquire(job_id, body.phase)
                 view = service.view(cp().record(job_id))
             left = deadline - time.monotonic()
-            if grant is not None or left <= 0:
+            if grant is not None or move is not None or left <= 0:
                 break
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(signal.wait(), left)
-        return AcquireResponse(granted=grant is not None, grant=view.grant if grant is not None else None, job=view)
+        return AcquireResponse(granted=grant is not None, grant=view.grant if grant is not None else None,
+                               move=view.move, job=view)
+
+    @app.post("/v1/jobs/{job_id}/moved", response_model=JobView)
+    async def moved(job_id: str, body: MovedRequest, token: str | None = Depends(bearer)) -> JobView:
+        service.check_job(job_id, token)
+        rec = await service.mutate(lambda c, now: c.moved(job_id, now, body.ok, body.reason))
+        return service.view(rec)
 
     @app.post("/v1/jobs/{job_id}/release", response_model=JobView)
     async def release(job_id: str, body: ReleaseRequest, token: str | None = Depends(bearer)) -> JobView:
