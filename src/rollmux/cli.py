@@ -104,6 +104,13 @@ def simulate(
     duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic "
                                                                "(shorter, long tail)."),
     seed: int = typer.Option(0, help="Seed for stochastic durations, the random policy and philly-mix."),
+    tail: bool = typer.Option(False, "--tail/--no-tail",
+                              help="Long-tail migration: a rollout whose threshold share of responses is done "
+                                   "keeps its tail GPUs and hands the rest to the next queued rollout of its "
+                                   "group (docs/long_tail.md). Off by default."),
+    tail_threshold: float = typer.Option(0.8, min=0.01, max=0.99,
+                                         help="With --tail: fraction of a rollout's responses done when its "
+                                              "tail begins."),
     out: Optional[Path] = typer.Option(None, help="Write PNG plots here (cost, GPUs per pool, Gantt; the queue "
                                                   "when a pool is bounded)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write all metrics as JSON here."),
@@ -152,6 +159,7 @@ def simulate(
                 try:
                     result = run(jobs, cl, make_policy(name, seed), model, seed,
                                  record_spans=(out is not None and name == gantt_of),
+                                 tail=tail, tail_threshold=tail_threshold,
                                  progress=lambda t, task=task: progress.update(task, completed=t))
                 except CapacityError as err:
                     progress.stop()
@@ -172,7 +180,8 @@ def simulate(
                           f"their SLO ({escape(first)}: {escape(r.reject_reasons.get(first, ''))})[/yellow]")
     if json_path is not None:
         payload = {"policies": {r.policy: r.summary() for r in results}, "trace": info,
-                   "cluster": cluster_to_dict(cl), "duration_model": model, "seed": seed}
+                   "cluster": cluster_to_dict(cl), "duration_model": model, "seed": seed,
+                   **({"tail": {"threshold": tail_threshold}} if tail else {})}
         try:
             json_path.parent.mkdir(parents=True, exist_ok=True)
             json_path.write_text(json.dumps(payload, indent=1))

@@ -201,6 +201,11 @@ class Job:
     t_roll_colo_s: float | None = None
     t_train_colo_s: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    tail_workers: int | None = None  # GPUs a rollout keeps for its long tail (None: tail_gpus())
+
+    def tail_gpus(self) -> int:
+        """GPUs the rollout keeps once its tail begins: ``tail_workers``, else 1/8 of its rollout GPUs (>= 1)."""
+        return self.tail_workers if self.tail_workers is not None else max(1, self.rollout_gpus // 8)
 
     @property
     def t_solo(self) -> float:

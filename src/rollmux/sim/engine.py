@@ -28,6 +28,17 @@ If the policy moves it, the job leaves its group there, its freed nodes stop cos
 once, and it is admitted to the target group ``migration_s`` later (facts: migrating
 and restarting a job costs 197-419 s), the pause counting against its own iteration
 times.
+
+Long tail (``tail=True``; docs/long_tail.md): a full-rate rollout whose drawn ``head``
+(``DurationModel.head``) is below 1 reports its tail to the execution rule (rule 6 of
+``rollmux.execution``) ``head x body`` into its body (event kind 3, after every other event
+of the instant), keeping ``Job.tail_gpus()`` GPUs; the next dispatch may hand the freed GPUs
+to a queued rollout (``Grant.share`` < 1). A slice's end is known when it starts: it runs
+at ``share`` until its donor's rollout end (drawn already), then at full rate. GPU
+busy-seconds count work: a donor's freed GPUs stop counting from its tail report, and a
+slice counts its body x its GPUs (the same GPU-seconds at any rate). ``handoff=False`` draws
+the same figures (heads included) and hands nothing off (the tail's freed GPUs idle): the
+baseline that compares phase for phase.
 """
 from __future__ import annotations
 
@@ -45,16 +56,19 @@ from rollmux.policies.base import Policy
 from rollmux.sim.durations import DurationModel
 from rollmux.sim.metrics import END_TO_END, ITERATION, Accounting, JobOutcome, PolicyResult, finish, solo_span_s
 
-_END, _ARRIVE, _MIGRATE = 0, 1, 2
+_END, _ARRIVE, _MIGRATE, _TAIL = 0, 1, 2, 3
 MIGRATION_S = 300.0
 
 
 def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: str = "worst", seed: int = 0,
              record_spans: bool = False, progress: Callable[[float], None] | None = None,
-             migration_s: float = MIGRATION_S) -> PolicyResult:
+             migration_s: float = MIGRATION_S, tail: bool = False, tail_threshold: float = 0.8,
+             handoff: bool = True) -> PolicyResult:
     """Replay ``jobs`` (validated, unique ids) under ``policy``; see the module docstring."""
     started = time.perf_counter()
-    durations = DurationModel(duration_model, seed)
+    durations = DurationModel(duration_model, seed, tail, tail_threshold)
+    rollout_end: dict[str, float] = {}  # job -> end of its running rollout
+    tail_token: dict[str, int] = {}  # job -> seq of its pending tail report
     state = PlanState(cluster)
     executors: dict[str, GroupExecutor] = {}
     acct = Accounting()
@@ -93,7 +107,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         gid = state.job_group[job.job_id]
         ex = executors.get(gid)
         if ex is None:
-            ex = executors[gid] = GroupExecutor()
+            ex = executors[gid] = GroupExecutor(gpus_per_node=gpn)
         m = state.groups[gid].member(job.job_id)
         ex.admit(job.job_id, m.rollout_nodes, m.train_nodes, now, sw.seconds(job.model, ROLLOUT),
                  sw.seconds(job.model, TRAIN))
@@ -194,8 +208,23 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         nonlocal seq
         job = by_id[grant.job_id]
         worst, overhead = policy.phase_time(job, grant.pool, cluster)
-        body = durations.draw(worst, grant.pool)
-        end = now + grant.switch_s + overhead + body
+        body = durations.draw(worst, grant.pool, grant.job_id)
+        begin = now + grant.switch_s + overhead
+        end = begin + body
+        if grant.share < 1:  # a slice: at share until its donor's rollout ends, then full rate
+            outcomes["hand-offs"] += 1
+            t_e = rollout_end[executors[gid].donor_of(grant.job_id)]
+            if begin < t_e:
+                done_by_t_e = grant.share * (t_e - begin)
+                end = begin + body / grant.share if done_by_t_e >= body else t_e + body - done_by_t_e
+        elif tail and grant.pool == ROLLOUT:
+            head = durations.head(grant.job_id)
+            if head < 1:
+                heapq.heappush(heap, (begin + head * body, _TAIL, seq, grant.job_id, ROLLOUT))
+                tail_token[grant.job_id] = seq
+                seq += 1
+        if grant.pool == ROLLOUT:
+            rollout_end[grant.job_id] = end
         pool = TRAIN if state.groups[gid].colocated else grant.pool
         acct.busy[pool] += body * len(grant.nodes) * gpn
         if spans is not None:
@@ -219,6 +248,20 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             if kind == _MIGRATE:
                 moving.discard(job_id)
                 admit(by_id[job_id], now)
+                continue
+            if kind == _TAIL:
+                if tail_token.pop(job_id, None) is not None:
+                    gid = state.job_group[job_id]
+                    ex = executors[gid]
+                    job = by_id[job_id]
+                    if handoff:
+                        freed = ex.tail(job_id, now, job.tail_gpus())
+                        dirty[gid] = None
+                    else:  # the same idle GPUs in the tail, nobody to hand them to
+                        freed = max(0, job.nodes(ROLLOUT, gpn) * gpn - max(1, job.tail_gpus()))
+                    if freed:
+                        acct.busy[TRAIN if state.groups[gid].colocated else ROLLOUT] -= (
+                            (rollout_end[job_id] - now) * freed)
                 continue
             gid = state.job_group[job_id]
             ex = executors[gid]
