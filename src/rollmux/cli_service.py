@@ -42,6 +42,11 @@ class JobState(str, Enum):
     expired = "expired"
 
 
+class LivePolicy(str, Enum):
+    rollmux = "rollmux"
+    rollmux_consolidate = "rollmux-consolidate"
+
+
 class PoolName(str, Enum):
     rollout = "rollout"
     train = "train"
@@ -95,6 +100,14 @@ def serve(
                                      help="Most GPUs one job may ask of an unbounded pool."),
     max_live_jobs: int = typer.Option(5000, "--max-live-jobs", min=1, help="Most live jobs at once."),
     log_file: Optional[Path] = typer.Option(None, "--log-file", help="JSON-lines log (default: stderr)."),
+    policy: LivePolicy = typer.Option(LivePolicy.rollmux, "--policy",
+                                      help="rollmux (Algorithm 1) or rollmux-consolidate (also moves running jobs "
+                                           "into other groups when that frees nodes, as `rollmux simulate` does)."),
+    migration_s: float = typer.Option(300.0, "--migration-s", min=0.0,
+                                      help="Pause a move is planned with until moves of that model size are "
+                                           "measured."),
+    move_timeout_s: float = typer.Option(600.0, "--move-timeout-s", min=1.0,
+                                         help="A move the job has not acknowledged by then is undone."),
 ) -> None:
     """Run the control plane (HTTP+JSON under /v1, OpenAPI at /docs). A state file that exists is resumed."""
     from rollmux.cluster_file import load_cluster
@@ -105,7 +118,8 @@ def serve(
         spec = load_cluster(cluster) if cluster is not None else None
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
-                               max_live_jobs=max_live_jobs, tenants=auth.load_tenants(tenants))
+                               max_live_jobs=max_live_jobs, tenants=auth.load_tenants(tenants),
+                               policy=policy.value, migration_s=migration_s, move_timeout_s=move_timeout_s)
         logs.setup(log_file)
         typer.echo(f"rollmux: admin token from {source}", err=True)
         run(spec, str(state), token, config, host, port, new_state)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
 from rollmux.model import Job
 from rollmux.runtime.auth import JOB_ID_PATTERN
@@ -53,6 +53,7 @@ class JobSpec(_Request):
     slo: Number = Field(default=1.5, ge=1.0, le=MAX_SLO)
     model: str = Field(default="", max_length=128, pattern=TEXT)
     iterations: StrictInt | None = Field(default=None, ge=1, le=MAX_ITERATIONS)
+    movable: StrictBool = Field(default=True, description="false: the policy never moves this job")
 
     def to_job(self) -> Job:
         return Job(job_id=self.job_id, t_roll_s=self.t_roll_s, t_train_s=self.t_train_s,
@@ -100,6 +101,23 @@ class AddNodeRequest(_Request):
     host_mem_gb: Number | None = Field(default=None, gt=0, le=MAX_MEM_GB)
 
 
+class MovedRequest(_Request):
+    """The job's answer to a move directive: ``ok`` once its state is on the new nodes."""
+
+    ok: bool = True
+    reason: str = Field(default="", max_length=500, pattern=TEXT)
+
+
+class MoveView(BaseModel):
+    """A move directive: leave your nodes, bring your state to these, then POST /moved."""
+
+    from_group: str
+    to_group: str
+    rollout_nodes: list[str]
+    train_nodes: list[str]
+    decided_at: float
+
+
 class PlacementView(BaseModel):
     group_id: str
     rollout_nodes: list[str]
@@ -135,6 +153,9 @@ class JobView(BaseModel):
     outcome: str
     explanation: list[str]
     reason: str
+    movable: bool
+    moves: int
+    move: MoveView | None
 
     @classmethod
     def of(cls, rec: JobRecord, lease_s: float, grace_s: float) -> "JobView":
@@ -145,7 +166,8 @@ class JobView(BaseModel):
         return cls(job_id=rec.job_id, state=rec.state, tenant=rec.tenant, placement=placement,
                    grant=GrantView.of(rec.grant), next_phase=rec.next_phase, iterations_done=rec.iterations_done,
                    iterations=rec.job.iterations, progress=rec.progress, lease_s=lease_s, grace_s=grace_s,
-                   outcome=rec.outcome, explanation=rec.explanation, reason=rec.end_reason)
+                   outcome=rec.outcome, explanation=rec.explanation, reason=rec.end_reason, movable=rec.movable,
+                   moves=rec.moves, move=MoveView(**rec.move) if rec.move else None)
 
 
 class SubmitResponse(JobView):
@@ -153,8 +175,11 @@ class SubmitResponse(JobView):
 
 
 class AcquireResponse(BaseModel):
+    """``granted`` with the grant; or ``move``: the job must move first (see ``MoveView``)."""
+
     granted: bool
     grant: GrantView | None
+    move: MoveView | None = None
     job: JobView
 
 

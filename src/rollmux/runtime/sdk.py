@@ -40,7 +40,7 @@ import secrets
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -110,21 +110,24 @@ class Client:
         self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
 
     # --- jobs ---------------------------------------------------------------------------
-    def submit(self, spec: dict | Job, heartbeat: bool = True) -> "JobHandle":
+    def submit(self, spec: dict | Job, heartbeat: bool = True,
+               on_move: Callable[[dict], None] | None = None) -> "JobHandle":
         """Register a job; returns its handle (placed, or waiting for nodes).
 
         ``heartbeat=False`` registers without keeping the lease (an operator submitting
-        for a job process that will ``attach`` within the lease).
+        for a job process that will ``attach`` within the lease). ``on_move(directive)``
+        is called when the service moves the job (see ``JobHandle``); a spec with
+        ``movable: false`` is never moved.
         """
         job_token = secrets.token_urlsafe(32)
         body = {"spec": _spec_dict(spec), "request_id": uuid.uuid4().hex, "token": job_token}
         view = self.call("POST", "/jobs", token=self.token, json=body)
-        return JobHandle(self, view["job_id"], job_token, view, heartbeat)
+        return JobHandle(self, view["job_id"], job_token, view, heartbeat, on_move)
 
-    def attach(self, job_id: str, token: str) -> "JobHandle":
+    def attach(self, job_id: str, token: str, on_move: Callable[[dict], None] | None = None) -> "JobHandle":
         """A handle on an already registered job (another process, or after a client restart)."""
         view = self.call("GET", f"/jobs/{job_id}", token=token)
-        return JobHandle(self, job_id, token, view)
+        return JobHandle(self, job_id, token, view, on_move=on_move)
 
     # --- operator calls (admin token) ---------------------------------------------------------
     def status(self) -> dict:
@@ -190,10 +193,23 @@ class JobHandle:
 
     ``history`` lists every phase this handle ran as (pool, nodes, grant seq, start,
     end) in wall-clock seconds, measured from the grant's arrival to the release.
+
+    Moves: when the service moves the job (a consolidating policy, at an iteration
+    boundary), entering the next phase receives a move directive instead of a grant:
+    ``{"from_group", "to_group", "rollout_nodes", "train_nodes", "decided_at"}``. The
+    handle calls ``on_move(directive)``, which brings the job's state and workers to
+    the new nodes (e.g. ``RayJobRunner`` re-created there, the state cache's host
+    buffers shipped through the object store), then acknowledges; the job is admitted
+    to its new group and the phase is granted there. If ``on_move`` raises, the handle
+    reports the failure and the service places the job afresh or queues it. ``moves``
+    lists the directives carried out.
     """
 
-    def __init__(self, client: Client, job_id: str, token: str, view: dict, heartbeat: bool = True) -> None:
+    def __init__(self, client: Client, job_id: str, token: str, view: dict, heartbeat: bool = True,
+                 on_move: Callable[[dict], None] | None = None) -> None:
         self.client = client
+        self.on_move = on_move
+        self.moves: list[dict] = []
         self.job_id = job_id
         self.token = token
         self.view = view
@@ -260,6 +276,19 @@ class JobHandle:
             self.view = answer["job"]
             if answer["granted"]:
                 return answer["grant"]
+            if answer.get("move"):
+                self._move(answer["move"])
+
+    def _move(self, directive: dict) -> None:
+        ok, reason = True, ""
+        try:
+            if self.on_move is not None:
+                self.on_move(directive)
+        except Exception as exc:  # reported to the service, which places the job afresh
+            ok, reason = False, f"{type(exc).__name__}: {exc}"[:500]
+        self.view = self._call("POST", f"/jobs/{self.job_id}/moved", json={"ok": ok, "reason": reason})
+        if ok:
+            self.moves.append(directive)
 
     def _release(self, name: str, grant: dict, duration_s: float) -> None:
         self.view = self._call("POST", f"/jobs/{self.job_id}/release",
