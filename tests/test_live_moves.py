@@ -247,11 +247,11 @@ def test_kill_9_at_each_step_of_a_live_move_loses_nothing(tmp_path, kill_at):
     url = f"http://127.0.0.1:{port}"
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    specs = {"x": ({"job_id": "x", "t_roll_s": 1.0, "t_train_s": 0.2, "slo": 2.0, "iterations": 30},
+    specs = {"x": ({"job_id": "x", "t_roll_s": 1.0, "t_train_s": 0.2, "slo": 2.0, "iterations": 60},
                    {"rollout": 0.1, "train": 0.02}),
              "y": ({"job_id": "y", "t_roll_s": 0.2, "t_train_s": 1.0, "slo": 2.0, "iterations": 6},
                    {"rollout": 0.02, "train": 0.1}),
-             "z": ({"job_id": "z", "t_roll_s": 1.0, "t_train_s": 0.2, "slo": 2.0, "iterations": 30},
+             "z": ({"job_id": "z", "t_roll_s": 1.0, "t_train_s": 0.2, "slo": 2.0, "iterations": 60},
                    {"rollout": 0.1, "train": 0.02})}
     workers = {}
     try:

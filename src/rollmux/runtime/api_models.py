@@ -116,6 +116,7 @@ class MoveView(BaseModel):
     rollout_nodes: list[str]
     train_nodes: list[str]
     decided_at: float
+    seq: int
 
 
 class PlacementView(BaseModel):

@@ -209,6 +209,11 @@ class ControlPlane:
         self._in_use: dict[str, int] | None = None  # nodes in groups per pool; None after the plan changed
 
     @property
+    def last_seq(self) -> int:
+        """Sequence number of the latest event (grants, admits, moves, ...)."""
+        return self._seq
+
+    @property
     def clock(self) -> float | None:
         """The latest ``now`` this plane has seen (the service never lets its clock fall below it)."""
         return self._clock
@@ -709,7 +714,7 @@ class ControlPlane:
         rec.rollout_nodes = tuple(decision.placement.rollout_nodes)
         rec.train_nodes = tuple(decision.placement.train_nodes)
         rec.move = {"from_group": old, "to_group": gid, "rollout_nodes": list(rec.rollout_nodes),
-                    "train_nodes": list(rec.train_nodes), "decided_at": now}
+                    "train_nodes": list(rec.train_nodes), "decided_at": now, "seq": self._seq + 1}
         rec.outcome = "repacked"
         self._dirty_groups.add(gid)
         self._log(now, "move", gid, job_id, "", rec.rollout_nodes + rec.train_nodes, from_group=old,
@@ -903,6 +908,7 @@ def snapshot_from_v2(snap: dict, ended: list[dict]) -> tuple[dict, list[dict]]:
     """A version-2 snapshot and departed records in today's shape (tokens hashed, leases dropped)."""
     def record(d: dict, ord_: int) -> dict:
         d = dict(d)
+        d["job"] = asdict(Job(**d["job"]))  # every field of today's model, defaults for the new ones
         d["token_hash"] = hash_token(d.pop("token"))
         d.pop("lease_until", None)
         d.update(ord=ord_, tenant="", last_released_phase=None, ready_at=None, movable=True, move=None, moves=0,

@@ -41,7 +41,8 @@ from rollmux.errors import SpecError
 from rollmux.model import POOLS, ROLLOUT, Cluster
 from rollmux.runtime import auth
 from rollmux.runtime.api_models import (MAX_BODY_BYTES, AcquireRequest, AcquireResponse, AddNodeRequest,
-                                        HeartbeatRequest, HeartbeatResponse, JobView, MovedRequest, NodeResponse,
+                                        GrantView, HeartbeatRequest, HeartbeatResponse, JobView, MovedRequest, MoveView,
+                                        NodeResponse,
                                         ProgressRequest, ReleaseRequest, SubmitRequest, SubmitResponse)
 from rollmux.runtime.clock import ServiceClock
 from rollmux.runtime.control import JOB_STATES, ControlError, ControlPlane, JobEnded, JobRecord, UnknownJob
@@ -108,6 +109,9 @@ class Service:
         self.metrics = ServiceMetrics(lambda: self.control, self.leases.age, self.config.per_job_metrics)
         self._lock = asyncio.Lock()
         self._waiters: dict[str, asyncio.Event] = {}
+        self._queue: list[tuple[Callable[[ControlPlane, float], Any], asyncio.Future]] = []
+        self._drainer: asyncio.Task | None = None
+        self.published_seq = self.control.last_seq  # everything restored is committed
 
     def _open(self, cluster: Cluster | None) -> tuple[ControlPlane, bool, dict | None]:
         snap = self.store.load()
@@ -133,24 +137,51 @@ class Service:
 
     # --- changes -----------------------------------------------------------------------
     async def mutate(self, fn: Callable[[ControlPlane, float], Any]) -> Any:
-        """Run ``fn(control, now)`` in a worker thread, commit what it changed, publish it."""
-        async with self._lock:
-            result, changes = await asyncio.to_thread(self._apply, fn)
-        if changes is not None:
-            self._publish(changes)
-        return result
+        """Run ``fn(control, now)`` in a worker thread, commit what it changed, publish it.
 
-    def _apply(self, fn: Callable[[ControlPlane, float], Any]) -> tuple[Any, Changes | None]:
-        try:
-            result = fn(self.control, self.clock.now())
-        except ControlError:
-            raise  # validated before any change: nothing changed
-        except BaseException:
-            self.control = self._restore()
-            raise
+        Changes queued while a batch is in the worker run together in the next batch,
+        in arrival order, with one commit (group commit): a busy service pays one thread
+        hop and one transaction per batch, not per request. Each caller gets its own
+        result or error; a failed commit fails every change of its batch (nothing of it
+        was written, and memory is reloaded from the file).
+        """
+        done = asyncio.get_running_loop().create_future()
+        self._queue.append((fn, done))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.create_task(self._drain())
+        return await done
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            async with self._lock:
+                try:
+                    outcomes, changes = await asyncio.to_thread(self._apply, [fn for fn, _ in batch])
+                except BaseException as exc:  # the whole batch failed (commit, or a bug): nothing changed
+                    outcomes, changes = [(None, exc)] * len(batch), None
+            if changes is not None:
+                self._publish(changes)
+            for (_, done), (result, error) in zip(batch, outcomes):
+                if done.cancelled():
+                    continue
+                if error is not None:
+                    done.set_exception(error)
+                else:
+                    done.set_result(result)
+
+    def _apply(self, fns: list[Callable[[ControlPlane, float], Any]]) -> tuple[list, Changes | None]:
+        outcomes = []
+        for fn in fns:
+            try:
+                outcomes.append((fn(self.control, self.clock.now()), None))
+            except ControlError as exc:
+                outcomes.append((None, exc))  # validated before any change: nothing changed
+            except BaseException:
+                self.control = self._restore()
+                raise
         changes = self.control.take_changes()
         if changes.empty():
-            return result, None
+            return outcomes, None
         t0 = time.perf_counter()
         try:
             self.store.commit(changes)
@@ -160,12 +191,14 @@ class Service:
             log.error("commit_failed", extra={"reason": str(exc)})
             raise
         self.metrics.commit_seconds.observe(time.perf_counter() - t0)
-        return result, changes
+        return outcomes, changes
 
     def _publish(self, changes: Changes) -> None:
         """After a commit: leases, waiters, logs and metrics of what changed."""
         self.leases.ensure(changes.jobs)
         self.leases.drop(changes.jobs_deleted)
+        if changes.events:
+            self.published_seq = max(self.published_seq, changes.events[-1]["seq"])
         woken = set(changes.jobs_deleted)
         for e in changes.events:
             woken.add(e["job_id"])
@@ -455,19 +488,23 @@ def create_app(service: Service) -> FastAPI:
     async def acquire(job_id: str, body: AcquireRequest, token: str | None = Depends(bearer)) -> AcquireResponse:
         service.check_job(job_id, token)
         deadline = time.monotonic() + body.wait_s
-        while True:
+        while True:  # without the lock: only what is committed and published is handed out
             signal = service.change_signal(job_id)
-            async with lock:
-                move = cp().pending_move(job_id)
-                grant = None if move is not None else cp().acquire(job_id, body.phase)
-                view = service.view(cp().record(job_id))
+            move = cp().pending_move(job_id)
+            if move is not None and move["seq"] > service.published_seq:
+                move = None
+            grant = cp().acquire(job_id, body.phase) if move is None else None
+            if grant is not None and grant.seq > service.published_seq:
+                grant = None
             left = deadline - time.monotonic()
             if grant is not None or move is not None or left <= 0:
                 break
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(signal.wait(), left)
-        return AcquireResponse(granted=grant is not None, grant=view.grant if grant is not None else None,
-                               move=view.move, job=view)
+        view = service.view(cp().record(job_id))
+        return AcquireResponse(granted=grant is not None, grant=GrantView.of(grant), move=MoveView(**move) if move
+                               else None, job=view.model_copy(update={"grant": GrantView.of(grant) if grant else
+                                                                      view.grant}))
 
     @app.post("/v1/jobs/{job_id}/moved", response_model=JobView)
     async def moved(job_id: str, body: MovedRequest, token: str | None = Depends(bearer)) -> JobView:
