@@ -11,7 +11,7 @@ import json
 import os
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import typer
 import yaml
@@ -72,6 +72,16 @@ def _client(url: str, token_file: Optional[Path]):
     return Client(url, _credential(token_file), give_up_s=5.0)
 
 
+def _ask(url: str, token_file: Optional[Path], call: Callable[[Any], Any]) -> Any:
+    """``call(client)``; a refusal or an unreachable service is printed and exits 2."""
+    from rollmux.runtime.sdk import ClientError
+
+    try:
+        return call(_client(url, token_file))
+    except ClientError as err:
+        _fail(err)
+
+
 def serve(
     cluster: Optional[Path] = typer.Option(None, "--cluster",
                                            help="Cluster YAML. First start: default is the paper's testbed. On a "
@@ -130,12 +140,7 @@ def serve(
 def status(url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT,
            as_json: bool = typer.Option(False, "--json", help="Print the raw status document.")) -> None:
     """Groups, pinning, who holds which node, queue order, measured slowdown vs SLO (admin)."""
-    from rollmux.runtime.sdk import ClientError
-
-    try:
-        doc = _client(url, token_file).status()
-    except ClientError as err:
-        _fail(err)
+    doc = _ask(url, token_file, lambda c: c.status())
     if as_json:
         print(json.dumps(doc, indent=2))
         return
@@ -197,12 +202,7 @@ def submit(job_file: Path = typer.Argument(..., help="YAML mapping of the job's 
 
 def cancel(job_id: str = typer.Argument(...), url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """Cancel a job (admin): it leaves its group and its nodes go back."""
-    from rollmux.runtime.sdk import ClientError
-
-    try:
-        view = _client(url, token_file).cancel(job_id)
-    except ClientError as err:
-        _fail(err)
+    view = _ask(url, token_file, lambda c: c.cancel(job_id))
     console.print(escape(f"job {job_id}: {view['state']} ({view['reason']})"))
 
 
@@ -214,12 +214,7 @@ def jobs_list(state: Optional[JobState] = typer.Option(None, "--state", help="On
               as_json: bool = typer.Option(False, "--json"),
               url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """Jobs in submission order (departed ones first), filtered."""
-    from rollmux.runtime.sdk import ClientError
-
-    try:
-        jobs = _client(url, token_file).jobs(state.value if state else None, group, tenant, limit)
-    except ClientError as err:
-        _fail(err)
+    jobs = _ask(url, token_file, lambda c: c.jobs(state.value if state else None, group, tenant, limit))
     if as_json:
         print(json.dumps(jobs, indent=2))
     else:
@@ -230,12 +225,7 @@ def jobs_list(state: Optional[JobState] = typer.Option(None, "--state", help="On
 def jobs_show(job_id: str = typer.Argument(...), url: str = URL_OPT,
               token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """One job: state, placement, grant, progress and the planner's explanation (JSON)."""
-    from rollmux.runtime.sdk import ClientError
-
-    try:
-        print(json.dumps(_client(url, token_file).job(job_id), indent=2))
-    except ClientError as err:
-        _fail(err)
+    print(json.dumps(_ask(url, token_file, lambda c: c.job(job_id)), indent=2))
 
 
 @nodes_app.command("add")
@@ -244,12 +234,7 @@ def nodes_add(pool: PoolName = typer.Argument(..., help="rollout or train."),
               host_mem_gb: Optional[float] = typer.Option(None, "--host-mem-gb", min=0.001),
               url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """Add a node to a bounded pool, live; waiting jobs may be placed on it at once."""
-    from rollmux.runtime.sdk import ClientError
-
-    try:
-        out = _client(url, token_file).add_node(pool.value, node_id, host_mem_gb)
-    except ClientError as err:
-        _fail(err)
+    out = _ask(url, token_file, lambda c: c.add_node(pool.value, node_id, host_mem_gb))
     console.print(escape(f"added {out['node']} to {pool.value}; placed: {', '.join(out['placed']) or '-'}"))
 
 
@@ -257,12 +242,7 @@ def nodes_add(pool: PoolName = typer.Argument(..., help="rollout or train."),
 def nodes_drain(node: str = typer.Argument(...), url: str = URL_OPT,
                 token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """No new job is pinned to NODE; jobs on it finish there, then it is withheld."""
-    from rollmux.runtime.sdk import ClientError
-
-    try:
-        out = _client(url, token_file).drain(node)
-    except ClientError as err:
-        _fail(err)
+    out = _ask(url, token_file, lambda c: c.drain(node))
     console.print(escape(f"drained {out['node']}; jobs still on it: {', '.join(out['jobs_on_node']) or '-'}"))
 
 
@@ -270,12 +250,7 @@ def nodes_drain(node: str = typer.Argument(...), url: str = URL_OPT,
 def nodes_undrain(node: str = typer.Argument(...), url: str = URL_OPT,
                   token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """Put a drained node back in service."""
-    from rollmux.runtime.sdk import ClientError
-
-    try:
-        out = _client(url, token_file).undrain(node)
-    except ClientError as err:
-        _fail(err)
+    out = _ask(url, token_file, lambda c: c.undrain(node))
     console.print(escape(f"undrained {out['node']}; placed: {', '.join(out['placed']) or '-'}"))
 
 

@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -573,19 +573,17 @@ def create_app(service: Service) -> FastAPI:
         log.info("node", extra={"action": "add", "pool": body.pool, "node": node, "placed": placed})
         return NodeResponse(node=node, placed=placed)
 
-    @app.post("/v1/admin/nodes/{node}/drain", response_model=NodeResponse)
-    async def drain(node: str, token: str | None = Depends(bearer)) -> NodeResponse:
+    @app.post("/v1/admin/nodes/{node}/{action}", response_model=NodeResponse)
+    async def drain_or_undrain(node: str, action: Literal["drain", "undrain"],
+                               token: str | None = Depends(bearer)) -> NodeResponse:
+        """drain: no new pins on the node (returns the jobs still on it); undrain: back in
+        service (returns the waiting jobs placed on it)."""
         service.check_admin(token)
-        jobs = await service.mutate(lambda c, now: c.drain(node, now))
-        log.info("node", extra={"action": "drain", "node": node, "jobs_on_node": jobs})
-        return NodeResponse(node=node, jobs_on_node=jobs)
-
-    @app.post("/v1/admin/nodes/{node}/undrain", response_model=NodeResponse)
-    async def undrain(node: str, token: str | None = Depends(bearer)) -> NodeResponse:
-        service.check_admin(token)
-        placed = await service.mutate(lambda c, now: c.undrain(node, now))
-        log.info("node", extra={"action": "undrain", "node": node, "placed": placed})
-        return NodeResponse(node=node, placed=placed)
+        jobs = await service.mutate(lambda c, now: getattr(c, action)(node, now))
+        log.info("node", extra={"action": action, "node": node, "jobs": jobs})
+        if action == "drain":
+            return NodeResponse(node=node, jobs_on_node=jobs)
+        return NodeResponse(node=node, placed=jobs)
 
     return app
 
