@@ -34,12 +34,21 @@ ADMIN = "moves-admin"
 ROLLMUX = str(Path(sys.executable).with_name("rollmux"))
 
 
-def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float) -> tuple[list, list]:
+def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
+                 policy: str = "rollmux-consolidate", restore_every: int = 0,
+                 fault: str = "") -> tuple[list, list]:
     """Run ``jobs`` through a ControlPlane in virtual time: arrivals at their times, each
     granted phase released after its worst-case time (plus the grant's switch cost),
-    each move acknowledged ``migration_s`` after it was decided. Returns the phases
+    each move acknowledged ``migration_s`` after it was decided. With ``restore_every``
+    k, the plane is rebuilt from its persisted form (snapshot + departed records, through
+    JSON) after every k-th step, as a restarted service would be. ``fault``: "cancel"
+    cancels the second member of the first regrouping as soon as it is decided; "fail"
+    makes the first move's acknowledgement report a failure. Returns the phases
     (job, pool, group, nodes, start) and the moves (job, from, to, time)."""
-    cp = ControlPlane(cluster, policy="rollmux-consolidate", migration_s=migration_s)
+    cp = ControlPlane(cluster, policy=policy, migration_s=migration_s)
+    ended: list[dict] = []
+    steps = 0
+    faults: list[str] = []
     by_id = {j.job_id: j for j in jobs}
     heap: list = []
     seq = 0
@@ -51,7 +60,9 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float) -> tuple
         seq += 1
 
     def collect() -> None:
-        for e in cp.take_changes().events:
+        changes = cp.take_changes()
+        ended.extend(changes.ended)
+        for e in changes.events:
             if e["kind"] == "grant":
                 job = by_id[e["job_id"]]
                 body = job.t_roll_s if e["pool"] == "rollout" else job.t_train_s
@@ -60,6 +71,9 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float) -> tuple
             elif e["kind"] == "move":
                 moves.append((e["job_id"], e["detail"]["from_group"], e["group_id"], e["at"]))
                 push(e["at"] + migration_s, 2, e["job_id"])
+            elif e["kind"] == "regroup" and fault == "cancel" and not faults:
+                faults.append(e["job_id"].split(",")[1])
+                push(e["at"], 3, faults[-1])
 
     for j in jobs:
         push(j.arrival_s, 1, j.job_id)
@@ -67,18 +81,43 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float) -> tuple
         now, kind, _, payload = heapq.heappop(heap)
         if kind == 1:
             cp.submit(by_id[payload], now, "0" * 64)
+        elif kind in (0, 2) and not cp.record(payload[0] if kind == 0 else payload).live:
+            continue  # the job was cancelled meanwhile: its process would get a 410
         elif kind == 0:
             job_id, pool, grant_seq = payload
             cp.release(job_id, pool, grant_seq, 0.0, now)
+        elif kind == 3:
+            cp.cancel(payload, now)
+        elif fault == "fail" and not faults:
+            faults.append(payload)
+            cp.moved(payload, now, ok=False, reason="injected")
         else:
             cp.moved(payload, now)
         collect()
+        steps += 1
+        if restore_every and steps % restore_every == 0:
+            cp = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())), json.loads(json.dumps(ended)),
+                                      policy=policy, migration_s=migration_s)
     assert all(not r.live for r in cp.jobs.values()), "every job ran to its end"
+    for job in jobs:
+        rec = cp.record(job.job_id)
+        if job.job_id not in faults or fault == "fail":
+            assert (rec.state, rec.iterations_done) == ("done", job.iterations), job.job_id
+    assert cp.plan.groups == {} and cp.regroups == {}
+    per_job = defaultdict(list)
+    for job_id, pool, _gid, _nodes, start in phases:
+        per_job[job_id].append(pool)
+    for job in jobs:
+        if job.job_id not in faults or fault == "fail":
+            assert per_job[job.job_id] == ["rollout", "train"] * job.iterations, f"{job.job_id}: lost or repeated"
+    if fault:
+        assert faults, f"the fault {fault!r} never had a chance"
     return phases, moves
 
 
-def _sim_record(jobs: list[Job], cluster: Cluster, migration_s: float) -> tuple[list, list, dict]:
-    r = simulate(jobs, cluster, make_policy("rollmux-consolidate"), record_spans=True, migration_s=migration_s)
+def _sim_record(jobs: list[Job], cluster: Cluster, migration_s: float,
+                policy: str = "rollmux-consolidate") -> tuple[list, list, dict]:
+    r = simulate(jobs, cluster, make_policy(policy), record_spans=True, migration_s=migration_s)
     phases = [(job, pool, gid, tuple(nodes), start) for gid, job, pool, nodes, start, *_ in r.spans]
     moves = []
     last_group: dict[str, str] = {}
@@ -89,18 +128,46 @@ def _sim_record(jobs: list[Job], cluster: Cluster, migration_s: float) -> tuple[
     return phases, moves, r.outcomes
 
 
-@pytest.mark.parametrize("seed", [0, 3, 6, 11])
-def test_live_moves_are_the_simulators_decision_for_decision(seed):
+@pytest.mark.parametrize("policy,seed", [("rollmux-consolidate", s) for s in (0, 3, 6, 11)]
+                         + [("rollmux-regroup", s) for s in (0, 6, 11, 15)])
+def test_live_moves_are_the_simulators_decision_for_decision(policy, seed):
     jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
     for j in jobs:
         j.iterations, j.duration_s = j.solo_iterations(), None
     cluster = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
-    sim_phases, sim_moves, outcomes = _sim_record(jobs, cluster, 300.0)
-    live_phases, live_moves = _live_replay(jobs, cluster, 300.0)
-    assert outcomes.get("repacked", 0) >= 1, "the trace must exercise at least one move"
-    assert [(j, f, t) for j, f, t, _ in live_moves] == sim_moves
+    sim_phases, sim_moves, outcomes = _sim_record(jobs, cluster, 300.0, policy)
+    live_phases, live_moves = _live_replay(jobs, cluster, 300.0, policy)
+    assert outcomes.get("repacked", 0) + outcomes.get("regrouped", 0) >= 1, "the trace must exercise a move"
+    # members of one regrouped group move at one instant; the simulator's order is that of their first phases
+    assert sorted((j, f, t) for j, f, t, _ in live_moves) == sorted(sim_moves)
     key = lambda p: (p[4], p[0], p[1])  # noqa: E731
     assert sorted(live_phases, key=key) == sorted(sim_phases, key=key)
+
+
+@pytest.mark.parametrize("policy,seed,every", [("rollmux-consolidate", 3, 7), ("rollmux-regroup", 11, 5),
+                                               ("rollmux-regroup", 15, 3)])
+def test_a_plane_restored_at_any_step_moves_exactly_as_the_simulator(policy, seed, every):
+    jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    for j in jobs:
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    cluster = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    sim_phases, sim_moves, _ = _sim_record(jobs, cluster, 300.0, policy)
+    live_phases, live_moves = _live_replay(jobs, cluster, 300.0, policy, restore_every=every)
+    assert sorted((j, f, t) for j, f, t, _ in live_moves) == sorted(sim_moves)
+    key = lambda p: (p[4], p[0], p[1])  # noqa: E731
+    assert sorted(live_phases, key=key) == sorted(sim_phases, key=key)
+
+
+@pytest.mark.parametrize("policy,fault", [("rollmux-regroup", "cancel"), ("rollmux-regroup", "fail"),
+                                           ("rollmux-consolidate", "fail")])
+def test_a_member_that_leaves_or_fails_a_move_loses_nothing_for_anyone(policy, fault):
+    """Every other job still runs every iteration exactly once, on nodes nobody else holds
+    (the executor's rule), and the plan ends empty."""
+    jobs = generate(14, seed=11, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    for j in jobs:
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    _live_replay(jobs, Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0)), 300.0, policy, restore_every=4,
+                 fault=fault)
 
 
 def _cluster() -> Cluster:

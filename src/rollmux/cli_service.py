@@ -45,6 +45,7 @@ class JobState(str, Enum):
 class LivePolicy(str, Enum):
     rollmux = "rollmux"
     rollmux_consolidate = "rollmux-consolidate"
+    rollmux_regroup = "rollmux-regroup"
 
 
 class PoolName(str, Enum):
@@ -111,8 +112,10 @@ def serve(
     max_live_jobs: int = typer.Option(5000, "--max-live-jobs", min=1, help="Most live jobs at once."),
     log_file: Optional[Path] = typer.Option(None, "--log-file", help="JSON-lines log (default: stderr)."),
     policy: LivePolicy = typer.Option(LivePolicy.rollmux, "--policy",
-                                      help="rollmux (Algorithm 1) or rollmux-consolidate (also moves running jobs "
-                                           "into other groups when that frees nodes, as `rollmux simulate` does)."),
+                                      help="rollmux (Algorithm 1), rollmux-consolidate (also moves running jobs "
+                                           "into other groups when that frees nodes) or rollmux-regroup (also "
+                                           "re-solves two groups after a departure and moves their jobs), "
+                                           "decision for decision as `rollmux simulate` does."),
     migration_s: float = typer.Option(300.0, "--migration-s", min=0.0,
                                       help="Pause a move is planned with until moves of that model size are "
                                            "measured."),

@@ -168,7 +168,7 @@ class JobView(BaseModel):
                    grant=GrantView.of(rec.grant), next_phase=rec.next_phase, iterations_done=rec.iterations_done,
                    iterations=rec.job.iterations, progress=rec.progress, lease_s=lease_s, grace_s=grace_s,
                    outcome=rec.outcome, explanation=rec.explanation, reason=rec.end_reason, movable=rec.movable,
-                   moves=rec.moves, move=MoveView(**rec.move) if rec.move else None)
+                   moves=rec.moves, move=MoveView(**rec.move) if rec.move and "to_group" in rec.move else None)
 
 
 class SubmitResponse(JobView):

@@ -33,6 +33,13 @@ Contract
   it is never lost, never in two groups, and its nodes are never granted twice. The
   pause a move costs is learned per model size from the moves acknowledged so far
   (the largest seen; ``migration_s`` until one is).
+* Regrouping (policy ``rollmux-regroup``, as in the simulator): after a departure,
+  ``improve.plan_regroup`` may re-solve the group with one other group. Each job of the
+  two stops at its next iteration boundary and waits outside any group; once every
+  member of a new group has stopped, the group opens on fresh nodes and each member
+  gets its move directive; the group admits them together, in the solver's order, once
+  all have acknowledged. A member that departs or fails its move leaves the new group
+  (the solver checked every subset of it), the others carry on.
 * Departures (completion, cancellation, lease expiry) remove the member from its
   executor, release its pins in the plan (nodes that nobody uses any more go back to
   the pool), dispatch the group again, then retry the waiting line in order.
@@ -51,6 +58,7 @@ from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
 from rollmux.errors import RollMuxError
 from rollmux.execution import Grant, GroupExecutor
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec
+from rollmux.improve import materialize
 from rollmux.model import model_size_column
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import Planner
@@ -62,7 +70,7 @@ LIVE_STATES = (WAITING, PLACED)
 JOB_STATES = (WAITING, PLACED, DONE, CANCELLED, EXPIRED)
 SNAPSHOT_VERSION = 3
 EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the best of the rest
-LIVE_POLICIES = ("rollmux", "rollmux-consolidate")
+LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup")
 OPEN_ENDED = 10**9  # iterations assumed for a job without a target (its whole-run check is then per iteration)
 
 
@@ -182,11 +190,15 @@ class ControlPlane:
         if policy not in LIVE_POLICIES:
             raise ValueError(f"policy={policy!r}: the live service runs {', '.join(LIVE_POLICIES)}")
         self.cluster = cluster
-        self.policy = RollMuxPolicy("first", policy, consolidate=policy == "rollmux-consolidate")
+        self.policy = RollMuxPolicy("first", policy, consolidate=policy != "rollmux",
+                                    regroup=policy == "rollmux-regroup")
         if planner is not None:
             self.policy.planner = planner
         self.planner = self.policy.planner
         self._repack = getattr(self.policy, "repack", None)
+        self._regroup = getattr(self.policy, "regroup", None)
+        self.regroups: dict[str, dict] = {}  # id -> {"group": solver group, "waiting": [...], "acked": [...]}
+        self._next_regroup = 0
         self.migration_s = migration_s
         self.move_s: dict[str, float] = {}  # model size column -> largest measured move (s)
         self.offer: set[str] = set()
@@ -289,16 +301,22 @@ class ControlPlane:
             rec.iter_time_sum += now - (rec.iter_mark if rec.iter_mark is not None else rec.submitted_at)
             rec.iter_mark = now
         move = None
-        if phase == TRAIN and not last and job_id in self.offer:  # an iteration boundary: the offer is taken up
+        stop = phase == TRAIN and not last and self._pending_regroup(job_id) is not None
+        if stop:
+            pass  # the regrouping comes first, as in the simulator; the offer stays
+        elif phase == TRAIN and not last and job_id in self.offer:  # an iteration boundary: the offer is taken up
             self.offer.discard(job_id)
             move = self._move_decision(rec, now)
         self._end_grant(rec, now)
-        self.executors[rec.group_id].finish(job_id, now, requeue=not last and move is None)
-        self._log(now, "finish", rec.group_id, job_id, phase, (), requeue=not last and move is None)
+        requeue = not last and move is None and not stop
+        self.executors[rec.group_id].finish(job_id, now, requeue=requeue)
+        self._log(now, "finish", rec.group_id, job_id, phase, (), requeue=requeue)
         self._dirty_jobs.add(job_id)
         self._dirty_groups.add(rec.group_id)
         if last:
             self._depart(rec, DONE, now, "completed its iterations")
+        elif stop:
+            self._stop_for_regroup(rec, now)
         elif move is not None:
             self._start_move(rec, move, now)
         else:
@@ -306,18 +324,22 @@ class ControlPlane:
         return rec
 
     def pending_move(self, job_id: str) -> dict | None:
-        """The job's move in progress ({"from_group", "to_group", "rollout_nodes",
-        "train_nodes", "decided_at"}), or None."""
-        return self._live(job_id).move
+        """The job's move directive ({"from_group", "to_group", "rollout_nodes",
+        "train_nodes", "decided_at", "seq"}), or None (also while a regrouped job waits
+        for the other members of its new group to stop)."""
+        move = self._live(job_id).move
+        return move if move is not None and "to_group" in move else None
 
     def moved(self, job_id: str, now: float, ok: bool = True, reason: str = "") -> JobRecord:
         """The job reports its move done (``ok``: its state is on the new nodes; it is
         admitted to its new group) or failed (it is placed afresh or queued). A repeat
         of a done move is answered, not re-applied."""
         rec = self._live(job_id)
-        if rec.move is None:
-            if rec.state == PLACED and rec.moves > 0:
+        if rec.move is None or "to_group" not in rec.move:
+            if rec.move is None and rec.state == PLACED and rec.moves > 0:
                 return rec
+            if rec.move is not None and rec.move.get("acked"):
+                return rec  # a regrouped member that already acknowledged, waiting for the others
             raise PhaseOrderError("move", f"job {job_id!r} has no move in progress")
         self._advance(now)
         if ok:
@@ -326,9 +348,14 @@ class ControlPlane:
             self.move_s[column] = max(self.move_s.get(column, 0.0), seconds)
             self._log(now, "moved", rec.group_id, job_id, "", (), from_group=rec.move["from_group"],
                       seconds=seconds)
-            rec.move = None
-            rec.moves += 1
-            self._admit(rec, now)
+            rid = rec.move.get("regroup")
+            if rid is None:
+                rec.move = None
+                rec.moves += 1
+                self._admit(rec, now)
+            else:
+                rec.move["acked"] = True
+                self._admit_regrouped(rid, now)
         else:
             self._abort_move(rec, now, reason or "the job could not move")
         self._dirty_jobs.add(job_id)
@@ -336,8 +363,8 @@ class ControlPlane:
 
     def abort_stale_moves(self, now: float, timeout_s: float) -> list[str]:
         """Undo every move not acknowledged within ``timeout_s``; returns those jobs."""
-        stale = [r for r in self.jobs.values() if r.live and r.move is not None
-                 and now - r.move["decided_at"] > timeout_s]
+        stale = [r for r in self.jobs.values() if r.live and r.move is not None and "to_group" in r.move
+                 and not r.move.get("acked") and now - r.move["decided_at"] > timeout_s]
         for rec in stale:
             self._advance(now)
             self._abort_move(rec, now, f"not acknowledged within {timeout_s:g}s")
@@ -609,6 +636,8 @@ class ControlPlane:
         cp._ord = glob["ord"]
         cp.offer = set(glob.get("offer", ()))
         cp.move_s = dict(glob.get("move_s", {}))
+        cp.regroups = glob.get("regroups", {})
+        cp._next_regroup = glob.get("next_regroup", 0)
         cp._cluster_dirty = False
         return cp
 
@@ -617,7 +646,7 @@ class ControlPlane:
                 "grants_total": self.grants_total, "busy_s": dict(self.busy_s),
                 "provisioned_s": dict(self.provisioned_s), "clock": self._clock, "seq": self._seq,
                 "ord": self._ord, "inventory": self.plan.inventory(), "offer": sorted(self.offer),
-                "move_s": dict(self.move_s)}
+                "move_s": dict(self.move_s), "regroups": self.regroups, "next_regroup": self._next_regroup}
 
     def _group_row(self, gid: str) -> dict:
         g = self.plan.groups[gid]
@@ -721,10 +750,119 @@ class ControlPlane:
                   rollout_nodes=list(rec.rollout_nodes), train_nodes=list(rec.train_nodes))
         self._retry_waiting(now)
 
+    # --- regrouping (the simulator's plan_regroup / stop_for_regroup, live) ---------------
+    def _pending_regroup(self, job_id: str) -> str | None:
+        """The regrouping that waits for ``job_id`` to stop, if any."""
+        for rid, entry in self.regroups.items():
+            if job_id in entry["waiting"]:
+                return rid
+        return None
+
+    def _movable(self, job_id: str, now: float) -> tuple[int, float] | None:
+        rec = self.jobs[job_id]
+        if not rec.movable or rec.move is not None or self._pending_regroup(job_id) is not None:
+            return None
+        left, spare = self._progress(rec, now)
+        return None if left < 2 else (left, spare)
+
+    def _plan_regroup(self, gid: str, now: float) -> None:
+        """After a departure from ``gid``: ask the policy for a regrouping and mark its jobs."""
+        def pause(k: str) -> float:  # until k's current iteration ends, then the migration
+            return self.plan.analysis(self.plan.job_group[k]).iteration_s[k] + self.migration_seconds(self.jobs[k].job)
+
+        plan = self._regroup(self.plan, gid, lambda k: self._movable(k, now), pause)
+        if plan is None:
+            return
+        for group in plan.groups:
+            rid = f"r{self._next_regroup}"
+            self._next_regroup += 1
+            members = [m.job.job_id for m in group.members]
+            self.regroups[rid] = {"group": _group_to_dict(group), "waiting": members, "stopped": [],
+                                  "decided_at": now}
+            self._log(now, "regroup", "", ",".join(members), "", (), regroup=rid, replaced=list(plan.replaced),
+                      cost_before=plan.cost_before, cost_after=plan.cost_after)
+
+    def _stop_for_regroup(self, rec: JobRecord, now: float) -> None:
+        """At its iteration boundary a regrouped job leaves its group; once every member of
+        its new group has, that group opens on fresh nodes and each member gets its move."""
+        rid = self._pending_regroup(rec.job_id)
+        entry = self.regroups[rid]
+        gid = rec.group_id
+        self.executors[gid].remove(rec.job_id)
+        self._log(now, "remove", gid, rec.job_id, "", (), reason="regrouping")
+        if self.plan.release(rec.job_id).group_closed:
+            del self.executors[gid]
+        else:
+            self._dispatch(gid, now)
+        self._in_use = None
+        self._dirty_groups.add(gid)
+        rec.group_id, rec.rollout_nodes, rec.train_nodes = None, (), ()
+        rec.move = {"regroup": rid, "from_group": gid, "stopped_at": now}
+        entry["waiting"].remove(rec.job_id)
+        entry["stopped"].append(rec.job_id)
+        self._open_regrouped(rid, now)
+
+    def _open_regrouped(self, rid: str, now: float) -> None:
+        """Open the regrouped group once nobody is left to stop; every member gets its directive."""
+        entry = self.regroups[rid]
+        if entry["waiting"]:
+            return
+        if not entry["stopped"]:
+            del self.regroups[rid]
+            return
+        group = _group_from_dict(entry["group"], self.jobs)
+        gid = materialize(self.plan, group)
+        self._in_use = None
+        self.executors[gid] = GroupExecutor()
+        self._dirty_groups.add(gid)
+        for m in self.plan.groups[gid].members:
+            rec = self.jobs[m.job.job_id]
+            rec.group_id, rec.rollout_nodes, rec.train_nodes = gid, m.rollout_nodes, m.train_nodes
+            rec.outcome = "regrouped"
+            rec.move = {"from_group": rec.move["from_group"], "to_group": gid, "rollout_nodes": list(m.rollout_nodes),
+                        "train_nodes": list(m.train_nodes), "decided_at": now, "seq": self._seq + 1, "regroup": rid}
+            self._dirty_jobs.add(rec.job_id)
+            self._log(now, "move", gid, rec.job_id, "", m.rollout_nodes + m.train_nodes, from_group=rec.move["from_group"],
+                      rollout_nodes=list(m.rollout_nodes), train_nodes=list(m.train_nodes), regroup=rid)
+        entry["opened"] = gid
+
+    def _admit_regrouped(self, rid: str, now: float) -> None:
+        """Admit the members of an opened regrouped group together, in the solver's order,
+        once every one of them has acknowledged its move."""
+        entry = self.regroups.get(rid)
+        if entry is None or "opened" not in entry:
+            return
+        gid = entry["opened"]
+        members = [self.jobs[m.job.job_id] for m in self.plan.groups[gid].members] if gid in self.plan.groups else []
+        if any(not r.move or not r.move.get("acked") for r in members):
+            return
+        del self.regroups[rid]
+        for rec in members:
+            rec.move = None
+            rec.moves += 1
+            self._dirty_jobs.add(rec.job_id)
+        for rec in members:
+            self._admit(rec, now)
+
+    def _leave_regroup(self, rid: str, job_id: str, now: float) -> None:
+        """``job_id`` leaves regrouping ``rid`` (departed, or its move failed): the others go on."""
+        entry = self.regroups.get(rid)
+        if entry is None:
+            return
+        for key in ("waiting", "stopped"):
+            if job_id in entry[key]:
+                entry[key].remove(job_id)
+        entry["group"]["members"] = [m for m in entry["group"]["members"] if m["job_id"] != job_id]
+        if "opened" in entry:
+            self._admit_regrouped(rid, now)
+        else:
+            self._open_regrouped(rid, now)
+
     def _abort_move(self, rec: JobRecord, now: float, reason: str) -> None:
         """Undo a move: unpin the job from its target and place it afresh, or queue it."""
         gid = rec.group_id
         self._log(now, "move_aborted", gid, rec.job_id, "", (), reason=reason, from_group=rec.move["from_group"])
+        rid = rec.move.get("regroup")
         released = self.plan.release(rec.job_id)
         self._in_use = None
         self._withhold_drained()
@@ -740,6 +878,8 @@ class ControlPlane:
             self.waiting.append(rec.job_id)
         else:
             self._place(rec, decision, now)
+        if rid is not None:
+            self._leave_regroup(rid, rec.job_id, now)
         self._retry_waiting(now)
 
     def _dispatch(self, gid: str, now: float) -> list[Grant]:
@@ -766,8 +906,11 @@ class ControlPlane:
         self._advance(now)
         job_id = rec.job_id
         self._dirty_jobs.add(job_id)
+        rid = self._pending_regroup(job_id) or (rec.move or {}).get("regroup")
         if rec.state == WAITING:
             self.waiting.remove(job_id)
+        elif rec.group_id is None:  # stopped for a regrouping: in no group until it opens
+            rec.move = None
         else:
             gid = rec.group_id
             if rec.grant is not None:
@@ -783,10 +926,14 @@ class ControlPlane:
             if released.group_closed:
                 self.executors.pop(gid, None)
             else:
+                self._dispatch(gid, now)
+                if self._regroup is not None and rid is None:
+                    self._plan_regroup(gid, now)
                 if self._repack is not None:
                     self.offer.update(m.job.job_id for m in self.plan.groups[gid].members)
-                self._dispatch(gid, now)
         self.offer.discard(job_id)
+        if rid is not None:
+            self._leave_regroup(rid, job_id, now)
         rec.state = state
         rec.ended_at = now
         rec.end_reason = reason
@@ -871,6 +1018,21 @@ def _explain(decision) -> list[str]:
     if len(cands) > EXPLAIN_LINES:
         lines.append(f"... and {len(cands) - EXPLAIN_LINES} more candidates")
     return lines
+
+
+def _group_to_dict(group: Group) -> dict:
+    return {"rollout_nodes": list(group.rollout_nodes), "train_nodes": list(group.train_nodes),
+            "members": [{"job_id": m.job.job_id, "rollout_nodes": list(m.rollout_nodes),
+                         "train_nodes": list(m.train_nodes)} for m in group.members]}
+
+
+def _group_from_dict(d: dict, jobs: dict[str, JobRecord]) -> Group:
+    """A solver group without the members that left it (nodes only they used go too)."""
+    members = [Member(jobs[m["job_id"]].job, tuple(m["rollout_nodes"]), tuple(m["train_nodes"]))
+               for m in d["members"]]
+    used = {n for m in members for n in (*m.rollout_nodes, *m.train_nodes)}
+    return Group("solver", [n for n in d["rollout_nodes"] if n in used], [n for n in d["train_nodes"] if n in used],
+                 members)
 
 
 def _group_ord(gid: str) -> int:
