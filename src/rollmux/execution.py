@@ -117,7 +117,6 @@ class _Slot:
     nodes: dict[str, tuple[str, ...]]
     switch_s: dict[str, float]
     running: str | None = None
-    shares: bool = False
 
 
 @dataclass(slots=True)
@@ -145,9 +144,12 @@ class GroupExecutor:
         insort(self._queues[ROLLOUT], (now, slot.order, job_id))
 
     def restore(self, job_id: str, order: int, rollout_nodes: tuple[str, ...], train_nodes: tuple[str, ...],
-                switch_rollout_s: float, switch_train_s: float, queued: tuple[str, float] | None,
+                switch_rollout_s: float, switch_train_s: float, queued: tuple | None,
                 running: str | None, last_on: tuple[str, ...] = ()) -> None:
-        """Rebuild a member from persisted state (the live service after a restart)."""
+        """Rebuild a member from persisted state (the live service after a restart).
+
+        ``queued`` is (pool, ready time) or (pool, ready time, queue order) as
+        ``queue_entries`` gave it (a parked recipient queues at a fractional order)."""
         slot = _Slot(job_id, order, {ROLLOUT: tuple(rollout_nodes), TRAIN: tuple(train_nodes)},
                      {ROLLOUT: switch_rollout_s, TRAIN: switch_train_s}, running=running)
         self._members[job_id] = slot
@@ -156,7 +158,7 @@ class GroupExecutor:
             for node in slot.nodes[running]:
                 self._busy[node] = job_id
         if queued is not None:
-            insort(self._queues[queued[0]], (queued[1], order, job_id))
+            insort(self._queues[queued[0]], (queued[1], queued[2] if len(queued) > 2 else order, job_id))
         for node in last_on:
             self._last[node] = job_id
 
@@ -368,6 +370,25 @@ class GroupExecutor:
         """Jobs running in slices of ``job_id``'s tail now; they run at full rate once it ends."""
         tail = self._tails.get(job_id)
         return list(tail.recipients) if tail else []
+
+    def tail_state(self) -> dict:
+        """The long-tail state as plain data (``restore_tail_state`` inverts it, after the
+        members are restored)."""
+        return {"tails": {d: {"kept": t.kept, "freed": t.freed, "taken": {n: list(v) for n, v in t.taken.items()},
+                              "recipients": list(t.recipients), "parked": [list(p) for p in t.parked],
+                              "ran": t.ran} for d, t in self._tails.items()},
+                "donor": dict(self._donor)}
+
+    def restore_tail_state(self, state: dict) -> None:
+        for d, t in state["tails"].items():
+            self._tails[d] = _Tail(dict(t["kept"]), dict(t["freed"]), {n: tuple(v) for n, v in t["taken"].items()},
+                                   list(t["recipients"]), [tuple(p) for p in t["parked"]], dict(t["ran"]))
+        self._donor = dict(state["donor"])
+        for rec, donor in self._donor.items():  # a recipient runs on its donor's nodes, which the donor still owns
+            self._members[rec].running = ROLLOUT
+            for n in self._members[rec].nodes[ROLLOUT]:
+                if self._busy.get(n) == rec:
+                    self._busy[n] = donor
 
     def gpu_use(self) -> dict[str, dict[str, int]]:
         """GPUs in use per node and job: a node-granular owner holds all of them; during a

@@ -95,6 +95,12 @@ class ProgressRequest(_Request):
     fraction: Number = Field(ge=0.0, le=1.0)
 
 
+class TailRequest(_Request):
+    """The running rollout's fraction of responses done (long-tail hand-off)."""
+
+    fraction: Number = Field(ge=0.0, le=1.0)
+
+
 class AddNodeRequest(_Request):
     pool: Literal["rollout", "train"]
     node_id: str = Field(default="", max_length=128, pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -131,12 +137,14 @@ class GrantView(BaseModel):
     nodes: list[str]
     granted_at: float
     switch_s: float
+    share: float = Field(description="1, or the fraction of the nodes' GPUs of a long-tail slice")
 
     @classmethod
     def of(cls, g: GrantRecord | None) -> "GrantView | None":
         if g is None:
             return None
-        return cls(seq=g.seq, pool=g.pool, nodes=list(g.nodes), granted_at=g.granted_at, switch_s=g.switch_s)
+        return cls(seq=g.seq, pool=g.pool, nodes=list(g.nodes), granted_at=g.granted_at, switch_s=g.switch_s,
+                   share=g.share)
 
 
 class JobView(BaseModel):
@@ -181,6 +189,13 @@ class AcquireResponse(BaseModel):
     granted: bool
     grant: GrantView | None
     move: MoveView | None = None
+    job: JobView
+
+
+class TailResponse(BaseModel):
+    """``keep_gpus``: the GPUs the rollout should keep from now on (all of them below the threshold)."""
+
+    keep_gpus: int
     job: JobView
 
 

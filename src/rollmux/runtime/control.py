@@ -40,6 +40,11 @@ Contract
   gets its move directive; the group admits them together, in the solver's order, once
   all have acknowledged. A member that departs or fails its move leaves the new group
   (the solver checked every subset of it), the others carry on.
+* Long tail (the execution rule's rules 6-9): a job holding a rollout grant reports its
+  fraction of responses done (``tail``); at ``tail_threshold`` or more it keeps
+  ``Job.tail_gpus()`` GPUs and the freed GPUs of its nodes may go to the next queued
+  rollout of its group, as a grant with ``share`` < 1; when the donor's rollout ends,
+  the recipient owns its nodes (its grant's share becomes 1).
 * Departures (completion, cancellation, lease expiry) remove the member from its
   executor, release its pins in the plan (nodes that nobody uses any more go back to
   the pool), dispatch the group again, then retry the waiting line in order.
@@ -132,6 +137,7 @@ class GrantRecord:
     nodes: tuple[str, ...]
     granted_at: float
     switch_s: float
+    share: float = 1.0  # < 1: a slice of a donor's freed GPUs (long-tail hand-off)
 
 
 @dataclass(slots=True)
@@ -185,7 +191,7 @@ class ControlPlane:
     """Jobs, plan and executors of the live service (see the module docstring)."""
 
     def __init__(self, cluster: Cluster, planner: Planner | None = None, policy: str = "rollmux",
-                 migration_s: float = 300.0) -> None:
+                 migration_s: float = 300.0, tail_threshold: float = 0.8) -> None:
         cluster.validate()
         if policy not in LIVE_POLICIES:
             raise ValueError(f"policy={policy!r}: the live service runs {', '.join(LIVE_POLICIES)}")
@@ -200,6 +206,7 @@ class ControlPlane:
         self.regroups: dict[str, dict] = {}  # id -> {"group": solver group, "waiting": [...], "acked": [...]}
         self._next_regroup = 0
         self.migration_s = migration_s
+        self.tail_threshold = tail_threshold
         self.move_s: dict[str, float] = {}  # model size column -> largest measured move (s)
         self.offer: set[str] = set()
         self.plan = PlanState(cluster)
@@ -309,7 +316,13 @@ class ControlPlane:
             move = self._move_decision(rec, now)
         self._end_grant(rec, now)
         requeue = not last and move is None and not stop
+        takers = self.executors[rec.group_id].recipients(job_id)
         self.executors[rec.group_id].finish(job_id, now, requeue=requeue)
+        for taker in takers:  # the donor's rollout ended: its recipients own their nodes (rule 8)
+            other = self.jobs[taker]
+            if other.grant is not None and other.grant.share < 1.0:
+                other.grant.share = 1.0
+                self._dirty_jobs.add(taker)
         self._log(now, "finish", rec.group_id, job_id, phase, (), requeue=requeue)
         self._dirty_jobs.add(job_id)
         self._dirty_groups.add(rec.group_id)
@@ -379,6 +392,29 @@ class ControlPlane:
         rec.progress = fraction
         self._dirty_jobs.add(job_id)
         return rec
+
+    def tail(self, job_id: str, fraction: float, now: float) -> int:
+        """The job's running rollout has ``fraction`` of its responses done. From
+        ``tail_threshold`` on, it keeps ``Job.tail_gpus()`` GPUs and the freed ones may be
+        handed to the next queued rollout of its group at once. Returns the GPUs the job
+        keeps (all of them while below the threshold, or when nothing is freed)."""
+        rec = self._live(job_id)
+        if not (0.0 <= fraction <= 1.0):
+            raise ControlError("fraction", f"{fraction!r} is not a fraction in [0, 1]")
+        if rec.grant is None or rec.grant.pool != ROLLOUT:
+            raise PhaseOrderError("phase", f"job {job_id!r} holds no rollout grant to report a tail for")
+        gpus = rec.job.rollout_gpus
+        if fraction < self.tail_threshold:
+            return gpus
+        ex = self.executors[rec.group_id]
+        keep = rec.job.tail_gpus()
+        if not ex.tail(job_id, now, keep):
+            return keep if ex.in_tail(job_id) else gpus
+        self._advance(now)
+        self._log(now, "tail", rec.group_id, job_id, ROLLOUT, rec.grant.nodes, fraction=fraction, keep_gpus=keep)
+        self._dirty_jobs.add(job_id)
+        self._dispatch(rec.group_id, now)
+        return keep
 
     def complete(self, job_id: str, now: float) -> JobRecord:
         """The job is finished: it departs and its nodes go back. Idempotent once done."""
@@ -620,11 +656,13 @@ class ControlPlane:
             groups.append(Group(gid, list(g["rollout_nodes"]), list(g["train_nodes"]), members, g["colocated"]))
         cp.plan.restore(groups, glob["inventory"])
         for gid, g in rows:
-            ex = GroupExecutor()
+            ex = GroupExecutor(gpus_per_node=cp.cluster.gpus_per_node)
             for m in g["executor"]:
                 ex.restore(m["job_id"], m["order"], tuple(m["rollout_nodes"]), tuple(m["train_nodes"]),
                            m["switch"][0], m["switch"][1], tuple(m["queued"]) if m["queued"] else None,
                            m["running"], tuple(m["last_on"]))
+            if "tails" in g:
+                ex.restore_tail_state(g["tails"])
             cp.executors[gid] = ex
         cp.waiting = list(glob["waiting"])
         cp.drained = set(glob["drained"])
@@ -653,8 +691,8 @@ class ControlPlane:
         ex = self.executors[gid]
         queued = {}
         for pool in POOLS:
-            for ready, _order, job_id in ex.queue_entries(pool):
-                queued[job_id] = [pool, ready]
+            for ready, order, job_id in ex.queue_entries(pool):
+                queued[job_id] = [pool, ready] if order == ex.order_of(job_id) else [pool, ready, order]
         last = ex.last_jobs()
         members = []
         sw = self.cluster.switch_cost
@@ -665,8 +703,12 @@ class ControlPlane:
                             "switch": [sw.seconds(m.job.model, ROLLOUT), sw.seconds(m.job.model, TRAIN)],
                             "queued": queued.get(job_id), "running": ex.running(job_id),
                             "last_on": sorted(n for n, j in last.items() if j == job_id)})
-        return {"ord": _group_ord(gid), "rollout_nodes": list(g.rollout_nodes), "train_nodes": list(g.train_nodes),
-                "colocated": g.colocated, "members": [m.job.job_id for m in g.members], "executor": members}
+        row = {"ord": _group_ord(gid), "rollout_nodes": list(g.rollout_nodes), "train_nodes": list(g.train_nodes),
+               "colocated": g.colocated, "members": [m.job.job_id for m in g.members], "executor": members}
+        tails = ex.tail_state()
+        if tails["tails"] or tails["donor"]:
+            row["tails"] = tails
+        return row
 
     # --- internals --------------------------------------------------------------------
     def _place(self, rec: JobRecord, decision, now: float) -> None:
@@ -691,7 +733,9 @@ class ControlPlane:
     def _admit(self, rec: JobRecord, now: float) -> None:
         """Admit a placed job to its group's executor (ready for rollout) and dispatch."""
         job, gid = rec.job, rec.group_id
-        ex = self.executors.setdefault(gid, GroupExecutor())
+        ex = self.executors.get(gid)
+        if ex is None:
+            ex = self.executors[gid] = GroupExecutor(gpus_per_node=self.cluster.gpus_per_node)
         sw = self.cluster.switch_cost
         ex.admit(job.job_id, rec.rollout_nodes, rec.train_nodes, now,
                  sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN))
@@ -813,7 +857,7 @@ class ControlPlane:
         group = _group_from_dict(entry["group"], self.jobs)
         gid = materialize(self.plan, group)
         self._in_use = None
-        self.executors[gid] = GroupExecutor()
+        self.executors[gid] = GroupExecutor(gpus_per_node=self.cluster.gpus_per_node)
         self._dirty_groups.add(gid)
         for m in self.plan.groups[gid].members:
             rec = self.jobs[m.job.job_id]
@@ -889,17 +933,19 @@ class ControlPlane:
             self._seq += 1
             self.grants_total += 1
             rec = self.jobs[g.job_id]
-            rec.grant = GrantRecord(self._seq, g.pool, g.nodes, now, g.switch_s)
+            rec.grant = GrantRecord(self._seq, g.pool, g.nodes, now, g.switch_s, g.share)
             self._dirty_jobs.add(g.job_id)
             wait = now - rec.ready_at if rec.ready_at is not None else 0.0
+            detail = {"switch_s": g.switch_s, "wait_s": wait}
+            if g.share < 1.0:
+                detail["share"] = g.share
             self._events.append({"seq": self._seq, "at": now, "kind": "grant", "group_id": gid,
-                                 "job_id": g.job_id, "pool": g.pool, "nodes": list(g.nodes),
-                                 "detail": {"switch_s": g.switch_s, "wait_s": wait}})
+                                 "job_id": g.job_id, "pool": g.pool, "nodes": list(g.nodes), "detail": detail})
         return grants
 
     def _end_grant(self, rec: JobRecord, now: float) -> None:
         g = rec.grant
-        self.busy_s[g.pool] += (now - g.granted_at) * len(g.nodes)
+        self.busy_s[g.pool] += (now - g.granted_at) * len(g.nodes) * g.share
         rec.grant = None
 
     def _depart(self, rec: JobRecord, state: str, now: float, reason: str) -> None:
@@ -1060,7 +1106,8 @@ def _record_from_dict(d: dict) -> JobRecord:
     d = dict(d)
     d["job"] = Job(**d["job"])
     g = d["grant"]
-    d["grant"] = GrantRecord(g["seq"], g["pool"], tuple(g["nodes"]), g["granted_at"], g["switch_s"]) if g else None
+    d["grant"] = GrantRecord(g["seq"], g["pool"], tuple(g["nodes"]), g["granted_at"], g["switch_s"],
+                             g.get("share", 1.0)) if g else None
     d["rollout_nodes"] = tuple(d["rollout_nodes"])
     d["train_nodes"] = tuple(d["train_nodes"])
     return JobRecord(**d)
@@ -1071,6 +1118,8 @@ def snapshot_from_v2(snap: dict, ended: list[dict]) -> tuple[dict, list[dict]]:
     def record(d: dict, ord_: int) -> dict:
         d = dict(d)
         d["job"] = asdict(Job(**d["job"]))  # every field of today's model, defaults for the new ones
+        if d["grant"] is not None:
+            d["grant"] = {**d["grant"], "share": 1.0}
         d["token_hash"] = hash_token(d.pop("token"))
         d.pop("lease_until", None)
         d.update(ord=ord_, tenant="", last_released_phase=None, ready_at=None, movable=True, move=None, moves=0,

@@ -356,8 +356,23 @@ class Phase(contextlib.ContextDecorator):
 
     @property
     def grant(self) -> dict | None:
-        """The grant held inside the block: {"seq", "pool", "nodes", "granted_at", "switch_s"}."""
+        """The grant held inside the block: {"seq", "pool", "nodes", "granted_at", "switch_s",
+        "share"} (``share`` < 1: the phase runs in a slice of another job's long tail, on that
+        fraction of its nodes' GPUs, until that job's rollout ends)."""
         return self._grant
+
+    def tail(self, done_fraction: float) -> int:
+        """Report the rollout's fraction of responses done; returns the GPUs it should keep.
+
+        From the service's threshold (0.8 by default) on, the rollout keeps the job's
+        ``tail_workers`` GPUs (else an eighth of its rollout GPUs) and the others may start
+        the next queued rollout of the group at once: shrink to the returned number of
+        workers. Below the threshold every GPU is kept."""
+        if self.name != "rollout" or self._grant is None:
+            raise ValueError("tail() is for a rollout phase, inside its block")
+        answer = self.job._call("POST", f"/jobs/{self.job.job_id}/tail", json={"fraction": done_fraction})
+        self.job.view = answer["job"]
+        return answer["keep_gpus"]
 
     def __enter__(self) -> "Phase":
         self._grant = self.job._acquire(self.name)

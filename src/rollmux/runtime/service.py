@@ -43,7 +43,8 @@ from rollmux.runtime import auth
 from rollmux.runtime.api_models import (MAX_BODY_BYTES, AcquireRequest, AcquireResponse, AddNodeRequest,
                                         GrantView, HeartbeatRequest, HeartbeatResponse, JobView, MovedRequest, MoveView,
                                         NodeResponse,
-                                        ProgressRequest, ReleaseRequest, SubmitRequest, SubmitResponse)
+                                        ProgressRequest, ReleaseRequest, SubmitRequest, SubmitResponse, TailRequest,
+                                        TailResponse)
 from rollmux.runtime.clock import ServiceClock
 from rollmux.runtime.control import JOB_STATES, ControlError, ControlPlane, JobEnded, JobRecord, UnknownJob
 from rollmux.runtime.leases import Leases
@@ -67,6 +68,7 @@ class ServiceConfig:
     policy: str = "rollmux"        # or rollmux-consolidate: live moves (see ControlPlane)
     migration_s: float = 300.0     # planned pause of a move until moves of that model size are measured
     move_timeout_s: float = 600.0  # a move not acknowledged by then is undone
+    tail_threshold: float = 0.8    # fraction of responses done from which a rollout's tail may hand off GPUs
     tenants: dict[str, str] = field(default_factory=dict)
 
 
@@ -117,7 +119,7 @@ class Service:
         snap = self.store.load()
         if snap is None:
             control = ControlPlane(cluster or Cluster(), policy=self.config.policy,
-                                   migration_s=self.config.migration_s)
+                                   migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold)
             self.store.commit(control.take_changes())
             return control, False, None
         control = self._restore()
@@ -129,8 +131,10 @@ class Service:
 
     def _restore(self) -> ControlPlane:
         try:
-            return ControlPlane.restore(self.store.load(), self.store.ended(), policy=self.config.policy,
-                                        migration_s=self.config.migration_s)
+            cp = ControlPlane.restore(self.store.load(), self.store.ended(), policy=self.config.policy,
+                                      migration_s=self.config.migration_s)
+            cp.tail_threshold = self.config.tail_threshold
+            return cp
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StateDamaged(f"{self.store.path}: the state does not restore ({type(exc).__name__}: {exc}); "
                                f"start with --new-state to begin empty, or restore a backup") from exc
@@ -214,7 +218,7 @@ class Service:
                 log.info("admit", extra={**extra, "nodes": e["nodes"]})
             elif kind == "remove":
                 log.info("depart", extra={**extra, "reason": e["detail"].get("reason", "")})
-            elif kind in ("move", "moved", "move_aborted"):
+            elif kind in ("move", "moved", "move_aborted", "tail", "regroup"):
                 log.info(kind, extra={**extra, **e["detail"]})
         for rec in changes.ended:
             if rec["state"] == "expired":
@@ -533,6 +537,12 @@ def create_app(service: Service) -> FastAPI:
     async def progress(job_id: str, body: ProgressRequest, token: str | None = Depends(bearer)) -> JobView:
         service.check_job(job_id, token)
         return service.view(await service.mutate(lambda c, _now: c.report_progress(job_id, body.fraction)))
+
+    @app.post("/v1/jobs/{job_id}/tail", response_model=TailResponse)
+    async def tail(job_id: str, body: TailRequest, token: str | None = Depends(bearer)) -> TailResponse:
+        service.check_job(job_id, token)
+        keep = await service.mutate(lambda c, now: c.tail(job_id, body.fraction, now))
+        return TailResponse(keep_gpus=keep, job=service.view(cp().record(job_id)))
 
     @app.post("/v1/jobs/{job_id}/complete", response_model=JobView)
     async def complete(job_id: str, token: str | None = Depends(bearer)) -> JobView:
