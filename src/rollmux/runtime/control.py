@@ -637,13 +637,13 @@ class ControlPlane:
 
     @classmethod
     def restore(cls, snap: dict, ended: list[dict] = (), planner: Planner | None = None, policy: str = "rollmux",
-                migration_s: float = 300.0) -> "ControlPlane":
+                migration_s: float = 300.0, tail_threshold: float = 0.8) -> "ControlPlane":
         """Rebuild from ``snapshot()`` and every departed record: same plan, same queues,
         same outstanding grants, and the departed jobs' final records."""
         glob = snap["globals"]
         if glob.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"snapshot version={glob.get('version')!r}: expected {SNAPSHOT_VERSION}")
-        cp = cls(cluster_from_dict(snap["cluster"]), planner, policy, migration_s)
+        cp = cls(cluster_from_dict(snap["cluster"]), planner, policy, migration_s, tail_threshold)
         live = sorted(snap["jobs"].values(), key=lambda d: d["ord"])
         for d in [*ended, *live]:
             rec = _record_from_dict(d)

@@ -131,10 +131,8 @@ class Service:
 
     def _restore(self) -> ControlPlane:
         try:
-            cp = ControlPlane.restore(self.store.load(), self.store.ended(), policy=self.config.policy,
-                                      migration_s=self.config.migration_s)
-            cp.tail_threshold = self.config.tail_threshold
-            return cp
+            return ControlPlane.restore(self.store.load(), self.store.ended(), policy=self.config.policy,
+                                        migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StateDamaged(f"{self.store.path}: the state does not restore ({type(exc).__name__}: {exc}); "
                                f"start with --new-state to begin empty, or restore a backup") from exc
