@@ -24,6 +24,10 @@ What ``run_demo`` does, in order:
 
 Every phase of every run goes through the SDK (grant, warm load, work, offload,
 release), so solo and multiplexed runs carry the same overheads.
+
+``--policy rollmux-consolidate`` runs the live-move scenario instead
+(``rollmux.demo_moves``): three jobs, a departure, and a job moved to another group
+with its Ray workers and state handed over through the object store.
 """
 from __future__ import annotations
 
@@ -122,10 +126,23 @@ def register(app: typer.Typer) -> None:
         jobs: int = typer.Option(2, help="Number of GRPO jobs: 2 (one rollout and one training node) or 3 "
                                          "(two rollout nodes; on a 2-core machine CPU contention slows phases)."),
         minutes: float = typer.Option(4.0, help="Wall budget of the solo plus multiplexed runs."),
-        iterations: Optional[int] = typer.Option(None, help="Iterations per job (overrides --minutes)."),
+        iterations: Optional[int] = typer.Option(None, help="Iterations per job (overrides --minutes); with "
+                                                                  "rollmux-consolidate, N of the N/3, N, 3N jobs."),
+        policy: str = typer.Option("rollmux", help="rollmux (two or three jobs, solo against multiplexed) or "
+                                                   "rollmux-consolidate (three jobs; a departure moves a job live)."),
+        migration_s: float = typer.Option(8.0, "--migration-s",
+                                          help="With rollmux-consolidate: the planned pause of a move until the "
+                                               "service has measured one."),
     ) -> None:
-        """Run two or three real GRPO jobs solo and multiplexed on a local Ray cluster; report and plot."""
+        """Run real GRPO jobs on a local Ray cluster under the live control plane; report and plot."""
         try:
+            if policy == "rollmux-consolidate":
+                from rollmux.demo_moves import run_move_demo
+
+                run_move_demo(out, minutes=minutes, iterations=iterations, migration_s=migration_s)
+                return
+            if policy != "rollmux":
+                raise SpecError("policy", policy, "rollmux or rollmux-consolidate")
             run_demo(out, jobs=jobs, minutes=minutes, iterations=iterations)
         except SpecError as err:
             typer.echo(f"error: {err}", err=True)
@@ -158,7 +175,8 @@ def summary_lines(results: dict) -> list[str]:
 # --- runs -------------------------------------------------------------------------------
 
 @contextmanager
-def _control_plane(rollout_nodes: int, train_nodes: int, out_dir: Path) -> Iterator[tuple[str, str]]:
+def _control_plane(rollout_nodes: int, train_nodes: int, out_dir: Path, policy: str = "rollmux",
+                   migration_s: float = 300.0) -> Iterator[tuple[str, str]]:
     """The control plane over a bounded inventory, served on a free 127.0.0.1 port in a thread."""
     import uvicorn
 
@@ -169,7 +187,8 @@ def _control_plane(rollout_nodes: int, train_nodes: int, out_dir: Path) -> Itera
                       switch_cost=SwitchCost(mode="fixed", rollout_s=SWITCH_ESTIMATE_S, train_s=SWITCH_ESTIMATE_S))
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="rollmux-demo-") as state_dir:
-        service = Service(cluster, str(Path(state_dir) / "state.db"), token, ServiceConfig(lease_s=60.0))
+        config = ServiceConfig(lease_s=60.0, policy=policy, migration_s=migration_s)
+        service = Service(cluster, str(Path(state_dir) / "state.db"), token, config)
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]

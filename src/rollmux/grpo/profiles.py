@@ -8,7 +8,7 @@ number of samples, the model size and the PPO epochs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rollmux.grpo.policy import ModelSpec
 
@@ -45,3 +45,18 @@ ROLLOUT_HEAVY_WIDE = JobProfile("add-r", "add", ModelSpec(96, 2), prompts=32, sa
 #: phases complement each other, plus a second rollout-heavy job for three. The
 #: train-heavy job has the longest iteration, so the two others fit into its cycle.
 DEMO_PROFILES = {2: (ROLLOUT_HEAVY, TRAIN_HEAVY), 3: (TRAIN_HEAVY, ROLLOUT_HEAVY, ROLLOUT_HEAVY_WIDE)}
+
+#: ``rollmux demo --policy rollmux-consolidate``: three jobs on 2 rollout + 2 training
+#: nodes, listed in submission order with their iteration counts as multiples of N.
+#: ``sort-t`` (N) and the short ``reverse-t`` (N/3) are both train-heavy: together on
+#: one node pair they saturate it (T_load = both trainings > T_cycle), so the
+#: rollout-heavy ``reverse-r`` (3N, so it still runs after the move) opens a second group on R1+T1. When ``reverse-t``
+#: finishes, ``sort-t`` is offered a move; next to ``reverse-r`` its phases complement
+#: the other's, so the planner moves it there and R0+T0 go back. The SLO of 3 is a
+#: whole-run budget that also absorbs the CPU contention of a 2-core machine.
+REVERSE_TRAIN_HEAVY = JobProfile("reverse-t", "reverse", ModelSpec(96, 3), prompts=24, samples=8, gen_batch=4,
+                                 epochs=8, minibatch=96, lr=3e-4, kl_coef=0.02, warmup_steps=15, seed=4,
+                                 slo=3.0)
+MOVE_PROFILES = (replace(TRAIN_HEAVY, slo=3.0), REVERSE_TRAIN_HEAVY, replace(ROLLOUT_HEAVY, slo=3.0))
+MOVE_ITERATION_SHARES = {"sort-t": 1.0, "reverse-t": 1 / 3, "reverse-r": 3.0}
+MOVING_JOB = "sort-t"

@@ -17,6 +17,15 @@ the cache's ``SwitchRecord``.
   ``epochs`` passes of shuffled minibatches with the clipped loss and gradient
   clipping at 1. Returns (weights, stats): the updated policy's state_dict.
 
+Moves (``export_state`` / ``import_state``): between phases an entry sits in its
+cache's host buffers. ``export_state`` returns copies of those buffers by slot name
+(every parameter and buffer, every tensor of the optimizer's per-parameter state),
+the optimizer's non-tensor state and the worker's step counter; returned from an actor
+call, it lands in the Ray object store. ``import_state(profile, state)`` on a fresh
+worker (another node) builds the same modules and optimizer, copies the slots in,
+recreates the optimizer state, and parks the entry in its own cache: the job carries
+on bit for bit where it left off.
+
 Each worker runs torch on one thread, so phases on different nodes run in parallel.
 """
 from __future__ import annotations
@@ -56,6 +65,43 @@ class _CachedWorker:
         """Offload the state to its host buffers and free the device copy."""
         return self.cache.offload(self.key)
 
+    def export_state(self) -> dict:
+        """The entry's state while parked (between phases) as compact copies, for a move."""
+        from rollmux.runtime.state_cache import Residency
+
+        if self.cache.residency(self.key) is not Residency.HOST:
+            raise RuntimeError(f"{self.key}: export_state between phases only (state must be offloaded)")
+        entry_optimizer = getattr(self, "optimizer", None)
+        extra = {}
+        if entry_optimizer is not None:
+            params = [p for g in entry_optimizer.param_groups for p in g["params"]]
+            extra = {(i, k): v for i, p in enumerate(params)
+                     for k, v in entry_optimizer.state.get(p, {}).items() if not isinstance(v, torch.Tensor)}
+        return {"slots": {name: t.clone() for name, t in self.cache.host_buffers(self.key).items()},
+                "optimizer_extra": extra, "updates": getattr(self, "updates", 0), "profile": self._configured()}
+
+    def _adopt(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, state: dict) -> None:
+        """Copy an exported state into freshly built ``module`` / ``optimizer`` and park it."""
+        named = dict([*module.named_parameters(), *module.named_buffers()])
+        params = [] if optimizer is None else [p for g in optimizer.param_groups for p in g["params"]]
+        expected = {f"module.{n}" for n in named}
+        module_slots = {k for k in state["slots"] if k.startswith("module.")}
+        if module_slots != expected:
+            raise RuntimeError(f"{self.key}: exported slots do not match the module "
+                               f"({sorted(module_slots ^ expected)[:4]} ...)")
+        with torch.no_grad():
+            for name, tensor in state["slots"].items():
+                kind, rest = name.split(".", 1)
+                if kind == "module":
+                    named[rest].copy_(tensor)
+                else:
+                    index, key = rest.split(".", 1)
+                    optimizer.state[params[int(index)]][key] = tensor.clone()
+        for (index, key), value in state["optimizer_extra"].items():
+            optimizer.state[params[index]][key] = value
+        self.cache.register(self.key, module, optimizer)
+        self.cache.offload(self.key)
+
     def _configured(self) -> JobProfile:
         if self.profile is None:
             raise RuntimeError(f"{self.key}: setup(profile, weights) must run before phases")
@@ -73,6 +119,14 @@ class RolloutWorker(_CachedWorker):
         self.cache.register(self.key, self.policy)
         self.cache.offload(self.key)
         return params
+
+    def import_state(self, profile: JobProfile, state: dict) -> int:
+        """Take over a moved job's rollout state (``export_state`` of its old worker)."""
+        self.profile = profile
+        self.task = get_task(profile.task)
+        self.policy = build_policy(profile.model, profile.seed)
+        self._adopt(self.policy, None, state)
+        return parameter_count(self.policy)
 
     def rollout(self, step: int, weights: dict[str, torch.Tensor] | None) -> tuple[dict, dict]:
         p = self._configured()
@@ -110,6 +164,21 @@ class TrainWorker(_CachedWorker):
         self.cache.offload(self.key)
         self.updates = 0
         return params
+
+    def import_state(self, profile: JobProfile, state: dict) -> int:
+        """Take over a moved job's training state: policy, reference, AdamW moments and
+        step counts, and the update counter (it seeds the minibatch order)."""
+        self.profile = profile
+        self.policy = build_policy(profile.model, profile.seed)
+        modules = {"policy": self.policy}
+        self.reference = None
+        if profile.kl_coef > 0:
+            self.reference = copy.deepcopy(self.policy).requires_grad_(False)
+            modules["reference"] = self.reference
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=profile.lr, weight_decay=0.0)
+        self._adopt(torch.nn.ModuleDict(modules), self.optimizer, state)
+        self.updates = state["updates"]
+        return parameter_count(self.policy)
 
     def train(self, batch: dict) -> tuple[dict[str, torch.Tensor], dict]:
         p = self._configured()

@@ -2,7 +2,9 @@
 
 * ``measured_gantt``: one lane per RollMux node, one bar per granted phase as the
   jobs' SDKs timed it (grant arrival to release), coloured by job; rollout bars are
-  solid, training bars hatched. Times are seconds since the first grant.
+  solid, training bars hatched. Times are seconds since the first grant. Moves (the
+  live-move demo), if given, are a dashed line at the hand-off from the old nodes'
+  lanes to the new ones, labelled with the job and the groups.
 * ``reward_curves``: mean reward per iteration of each job (multiplexed and, dashed,
   solo).
 * ``busy_fractions``: busy fraction of each pool, multiplexed against solo.
@@ -23,8 +25,12 @@ from rollmux.report.plots import save  # noqa: E402
 _COLOURS = plt.get_cmap("tab10").colors
 
 
-def measured_gantt(spans: list[dict], path: Path, title: str = "") -> Path:
-    """``spans``: dicts with job_id, pool, nodes, start, end (wall-clock seconds)."""
+def measured_gantt(spans: list[dict], path: Path, title: str = "", moves: list[dict] | None = None) -> Path:
+    """``spans``: dicts with job_id, pool, nodes, start, end (wall-clock seconds).
+
+    ``moves``: dicts with job_id, from_group, to_group, from_nodes, to_nodes, at
+    (wall-clock start of the hand-off) and handoff_s.
+    """
     t0 = min(s["start"] for s in spans)
     nodes = sorted({n for s in spans for n in s["nodes"]}, key=lambda n: (n[0] != "R", n))
     jobs = list(dict.fromkeys(s["job_id"] for s in spans))
@@ -35,6 +41,15 @@ def measured_gantt(spans: list[dict], path: Path, title: str = "") -> Path:
             ax.barh(nodes.index(n), s["end"] - s["start"], left=s["start"] - t0, height=0.6,
                     color=colour[s["job_id"]], hatch="" if s["pool"] == "rollout" else "///",
                     edgecolor="black", linewidth=0.3)
+    for m in moves or ():
+        lanes = [nodes.index(n) for n in [*m["from_nodes"], *m["to_nodes"]] if n in nodes]
+        if not lanes:
+            continue
+        x0, x1 = m["at"] - t0, m["at"] - t0 + m["handoff_s"]
+        ax.plot([x0, x1], [min(lanes) - 0.4, max(lanes) + 0.4], linestyle="--", color=colour.get(m["job_id"], "k"),
+                linewidth=1.5)
+        ax.annotate(f"{m['job_id']}: {m['from_group']} -> {m['to_group']}", (x1, max(lanes) + 0.4), fontsize=8,
+                    xytext=(4, 0), textcoords="offset points", va="bottom")
     ax.set_yticks(range(len(nodes)), nodes)
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first grant")
