@@ -20,6 +20,7 @@ What ``run_demo`` does, in order:
    multiplexed vs solo; slowdown per job (multiplexed mean iteration time / solo mean
    iteration time) against its SLO; reward first -> last; warm switch times from the
    workers' StateCache records. Written to ``out_dir``: ``results.json``,
+   ``summary.json`` (per job iterations and rewards; ``moves`` is empty here),
    ``gantt.png`` (measured phases per node), ``rewards.png``, ``busy.png``.
 
 Every phase of every run goes through the SDK (grant, warm load, work, offload,
@@ -334,6 +335,11 @@ def _write(results: dict, solo: dict, mux: dict, out_dir: Path) -> None:
     full = {**results, "runs": {"solo": {k: r.to_dict() for k, r in solo.items()},
                                 "multiplexed": {k: r.to_dict() for k, r in mux.items()}}}
     (out_dir / "results.json").write_text(json.dumps(full, indent=1, default=list))
+    summary = {"policy": "rollmux", "moves": [],
+               "jobs": {k: {"iterations_done": len(r.rewards), "iterations_target": r.iterations,
+                            "groups": [r.placement["group_id"]], "moved": False,
+                            "mean_iteration_s": r.mean_iteration_s, "rewards": r.rewards} for k, r in mux.items()}}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     spans = [{"job_id": s.job_id, "pool": s.pool, "nodes": s.nodes, "start": s.start, "end": s.end}
              for r in mux.values() for s in r.spans]
     measured_gantt(spans, out_dir / "gantt.png",
