@@ -65,7 +65,8 @@ TRAIN_NODES = ("T0", "T1")
 
 
 def iteration_targets(n: int) -> dict[str, int]:
-    """Iterations per job for N: N for the job that moves, N/3 (at least 2) for the short one, 3N for the one it joins."""
+    """Iterations per job for N: N for the job that moves, N/3 (at least 2) for the short
+    one, 3N for the one it joins."""
     from rollmux.grpo.profiles import MOVE_ITERATION_SHARES
 
     return {name: max(2, round(share * n)) for name, share in MOVE_ITERATION_SHARES.items()}
@@ -270,7 +271,8 @@ def _compare(run, final: dict, rewards: list[float], state: dict) -> dict:
     slots = final["slots"]
     same_keys = sorted(slots) == sorted(state["slots"])
     equal = same_keys and all(torch.equal(slots[k], state["slots"][k]) for k in slots)
-    return {"rewards_equal": run.rewards == rewards, "state_equal": bool(equal and final["updates"] == state["updates"]),
+    same_state = bool(equal and final["updates"] == state["updates"])
+    return {"rewards_equal": run.rewards == rewards, "state_equal": same_state,
             "tensors": len(slots), "updates": final["updates"]}
 
 
