@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rollmux.accounting import ACCOUNTINGS
 from rollmux.cli_service import register as register_service_commands
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.planner import TIE_BREAKS
@@ -39,6 +40,7 @@ CLUSTER_OPTION = typer.Option(None, help=CLUSTER_HELP, exists=True, dir_okay=Fal
 DurationModel = enum.Enum("DurationModel", {m: m for m in MODELS}, type=str)
 TieBreak = enum.Enum("TieBreak", {t: t for t in TIE_BREAKS}, type=str)
 Mix = enum.Enum("Mix", {m: m for m in MIXES}, type=str)
+AccountingName = enum.Enum("AccountingName", {a: a for a in ACCOUNTINGS}, type=str)
 
 
 def _version(value: bool) -> None:
@@ -114,6 +116,11 @@ def simulate(
     out: Optional[Path] = typer.Option(None, help="Write PNG plots here (cost, GPUs per pool, Gantt; the queue "
                                                   "when a pool is bounded)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write all metrics as JSON here."),
+    accounting: AccountingName = typer.Option("ours", help="ours (jobs run all their iterations; switch cost, "
+                                                           "host memory, saturation gate, whole-run SLO checks) "
+                                                           "or paper (the authors' simulator: fixed departures, "
+                                                           "none of those, one node per pool per job, a rollout "
+                                                           "node at 1/3 of a training node); docs/reproduce.md."),
 ) -> None:
     """Replay a job trace through RollMux and the baselines; compare cost, SLOs and idle GPUs.
 
@@ -138,7 +145,8 @@ def simulate(
             check_writable(out, "--out", directory=True)
         if json_path is not None:
             check_writable(json_path, "--json")
-        cl = _load_cluster(cluster)
+        acct = ACCOUNTINGS[accounting.value]
+        cl = acct.apply_cluster(_load_cluster(cluster))
         jobs, info = load_trace(trace, cl, seed)
     except (RollMuxError, OSError) as err:
         _fail(err, {"trace": "--trace"})
@@ -155,9 +163,10 @@ def simulate(
             task = progress.add_task(name, total=horizon)
             if name == "optimal":
                 result = optimal_curve(jobs, cl)
+                result.accounting = acct.name
             else:
                 try:
-                    result = run(jobs, cl, make_policy(name, seed), model, seed,
+                    result = run(jobs, cl, make_policy(name, seed, acct), model, seed, accounting=acct,
                                  record_spans=(out is not None and name == gantt_of),
                                  tail=tail, tail_threshold=tail_threshold,
                                  progress=lambda t, task=task: progress.update(task, completed=t))
@@ -170,7 +179,7 @@ def simulate(
                 console.print(f"[yellow]{name}: {escape(result.note)}[/yellow]")
     shown = [r for r in results if not r.note.startswith("skipped")]
     ref = "rollmux" if any(r.policy == "rollmux" for r in shown) else shown[0].policy
-    console.print(simulate_table(shown, ref))
+    console.print(simulate_table(shown, ref, acct.name))
     for line in limit_lines(shown, {p: cl.pool(p).nodes for p in POOLS}):
         console.print(line, highlight=False)
     for r in shown:
@@ -181,6 +190,8 @@ def simulate(
     if json_path is not None:
         payload = {"policies": {r.policy: r.summary() for r in results}, "trace": info,
                    "cluster": cluster_to_dict(cl), "duration_model": model, "seed": seed,
+                   "accounting": {**acct.to_dict(),
+                                  "units_per_policy": {r.policy: acct.units(r.total_cost, cl) for r in results}},
                    **({"tail": {"threshold": tail_threshold}} if tail else {})}
         try:
             json_path.parent.mkdir(parents=True, exist_ok=True)

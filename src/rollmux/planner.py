@@ -50,6 +50,10 @@ takes the one whose group ends up with the highest cost-weighted utilization
 it never changes the choice. If nothing is feasible because a bounded pool has no free
 node, the job waits; if the job can never fit the inventory, it is rejected.
 
+``Planner(accounting=PAPER)`` (``rollmux.accounting``) drops the saturation gate, keeps
+only the steady-state SLO check and gives every job one node per pool, as the authors'
+simulator does.
+
 ``repack`` (consolidation, beyond the paper) offers a running job a zero-cost move into
 another group when that gives back nodes; see its docstring.
 
@@ -61,6 +65,7 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Callable
 
+from rollmux.accounting import OURS, CostAccounting
 from rollmux.errors import PlacementError
 from rollmux.intra import GroupAnalysis, MemberProfile, analyze
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Group, Job, Member
@@ -157,10 +162,11 @@ class _Option:
 class Planner:
     """RollMux's inter-group planner over a ``PlanState``. Pure: it never mutates state."""
 
-    def __init__(self, tie_break: str = "first") -> None:
+    def __init__(self, tie_break: str = "first", accounting: CostAccounting = OURS) -> None:
         if tie_break not in TIE_BREAKS:
             raise ValueError(f"tie_break={tie_break!r}: expected one of {TIE_BREAKS}")
         self.tie_break = tie_break
+        self.accounting = accounting  # saturation gate and whole-run SLO checks (rollmux.accounting)
 
     def decide(self, state: PlanState, job: Job, explain: bool = False) -> Decision:
         cluster = state.cluster
@@ -168,6 +174,8 @@ class Planner:
         if job.job_id in state.job_group:
             raise PlacementError(f"job {job.job_id!r} is already placed")
         need = {pool: job.nodes(pool, cluster.gpus_per_node) for pool in POOLS}
+        if self.accounting.one_node_per_pool:
+            need = dict.fromkeys(POOLS, 1)
         for pool in POOLS:
             total = cluster.pool(pool).nodes
             if total is not None and need[pool] > total:
@@ -246,15 +254,14 @@ class Planner:
         return None
 
     # --- gates and generation -------------------------------------------------------
-    @staticmethod
-    def _gate(state: PlanState, group: Group, need: dict[str, int]) -> str:
+    def _gate(self, state: PlanState, group: Group, need: dict[str, int]) -> str:
         limit = state.cluster.max_group_size
         if len(group.members) >= limit:
             return f"group full ({len(group.members)}/{limit} jobs)"
         if need[TRAIN] > len(group.train_nodes):
             return f"needs {need[TRAIN]} training nodes, group has {len(group.train_nodes)} (training side is never scaled)"
         a = state.analysis(group.group_id)
-        if a.saturated:
+        if a.saturated and self.accounting.saturation_gate:
             return f"saturated (T_load {a.t_load:.1f}s >= T_cycle {a.t_cycle:.1f}s)"
         return ""
 
@@ -333,8 +340,7 @@ class Planner:
         return Decision(job.job_id, OUTCOME[chosen.kind], chosen.placement, chosen.marginal_cost,
                         tuple(evaluated + skipped + rejected))
 
-    @staticmethod
-    def _evaluate(state: PlanState, job: Job, opt: _Option) -> Candidate:
+    def _evaluate(self, state: PlanState, job: Job, opt: _Option) -> Candidate:
         gid = opt.group.group_id if opt.group else None
         if opt.group is None:
             util = _cost_weighted(state, _solo_analysis(state, job, opt.placement), 1, 1)
@@ -349,9 +355,9 @@ class Planner:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected", miss)
         a = analyze(members)
         worst = max(a.slowdown.values())
-        miss = _slo_miss(a, slo) or _startup_miss(a, [m.job for m in opt.group.members] + [job])
-        if not miss:
-            miss = _departure_miss(members, slo)
+        miss = _slo_miss(a, slo)
+        if not miss and self.accounting.whole_run_slo_checks:
+            miss = _startup_miss(a, [m.job for m in opt.group.members] + [job]) or _departure_miss(members, slo)
         if miss:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected", miss, worst)
         n_roll = len(set(opt.group.rollout_nodes) | set(opt.placement.new_rollout))

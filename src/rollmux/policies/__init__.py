@@ -1,6 +1,7 @@
 """Placement policies, one per file, behind ``rollmux.policies.base.Policy``."""
 from __future__ import annotations
 
+from rollmux.accounting import OURS, CostAccounting
 from rollmux.policies.base import Policy
 from rollmux.policies.colocated import Colocated
 from rollmux.policies.gavel import Gavel
@@ -14,13 +15,17 @@ DEFAULT_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "solo-d
 KNOWN = DEFAULT_POLICIES + ("rollmux-bestfit", "optimal")
 
 
-def make_policy(name: str, seed: int = 0) -> Policy:
-    """A fresh policy instance by name (policies may keep per-run state)."""
+def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS) -> Policy:
+    """A fresh policy instance by name (policies may keep per-run state). ``accounting``
+    reaches RollMux's planner (saturation gate, SLO checks; ``rollmux.accounting``)."""
+    acct = accounting
     factories = {
-        "rollmux": lambda: RollMuxPolicy("first", "rollmux"),
-        "rollmux-bestfit": lambda: RollMuxPolicy("best-fit", "rollmux-bestfit"),
-        "rollmux-consolidate": lambda: RollMuxPolicy("first", "rollmux-consolidate", consolidate=True),
-        "rollmux-regroup": lambda: RollMuxPolicy("first", "rollmux-regroup", consolidate=True, regroup=True),
+        "rollmux": lambda: RollMuxPolicy("first", "rollmux", accounting=acct),
+        "rollmux-bestfit": lambda: RollMuxPolicy("best-fit", "rollmux-bestfit", accounting=acct),
+        "rollmux-consolidate": lambda: RollMuxPolicy("first", "rollmux-consolidate", consolidate=True,
+                                                     accounting=acct),
+        "rollmux-regroup": lambda: RollMuxPolicy("first", "rollmux-regroup", consolidate=True, regroup=True,
+                                                 accounting=acct),
         "solo-d": SoloDisaggregated,
         "colocated": Colocated,
         "gavel": Gavel,

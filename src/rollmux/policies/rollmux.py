@@ -9,6 +9,7 @@ moves all their jobs when that is cheaper (``improve.plan_regroup``).
 """
 from __future__ import annotations
 
+from rollmux.accounting import OURS, CostAccounting
 from rollmux.improve import plan_regroup
 from rollmux.model import Job
 from rollmux.plan_state import PlanState
@@ -18,9 +19,9 @@ from rollmux.policies.base import DisaggregatedTimes
 
 class RollMuxPolicy(DisaggregatedTimes):
     def __init__(self, tie_break: str = "first", name: str = "rollmux", consolidate: bool = False,
-                 regroup: bool = False) -> None:
+                 regroup: bool = False, accounting: CostAccounting = OURS) -> None:
         self.name = name
-        self.planner = Planner(tie_break=tie_break)
+        self.planner = Planner(tie_break=tie_break, accounting=accounting)
         if consolidate:
             self.repack = self.planner.repack
         if regroup:

@@ -19,10 +19,12 @@ from rollmux.sim.metrics import PolicyResult
 _SHORT = {ROLLOUT: "R", TRAIN: "T"}
 
 
-def simulate_table(results: list[PolicyResult], reference: str = "rollmux") -> Table:
+def simulate_table(results: list[PolicyResult], reference: str = "rollmux", accounting: str = "ours") -> Table:
+    """The comparison table; its title names the reference policy and the accounting
+    (``rollmux.accounting``: ours, or the paper authors')."""
     ref = next((r for r in results if r.policy == reference), results[0])
     bounded = sorted({p for r in results for p in r.bounded}, key=POOLS.index)
-    title = "Policies side by side (cost relative to " + escape(ref.policy) + ")"
+    title = "Policies side by side (cost relative to " + escape(ref.policy) + f"; {escape(accounting)} accounting)"
     slo_col = "SLO met"
     if bounded:
         title += (f"; {' and '.join(bounded)} pool{'s' if len(bounded) > 1 else ''} bounded: "

@@ -39,6 +39,16 @@ busy-seconds count work: a donor's freed GPUs stop counting from its tail report
 slice counts its body x its GPUs (the same GPU-seconds at any rate). ``handoff=False`` draws
 the same figures (heads included) and hands nothing off (the tail's freed GPUs idle): the
 baseline that compares phase for phase.
+
+Accounting (``accounting``, ``rollmux.accounting``): the cluster is first seen through it
+(prices, host memory, switch cost). With
+``fixed_departures`` (``--accounting paper``) a job does not stop after its iterations:
+it leaves at arrival + ``duration_s`` (event kind 4, after every other event of the
+instant) whatever its slowdown, in the middle of a phase if need be (the phase's
+remaining GPU-seconds stop counting as busy); its outcome counts the iterations it
+completed. A job being moved (consolidation, regrouping) when its time comes leaves as
+soon as it is admitted to its new group. A job still queued then never ran. $/h is
+then over the trace's own span (``departure_span_s``).
 """
 from __future__ import annotations
 
@@ -47,6 +57,7 @@ import time
 from collections import Counter
 from typing import Callable
 
+from rollmux.accounting import OURS, CostAccounting, departure_span_s, leave_after_s
 from rollmux.errors import CapacityError
 from rollmux.execution import GroupExecutor, Grant
 from rollmux.improve import materialize
@@ -56,16 +67,22 @@ from rollmux.policies.base import Policy
 from rollmux.sim.durations import DurationModel
 from rollmux.sim.metrics import END_TO_END, ITERATION, Accounting, JobOutcome, PolicyResult, finish, solo_span_s
 
-_END, _ARRIVE, _MIGRATE, _TAIL = 0, 1, 2, 3
+_END, _ARRIVE, _MIGRATE, _TAIL, _DEPART = 0, 1, 2, 3, 4
 MIGRATION_S = 300.0
 
 
 def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: str = "worst", seed: int = 0,
              record_spans: bool = False, progress: Callable[[float], None] | None = None,
              migration_s: float = MIGRATION_S, tail: bool = False, tail_threshold: float = 0.8,
-             handoff: bool = True) -> PolicyResult:
-    """Replay ``jobs`` (validated, unique ids) under ``policy``; see the module docstring."""
+             handoff: bool = True, accounting: CostAccounting = OURS) -> PolicyResult:
+    """Replay ``jobs`` (validated, unique ids) under ``policy``; see the module docstring.
+    ``policy`` should be made with the same ``accounting`` (``make_policy(..., accounting=)``)."""
     started = time.perf_counter()
+    cluster = accounting.apply_cluster(cluster)
+    fixed = accounting.fixed_departures
+    departed: set[str] = set()
+    due: set[str] = set()  # fixed departure reached while being moved: leave once admitted
+    phase_of: dict[str, tuple[float, str, int]] = {}  # job -> (end, accounted pool, GPUs) of its running phase
     durations = DurationModel(duration_model, seed, tail, tail_threshold)
     rollout_end: dict[str, float] = {}  # job -> end of its running rollout
     tail_token: dict[str, int] = {}  # job -> seq of its pending tail report
@@ -93,6 +110,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     for j in jobs:
         heap.append((j.arrival_s, _ARRIVE, seq, j.job_id, ""))
         seq += 1
+        if fixed:
+            heap.append((j.arrival_s + leave_after_s(j), _DEPART, seq, j.job_id, ""))
+            seq += 1
     heapq.heapify(heap)
     last_arrival = max((j.arrival_s for j in jobs), default=0.0)
     events = 0
@@ -204,6 +224,48 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         outcomes[decision.outcome] += 1
         return True
 
+    def leave(job_id: str, gid: str, now: float) -> None:
+        """``job_id`` leaves its group at ``now`` (its last iteration, or a fixed departure)."""
+        ex = executors[gid]
+        if ex.running(job_id) is not None and not fixed:
+            ex.finish(job_id, now, requeue=False)
+        ex.remove(job_id)
+        release = state.release(job_id)
+        if release.group_closed:
+            del executors[gid]
+        else:
+            dirty[gid] = None
+            if regroup is not None:
+                plan_regroup(gid, now)
+            if repack is not None:
+                offer.update(m.job.job_id for m in state.groups[gid].members)
+        job = by_id[job_id]
+        finished.append(JobOutcome(job_id, job.arrival_s, placed_at[job_id], now, done[job_id],
+                                   job.t_solo, job.slo, outcome_of[job_id], gid, basis))
+        place_waiting(now)
+
+    def depart(job_id: str, now: float) -> None:
+        """Fixed departure of ``job_id`` at ``now``, wherever it is."""
+        if job_id in waiting:
+            waiting.remove(job_id)
+            rejected.append(job_id)
+            reasons[job_id] = "left at its recorded departure before it could be placed"
+            return
+        if job_id not in state.job_group:  # rejected on arrival
+            return
+        if job_id in moving or job_id in pending:
+            due.add(job_id)
+            return
+        departed.add(job_id)
+        offer.discard(job_id)
+        tail_token.pop(job_id, None)
+        gid = state.job_group[job_id]
+        running = phase_of.pop(job_id, None)
+        if running is not None and executors[gid].running(job_id) is not None and running[0] > now:
+            end, pool, gpus = running
+            acct.busy[pool] -= (end - now) * gpus
+        leave(job_id, gid, now)
+
     def start(grant: Grant, gid: str, now: float) -> None:
         nonlocal seq
         job = by_id[grant.job_id]
@@ -227,6 +289,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             rollout_end[grant.job_id] = end
         pool = TRAIN if state.groups[gid].colocated else grant.pool
         acct.busy[pool] += body * len(grant.nodes) * gpn
+        if fixed:
+            phase_of[grant.job_id] = (end, pool, len(grant.nodes) * gpn)
         if spans is not None:
             spans.append((gid, grant.job_id, grant.pool, grant.nodes, now, now + grant.switch_s + overhead, end))
         heapq.heappush(heap, (end, _END, seq, grant.job_id, grant.pool))
@@ -248,6 +312,16 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             if kind == _MIGRATE:
                 moving.discard(job_id)
                 admit(by_id[job_id], now)
+                if job_id in due:
+                    due.discard(job_id)
+                    depart(job_id, now)
+                    changed = True
+                continue
+            if kind == _DEPART:
+                depart(job_id, now)
+                changed = True
+                continue
+            if job_id in departed:  # the end of a phase cut short by a fixed departure
                 continue
             if kind == _TAIL:
                 if tail_token.pop(job_id, None) is not None:
@@ -267,22 +341,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             ex = executors[gid]
             if pool == TRAIN:
                 done[job_id] += 1
-                if done[job_id] >= target[job_id]:
-                    ex.finish(job_id, now, requeue=False)
-                    ex.remove(job_id)
-                    release = state.release(job_id)
-                    if release.group_closed:
-                        del executors[gid]
-                    else:
-                        dirty[gid] = None
-                        if regroup is not None:
-                            plan_regroup(gid, now)
-                        if repack is not None:
-                            offer.update(m.job.job_id for m in state.groups[gid].members)
-                    job = by_id[job_id]
-                    finished.append(JobOutcome(job_id, job.arrival_s, placed_at[job_id], now, done[job_id],
-                                               job.t_solo, job.slo, outcome_of[job_id], gid, basis))
-                    place_waiting(now)
+                if done[job_id] >= target[job_id] and not fixed:
+                    leave(job_id, gid, now)
                     changed = True
                     continue
                 if job_id in pending:
@@ -316,7 +376,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         raise _never_placed(name, cluster, rejected, reasons, short_of)
     finished.sort(key=lambda o: (o.arrival_s, o.job_id))
     result = finish(name, acct, finished, outcomes, events, time.perf_counter() - started, spans, rejected,
-                    solo_span_s(jobs))
+                    departure_span_s(jobs) if fixed else solo_span_s(jobs))
+    result.accounting = accounting.name
     result.slo_basis, result.bounded, result.reject_reasons = basis, bounded, {k: reasons[k] for k in rejected}
     return result
 

@@ -63,7 +63,9 @@ class JobOutcome:
 
     @property
     def mean_iteration_s(self) -> float:
-        return (self.end_s - self.placed_s) / self.iterations
+        """Time placed / iterations done (infinite for a job that left, at a fixed departure,
+        before finishing one)."""
+        return (self.end_s - self.placed_s) / self.iterations if self.iterations else float("inf")
 
     @property
     def slowdown(self) -> float:
@@ -73,7 +75,7 @@ class JobOutcome:
     @property
     def e2e_slowdown(self) -> float:
         """End-to-end slowdown: JCT (wait included) / solo run time."""
-        return self.jct_s / self.solo_s
+        return self.jct_s / self.solo_s if self.solo_s > 0 else float("inf")
 
     @property
     def slo_met(self) -> bool:
@@ -177,6 +179,7 @@ class PolicyResult:
     queue_job_s: float = 0.0
     binding_s: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in POOLS})
     waited_on_s: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in POOLS})
+    accounting: str = "ours"  # rollmux.accounting: whose modelling choices the run used
 
     @property
     def cost_per_hour(self) -> float:
@@ -230,6 +233,7 @@ class PolicyResult:
             "total_cost": self.total_cost,
             "span_hours": self.span_s / 3600.0,
             "solo_span_hours": self.reference_span_s / 3600.0,
+            "accounting": self.accounting,
             "slo_attainment": self.slo_attainment,
             "slo_basis": self.slo_basis,
             "slo_attainment_per_iteration": self.attainment(ITERATION),
