@@ -26,6 +26,19 @@ What ``run_demo`` does, in order:
 Every phase of every run goes through the SDK (grant, warm load, work, offload,
 release), so solo and multiplexed runs carry the same overheads.
 
+``--tail`` (``tail=True``): the long-tail hand-off. Each job gets ``TAIL_WORKERS``
+rollout workers on its rollout node (each standing for 8 / ``TAIL_WORKERS`` of its 8
+GPUs); every rollout is generated in lock-step rounds of ``gen_batch`` chunks over the
+active workers and, once 80% of its sequences are done, reports its tail
+(``Phase.tail``) and continues on the workers covering the GPUs it keeps; the service
+hands the freed GPUs to the next queued rollout of the group, which runs on
+``share x TAIL_WORKERS`` workers (at least 1) and grows to all of them when the donor's
+rollout ends (``rollmux.grpo.driver._tail_rollout``). Every run (profile, solo,
+multiplexed) rolls out this way, so they stay comparable. ``summary.json`` gets
+``handoffs`` (count, each slice's donor, recipient, node, share and seconds) and
+``gpu_peak`` (the most GPUs any node ran at once, from the recorded stretches); the
+Gantt chart draws a rollout stretch at the fraction of the node's GPUs it held.
+
 ``--policy rollmux-consolidate`` runs the live-move scenario instead
 (``rollmux.demo_moves``): three jobs, a departure, and a job moved to another group
 with its Ray workers and state handed over through the object store.
@@ -54,15 +67,20 @@ from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, PoolSpec, SwitchCost
 PROFILE_ITERATIONS = 2
 SWITCH_ESTIMATE_S = 0.05  # per phase start, charged by the planner: warm load + grant round trip
 QUICK_ITERATIONS = 4
+TAIL_WORKERS = 2  # rollout workers per job with --tail (each stands for 8 / TAIL_WORKERS GPUs)
+GPUS_PER_NODE = 8
 
 
 def run_demo(out_dir: Path, jobs: int = 2, minutes: float = 4.0, iterations: int | None = None,
-             quick: bool = False, log: Callable[[str], None] = print) -> dict:
+             quick: bool = False, log: Callable[[str], None] = print, tail: bool = False,
+             solo: bool = True) -> dict:
     """Run the demo and write its report to ``out_dir``; returns the results dict.
 
     ``jobs``: 2 or 3. ``minutes``: wall budget of the solo plus multiplexed runs, used
     when ``iterations`` is None. ``quick``: a shortened run for tests (two-iteration
     profile, ``QUICK_ITERATIONS`` iterations unless given, a smaller batch per job).
+    ``tail``: the long-tail hand-off (chunked rollouts on ``TAIL_WORKERS`` workers per job).
+    ``solo=False`` (tests): no separate solo runs; the profile runs stand for them.
     """
     from rollmux.grpo.profiles import DEMO_PROFILES
 
@@ -76,9 +94,10 @@ def run_demo(out_dir: Path, jobs: int = 2, minutes: float = 4.0, iterations: int
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
-    from rollmux.grpo.driver import warm_start_weights
+    from rollmux.grpo.driver import TailConfig, warm_start_weights
     from rollmux.runtime.ray_adapter import local_cluster
 
+    tail_config = TailConfig(TAIL_WORKERS, gpus_per_node=GPUS_PER_NODE) if tail else None
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     profiles = DEMO_PROFILES[jobs]
@@ -99,19 +118,28 @@ def run_demo(out_dir: Path, jobs: int = 2, minutes: float = 4.0, iterations: int
         try:
             log("profile: each job alone for "
                 f"{PROFILE_ITERATIONS} iterations (measures t_roll_s, t_train_s for the planner)")
-            profiled = {p.name: _run_alone(client, p, f"{p.name}-profile", PROFILE_ITERATIONS, weights[p.name], log)
-                        for p in profiles}
+            profiled = {p.name: _run_alone(client, p, f"{p.name}-profile", PROFILE_ITERATIONS, weights[p.name], log,
+                                           tail_config) for p in profiles}
             times = {name: _phase_means(run) for name, run in profiled.items()}
             if iterations is None:
                 iterations = _fit_iterations(times, minutes, len(rollout_nodes), len(train_nodes))
             log(f"iterations per job: {iterations}")
-            solo = {p.name: _run_alone(client, p, f"{p.name}-solo", iterations, weights[p.name], log)
-                    for p in profiles}
-            mux, explanations = _run_multiplexed(client, profiles, times, iterations, weights, log)
+            if solo:
+                solo = {p.name: _run_alone(client, p, f"{p.name}-solo", iterations, weights[p.name], log,
+                                           tail_config) for p in profiles}
+            else:
+                log("solo: the profile runs stand for the solo runs")
+                solo = profiled
+            mux, explanations = _run_multiplexed(client, profiles, times, iterations, weights, log, tail_config)
         finally:
             client.close()
     assert not ray.is_initialized()
     results = _report(profiles, times, solo, mux, explanations, iterations, time.time() - t_start)
+    results["tail"] = tail
+    if tail:
+        spans = _span_dicts(mux)
+        results["handoffs"] = handoffs(spans)
+        results["gpu_peak"] = gpu_peak(spans)
     _write(results, solo, mux, out_dir)
     for line in summary_lines(results):
         log(line)
@@ -134,6 +162,10 @@ def register(app: typer.Typer) -> None:
         migration_s: float = typer.Option(8.0, "--migration-s",
                                           help="With rollmux-consolidate: the planned pause of a move until the "
                                                "service has measured one."),
+        tail: bool = typer.Option(False, "--tail",
+                                  help="Long-tail hand-off: chunked rollouts on several workers per job; at 80% of "
+                                       "sequences done a rollout shrinks and the next queued rollout starts on "
+                                       "the freed share of the node."),
     ) -> None:
         """Run real GRPO jobs on a local Ray cluster under the live control plane; report and plot."""
         try:
@@ -144,7 +176,7 @@ def register(app: typer.Typer) -> None:
                 return
             if policy != "rollmux":
                 raise SpecError("policy", policy, "rollmux or rollmux-consolidate")
-            run_demo(out, jobs=jobs, minutes=minutes, iterations=iterations)
+            run_demo(out, jobs=jobs, minutes=minutes, iterations=iterations, tail=tail)
         except SpecError as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(2)
@@ -170,6 +202,11 @@ def summary_lines(results: dict) -> list[str]:
     lines.append(f"warm switches: {s['count']} (load mean {s['load_mean_ms']:.1f} ms, max {s['load_max_ms']:.1f} ms; "
                  f"offload mean {s['offload_mean_ms']:.1f} ms, max {s['offload_max_ms']:.1f} ms; "
                  f"{s['bytes_max'] / 1e6:.1f} MB largest state)")
+    if results.get("tail"):
+        h = results["handoffs"]
+        lines.append(f"long-tail hand-offs: {h['count']} (slices ran " + ", ".join(f"{x:.2f}" for x in h["slice_s"])
+                     + f" s); most GPUs on one node at once: {results['gpu_peak']['gpus']:g} of {GPUS_PER_NODE} "
+                     f"(service accounting {results['gpu_peak']['service_gpus']:g})")
     return lines
 
 
@@ -209,17 +246,17 @@ def _control_plane(rollout_nodes: int, train_nodes: int, out_dir: Path, policy: 
             thread.join(30)
 
 
-def _run_alone(client, profile, job_id, iterations, weights, log):
+def _run_alone(client, profile, job_id, iterations, weights, log, tail=None):
     from rollmux.grpo.driver import job_spec, run_job
 
     # The spec of a lone job only needs to fit; its phase times do not matter to anyone else.
     job = client.submit(job_spec(job_id, profile, 1.0, 1.0))
-    run = run_job(job, profile, iterations, weights)
+    run = run_job(job, profile, iterations, weights, tail=tail)
     log(f"  {job_id}: {run.mean_iteration_s:.2f} s/iteration, reward {run.rewards[0]:.3f} -> {run.rewards[-1]:.3f}")
     return run
 
 
-def _run_multiplexed(client, profiles, times, iterations, weights, log):
+def _run_multiplexed(client, profiles, times, iterations, weights, log, tail=None):
     from rollmux.grpo.driver import job_spec, run_job
 
     handles = [client.submit(job_spec(p.name, p, *times[p.name])) for p in profiles]
@@ -234,7 +271,7 @@ def _run_multiplexed(client, profiles, times, iterations, weights, log):
 
     def drive(profile, handle):
         try:
-            runs[profile.name] = run_job(handle, profile, iterations, weights[profile.name],
+            runs[profile.name] = run_job(handle, profile, iterations, weights[profile.name], tail=tail,
                                          on_iteration=lambda j, i, r: log(f"  {j} it {i}: reward {r:.3f}")
                                          if (i + 1) % 10 == 0 else None)
         except Exception as exc:  # re-raised by the caller below
@@ -335,17 +372,70 @@ def _write(results: dict, solo: dict, mux: dict, out_dir: Path) -> None:
     full = {**results, "runs": {"solo": {k: r.to_dict() for k, r in solo.items()},
                                 "multiplexed": {k: r.to_dict() for k, r in mux.items()}}}
     (out_dir / "results.json").write_text(json.dumps(full, indent=1, default=list))
-    summary = {"policy": "rollmux", "moves": [],
+    summary = {"policy": "rollmux", "moves": [], "tail": bool(results.get("tail")),
+               **{k: results[k] for k in ("handoffs", "gpu_peak") if k in results},
                "jobs": {k: {"iterations_done": len(r.rewards), "iterations_target": r.iterations,
                             "groups": [r.placement["group_id"]], "moved": False,
                             "mean_iteration_s": r.mean_iteration_s, "rewards": r.rewards} for k, r in mux.items()}}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    spans = [{"job_id": s.job_id, "pool": s.pool, "nodes": s.nodes, "start": s.start, "end": s.end}
-             for r in mux.values() for s in r.spans]
-    measured_gantt(spans, out_dir / "gantt.png",
-                   "Multiplexed GRPO jobs: measured phases per node (solid: rollout, hatched: train)")
+    title = "Multiplexed GRPO jobs: measured phases per node (solid: rollout, hatched: train)"
+    if results.get("tail"):
+        title += f"\nlong tail: bar height = share of the node's GPUs; {results['handoffs']['count']} hand-offs"
+    measured_gantt(_span_dicts(mux), out_dir / "gantt.png", title)
     reward_curves(results["curves"], out_dir / "rewards.png")
     busy_fractions(results["busy"], out_dir / "busy.png")
+
+
+def _span_dicts(runs: dict) -> list[dict]:
+    return [{"job_id": s.job_id, "pool": s.pool, "nodes": list(s.nodes), "iteration": s.iteration,
+             "start": s.start, "end": s.end, "share": s.share, "segments": s.segments}
+            for r in runs.values() for s in r.spans]
+
+
+def handoffs(spans: list[dict]) -> dict:
+    """The long-tail hand-offs of a run: each rollout granted as a slice (``share`` < 1),
+    with its donor (the rollout on the same node whose tail stretch covers the slice's
+    start), the share, and the seconds it ran as a slice (until it grew to the whole node
+    or ended)."""
+    slices = []
+    for s in spans:
+        if s["pool"] != "rollout" or s["share"] >= 1.0:
+            continue
+        grown = [a for a, _b, _g, sg in s["segments"] if sg >= GPUS_PER_NODE]
+        until = min(grown) if grown else s["end"]
+        donor = next((d for d in spans if d["pool"] == "rollout" and d["job_id"] != s["job_id"]
+                      and set(d["nodes"]) & set(s["nodes"]) and d["start"] <= s["start"] <= d["end"]), None)
+        tail_at = None
+        if donor is not None:
+            tail_at = next((a for a, _b, _g, sg in donor["segments"] if sg < GPUS_PER_NODE), None)
+        slices.append({"recipient": s["job_id"], "recipient_iteration": s["iteration"],
+                       "donor": None if donor is None else donor["job_id"],
+                       "donor_iteration": None if donor is None else donor["iteration"],
+                       "nodes": s["nodes"], "share": s["share"], "start": s["start"], "donor_tail_at": tail_at,
+                       "slice_s": until - s["start"], "grew": bool(grown)})
+    slices.sort(key=lambda x: x["start"])
+    return {"count": len(slices), "slice_s": [x["slice_s"] for x in slices], "slices": slices}
+
+
+def gpu_peak(spans: list[dict]) -> dict:
+    """The most GPUs any node ran at once, from the recorded stretches: ``gpus`` by the
+    jobs' active workers, ``service_gpus`` by the service's accounting (a donor's kept
+    GPUs, a recipient's share). A span without stretches holds the whole node."""
+    events: dict[str, list[tuple[float, int, float, float]]] = {}
+    for s in spans:
+        pieces = s["segments"] or [[s["start"], s["end"], GPUS_PER_NODE, GPUS_PER_NODE]]
+        for node in s["nodes"]:
+            for a, b, g, sg in pieces:
+                # releases sort before grants at the same instant
+                events.setdefault(node, []).extend([(a, 1, g, sg), (b, 0, -g, -sg)])
+    peak = {"gpus": 0.0, "service_gpus": 0.0, "node": None}
+    for node, evs in events.items():
+        g = sg = 0.0
+        for _t, _kind, dg, dsg in sorted(evs):
+            g, sg = g + dg, sg + dsg
+            if g > peak["gpus"] or sg > peak["service_gpus"]:
+                peak = {"gpus": max(g, peak["gpus"]), "service_gpus": max(sg, peak["service_gpus"]), "node": node}
+    return peak
 
 
 def _shrunk(profile):

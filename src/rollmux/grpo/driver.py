@@ -44,7 +44,7 @@ from rollmux.grpo.task import get_task
 from rollmux.grpo.workers import RolloutWorker, TrainWorker
 from rollmux.model import ROLLOUT, TRAIN
 from rollmux.plan_state import Placement
-from rollmux.runtime.ray_adapter import RayJobRunner
+from rollmux.runtime.ray_adapter import RayJobRunner, WorkerInfo
 from rollmux.runtime.sdk import JobHandle
 
 
@@ -58,6 +58,12 @@ class PhaseSpan:
     iteration: int
     start: float
     end: float
+    share: float = 1.0  # the grant's share (< 1: a long-tail slice of another job's node)
+    #: Long-tail rollouts: [start, end, gpus, service_gpus] per stretch of the phase on
+    #: each of its nodes; ``gpus`` is what the job's active rollout workers stand for
+    #: (workers x GPUs per worker), ``service_gpus`` what the service accounts it (the
+    #: GPUs a donor keeps, a recipient's share x GPUs per node). Empty: the whole node.
+    segments: list = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -102,9 +108,17 @@ class JobRun:
         """Wall time from the first grant to the last release, per iteration (waits included)."""
         return (self.end - self.start) / self.iterations
 
-    def phase_seconds(self, pool: str) -> float:
-        """Node-seconds this job held in ``pool``."""
-        return sum((s.end - s.start) * len(s.nodes) for s in self.spans if s.pool == pool)
+    def phase_seconds(self, pool: str, gpus_per_node: int = 8) -> float:
+        """Node-seconds this job held in ``pool`` (a long-tail stretch counts its GPUs' fraction)."""
+        total = 0.0
+        for s in self.spans:
+            if s.pool != pool:
+                continue
+            if s.segments:
+                total += sum((b - a) * g / gpus_per_node for a, b, g, _ in s.segments) * len(s.nodes)
+            else:
+                total += (s.end - s.start) * len(s.nodes)
+        return total
 
     def to_dict(self) -> dict:
         return {**asdict(self), "mean_iteration_s": self.mean_iteration_s}
@@ -118,15 +132,39 @@ class _Workers:
     """
 
     def __init__(self, job_id: str, profile: JobProfile, placement: dict, weights: dict[str, torch.Tensor],
-                 timeout_s: float = 120.0) -> None:
+                 timeout_s: float = 120.0, rollout_workers: int = 1) -> None:
         self.job_id = job_id
         self.profile = profile
         self.timeout_s = timeout_s
         self.runner: RayJobRunner | None = None
+        self.helpers: list[Any] = []
         self.where = (tuple(placement["rollout_nodes"]), tuple(placement["train_nodes"]))
         self._start(placement["group_id"])
-        self.params, _ = ray.get([self.roll.setup.remote(profile, weights), self.train.setup.remote(profile, weights)])
+        if rollout_workers > 1:
+            self._start_helpers(rollout_workers - 1)
+        self.params, _, *_ = ray.get([self.roll.setup.remote(profile, weights),
+                                      self.train.setup.remote(profile, weights),
+                                      *(h.setup.remote(profile, weights) for h in self.helpers)])
         self.moves: list[dict] = []
+
+    def _start_helpers(self, count: int) -> None:
+        """More rollout workers of the job on its (first) rollout node, for chunked rollouts.
+
+        The adapter's runner starts as many workers per node in both pools, so the extra
+        rollout workers are plain actors pinned by the node's resource (no CPU or GPU
+        claimed, as the runner's); they go with ``shutdown``.
+        """
+        from rollmux.runtime.ray_adapter import node_resource
+
+        node = self.where[0][0]
+        actor = ray.remote(RolloutWorker)
+        self.helpers = [actor.options(num_cpus=0, num_gpus=0, resources={node_resource(node): 0.01})
+                        .remote(WorkerInfo(self.job_id, ROLLOUT, node, k + 1)) for k in range(count)]
+
+    @property
+    def rollers(self) -> list[Any]:
+        """The job's rollout workers: the runner's first, then the helpers."""
+        return [self.roll, *self.helpers]
 
     def _start(self, group_id: str) -> None:
         plan = Placement(group_id, *self.where)
@@ -143,6 +181,8 @@ class _Workers:
         outlive the old actors; the old runner goes first (its reservation bears the
         job's name), then the new one starts and its workers import the state.
         """
+        if self.helpers:
+            raise RuntimeError(f"{self.job_id}: a job with several rollout workers does not move")
         t0, wall0 = time.perf_counter(), time.time()
         exports = [self.roll.export_state.remote(), self.train.export_state.remote()]
         ray.wait(exports, num_returns=2, timeout=self.timeout_s, fetch_local=False)
@@ -163,6 +203,10 @@ class _Workers:
         return ray.get(self.train.export_state.remote())
 
     def shutdown(self) -> None:
+        helpers, self.helpers = self.helpers, []
+        if helpers and ray.is_initialized():
+            for h in helpers:
+                ray.kill(h, no_restart=True)
         if self.runner is not None:
             self.runner.shutdown()
 
@@ -223,29 +267,35 @@ def job_spec(job_id: str, profile: JobProfile, t_roll_s: float, t_train_s: float
 
 def run_job(job: JobHandle, profile: JobProfile, iterations: int, weights: dict[str, torch.Tensor],
             placed_timeout_s: float = 300.0, on_iteration: Any = None, movable: bool = False,
-            final_state: dict | None = None) -> JobRun:
+            final_state: dict | None = None, tail: TailConfig | None = None) -> JobRun:
     """Run a submitted job to completion (``Client.submit`` made ``job``); returns its measurements.
 
     ``on_iteration(job_id, iteration, reward)``, if given, is called after every train phase.
     ``movable``: the handle's ``on_move`` hands the workers and their state to the nodes
     of a move directive (``_Workers.move``). ``final_state``, if given, receives the
     training worker's exported state after the last iteration (key ``job_id``).
+    ``tail``: chunked rollouts over ``tail.workers`` rollout workers with the long-tail
+    report (``_tail_rollout``); each rollout span then carries its ``segments``.
     The job is cancelled (and its workers stopped) if anything raises.
     """
     job_id = job.job_id
     workers = None
+    shapes: dict[int, dict] = {}
     try:
         placement = job.wait_placed(timeout_s=placed_timeout_s)
-        workers = _Workers(job_id, profile, placement, weights)
+        workers = _Workers(job_id, profile, placement, weights, rollout_workers=tail.workers if tail else 1)
         if movable:
             job.on_move = workers.move
         run = JobRun(job_id, profile.name, iterations, placement, workers.params, moves=workers.moves)
         states = {pool: RemoteState(workers, job_id, pool, run.switches) for pool in (ROLLOUT, TRAIN)}
         latest = None
         for step in range(iterations):
-            with job.phase(ROLLOUT, state=states[ROLLOUT], device="cpu"):
-                batch, stats_ref = workers.roll.rollout.options(num_returns=2).remote(step, latest)
-                stats = ray.get(stats_ref)
+            with job.phase(ROLLOUT, state=states[ROLLOUT], device="cpu") as ph:
+                if tail is None:
+                    batch, stats_ref = workers.roll.rollout.options(num_returns=2).remote(step, latest)
+                    stats = ray.get(stats_ref)
+                else:
+                    batch, stats, shapes[step] = _tail_rollout(job, ph, workers, step, latest, tail)
             with job.phase(TRAIN, state=states[TRAIN], device="cpu"):
                 latest, train_ref = workers.train.train.options(num_returns=2).remote(batch)
                 run.train_stats.append(ray.get(train_ref))
@@ -267,7 +317,92 @@ def run_job(job: JobHandle, profile: JobProfile, iterations: int, weights: dict[
             workers.shutdown()
     run.spans = [PhaseSpan(job_id, name, nodes, i // 2, start, end)
                  for i, (name, nodes, _seq, start, end) in enumerate(job.history)]
+    for span in run.spans:
+        shape = shapes.get(span.iteration) if span.pool == ROLLOUT else None
+        if shape is not None:
+            span.share = shape["share"]
+            points = shape["points"]
+            times = [span.start] + [max(span.start, min(span.end, t)) for t, _, _ in points[1:]] + [span.end]
+            span.segments = [[times[k], times[k + 1], g, sg] for k, (_, g, sg) in enumerate(points)
+                             if times[k + 1] > times[k]]
     return run
+
+
+@dataclass(frozen=True, slots=True)
+class TailConfig:
+    """The long-tail demo's rollout: ``workers`` rollout workers per job, each standing
+    for ``gpus_per_node / workers`` GPUs of the job's rollout node; the rollout reports
+    its fraction of sequences done once it reaches ``threshold``."""
+
+    workers: int = 2
+    threshold: float = 0.8
+    gpus_per_node: int = 8
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return self.gpus_per_node // self.workers
+
+
+def _tail_rollout(job: JobHandle, ph: Any, workers: _Workers, step: int, latest: Any,
+                  tail: TailConfig) -> tuple[dict, dict, dict]:
+    """One rollout in rounds of ``gen_batch`` chunks over the job's active rollout workers.
+
+    A full grant starts on every worker; a slice (``share`` < 1) on ``share x workers``
+    of them (at least 1). Rounds are lock-step (every active worker gets one chunk, then
+    all are awaited), so between rounds no worker has work in flight. A full grant whose
+    finished fraction reaches the threshold reports its tail (``Phase.tail``) and shrinks
+    to the workers covering the GPUs the service lets it keep (ceil(keep / GPUs per
+    worker)); the others are released (get no more chunks) and the rest continue on the
+    kept ones. A slice polls its grant between rounds and grows to every worker once the
+    donor's rollout has ended (share 1). Returns (batch, stats, shape), ``shape`` being
+    the grant's share and the change points (time, gpus, service_gpus).
+    """
+    t0 = time.perf_counter()
+    p = workers.profile
+    rollers = workers.rollers
+    total, per = len(rollers), tail.gpus_per_worker
+    share = float(ph.grant.get("share", 1.0))
+    active = total if share >= 1.0 else max(1, min(total, int(share * total + 1e-9)))
+    points = [(None, active * per, share * tail.gpus_per_node)]
+    helpers = rollers[1:]
+    ray.get([h.switch_in.remote() for h in helpers])
+    try:
+        sizes = ray.get([r.prepare.remote(step, latest) for r in rollers])
+        n = sizes[0]
+        starts = list(range(0, n, p.gen_batch))
+        parts: dict[int, dict] = {}
+        k, tailed, sliced = 0, False, share < 1.0
+        while k < len(starts):
+            batch_starts = starts[k:k + active]
+            for s, part in zip(batch_starts, ray.get([rollers[i].chunk.remote(step, s)
+                                                      for i, s in enumerate(batch_starts)])):
+                parts[s] = part
+            k += len(batch_starts)
+            if k >= len(starts):
+                break
+            done = sum(len(part["rewards"]) for part in parts.values())
+            if not sliced and not tailed and done / n >= tail.threshold:
+                at = time.time()
+                keep = ph.tail(done / n)
+                if 0 < keep < tail.gpus_per_node:
+                    tailed = True
+                    active = max(1, min(active, -(-keep // per)))
+                    points.append((at, active * per, float(keep)))
+            elif sliced:
+                view = job.client.call("GET", f"/jobs/{job.job_id}", token=job.token)
+                grant = view.get("grant") or {}
+                if float(grant.get("share", 0.0)) >= 1.0:
+                    sliced, active = False, total
+                    points.append((time.time(), active * per, float(tail.gpus_per_node)))
+    finally:
+        ray.get([h.switch_out.remote() for h in helpers])
+    ordered = [parts[s] for s in starts]
+    rewards = torch.cat([part["rewards"] for part in ordered])
+    batch = {"prompts": torch.cat([part["prompts"] for part in ordered]),
+             "completions": torch.cat([part["completions"] for part in ordered]), "rewards": rewards}
+    stats = {"reward": float(rewards.mean()), "exact": float((rewards == 1.0).float().mean()),
+             "samples": len(rewards), "compute_s": time.perf_counter() - t0}
+    return batch, stats, {"share": share, "points": points}
 
 
 def replay_job(profile: JobProfile, iterations: int, weights: dict[str, torch.Tensor]) -> tuple[list[float], dict]:

@@ -17,6 +17,11 @@ the cache's ``SwitchRecord``.
   ``epochs`` passes of shuffled minibatches with the clipped loss and gradient
   clipping at 1. Returns (weights, stats): the updated policy's state_dict.
 
+Chunked rollout (``prepare(step, weights)``, then ``chunk(step, start)`` per
+``gen_batch`` sequences): the long-tail demo spreads one rollout over several rollout
+workers of a job and reports its tail as chunks finish; each chunk has the seed it has
+in ``rollout``, so the assembled batch is ``rollout``'s, whoever generated which chunk.
+
 Moves (``export_state`` / ``import_state``): between phases an entry sits in its
 cache's host buffers. ``export_state`` returns copies of those buffers by slot name
 (every parameter and buffer, every tensor of the optimizer's per-parameter state),
@@ -145,6 +150,35 @@ class RolloutWorker(_CachedWorker):
         stats = {"reward": float(rewards.mean()), "exact": float((rewards == 1.0).float().mean()),
                  "samples": len(rewards), "compute_s": time.perf_counter() - t0}
         return {"prompts": prompts, "completions": completions, "rewards": rewards}, stats
+
+
+    # --- chunked rollout (the long-tail demo) ----------------------------------------
+    def prepare(self, step: int, weights: dict[str, torch.Tensor] | None) -> int:
+        """Start a chunked rollout of ``step``: take ``weights`` (if given) and sample the
+        step's prompts (the same on every worker: seeded by the job seed and ``step``).
+        Returns the number of sequences (prompts x samples). The state must be loaded."""
+        p = self._configured()
+        if weights is not None:
+            self.policy.load_state_dict(weights)
+        rng = random.Random(p.seed * 1_000_003 + step)
+        prompts, answers = task_batch(self.task, rng, p.prompts)
+        self._step_batch = (step, prompts.repeat_interleave(p.samples, dim=0),
+                            [a for a in answers for _ in range(p.samples)])
+        return len(self._step_batch[2])
+
+    def chunk(self, step: int, start: int) -> dict:
+        """Generate and score sequences ``start .. start + gen_batch`` of ``step``'s batch:
+        the same seed per chunk as ``rollout``, so the batch does not depend on which
+        worker generated which chunk (a chunked rollout equals ``rollout``)."""
+        p = self._configured()
+        if getattr(self, "_step_batch", (None,))[0] != step:
+            raise RuntimeError(f"{self.key}: chunk({step}) before prepare({step})")
+        _, prompts, answers = self._step_batch
+        part = prompts[start : start + p.gen_batch]
+        completions = generate(self.policy, part, self.task.answer_len, p.seed * 7919 + step * 131 + start)
+        rewards = torch.tensor([reward(decode(c.tolist()), a)
+                                for c, a in zip(completions, answers[start : start + p.gen_batch])])
+        return {"prompts": part, "completions": completions, "rewards": rewards}
 
 
 class TrainWorker(_CachedWorker):

@@ -2,7 +2,12 @@
 
 * ``measured_gantt``: one lane per RollMux node, one bar per granted phase as the
   jobs' SDKs timed it (grant arrival to release), coloured by job; rollout bars are
-  solid, training bars hatched. Times are seconds since the first grant. Moves (the
+  solid, training bars hatched. Times are seconds since the first grant. A long-tail
+  rollout (a span with ``segments``) is drawn stretch by stretch at the fraction of
+  the node's GPUs it held: a donor's bar hangs from the top of the lane and shrinks
+  at its tail, a recipient's slice stands on the bottom of the lane (they never
+  overlap while the node is shared) and grows to full height when it owns the node;
+  a small triangle marks each tail report. Moves (the
   live-move demo), if given, are a dashed line at the hand-off from the old nodes'
   lanes to the new ones, labelled with the job and the groups.
 * ``reward_curves``: mean reward per iteration of each job (multiplexed and, dashed,
@@ -25,8 +30,10 @@ from rollmux.report.plots import save  # noqa: E402
 _COLOURS = plt.get_cmap("tab10").colors
 
 
-def measured_gantt(spans: list[dict], path: Path, title: str = "", moves: list[dict] | None = None) -> Path:
-    """``spans``: dicts with job_id, pool, nodes, start, end (wall-clock seconds).
+def measured_gantt(spans: list[dict], path: Path, title: str = "", moves: list[dict] | None = None,
+                   gpus_per_node: int = 8) -> Path:
+    """``spans``: dicts with job_id, pool, nodes, start, end (wall-clock seconds) and,
+    for long-tail rollouts, share and segments ([start, end, gpus, service_gpus]).
 
     ``moves``: dicts with job_id, from_group, to_group, from_nodes, to_nodes, at
     (wall-clock start of the hand-off) and handoff_s.
@@ -37,10 +44,18 @@ def measured_gantt(spans: list[dict], path: Path, title: str = "", moves: list[d
     colour = {j: _COLOURS[i % len(_COLOURS)] for i, j in enumerate(jobs)}
     fig, ax = plt.subplots(figsize=(12, 1.0 + 0.7 * len(nodes)))
     for s in spans:
+        pieces = s.get("segments") or [[s["start"], s["end"], gpus_per_node, gpus_per_node]]
+        slice_ = s.get("share", 1.0) < 1.0
         for n in s["nodes"]:
-            ax.barh(nodes.index(n), s["end"] - s["start"], left=s["start"] - t0, height=0.6,
-                    color=colour[s["job_id"]], hatch="" if s["pool"] == "rollout" else "///",
-                    edgecolor="black", linewidth=0.3)
+            y = nodes.index(n)
+            for a, b, g, _sg in pieces:
+                h = 0.6 * g / gpus_per_node
+                # inverted y axis: y - 0.3 is the lane's top edge
+                bottom = y + 0.3 - h if slice_ else y - 0.3
+                ax.bar(a - t0, h, width=b - a, bottom=bottom, align="edge", color=colour[s["job_id"]],
+                       hatch="" if s["pool"] == "rollout" else "///", edgecolor="black", linewidth=0.3)
+            if not slice_ and len(pieces) > 1:
+                ax.plot(pieces[1][0] - t0, y - 0.36, marker="v", color="black", markersize=4)
     for m in moves or ():
         lanes = [nodes.index(n) for n in [*m["from_nodes"], *m["to_nodes"]] if n in nodes]
         if not lanes:
