@@ -111,10 +111,15 @@ def test_unsaturated_single_node_group_runs_at_t_cycle(profile):
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(durations, durations, st.integers(0, 1), st.integers(0, 1)), min_size=1, max_size=5))
 def test_analysis_matches_a_long_independent_replay(profile):
-    """The repeat-detected period agrees with rates measured over a long run of the rule."""
+    """The repeat-detected period agrees with rates measured over a long run of the rule.
+
+    The run must span many periods: a five-member group's period can hold two dozen
+    iterations (profile [(1,1,0,0), (1,1,0,0), (1,15,0,1), (3,11,1,0), (7,16,0,1)]: member 1
+    measured 7.53 s over 400 phases, 8.08 over 4,000 and 8.12 over 40,000 against the
+    analysis's 8.119)."""
     ms = [MemberProfile(str(i), r, t, (f"R{rn}",), (f"T{tn}",)) for i, (r, t, rn, tn) in enumerate(profile)]
     a = analyze(ms)
-    log = run(ms, 400)
+    log = run(ms, 4000)
     horizon = max(end for _, end in log)
     for m in ms:
         ends = sorted(end for g, end in log if g.job_id == m.job_id and g.pool == TRAIN and end <= horizon)

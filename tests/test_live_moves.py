@@ -262,11 +262,15 @@ def test_an_unmovable_job_stays_where_it_is():
 # --- kill -9 at each step of a live move -----------------------------------------------
 
 WORKER = textwrap.dedent("""
-    import json, sys, time
+    import json, os, sys, time
     from rollmux import Client
     url, spec, out, phase_s = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+    gate = sys.argv[6] if len(sys.argv) > 6 else ""
     moves = []
     job = Client(url, sys.argv[5], give_up_s=30.0, poll_s=1.0).submit(spec, on_move=lambda m: (moves.append(m), time.sleep(1.5)))
+    deadline = time.monotonic() + 60
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.02)  # wait for the test to say the scenario is set up
     for i in range(spec["iterations"]):
         for name in ("rollout", "train"):
             with job.phase(name):
@@ -324,13 +328,15 @@ def test_kill_9_at_each_step_of_a_live_move_loses_nothing(tmp_path, kill_at):
     try:
         for name in ("x", "y", "z"):
             spec, phase_s = specs[name]
+            gate = [str(tmp_path / "z-registered")] if name == "y" else []  # y leaves only once z is there
             workers[name] = subprocess.Popen(
                 [sys.executable, str(script), url, json.dumps(spec), str(tmp_path / f"{name}.json"),
-                 json.dumps(phase_s), ADMIN], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 json.dumps(phase_s), ADMIN, *gate], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             registered = time.monotonic() + 30
             while httpx.get(f"{url}/v1/jobs/{name}", headers={"Authorization": f"Bearer {ADMIN}"}).status_code != 200:
                 assert time.monotonic() < registered, f"{name} never registered"
                 time.sleep(0.02)  # x, y, z in this order: the scenario depends on it
+        (tmp_path / "z-registered").touch()
         deadline = time.monotonic() + 60
         step = {"move": "move", "directive": "move", "moved": "moved"}[kill_at]
         while not any(e["kind"] == step for e in _events(port)):

@@ -113,7 +113,8 @@ def server(tmp_path):
 
 def _spawn(tmp: Path, url: str, spec: dict, phase_s: float, die_in: int = 0) -> tuple[subprocess.Popen, Path]:
     script = tmp / "worker.py"
-    script.write_text(WORKER)
+    if not script.exists():  # rewriting it while an earlier worker starts could hand that one an empty file
+        script.write_text(WORKER)
     out = tmp / f"{spec['job_id']}.json"
     proc = subprocess.Popen([sys.executable, str(script), url, json.dumps(spec), str(out), str(phase_s), str(die_in)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
