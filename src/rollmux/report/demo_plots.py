@@ -6,8 +6,9 @@
   rollout (a span with ``segments``) is drawn stretch by stretch at the fraction of
   the node's GPUs it held: a donor's bar hangs from the top of the lane and shrinks
   at its tail, a recipient's slice stands on the bottom of the lane (they never
-  overlap while the node is shared) and grows to full height when it owns the node;
-  a small triangle marks each tail report. Moves (the
+  overlap while the node is shared) and grows to full height when it owns the node
+  (it may then report a tail of its own and shrink to the top); a small triangle
+  marks each tail report. Moves (the
   live-move demo), if given, are a dashed line at the hand-off from the old nodes'
   lanes to the new ones, labelled with the job and the groups.
 * ``reward_curves``: mean reward per iteration of each job (multiplexed and, dashed,
@@ -48,14 +49,15 @@ def measured_gantt(spans: list[dict], path: Path, title: str = "", moves: list[d
         slice_ = s.get("share", 1.0) < 1.0
         for n in s["nodes"]:
             y = nodes.index(n)
-            for a, b, g, _sg in pieces:
+            for k, (a, b, g, sg) in enumerate(pieces):
                 h = 0.6 * g / gpus_per_node
-                # inverted y axis: y - 0.3 is the lane's top edge
-                bottom = y + 0.3 - h if slice_ else y - 0.3
+                # inverted y axis: y - 0.3 is the lane's top edge; a slice stands on the
+                # bottom edge, everything else (a full node, a tail) hangs from the top
+                bottom = y + 0.3 - h if slice_ and k == 0 else y - 0.3
                 ax.bar(a - t0, h, width=b - a, bottom=bottom, align="edge", color=colour[s["job_id"]],
                        hatch="" if s["pool"] == "rollout" else "///", edgecolor="black", linewidth=0.3)
-            if not slice_ and len(pieces) > 1:
-                ax.plot(pieces[1][0] - t0, y - 0.36, marker="v", color="black", markersize=4)
+                if k > 0 and sg < gpus_per_node:  # a tail report
+                    ax.plot(a - t0, y - 0.36, marker="v", color="black", markersize=4)
     for m in moves or ():
         lanes = [nodes.index(n) for n in [*m["from_nodes"], *m["to_nodes"]] if n in nodes]
         if not lanes:
