@@ -46,7 +46,8 @@ Accounting (``accounting``, ``rollmux.accounting``): the cluster is first seen t
 it leaves at arrival + ``duration_s`` (event kind 4, after every other event of the
 instant) whatever its slowdown, in the middle of a phase if need be (the phase's
 remaining GPU-seconds stop counting as busy); its outcome counts the iterations it
-completed. A job being moved (consolidation, regrouping) when its time comes leaves as
+completed, and its per-iteration slowdown is placement to the end of its last full
+iteration over those iterations (the cut one is not charged to it). A job being moved (consolidation, regrouping) when its time comes leaves as
 soon as it is admitted to its new group. A job still queued then never ran. $/h is
 then over the trace's own span (``departure_span_s``).
 """
@@ -82,6 +83,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     fixed = accounting.fixed_departures
     departed: set[str] = set()
     due: set[str] = set()  # fixed departure reached while being moved: leave once admitted
+    last_iter: dict[str, float] = {}  # job -> end of its last full iteration (fixed departures)
     phase_of: dict[str, tuple[float, str, int]] = {}  # job -> (end, accounted pool, GPUs) of its running phase
     durations = DurationModel(duration_model, seed, tail, tail_threshold)
     rollout_end: dict[str, float] = {}  # job -> end of its running rollout
@@ -241,7 +243,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                 offer.update(m.job.job_id for m in state.groups[gid].members)
         job = by_id[job_id]
         finished.append(JobOutcome(job_id, job.arrival_s, placed_at[job_id], now, done[job_id],
-                                   job.t_solo, job.slo, outcome_of[job_id], gid, basis))
+                                   job.t_solo, job.slo, outcome_of[job_id], gid, basis,
+                                   last_iter.get(job_id) if fixed else None))
         place_waiting(now)
 
     def depart(job_id: str, now: float) -> None:
@@ -341,6 +344,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             ex = executors[gid]
             if pool == TRAIN:
                 done[job_id] += 1
+                last_iter[job_id] = now
                 if done[job_id] >= target[job_id] and not fixed:
                     leave(job_id, gid, now)
                     changed = True

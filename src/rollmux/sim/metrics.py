@@ -47,6 +47,7 @@ class JobOutcome:
     outcome: str
     group_id: str
     slo_basis: str = ITERATION
+    last_iteration_s: float | None = None  # end of its last full iteration, when it left mid-way
 
     @property
     def wait_s(self) -> float:
@@ -63,9 +64,10 @@ class JobOutcome:
 
     @property
     def mean_iteration_s(self) -> float:
-        """Time placed / iterations done (infinite for a job that left, at a fixed departure,
-        before finishing one)."""
-        return (self.end_s - self.placed_s) / self.iterations if self.iterations else float("inf")
+        """Time placed to the end of its last full iteration / iterations done (infinite for a
+        job that left, at a fixed departure, before finishing one)."""
+        until = self.end_s if self.last_iteration_s is None else self.last_iteration_s
+        return (until - self.placed_s) / self.iterations if self.iterations else float("inf")
 
     @property
     def slowdown(self) -> float:
