@@ -94,14 +94,14 @@ def test_the_http_api_reports_keep_gpus_and_slices(tmp_path):
     with TestClient(create_app(service)) as client:
         h = {"Authorization": f"Bearer {ADMIN}"}
         spec = {"t_roll_s": 10.0, "t_train_s": 2.0, "slo": 3.0, "iterations": 3}
-        a = client.post("/v1/jobs", json={"spec": {"job_id": "a", **spec}}, headers=h).json()
+        a = client.post("/v1/jobs", json={"spec": {"job_id": "a", **spec, "tail_workers": 2}}, headers=h).json()
         client.post("/v1/jobs", json={"spec": {"job_id": "b", **spec}}, headers=h)
         ha = {"Authorization": f"Bearer {a['token']}"}
         assert client.post("/v1/jobs/a/acquire", json={"phase": "rollout"}, headers=ha).json()["granted"]
         r = client.post("/v1/jobs/a/tail", json={"fraction": 0.9}, headers=ha)
-        assert r.status_code == 200 and r.json()["keep_gpus"] == 1
+        assert r.status_code == 200 and r.json()["keep_gpus"] == 2, "the spec's tail_workers"
         b = client.post("/v1/jobs/b/acquire", json={"phase": "rollout"}, headers=h).json()
-        assert b["granted"] and b["grant"]["share"] == 0.875
+        assert b["granted"] and b["grant"]["share"] == 0.75
         refused = client.post("/v1/jobs/a/tail", json={"fraction": 1.5}, headers=ha)
         assert refused.status_code == 422 and refused.json()["field"] == "fraction"
         b_token_less = client.post("/v1/jobs/b/tail", json={"fraction": 0.9}, headers=h)

@@ -108,6 +108,8 @@ HOSTILE = [
     ("post", "/v1/jobs", {"spec": _spec("")}, "admin", 422, "spec.job_id"),
     ("post", "/v1/jobs", {"spec": _spec("j" * 129)}, "admin", 422, "spec.job_id"),
     ("post", "/v1/jobs", {"spec": _spec("x", colour="red")}, "admin", 422, "spec.colour"),
+    ("post", "/v1/jobs", {"spec": _spec("x", tail_workers=9)}, "admin", 422, "spec.tail_workers"),
+    ("post", "/v1/jobs", {"spec": _spec("x", tail_workers=0)}, "admin", 422, "spec.tail_workers"),
     ("post", "/v1/jobs", {"spec": {"job_id": "x", "t_roll_s": 1.0}}, "admin", 422, "spec.t_train_s"),
     ("post", "/v1/jobs", {"spec": _spec("x"), "token": "short"}, "admin", 422, "token"),
     ("post", "/v1/jobs", {"spec": _spec("a")}, "admin", 409, "job_id"),

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo,
+                      field_validator)
 
 from rollmux.model import Job
 from rollmux.runtime.auth import JOB_ID_PATTERN
@@ -54,11 +55,22 @@ class JobSpec(_Request):
     model: str = Field(default="", max_length=128, pattern=TEXT)
     iterations: StrictInt | None = Field(default=None, ge=1, le=MAX_ITERATIONS)
     movable: StrictBool = Field(default=True, description="false: the policy never moves this job")
+    tail_workers: StrictInt | None = Field(default=None, ge=1, le=MAX_GPUS,
+                                           description="GPUs a rollout keeps in its long tail (default: 1/8)")
+
+    @field_validator("tail_workers")
+    @classmethod
+    def _tail_within_rollout(cls, value: int | None, info: ValidationInfo) -> int | None:
+        gpus = info.data.get("rollout_gpus")
+        if value is not None and gpus is not None and value > gpus:
+            raise ValueError(f"{value} exceeds rollout_gpus ({gpus})")
+        return value
 
     def to_job(self) -> Job:
         return Job(job_id=self.job_id, t_roll_s=self.t_roll_s, t_train_s=self.t_train_s,
                    rollout_gpus=self.rollout_gpus, train_gpus=self.train_gpus, mem_roll_gb=self.mem_roll_gb,
-                   mem_train_gb=self.mem_train_gb, slo=self.slo, model=self.model, iterations=self.iterations)
+                   mem_train_gb=self.mem_train_gb, slo=self.slo, model=self.model, iterations=self.iterations,
+                   tail_workers=self.tail_workers)
 
 
 class SubmitRequest(_Request):
