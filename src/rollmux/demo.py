@@ -42,6 +42,8 @@ Gantt chart draws a rollout stretch at the fraction of the node's GPUs it held.
 ``--policy rollmux-consolidate`` runs the live-move scenario instead
 (``rollmux.demo_moves``): three jobs, a departure, and a job moved to another group
 with its Ray workers and state handed over through the object store.
+``--policy rollmux-regroup`` runs it on an unbounded cluster, where the departure makes
+the service regroup both remaining jobs into a new group on fresh nodes.
 """
 from __future__ import annotations
 
@@ -157,8 +159,10 @@ def register(app: typer.Typer) -> None:
         minutes: float = typer.Option(4.0, help="Wall budget of the solo plus multiplexed runs."),
         iterations: Optional[int] = typer.Option(None, help="Iterations per job (overrides --minutes); with "
                                                                   "rollmux-consolidate, N of the N/3, N, 3N jobs."),
-        policy: str = typer.Option("rollmux", help="rollmux (two or three jobs, solo against multiplexed) or "
-                                                   "rollmux-consolidate (three jobs; a departure moves a job live)."),
+        policy: str = typer.Option("rollmux", help="rollmux (two or three jobs, solo against multiplexed), "
+                                                   "rollmux-consolidate (three jobs; a departure moves a job live) or "
+                                                   "rollmux-regroup (three jobs on an unbounded cluster; a departure "
+                                                   "regroups the two others on fresh nodes)."),
         migration_s: float = typer.Option(8.0, "--migration-s",
                                           help="With rollmux-consolidate: the planned pause of a move until the "
                                                "service has measured one."),
@@ -169,13 +173,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run real GRPO jobs on a local Ray cluster under the live control plane; report and plot."""
         try:
-            if policy == "rollmux-consolidate":
+            if policy in ("rollmux-consolidate", "rollmux-regroup"):
                 from rollmux.demo_moves import run_move_demo
 
-                run_move_demo(out, minutes=minutes, iterations=iterations, migration_s=migration_s)
+                run_move_demo(out, minutes=minutes, iterations=iterations, migration_s=migration_s, policy=policy)
                 return
             if policy != "rollmux":
-                raise SpecError("policy", policy, "rollmux or rollmux-consolidate")
+                raise SpecError("policy", policy, "rollmux, rollmux-consolidate or rollmux-regroup")
             run_demo(out, jobs=jobs, minutes=minutes, iterations=iterations, tail=tail)
         except SpecError as err:
             typer.echo(f"error: {err}", err=True)

@@ -1,4 +1,19 @@
-"""``rollmux demo --policy rollmux-consolidate``: real GRPO jobs moved live between groups.
+"""``rollmux demo --policy rollmux-consolidate`` / ``rollmux-regroup``: real GRPO jobs
+moved live between groups.
+
+``rollmux-regroup`` runs the same three jobs on an *unbounded* cluster (the exact solver
+behind regrouping opens groups on fresh nodes, so it plans on unbounded pools only). The
+service mints node ids in order, R0, R1, ... and T0, T1, ..., so the Ray cluster is
+pre-created with ``REGROUP_NODES`` nodes per pool (one CPU each) for the fresh ones; the
+profile runs go through a separate bounded control plane over R0+T0 first, so that they
+mint no ids. Then ``sort-t`` + ``reverse-t`` open a group on R0+T0 and ``reverse-r`` one on
+R1+T1, as below; when ``reverse-t`` departs, ``improve.plan_regroup`` re-solves the two
+groups exactly: one group of ``sort-t`` and ``reverse-r`` costs one node pair less. Both
+stop at their next iteration boundary; once both have stopped, the new group opens on
+fresh nodes (R2+T2), each gets its move directive and hands its state over through
+``on_move`` (the hand-off below); the group admits them together once both have
+acknowledged. ``summary.json``'s ``moves`` then lists both jobs, ``regroups`` the
+service's decision (members, cost per hour before and after).
 
 The scenario (``rollmux.grpo.profiles.MOVE_PROFILES``), on 2 rollout nodes (R0, R1)
 and 2 training nodes (T0, T1), each its own Ray node:
@@ -43,6 +58,7 @@ for each moved job (its training worker's exported state after the last iteratio
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -57,6 +73,15 @@ from rollmux.errors import SpecError
 from rollmux.model import ROLLOUT, TRAIN
 
 POLICY = "rollmux-consolidate"
+REGROUP = "rollmux-regroup"
+POLICIES = (POLICY, REGROUP)
+#: The start-up allowance under rollmux-regroup: a regrouping is checked against each
+#: member's whole-run budget *including* the wait until the other member stops, the
+#: two hand-offs and the new group's settling periods, and on a loaded 2-core machine
+#: the start-ups alone ate most of a 1.5x allowance (then the policy fell back to a
+#: plain move of one job). So: this margin on the start-ups plus two planned pauses.
+REGROUP_STARTUP_MARGIN = 3.0
+REGROUP_NODES = 3  # Ray nodes per pool for the unbounded cluster: two groups, then the regrouped one
 QUICK_N = 9
 SLO = 3.0
 STARTUP_MARGIN = 1.5
@@ -73,17 +98,22 @@ def iteration_targets(n: int) -> dict[str, int]:
 
 
 def run_move_demo(out_dir: Path, minutes: float = 3.0, iterations: int | None = None, quick: bool = False,
-                  migration_s: float = 8.0, verify: bool = True, log: Callable[[str], None] = print) -> dict:
+                  migration_s: float = 8.0, verify: bool = True, log: Callable[[str], None] = print,
+                  policy: str = POLICY) -> dict:
     """Run the live-move scenario and write its report to ``out_dir``; returns the summary dict.
 
     ``iterations``: N (targets N, N/3, 3N); else as many as fit ``minutes`` of the
     multiplexed run. ``quick``: a quarter of the prompts and N = ``QUICK_N`` unless
     given (tests). ``migration_s``: the pause the service plans a move with until it
     has measured one. ``verify``: replay each moved job without the move and compare.
+    ``policy``: ``rollmux-consolidate`` (bounded 2 + 2 nodes, one job moves) or
+    ``rollmux-regroup`` (unbounded, both remaining jobs regroup on fresh nodes).
     """
     from rollmux.demo import PROFILE_ITERATIONS, _control_plane, _phase_means, _shrunk
     from rollmux.grpo.profiles import MOVE_PROFILES
 
+    if policy not in POLICIES:
+        raise SpecError("policy", policy, f"one of {POLICIES}")
     if iterations is not None and iterations < 3:
         raise SpecError("iterations", iterations, "an integer >= 3 or None")
     if minutes <= 0:
@@ -108,24 +138,41 @@ def run_move_demo(out_dir: Path, minutes: float = 3.0, iterations: int | None = 
     t_start = time.time()
     log(f"warm-up: supervised pretraining of {len(profiles)} policies")
     weights = {p.name: warm_start_weights(p) for p in profiles}
-    log(f"starting Ray: rollout pool {list(ROLLOUT_NODES)}, training pool {list(TRAIN_NODES)}; "
-        f"control plane: {POLICY}, planned move pause {migration_s:g} s")
+    regroup = policy == REGROUP
+    ray_rollout, ray_train = ROLLOUT_NODES, TRAIN_NODES
+    if regroup:
+        ray_rollout = tuple(f"R{i}" for i in range(REGROUP_NODES))
+        ray_train = tuple(f"T{i}" for i in range(REGROUP_NODES))
+    log(f"starting Ray: rollout pool {list(ray_rollout)}, training pool {list(ray_train)}; "
+        f"control plane: {policy} ({'unbounded pools' if regroup else 'bounded'}), "
+        f"planned move pause {migration_s:g} s")
     finals: dict[str, dict] = {}
-    with local_cluster(ROLLOUT_NODES, TRAIN_NODES, num_cpus=1), _control_plane(
-            len(ROLLOUT_NODES), len(TRAIN_NODES), out_dir, policy=POLICY, migration_s=migration_s) as (url, token):
+    with local_cluster(ray_rollout, ray_train, num_cpus=1), contextlib.ExitStack() as stack:
         from rollmux.runtime.sdk import Client
 
+        if regroup:  # profiles on a bounded plane over R0+T0, so that they mint no node ids
+            url, token = stack.enter_context(_control_plane(1, 1, out_dir))
+        else:
+            url, token = stack.enter_context(_control_plane(len(ROLLOUT_NODES), len(TRAIN_NODES), out_dir,
+                                                            policy=policy, migration_s=migration_s))
         client = Client(url, token=token)
         try:
             log(f"profile: each job alone for {PROFILE_ITERATIONS} iterations")
             profiled = {p.name: _profile_alone(client, p, weights[p.name], log) for p in profiles}
             times = {name: _phase_means(run) for name, (run, _) in profiled.items()}
             startup = {name: start_s for name, (_, start_s) in profiled.items()}
+            if regroup:
+                client.close()
+                url, token = stack.enter_context(_control_plane(None, None, out_dir, policy=policy,
+                                                                migration_s=migration_s))
+                client = Client(url, token=token)
             if iterations is None:
                 slowest = max(r + t for r, t in times.values())
                 iterations = max(6, math.floor(minutes * 60 / (3 * 2.0 * slowest)))
             targets = iteration_targets(iterations)
             allowance = STARTUP_MARGIN * sum(startup.values())
+            if regroup:  # the regrouped jobs also wait for each other's stop and two hand-offs
+                allowance = REGROUP_STARTUP_MARGIN * sum(startup.values()) + 2 * migration_s
             profiles = tuple(replace(p, slo=round(SLO + allowance / (sum(times[p.name]) * targets[p.name]), 2))
                              for p in profiles)
             log("iterations: " + ", ".join(f"{k} {v}" for k, v in targets.items()) + f"; start-up allowance "
@@ -150,7 +197,11 @@ def run_move_demo(out_dir: Path, minutes: float = 3.0, iterations: int | None = 
         torch.save({k: v for k, v in finals[job_id].items() if k != "profile"},
                    out_dir / "final_state" / f"{job_id}.pt")
     summary = _summary(profiles, times, targets, runs, placements, moves, replay, migration_s,
-                       time.time() - t_start)
+                       time.time() - t_start, policy)
+    summary["regroups"] = [{"regroup": e["detail"].get("regroup"), "members": e["job_id"].split(","),
+                            "replaced": e["detail"].get("replaced"), "cost_before": e["detail"].get("cost_before"),
+                            "cost_after": e["detail"].get("cost_after"), "at": e["at"]}
+                           for e in events if e["kind"] == "regroup"]
     for name, view in views.items():
         summary["jobs"][name].update({"service_state": view["state"], "service_iterations_done":
                                       view["iterations_done"], "service_moves": view["moves"]})
@@ -175,7 +226,7 @@ def summary_lines(summary: dict) -> list[str]:
     for m in summary["moves"]:
         lines.append(
             f"move: {m['job_id']} {m['from_group']} {'+'.join(m['from_nodes'])} -> {m['to_group']} "
-            f"{'+'.join(m['to_nodes'])} after iteration {m['after_iteration']}: {m['seconds']:.2f} s decision to "
+            f"{'+'.join(m['to_nodes'])} after iteration {m['after_iteration']}: {m['seconds'] or float('nan'):.2f} s decision to "
             f"acknowledgement (hand-off {m['handoff_s']:.2f} s, {m['state_bytes'] / 1e6:.1f} MB of state); "
             f"reward {m['reward_before']:.3f} before, {m['reward_after']:.3f} after")
     for job_id, r in summary["replay"].items():
@@ -281,7 +332,8 @@ def _edge(values: list[float], first: bool) -> float:
     return statistics.fmean(values[:k] if first else values[-k:])
 
 
-def _summary(profiles, times, targets, runs, placements, moves, replay, migration_s, wall_s) -> dict:
+def _summary(profiles, times, targets, runs, placements, moves, replay, migration_s, wall_s,
+             policy: str = POLICY) -> dict:
     jobs = {}
     for p in profiles:
         r = runs[p.name]
@@ -293,7 +345,7 @@ def _summary(profiles, times, targets, runs, placements, moves, replay, migratio
             "mean_iteration_s": r.mean_iteration_s, "reward_first": _edge(r.rewards, True),
             "reward_last": _edge(r.rewards, False), "rewards": r.rewards,
         }
-    return {"policy": POLICY, "migration_s_planned": migration_s, "wall_s": wall_s, "placements": placements,
+    return {"policy": policy, "migration_s_planned": migration_s, "wall_s": wall_s, "placements": placements,
             "moves": [{k: m[k] for k in ("job_id", "from_group", "to_group", "seconds", "handoff_s", "state_bytes",
                                          "from_nodes", "to_nodes", "after_iteration", "reward_before",
                                          "reward_after", "at")} for m in moves],
@@ -309,6 +361,6 @@ def _write(summary: dict, runs: dict, events: list[dict], out_dir: Path) -> None
     spans = [{"job_id": s.job_id, "pool": s.pool, "nodes": s.nodes, "start": s.start, "end": s.end}
              for r in runs.values() for s in r.spans]
     measured_gantt(spans, out_dir / "gantt.png",
-                   "GRPO jobs under rollmux-consolidate: measured phases per node (solid: rollout, hatched: "
+                   f"GRPO jobs under {summary['policy']}: measured phases per node (solid: rollout, hatched: "
                    "train; dashed: a move)", moves=summary["moves"])
     reward_curves({k: {"multiplexed": r.rewards} for k, r in runs.items()}, out_dir / "rewards.png")

@@ -146,6 +146,7 @@ class _Workers:
                                       self.train.setup.remote(profile, weights),
                                       *(h.setup.remote(profile, weights) for h in self.helpers)])
         self.moves: list[dict] = []
+        self.repeated = 0  # move directives received again after the move was done (see ``move``)
 
     def _start_helpers(self, count: int) -> None:
         """More rollout workers of the job on its (first) rollout node, for chunked rollouts.
@@ -183,6 +184,15 @@ class _Workers:
         """
         if self.helpers:
             raise RuntimeError(f"{self.job_id}: a job with several rollout workers does not move")
+        if (self.moves and self.moves[-1]["to_group"] == directive["to_group"]
+                and self.where == (tuple(directive["rollout_nodes"]), tuple(directive["train_nodes"]))):
+            # Already there. The service repeats a regrouped member's directive after its
+            # acknowledgement until every member of the new group has acknowledged (its
+            # pending_move still returns it); the SDK then calls on_move again. Nothing
+            # to do; wait a little so that the SDK's acquire/moved loop does not spin.
+            self.repeated += 1
+            time.sleep(0.25)
+            return
         t0, wall0 = time.perf_counter(), time.time()
         exports = [self.roll.export_state.remote(), self.train.export_state.remote()]
         ray.wait(exports, num_returns=2, timeout=self.timeout_s, fetch_local=False)

@@ -58,7 +58,7 @@ def measured_gantt(spans: list[dict], path: Path, title: str = "", moves: list[d
                        hatch="" if s["pool"] == "rollout" else "///", edgecolor="black", linewidth=0.3)
                 if k > 0 and sg < gpus_per_node:  # a tail report
                     ax.plot(a - t0, y - 0.36, marker="v", color="black", markersize=4)
-    for m in moves or ():
+    for k, m in enumerate(moves or ()):
         lanes = [nodes.index(n) for n in [*m["from_nodes"], *m["to_nodes"]] if n in nodes]
         if not lanes:
             continue
@@ -66,7 +66,7 @@ def measured_gantt(spans: list[dict], path: Path, title: str = "", moves: list[d
         ax.plot([x0, x1], [min(lanes) - 0.4, max(lanes) + 0.4], linestyle="--", color=colour.get(m["job_id"], "k"),
                 linewidth=1.5)
         ax.annotate(f"{m['job_id']}: {m['from_group']} -> {m['to_group']}", (x1, max(lanes) + 0.4), fontsize=8,
-                    xytext=(4, 0), textcoords="offset points", va="bottom")
+                    xytext=(4, 11 * k), textcoords="offset points", va="bottom")
     ax.set_yticks(range(len(nodes)), nodes)
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first grant")
