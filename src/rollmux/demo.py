@@ -30,7 +30,8 @@ release), so solo and multiplexed runs carry the same overheads.
 rollout workers on its rollout node (each standing for 8 / ``TAIL_WORKERS`` of its 8
 GPUs); every rollout is generated in lock-step rounds of ``gen_batch`` chunks over the
 active workers and, once 80% of its sequences are done, reports its tail
-(``Phase.tail``) and continues on the workers covering the GPUs it keeps; the service
+(``Phase.tail``) and continues on the workers covering the GPUs it keeps (the spec's
+``tail_workers`` is one worker's GPUs, so it keeps one worker); the service
 hands the freed GPUs to the next queued rollout of the group, which runs on
 ``share x TAIL_WORKERS`` workers (at least 1) and grows to all of them when the donor's
 rollout ends (``rollmux.grpo.driver._tail_rollout``). Every run (profile, solo,
@@ -254,7 +255,7 @@ def _run_alone(client, profile, job_id, iterations, weights, log, tail=None):
     from rollmux.grpo.driver import job_spec, run_job
 
     # The spec of a lone job only needs to fit; its phase times do not matter to anyone else.
-    job = client.submit(job_spec(job_id, profile, 1.0, 1.0))
+    job = client.submit(job_spec(job_id, profile, 1.0, 1.0, tail_workers=tail and tail.gpus_per_worker))
     run = run_job(job, profile, iterations, weights, tail=tail)
     log(f"  {job_id}: {run.mean_iteration_s:.2f} s/iteration, reward {run.rewards[0]:.3f} -> {run.rewards[-1]:.3f}")
     return run
@@ -263,7 +264,8 @@ def _run_alone(client, profile, job_id, iterations, weights, log, tail=None):
 def _run_multiplexed(client, profiles, times, iterations, weights, log, tail=None):
     from rollmux.grpo.driver import job_spec, run_job
 
-    handles = [client.submit(job_spec(p.name, p, *times[p.name])) for p in profiles]
+    handles = [client.submit(job_spec(p.name, p, *times[p.name], tail_workers=tail and tail.gpus_per_worker))
+               for p in profiles]
     explanations = []
     for p, h in zip(profiles, handles):
         placement = h.placement

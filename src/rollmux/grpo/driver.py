@@ -262,16 +262,20 @@ class RemoteState:
 
 
 def job_spec(job_id: str, profile: JobProfile, t_roll_s: float, t_train_s: float,
-             iterations: int | None = None) -> dict:
+             iterations: int | None = None, tail_workers: int | None = None) -> dict:
     """The control-plane spec of a job (one node per pool; the demo's nodes stand for 8-GPU machines).
 
     ``iterations``: the job's target, which the service counts (it departs the job after
     its last iteration) and which the whole-run SLO check of a move needs.
+    ``tail_workers``: the GPUs its rollout keeps once its tail begins (the service's
+    default is an eighth of its rollout GPUs).
     """
     spec = {"job_id": job_id, "t_roll_s": t_roll_s, "t_train_s": t_train_s, "slo": profile.slo,
             "model": profile.name}
     if iterations is not None:
         spec["iterations"] = iterations
+    if tail_workers is not None:  # GPUs the rollout keeps in its long tail
+        spec["tail_workers"] = tail_workers
     return spec
 
 
