@@ -221,13 +221,16 @@ def summary_lines(summary: dict) -> list[str]:
         lines.append(f"{job_id:<11}{j['t_roll_s']:>7.2f}{j['t_train_s']:>8.2f}{j['slo']:>5.1f}"
                      f"{j['iterations_done']:>4}/{j['iterations_target']:<4}  {' -> '.join(j['groups']):<13} "
                      f"{j['reward_first']:.3f} -> {j['reward_last']:.3f}")
+    for r in summary.get("regroups", ()):
+        lines.append(f"regroup {r['regroup']}: {', '.join(r['members'])} (replacing {', '.join(r['replaced'] or ())}): "
+                     f"{r['cost_before']:.2f} -> {r['cost_after']:.2f} $/h")
     if not summary["moves"]:
         lines.append("no move happened (the planner found none feasible; see the service's explanation)")
     for m in summary["moves"]:
         lines.append(
             f"move: {m['job_id']} {m['from_group']} {'+'.join(m['from_nodes'])} -> {m['to_group']} "
-            f"{'+'.join(m['to_nodes'])} after iteration {m['after_iteration']}: {m['seconds'] or float('nan'):.2f} s decision to "
-            f"acknowledgement (hand-off {m['handoff_s']:.2f} s, {m['state_bytes'] / 1e6:.1f} MB of state); "
+            f"{'+'.join(m['to_nodes'])} after iteration {m['after_iteration']}: "
+            f"{m['seconds'] or float('nan'):.2f} s decision to acknowledgement (hand-off {m['handoff_s']:.2f} s, {m['state_bytes'] / 1e6:.1f} MB of state); "
             f"reward {m['reward_before']:.3f} before, {m['reward_after']:.3f} after")
     for job_id, r in summary["replay"].items():
         lines.append(f"verify {job_id}: rewards equal to the unmoved replay: {r['rewards_equal']}; final state "
