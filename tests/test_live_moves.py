@@ -93,6 +93,7 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
             cp.moved(payload, now, ok=False, reason="injected")
         else:
             cp.moved(payload, now)
+            assert cp.pending_move(payload) is None, "an acknowledged move is not directed again"
         collect()
         steps += 1
         if restore_every and steps % restore_every == 0:

@@ -341,7 +341,9 @@ class ControlPlane:
         "train_nodes", "decided_at", "seq"}), or None (also while a regrouped job waits
         for the other members of its new group to stop)."""
         move = self._live(job_id).move
-        return move if move is not None and "to_group" in move else None
+        if move is None or "to_group" not in move or move.get("acked"):
+            return None  # an acknowledged regroup member waits for the others without a directive
+        return move
 
     def moved(self, job_id: str, now: float, ok: bool = True, reason: str = "") -> JobRecord:
         """The job reports its move done (``ok``: its state is on the new nodes; it is
