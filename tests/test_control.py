@@ -51,7 +51,7 @@ def test_members_sharing_a_node_never_hold_it_together():
     cp = ControlPlane(_cluster())
     a, b = submit(cp, _job("a"), 0.0), submit(cp, _job("b"), 0.0)
     assert a.group_id == b.group_id and a.grant is not None and b.grant is None
-    now = _run_phase(cp, "a", 0.0, 10.0)
+    _run_phase(cp, "a", 0.0, 10.0)
     assert cp.record("a").grant.pool == "train" and cp.record("b").grant.pool == "rollout"
     assert set(cp.record("a").grant.nodes).isdisjoint(cp.record("b").grant.nodes)
     assert cp.acquire("b", "rollout").seq == cp.record("b").grant.seq

@@ -26,7 +26,6 @@ import pytest
 from rollmux.model import Cluster, Job, SwitchCost
 from rollmux.policies import make_policy
 from rollmux.runtime.control import PLACED, WAITING, ControlPlane, PhaseOrderError
-from rollmux.runtime.store import Store
 from rollmux.sim.engine import simulate
 from rollmux.traces.generate import generate
 

@@ -22,11 +22,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
 from rollmux.execution import GroupExecutor
-from rollmux.model import Cluster, PoolSpec, SwitchCost
-from rollmux.runtime.service import Service, ServiceConfig, create_app
 
 ADMIN = "admin-secret"
 ROLLMUX = str(Path(sys.executable).with_name("rollmux"))

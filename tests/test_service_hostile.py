@@ -29,7 +29,7 @@ from rollmux.model import Cluster, PoolSpec, SwitchCost
 from rollmux.runtime.clock import ServiceClock
 from rollmux.runtime.sdk import LeaseLost
 from rollmux.runtime.service import Service, ServiceConfig, create_app
-from rollmux.runtime.store import CommitFailed, StateLocked, hash_token
+from rollmux.runtime.store import StateLocked, hash_token
 
 ADMIN = "admin-secret"
 TENANT = "tenant-a-secret-token"

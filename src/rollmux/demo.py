@@ -262,7 +262,7 @@ def _run_alone(client, profile, job_id, iterations, weights, log, tail=None):
 
 
 def _run_multiplexed(client, profiles, times, iterations, weights, log, tail=None):
-    from rollmux.grpo.driver import job_spec, run_job
+    from rollmux.grpo.driver import job_spec, run_job, run_together
 
     handles = [client.submit(job_spec(p.name, p, *times[p.name], tail_workers=tail and tail.gpus_per_worker))
                for p in profiles]
@@ -273,24 +273,10 @@ def _run_multiplexed(client, profiles, times, iterations, weights, log, tail=Non
             f"{placement['group_id']} R{list(placement['rollout_nodes'])} T{list(placement['train_nodes'])}")
         explanations.append(f"{p.name} -> {where} ({h.view.get('outcome', '')})")
     log("multiplexed: " + "; ".join(explanations))
-    runs, errors = {}, []
-
-    def drive(profile, handle):
-        try:
-            runs[profile.name] = run_job(handle, profile, iterations, weights[profile.name], tail=tail,
-                                         on_iteration=lambda j, i, r: log(f"  {j} it {i}: reward {r:.3f}")
-                                         if (i + 1) % 10 == 0 else None)
-        except Exception as exc:  # re-raised by the caller below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=drive, args=(p, h), name=f"demo-{p.name}") for p, h in zip(profiles, handles)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return {p.name: runs[p.name] for p in profiles}, explanations
+    runs = run_together(profiles, handles, lambda p, h: run_job(
+        h, p, iterations, weights[p.name], tail=tail,
+        on_iteration=lambda j, i, r: log(f"  {j} it {i}: reward {r:.3f}") if (i + 1) % 10 == 0 else None))
+    return runs, explanations
 
 
 # --- numbers ----------------------------------------------------------------------------

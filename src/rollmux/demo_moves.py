@@ -63,7 +63,6 @@ import json
 import math
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -258,7 +257,7 @@ def _mean(run, pool: str) -> float:
 
 
 def _run_together(client, profiles, times, targets, weights, finals, log):
-    from rollmux.grpo.driver import job_spec, run_job
+    from rollmux.grpo.driver import job_spec, run_job, run_together
 
     handles, placements = [], []
     for p in profiles:
@@ -269,30 +268,20 @@ def _run_together(client, profiles, times, targets, weights, finals, log):
                           + f" ({h.view.get('outcome', '')})")
         handles.append(h)
     log("multiplexed: " + "; ".join(placements))
-    runs, errors = {}, []
 
     def note(job_id, i, reward):
         if (i + 1) % 5 == 0 or i + 1 == targets[job_id]:
             log(f"  {job_id} it {i + 1}/{targets[job_id]}: reward {reward:.3f}")
 
-    def drive(profile, handle):
-        try:
-            runs[profile.name] = run_job(handle, profile, targets[profile.name], weights[profile.name],
-                                         on_iteration=note, movable=True, final_state=finals)
-            for m in runs[profile.name].moves:
-                log(f"  {profile.name} moved {m['from_group']} -> {m['to_group']} "
-                    f"({'+'.join(m['to_nodes'])}), hand-off {m['handoff_s']:.2f} s")
-        except Exception as exc:  # re-raised below
-            errors.append(exc)
+    def one(profile, handle):
+        run = run_job(handle, profile, targets[profile.name], weights[profile.name], on_iteration=note,
+                      movable=True, final_state=finals)
+        for m in run.moves:
+            log(f"  {profile.name} moved {m['from_group']} -> {m['to_group']} "
+                f"({'+'.join(m['to_nodes'])}), hand-off {m['handoff_s']:.2f} s")
+        return run
 
-    threads = [threading.Thread(target=drive, args=(p, h), name=f"demo-{p.name}") for p, h in zip(profiles, handles)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return {p.name: runs[p.name] for p in profiles}, placements
+    return run_together(profiles, handles, one), placements
 
 
 # --- numbers ----------------------------------------------------------------------------

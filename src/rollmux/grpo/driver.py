@@ -29,10 +29,13 @@ and the cache's switch records.
 """
 from __future__ import annotations
 
+import threading
+
 import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -447,3 +450,24 @@ def replay_job(profile: JobProfile, iterations: int, weights: dict[str, torch.Te
         return rewards, train.export_state()
     finally:
         torch.set_num_threads(threads)
+
+
+def run_together(profiles: list, handles: list, run: Callable) -> dict:
+    """``run(profile, handle)`` for every job at once, one thread each; returns their results
+    by job name and re-raises the first error once all have stopped."""
+    runs, errors = {}, []
+
+    def drive(profile, handle) -> None:
+        try:
+            runs[profile.name] = run(profile, handle)
+        except Exception as exc:  # re-raised below, after every thread has stopped
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drive, args=(p, h), name=f"demo-{p.name}") for p, h in zip(profiles, handles)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return {p.name: runs[p.name] for p in profiles}

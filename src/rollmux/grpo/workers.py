@@ -184,32 +184,32 @@ class RolloutWorker(_CachedWorker):
 class TrainWorker(_CachedWorker):
     def setup(self, profile: JobProfile, weights: dict[str, torch.Tensor]) -> int:
         """Build policy (+ frozen reference when ``kl_coef`` > 0) and optimiser; park them in the cache."""
-        self.profile = profile
-        self.policy = build_policy(profile.model, profile.seed)
-        self.policy.load_state_dict(weights)
-        modules = {"policy": self.policy}
-        self.reference = None
-        if profile.kl_coef > 0:
-            self.reference = copy.deepcopy(self.policy).requires_grad_(False)
-            modules["reference"] = self.reference
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=profile.lr, weight_decay=0.0)
+        modules = self._build(profile, weights)
         params = parameter_count(self.policy)
         self.cache.register(self.key, torch.nn.ModuleDict(modules), self.optimizer)
         self.cache.offload(self.key)
         self.updates = 0
         return params
 
-    def import_state(self, profile: JobProfile, state: dict) -> int:
-        """Take over a moved job's training state: policy, reference, AdamW moments and
-        step counts, and the update counter (it seeds the minibatch order)."""
+    def _build(self, profile: JobProfile, weights: dict | None = None) -> dict:
+        """Policy (with ``weights`` if given), frozen reference when ``kl_coef`` > 0, optimiser;
+        returns the modules the state cache holds."""
         self.profile = profile
         self.policy = build_policy(profile.model, profile.seed)
+        if weights is not None:
+            self.policy.load_state_dict(weights)
         modules = {"policy": self.policy}
         self.reference = None
         if profile.kl_coef > 0:
             self.reference = copy.deepcopy(self.policy).requires_grad_(False)
             modules["reference"] = self.reference
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=profile.lr, weight_decay=0.0)
+        return modules
+
+    def import_state(self, profile: JobProfile, state: dict) -> int:
+        """Take over a moved job's training state: policy, reference, AdamW moments and
+        step counts, and the update counter (it seeds the minibatch order)."""
+        modules = self._build(profile)
         self._adopt(torch.nn.ModuleDict(modules), self.optimizer, state)
         self.updates = state["updates"]
         return parameter_count(self.policy)

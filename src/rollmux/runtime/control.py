@@ -65,7 +65,7 @@ from rollmux.execution import Grant, GroupExecutor
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec
 from rollmux.improve import materialize
 from rollmux.model import model_size_column
-from rollmux.plan_state import Placement, PlanState
+from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
 from rollmux.policies.rollmux import RollMuxPolicy
 from rollmux.runtime.store import Changes, hash_token
