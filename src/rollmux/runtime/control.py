@@ -74,7 +74,7 @@ WAITING, PLACED, DONE, CANCELLED, EXPIRED = "waiting", "placed", "done", "cancel
 LIVE_STATES = (WAITING, PLACED)
 JOB_STATES = (WAITING, PLACED, DONE, CANCELLED, EXPIRED)
 SNAPSHOT_VERSION = 3
-EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the best of the rest
+EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the rest in the planner's order
 LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup")
 OPEN_ENDED = 10**9  # iterations assumed for a job without a target (its whole-run check is then per iteration)
 
