@@ -16,6 +16,8 @@ step count, the update counter that seeds the minibatch order) was lost or alter
 """
 from __future__ import annotations
 
+from demo_checks import assert_every_job_complete
+
 import json
 import math
 from dataclasses import replace
@@ -50,13 +52,7 @@ def test_quick_move_demo_moves_a_job_live_and_its_training_survives_exactly(tmp_
     assert 0 < move["after_iteration"] < summary["jobs"][MOVING_JOB]["iterations_target"]
 
     # Every job at its target; phases alternate; iterations contiguous (none lost or repeated).
-    for job_id, job in summary["jobs"].items():
-        n = job["iterations_target"]
-        assert job["iterations_done"] == n == job["service_iterations_done"] == len(job["rewards"])
-        assert job["service_state"] == "done"
-        spans = runs[job_id]["spans"]
-        assert [(s["pool"], s["iteration"]) for s in spans] == [(p, i) for i in range(n) for p in ("rollout", "train")]
-        assert all(a["end"] <= b["start"] for a, b in zip(spans, spans[1:]))
+    assert_every_job_complete(summary, runs)
     spans = runs[MOVING_JOB]["spans"]
     k = move["after_iteration"]
     assert all(set(s["nodes"]) <= set(move["from_nodes"]) for s in spans[: 2 * k])

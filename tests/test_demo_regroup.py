@@ -19,6 +19,8 @@ time and must regroup the same way (``test_the_scenario_regroups_in_the_control_
 """
 from __future__ import annotations
 
+from demo_checks import assert_every_job_complete
+
 import heapq
 import json
 import math
@@ -95,13 +97,7 @@ def test_quick_regroup_demo_regroups_two_jobs_live(tmp_path, monkeypatch):
     assert regrouped == set(summary["regroups"][0]["members"])
     assert len({m["to_group"] for m in moves}) == 1 and len({m["from_group"] for m in moves}) == 2
 
-    for job_id, job in summary["jobs"].items():
-        n = job["iterations_target"]
-        assert job["iterations_done"] == n == job["service_iterations_done"] == len(job["rewards"])
-        assert job["service_state"] == "done"
-        spans = runs[job_id]["spans"]
-        assert [(s["pool"], s["iteration"]) for s in spans] == [(p, i) for i in range(n) for p in ("rollout", "train")]
-        assert all(a["end"] <= b["start"] for a, b in zip(spans, spans[1:]))
+    assert_every_job_complete(summary, runs)
     for m in moves:
         spans = runs[m["job_id"]]["spans"]
         k = m["after_iteration"]

@@ -63,6 +63,8 @@ def _random_ops(cp: ControlPlane, store: Store, rng: random.Random, steps: int) 
             assert type(exc).__name__ in {"DuplicateJob", "NeverFits"}, exc
         store.commit(cp.take_changes())
         assert store.load() == _roundtrip(cp.snapshot()), f"step {step}: the file differs from memory"
+        for pool in ("rollout", "train"):  # the kept count against a recount of the groups
+            assert cp.plan.nodes_in_use(pool) == sum(len(g.nodes(pool)) for g in cp.plan.groups.values())
 
 
 @pytest.mark.parametrize("nodes,seed", [(None, 0), (None, 1), (3, 2), (3, 3)])

@@ -70,6 +70,16 @@ def _fail(err: Exception, options: dict[str, str] | None = None) -> None:
     raise typer.Exit(2)
 
 
+def _write_json(path: Path, payload) -> None:
+    """Write ``payload`` as JSON at ``path`` (the ``--json`` option), creating its folder."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=1))
+    except OSError as err:
+        _fail(RollMuxError(f"--json {path}: {err.strerror or err}"))
+    console.print(f"wrote {escape(str(path))}")
+
+
 def _load_cluster(path: Optional[Path]):
     """``load_cluster`` with a SpecError prefixed by ``--cluster FILE``."""
     from rollmux.cluster_file import load_cluster
@@ -193,12 +203,7 @@ def simulate(
                    "accounting": {**acct.to_dict(),
                                   "units_per_policy": {r.policy: acct.units(r.total_cost, cl) for r in results}},
                    **({"tail": {"threshold": tail_threshold}} if tail else {})}
-        try:
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps(payload, indent=1))
-        except OSError as err:
-            _fail(RollMuxError(f"--json {json_path}: {err.strerror or err}"))
-        console.print(f"wrote {escape(str(json_path))}")
+        _write_json(json_path, payload)
     if out is not None:
         _plots(shown, out, cl)
 
@@ -281,12 +286,7 @@ def plan(
     if waiting:
         console.print(f"[yellow]waiting: {escape(', '.join(waiting))}[/yellow]")
     if json_path is not None:
-        try:
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps(result, indent=1))
-        except OSError as err:
-            _fail(RollMuxError(f"--json {json_path}: {err.strerror or err}"))
-        console.print(f"wrote {escape(str(json_path))}")
+        _write_json(json_path, result)
 
 
 def _improve(state, max_solves: int):

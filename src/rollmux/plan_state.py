@@ -74,6 +74,7 @@ class PlanState:
     _next_group: int = 0
     _analysis: dict[str, GroupAnalysis] = field(default_factory=dict)
     _views: dict[str, GroupView] = field(default_factory=dict)
+    _in_use: dict[str, int] = field(default_factory=lambda: {ROLLOUT: 0, TRAIN: 0})  # nodes in groups, per pool
     _listed: dict[str, tuple[str, int, float]] = field(default_factory=dict)  # node -> (pool, index, GB)
 
     def __post_init__(self) -> None:
@@ -164,6 +165,8 @@ class PlanState:
             self.groups[group.group_id] = group
             for m in group.members:
                 self.job_group[m.job.job_id] = group.group_id
+        for pool in POOLS:
+            self._in_use[pool] = sum(len(g.nodes(pool)) for g in groups)
         for pool, free in inventory["free"].items():
             self._free[pool] = list(free)
         self._minted = dict(inventory["minted"])
@@ -212,8 +215,12 @@ class PlanState:
     def cost_per_hour(self) -> float:
         return sum(g.cost_per_hour(self.cluster) for g in self.groups.values())
 
+    def nodes_in_use(self, pool: str) -> int:
+        """Nodes of ``pool`` in some group (kept up to date by ``apply``, ``release`` and ``restore``)."""
+        return self._in_use[pool]
+
     def gpus_in_use(self, pool: str) -> int:
-        return sum(len(g.nodes(pool)) for g in self.groups.values()) * self.cluster.gpus_per_node
+        return self._in_use[pool] * self.cluster.gpus_per_node
 
     def group_of(self, job_id: str) -> Group:
         gid = self.job_group.get(job_id)
@@ -238,6 +245,8 @@ class PlanState:
             group = self.groups[gid]
         group.rollout_nodes.extend(placement.new_rollout)
         group.train_nodes.extend(placement.new_train)
+        self._in_use[ROLLOUT] += len(placement.new_rollout)
+        self._in_use[TRAIN] += len(placement.new_train)
         group.members.append(Member(job, placement.rollout_nodes, placement.train_nodes))
         self.job_group[job.job_id] = gid
         self._analysis.pop(gid, None)
@@ -260,6 +269,7 @@ class PlanState:
                 else:
                     group.train_nodes = kept
                 self._give_back(pool, gone)
+                self._in_use[pool] -= len(gone)
                 released.extend(gone)
         closed = not group.members
         if closed:

@@ -225,7 +225,6 @@ class ControlPlane:
         self._dirty_jobs: set[str] = set()
         self._dirty_groups: set[str] = set()
         self._cluster_dirty = True
-        self._in_use: dict[str, int] | None = None  # nodes in groups per pool; None after the plan changed
 
     @property
     def last_seq(self) -> int:
@@ -549,7 +548,6 @@ class ControlPlane:
         plan = PlanState(cluster)
         plan.restore(groups, {"free": free, "minted": minted, "next_group": self.plan.inventory()["next_group"]})
         self.plan = plan
-        self._in_use = None
         self.cluster = cluster
         self.drained = {n for n in self.drained if plan.pool_of(n) is not None}
         self._cluster_dirty = True
@@ -721,7 +719,6 @@ class ControlPlane:
             rec.placed_at = now
         if self._repack is not None and decision.outcome == "new-group":  # new room to fill
             self.offer.update(j for j in self.plan.job_group if j != job.job_id)
-        self._in_use = None
         rec.state = PLACED
         rec.group_id = gid
         rec.rollout_nodes = tuple(placement.rollout_nodes)
@@ -776,7 +773,6 @@ class ControlPlane:
         self.executors[old].remove(job_id)
         self._log(now, "remove", old, job_id, "", (), reason="moving")
         released = self.plan.release(job_id)
-        self._in_use = None
         self._withhold_drained()
         self._dirty_groups.add(old)
         if released.group_closed:
@@ -784,7 +780,6 @@ class ControlPlane:
         else:
             self._dispatch(old, now)
         gid = self.plan.apply(rec.job, decision.placement)
-        self._in_use = None
         rec.group_id = gid
         rec.rollout_nodes = tuple(decision.placement.rollout_nodes)
         rec.train_nodes = tuple(decision.placement.train_nodes)
@@ -840,7 +835,6 @@ class ControlPlane:
             del self.executors[gid]
         else:
             self._dispatch(gid, now)
-        self._in_use = None
         self._dirty_groups.add(gid)
         rec.group_id, rec.rollout_nodes, rec.train_nodes = None, (), ()
         rec.move = {"regroup": rid, "from_group": gid, "stopped_at": now}
@@ -858,7 +852,6 @@ class ControlPlane:
             return
         group = _group_from_dict(entry["group"], self.jobs)
         gid = materialize(self.plan, group)
-        self._in_use = None
         self.executors[gid] = GroupExecutor(gpus_per_node=self.cluster.gpus_per_node)
         self._dirty_groups.add(gid)
         for m in self.plan.groups[gid].members:
@@ -910,7 +903,6 @@ class ControlPlane:
         self._log(now, "move_aborted", gid, rec.job_id, "", (), reason=reason, from_group=rec.move["from_group"])
         rid = rec.move.get("regroup")
         released = self.plan.release(rec.job_id)
-        self._in_use = None
         self._withhold_drained()
         self._dirty_groups.add(gid)
         if released.group_closed:
@@ -968,7 +960,6 @@ class ControlPlane:
             rec.move = None
             self._log(now, "remove", gid, job_id, "", (), reason=reason)
             released = self.plan.release(job_id)
-            self._in_use = None
             self._withhold_drained()
             self._dirty_groups.add(gid)
             if released.group_closed:
@@ -1022,10 +1013,8 @@ class ControlPlane:
         """Integrate provisioned node-seconds per pool up to ``now``."""
         if self._clock is not None and now > self._clock:
             dt = now - self._clock
-            if self._in_use is None:  # the plan changes only through apply, release and reconcile
-                self._in_use = {p: sum(len(g.nodes(p)) for g in self.plan.groups.values()) for p in POOLS}
             for pool in POOLS:
-                self.provisioned_s[pool] += dt * self._in_use[pool]
+                self.provisioned_s[pool] += dt * self.plan.nodes_in_use(pool)
         if self._clock is None or now > self._clock:
             self._clock = now
 
