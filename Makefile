@@ -3,10 +3,19 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
+# Best effort, never fatal and quiet: chromium for the headless-browser test of the HTML
+# report (tests/test_report_html.py skips it without a browser), where apt-get can install
+# it (root); the package lists are refreshed only when the first try fails.
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e ".[all]"
+	-@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+	  || command -v google-chrome >/dev/null 2>&1 \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	       && { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
+	            || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }; } \
+	       >/dev/null 2>&1; } || true
 	touch $(STAMP)
 
 .PHONY: install simulate test bench

@@ -60,3 +60,10 @@ class OutputPathError(RollMuxError):
         self.option = option
         self.path = path
         super().__init__(f"{option} {path}: {why}")
+
+
+class ReportError(SpecError):
+    """A report was asked to show something the results do not hold: a Gantt group that
+    ran no phase in the recorded spans, a Gantt window that is empty or holds none of
+    its phases, no policy to report. ``field`` names the parameter (``gantt_group``,
+    ``gantt_window``, ``results``); raised before any file is written."""
