@@ -1,0 +1,272 @@
+"""``rollmux whatif``: capacity planning over a grid of cluster configurations.
+
+``register(app)`` adds the command to a Typer app. Like the other commands: choices are
+typer enums, output paths are checked before any work, errors name the command's
+options and exit with status 2, user strings are escaped before Rich prints them. When
+targets are given and no configuration meets them, the outputs are still written and
+the exit status is 1.
+"""
+from __future__ import annotations
+
+import csv
+import enum
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from rollmux.accounting import ACCOUNTINGS
+from rollmux.errors import RollMuxError, SpecError
+from rollmux.policies import KNOWN
+from rollmux.sim.durations import MODELS
+from rollmux.whatif import COST_BASES, UNBOUNDED, Row
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+DurationModel = enum.Enum("DurationModel", {m: m for m in MODELS}, type=str)
+AccountingName = enum.Enum("AccountingName", {a: a for a in ACCOUNTINGS}, type=str)
+#: Simulated policies (``optimal`` is a cost bound, not a simulation).
+PolicyName = enum.Enum("PolicyName", {p: p for p in KNOWN if p != "optimal"}, type=str)
+CostBasis = enum.Enum("CostBasis", {b: b for b in COST_BASES}, type=str)
+
+#: Parameters that SpecError names, and the options that set them.
+OPTIONS = {"vary": "--vary", "trace": "--trace"}
+#: Above this many rows the table shows the frontier and the chosen row only.
+TABLE_ROWS = 60
+#: With more runs than this, progress lines come at most every PROGRESS_S seconds.
+EVERY_LINE, PROGRESS_S = 100, 2.0
+
+
+def _fail(err: Exception) -> None:
+    """Print ``err`` (a SpecError about a parameter in OPTIONS worded with its option) and exit 2."""
+    message = str(err)
+    if isinstance(err, SpecError) and not err.where and err.field in OPTIONS:
+        message = f"{OPTIONS[err.field]} {err.value!r}: expected {err.expected}"
+    console.print(f"[red]error:[/red] {escape(message)}")
+    raise typer.Exit(2)
+
+
+def _fmt(value: float | None, spec: str = ",.1f") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return "never" if value == math.inf else format(value, spec)
+
+
+def _short(text: str, width: int = 90) -> str:
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def _value(value) -> str:
+    return UNBOUNDED if value is None else str(value)
+
+
+class _Progress:
+    """The ``on_row`` callback: one line per finished run (throttled on big grids), with ETA."""
+
+    def __init__(self, basis: str, with_policy: bool) -> None:
+        self.basis, self.with_policy = basis, with_policy
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self, row: Row, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if total > EVERY_LINE and done < total and now - self.last < PROGRESS_S:
+            return
+        self.last = now
+        elapsed = now - self.start
+        eta = elapsed / done * (total - done)
+        wait = (f"{row.never_ran} jobs never ran" if row.never_ran else f"p95 wait {_fmt(row.p95_wait_h, '.2f')} h")
+        what = (f"[red]{escape(_short(row.error))}[/red]" if row.error else
+                f"${_fmt(row.cost(self.basis))}/h {self.basis}, {wait}, SLO met {_fmt(row.slo_met * 100)}%")
+        console.print(f"[{done}/{total}] {escape(row.label(self.with_policy))}: {what} "
+                      f"({elapsed:.0f} s elapsed, ETA {eta:.0f} s)", highlight=False)
+
+
+def _table(rows: list[Row], fields: list[str], marks: dict[int, str], basis: str, with_policy: bool) -> Table:
+    shown = [r for r in rows if len(rows) <= TABLE_ROWS or id(r) in marks]
+    title = f"whatif: {len(rows)} runs" + ("" if len(shown) == len(rows) else
+                                           f", the frontier and the chosen one shown ({len(shown)})")
+    table = Table(title=title)
+    cols = [escape(f) for f in fields] + (["policy"] if with_policy else []) + [
+        "$/h owned", "$/h used", f"total $ {basis}", "p50 wait h", "p95 wait h", "makespan h", "SLO met",
+        "limits", "note"]
+    for i, col in enumerate(cols):
+        left = i < len(fields) + with_policy or col in ("limits", "note")
+        table.add_column(col, justify="left" if left else "right", no_wrap=True)
+    for r in shown:
+        cells = [_value(r.values[f]) for f in fields] + ([escape(r.policy)] if with_policy else [])
+        cells += [_fmt(r.owned_per_hour), _fmt(r.cost_per_hour), _fmt(r.total(basis), ",.0f"),
+                  _fmt(r.p50_wait_h, ".2f"), _fmt(r.p95_wait_h, ".2f"), _fmt(r.makespan_h),
+                  _fmt(r.slo_met * 100) + "%" if r.error is None else "-", r.limiting_pool or "-",
+                  "cannot run (below)" if r.error else f"{r.never_ran} jobs never ran" if r.never_ran
+                  else marks.get(id(r), "")]
+        table.add_row(*cells, style="bold" if "chosen" in marks.get(id(r), "") else None)
+    return table
+
+
+def _targets_text(max_p95_wait_h: float | None, min_slo: float | None) -> str:
+    parts = ["every job ran"]
+    if max_p95_wait_h is not None:
+        parts.append(f"p95 wait <= {max_p95_wait_h:g} h")
+    if min_slo is not None:
+        parts.append(f"SLO met >= {min_slo * 100:g}%")
+    return ", ".join(parts)
+
+
+def _why(chosen: Row, qualifying: list[Row], front: list[Row], basis: str, targets: str,
+         with_policy: bool) -> str:
+    """Why ``chosen`` (the cheapest of ``qualifying``) was chosen, in one paragraph."""
+    others = sorted((r for r in qualifying if r is not chosen), key=lambda r: r.cost(basis))
+    text = (f"chosen: {chosen.label(with_policy)}: ${chosen.cost(basis):,.2f}/h {basis}, p95 wait "
+            f"{chosen.p95_wait_h:.2f} h, SLO met {chosen.slo_met * 100:.1f}%, makespan {chosen.makespan_h:.1f} h. "
+            f"Why: the cheapest ({basis} $/h) of {len(qualifying)} configurations meeting the targets ({targets})")
+    if others:
+        text += f"; the next cheapest, {others[0].label(with_policy)}, costs ${others[0].cost(basis):,.2f}/h"
+    if any(r is chosen for r in front):
+        return text + "; it is on the cost / p95-wait frontier."
+    return text + "; it is off the frontier: a row as cheap or cheaper that waits no longer misses the SLO target."
+
+
+def _write(path: Path, option: str, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as err:
+        _fail(RollMuxError(f"{option} {path}: {err.strerror or err}"))
+    console.print(f"wrote {escape(str(path))}")
+
+
+def _csv_text(rows: list[Row], fields: list[str], marks: dict[int, str]) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    metrics = [k for k in rows[0].to_dict() if k != "values"]
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(fields + metrics + ["on_frontier", "chosen"])
+    for r in rows:
+        data = r.to_dict()
+        writer.writerow([_value(r.values[f]) for f in fields] + ["" if data[k] is None else data[k] for k in metrics]
+                        + [int("frontier" in marks.get(id(r), "")), int("chosen" in marks.get(id(r), ""))])
+    return out.getvalue()
+
+
+def whatif(
+    trace: str = typer.Option("production", help="A builtin trace (production, philly-mix) or a job-trace CSV file."),
+    cluster: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, readable=True,
+                                           help="The base cluster YAML that --vary changes; default: the "
+                                                "paper's testbed (both pools unbounded)."),
+    vary: list[str] = typer.Option(..., "--vary",
+                                   help="FIELD=VALUES, repeatable: an inclusive range lo:hi:step "
+                                        "(train.nodes=10:20:2) or a comma list (rollout.nodes=8,12,unbounded). "
+                                        "FIELD: a numeric field of the cluster file (nodes, price_per_gpu_hour, "
+                                        "host_mem_gb of rollout/train, gpus_per_node, max_group_size, "
+                                        "switch_cost_s in seconds). The grid is every combination."),
+    policy: list[PolicyName] = typer.Option(["rollmux"], "--policy", help="Policy to simulate; repeatable."),
+    address: Optional[str] = typer.Option(None, help="An existing Ray cluster (ray.init address); default: "
+                                                     "a local Ray instance."),
+    workers: Optional[int] = typer.Option(None, min=1, help="CPUs of the local Ray instance (default: the "
+                                                            "machine's, at most one per run)."),
+    max_p95_wait_h: Optional[float] = typer.Option(None, min=0, help="Target: p95 wait at most this many hours."),
+    min_slo: Optional[float] = typer.Option(None, min=0, max=1, help="Target: share of jobs meeting their SLO "
+                                                                     "(e.g. 0.99)."),
+    cost: CostBasis = typer.Option("owned", help="owned (a bounded pool's every node, all the time; an "
+                                                 "unbounded pool as used) or used (the simulator's $/h: "
+                                                 "allocated nodes only). Ranks the choice and the frontier."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every row, the frontier and the "
+                                                                  "choice as JSON here."),
+    csv_path: Optional[Path] = typer.Option(None, "--csv", help="Write one line per run as CSV here."),
+    plot: Optional[Path] = typer.Option(None, help="Write the cost vs p95-wait frontier plot (PNG) here."),
+    seed: int = typer.Option(0, help="Seed for stochastic durations, the random policy and philly-mix."),
+    duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic."),
+    accounting: AccountingName = typer.Option("ours", help="ours or paper (rollmux simulate --accounting)."),
+) -> None:
+    """Capacity planning: simulate the trace on every cluster of a grid (in parallel on Ray),
+    then pick the cheapest configuration meeting a p95-wait / SLO target and show the
+    cost vs p95-wait Pareto frontier."""
+    from rollmux.cluster_file import cluster_to_dict, load_cluster
+    from rollmux.report.paths import check_writable
+    from rollmux.traces.builtin import load_trace
+    from rollmux.whatif import choose, frontier, grid, parse_vary, qualifies
+    from rollmux.whatif_ray import run_grid
+
+    names = [p.value for p in policy]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        _fail(RollMuxError(f"--policy {', '.join(twice)}: given twice"))
+    if address and workers:
+        _fail(RollMuxError("--workers sizes the local Ray instance; with --address the cluster's CPUs are used"))
+    acct = ACCOUNTINGS[accounting.value]
+    try:
+        for path, option in ((json_path, "--json"), (csv_path, "--csv"), (plot, "--plot")):
+            if path is not None:
+                check_writable(path, option)
+        try:
+            base = cluster_to_dict(load_cluster(cluster))
+        except SpecError as err:
+            raise RollMuxError(f"--cluster {cluster}: {err}") from None
+        varies = [parse_vary(spec, base) for spec in vary]
+        configs = grid(varies)
+        jobs, info = load_trace(trace, None, seed)
+    except (RollMuxError, OSError) as err:
+        _fail(err)
+    if not jobs:
+        _fail(RollMuxError(f"--trace {trace}: the trace holds no jobs"))
+    basis, with_policy = cost.value, len(names) > 1
+    fields = [v.field for v in varies]
+    total = len(configs) * len(names)
+    console.print(f"trace [bold]{escape(info['name'])}[/bold]: {info['jobs']} jobs; {len(configs)} configurations "
+                  f"x {len(names)} polic{'y' if len(names) == 1 else 'ies'} = {total} runs on "
+                  + (f"Ray at {escape(address)}" if address else "a local Ray instance"), highlight=False)
+    started = time.perf_counter()
+    try:
+        rows = run_grid(jobs, base, configs, names, seed=seed, duration_model=duration_model.value,
+                        accounting=acct, address=address, num_cpus=workers,
+                        on_row=_Progress(basis, with_policy))
+    except RollMuxError as err:
+        _fail(err)
+    wall = time.perf_counter() - started
+    front = frontier(rows, basis)
+    chosen = choose(rows, basis, max_p95_wait_h, min_slo)
+    marks = {id(r): "frontier" for r in front}
+    if chosen is not None:
+        marks[id(chosen)] = "chosen" + (", frontier" if id(chosen) in marks else "")
+    console.print(_table(rows, fields, marks, basis, with_policy))
+    failed = [r for r in rows if r.error]
+    if failed:
+        console.print(f"[yellow]{len(failed)} runs could not place the trace (no row on the frontier): "
+                      f"{escape(failed[0].label(with_policy))}: {escape(failed[0].error)}[/yellow]")
+    targets = _targets_text(max_p95_wait_h, min_slo)
+    qualifying = [r for r in rows if qualifies(r, max_p95_wait_h, min_slo)]
+    why = (_why(chosen, qualifying, front, basis, targets, with_policy) if chosen is not None
+           else f"no configuration meets the targets ({targets})")
+    console.print(f"{len(rows)} runs in {wall:.1f} s; frontier: {len(front)} configurations")
+    console.print(("[bold]" if chosen else "[yellow]") + escape(why) + ("[/bold]" if chosen else "[/yellow]"))
+    if json_path is not None:
+        index = {id(r): i for i, r in enumerate(rows)}
+        payload = {"trace": info, "cluster": base, "vary": list(vary), "policies": names,
+                   "duration_model": duration_model.value, "seed": seed, "accounting": acct.name,
+                   "cost_basis": basis, "targets": {"max_p95_wait_h": max_p95_wait_h, "min_slo": min_slo},
+                   "rows": [r.to_dict() for r in rows], "frontier": [index[id(r)] for r in front],
+                   "chosen": index[id(chosen)] if chosen is not None else None, "why": why, "wall_s": wall}
+        _write(json_path, "--json", json.dumps(payload, indent=1))
+    if csv_path is not None:
+        _write(csv_path, "--csv", _csv_text(rows, fields, marks))
+    if plot is not None:
+        from rollmux.report.whatif_plot import frontier_plot
+
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        console.print(f"wrote {escape(str(frontier_plot(rows, front, chosen, basis, plot, with_policy)))}")
+    if chosen is None:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``whatif`` command to ``app``."""
+    app.command("whatif")(whatif)

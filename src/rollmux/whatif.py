@@ -1,0 +1,273 @@
+"""Capacity planning: a grid of cluster configurations, one simulation each, and the
+cheapest configuration that meets a target (``rollmux whatif``; docs/whatif.md).
+
+Contract
+--------
+* ``parse_vary(spec, base)``: ``spec`` is ``FIELD=VALUES``. FIELD is a dotted path of the
+  cluster file (``cluster_file.cluster_to_dict`` of ``base``) whose value is a number:
+  ``gpus_per_node``, ``max_group_size``, ``{rollout,train}.{nodes,price_per_gpu_hour,
+  host_mem_gb}``, and ``switch_cost_s`` (or ``switch_cost_s.{rollout,train}``) when the
+  file gives seconds. A pool's ``nodes`` may be null (unbounded) in ``base``; it may not
+  be a list of real nodes. VALUES is an inclusive range ``lo:hi:step`` (step > 0, lo <=
+  hi) or a comma list; ``unbounded`` (null) is a value of a ``nodes`` field, in a list.
+  Integer fields (node counts, ``gpus_per_node``, ``max_group_size``) take integers
+  only; every value must be finite, listed once and accepted by the cluster file. Any
+  other spec raises ``SpecError("vary", spec, expected)``.
+* ``grid(varies)``: the cartesian product, one ``{field: value}`` per configuration, in
+  the order the specs and their values were given (the last spec varies fastest).
+  Fields varied twice, or more than ``MAX_CONFIGS`` configurations, raise SpecError
+  before anything is built.
+* ``run_config(...)`` simulates one configuration under one policy and returns a Row; a
+  configuration the trace cannot run on (CapacityError, or a job the cluster cannot
+  take) is a Row with ``error`` set, not an exception.
+* Waits: a job that never ran waits forever (``inf``); percentiles are nearest-rank, so
+  ``p95_wait_h`` is ``inf`` when more than 5% of the jobs never ran.
+* Cost bases: ``used`` is the simulator's cost (allocated nodes only,
+  ``PolicyResult.total_cost``); ``owned`` charges every node of a bounded pool for the
+  whole run (nodes x node price x makespan) plus an unbounded pool's used cost: what the
+  inventory costs to hold until the last job leaves. Both $/h divide by the same hours,
+  the trace's solo span (``PolicyResult.cost_per_hour``), so owned >= used.
+* ``qualifies``: the row ran (no error), every job ran, and it meets the given targets
+  (``p95_wait_h <= max_p95_wait_h``, ``slo_met >= min_slo``). ``choose``: the cheapest
+  qualifying row on the basis, ties to the lower p95 wait, then the grid order.
+  ``frontier``: the rows where every job ran that no other such row dominates (costs no
+  more and waits no longer at p95, and is better in one), sorted by cost.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import re
+from dataclasses import asdict, dataclass
+
+from rollmux.accounting import CostAccounting
+from rollmux.cluster_file import cluster_from_dict
+from rollmux.errors import RollMuxError, SpecError
+from rollmux.model import POOLS, Cluster, Job
+
+MAX_CONFIGS = 10_000
+UNBOUNDED = "unbounded"
+COST_BASES = ("owned", "used")
+_INT = re.compile(r"[+-]?\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class Vary:
+    """One parsed ``--vary``: a dotted cluster field and its values (None: unbounded)."""
+
+    spec: str
+    field: str
+    values: tuple[int | float | None, ...]
+
+
+def variable_fields(base: dict) -> dict[str, type]:
+    """The fields of a cluster dict (``cluster_to_dict``) that may vary, and their type."""
+    fields: dict[str, type] = {"gpus_per_node": int, "max_group_size": int}
+    for pool in POOLS:
+        fields[f"{pool}.price_per_gpu_hour"] = float
+        fields[f"{pool}.host_mem_gb"] = float
+        fields[f"{pool}.nodes"] = int
+    switch = base["switch_cost_s"]
+    if isinstance(switch, dict):
+        fields.update({f"switch_cost_s.{pool}": float for pool in POOLS})
+    elif not isinstance(switch, str):
+        fields["switch_cost_s"] = float
+    return fields
+
+
+def with_values(base: dict, values: dict) -> dict:
+    """A copy of the cluster dict ``base`` with each dotted field set to its value."""
+    out = copy.deepcopy(base)
+    for field, value in values.items():
+        *path, leaf = field.split(".")
+        node = out
+        for key in path:
+            node = node[key]
+        node[leaf] = value
+    return out
+
+
+def _number(text: str, kind: type, spec: str) -> int | float:
+    if kind is int:
+        if not _INT.fullmatch(text):
+            raise SpecError("vary", spec, f"integers: {text!r} is not one")
+        return int(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError("vary", spec, f"numbers: {text!r} is not one") from None
+    if not math.isfinite(value):
+        raise SpecError("vary", spec, f"finite numbers, not {text!r}")
+    return value
+
+
+def _range(text: str, kind: type, spec: str) -> tuple[int | float, ...]:
+    parts = [p.strip() for p in text.split(":")]
+    if len(parts) != 3:
+        raise SpecError("vary", spec, "an inclusive range lo:hi:step or a comma list")
+    lo, hi, step = (_number(p, kind, spec) for p in parts)
+    if not step > 0 or lo > hi:
+        raise SpecError("vary", spec, "a range lo:hi:step with step > 0 and lo <= hi")
+    span = (hi - lo) / step
+    if not span < MAX_CONFIGS:
+        raise SpecError("vary", spec, f"at most {MAX_CONFIGS:,} values in a range")
+    count = math.floor(span + 1e-9) + 1
+    if kind is int:
+        return tuple(range(lo, hi + 1, step))
+    return tuple(round(lo + i * step, 10) for i in range(count))
+
+
+def parse_vary(spec: str, base: dict) -> Vary:
+    """Parse one ``FIELD=VALUES`` spec against the cluster dict ``base``; see the module contract."""
+    field, sep, text = spec.partition("=")
+    field, text = field.strip(), text.strip()
+    fields = variable_fields(base)
+    if not sep or not field or not text:
+        raise SpecError("vary", spec, "FIELD=VALUES, e.g. train.nodes=10:20:2 or rollout.nodes=8,12,unbounded")
+    if field not in fields:
+        raise SpecError("vary", spec, f"a numeric cluster field: one of {', '.join(fields)}")
+    if field.endswith(".nodes") and isinstance(base[field.split(".")[0]]["nodes"], list):
+        raise SpecError("vary", spec, "a pool given as a node count or null: the cluster file lists "
+                                      f"{field.split('.')[0]}'s real nodes")
+    kind = fields[field]
+    if ":" in text:
+        values = _range(text, kind, spec)
+    else:
+        items = [item.strip() for item in text.split(",")]
+        if "" in items:
+            raise SpecError("vary", spec, "a comma list without empty items")
+        if UNBOUNDED in items and not field.endswith(".nodes"):
+            raise SpecError("vary", spec, f"numbers ({UNBOUNDED!r} is a value of a pool's nodes only)")
+        values = tuple(None if item == UNBOUNDED else _number(item, kind, spec) for item in items)
+        if len(set(values)) != len(values):
+            raise SpecError("vary", spec, "each value listed once")
+    for value in values:
+        try:
+            cluster_from_dict(with_values(base, {field: value}))
+        except SpecError as err:
+            raise SpecError("vary", spec, f"values the cluster file accepts ({err})") from None
+    return Vary(spec, field, values)
+
+
+def grid(varies: list[Vary]) -> list[dict]:
+    """Every combination of the varied values; see the module contract."""
+    fields = [v.field for v in varies]
+    twice = sorted({f for f in fields if fields.count(f) > 1})
+    if twice:
+        raise SpecError("vary", " ".join(v.spec for v in varies if v.field in twice), "each field varied once")
+    size = math.prod(len(v.values) for v in varies)
+    if size > MAX_CONFIGS:
+        raise SpecError("vary", " ".join(v.spec for v in varies),
+                        f"at most {MAX_CONFIGS:,} configurations; these make {size:,}")
+    return [dict(zip(fields, combo)) for combo in itertools.product(*(v.values for v in varies))]
+
+
+@dataclass(slots=True)
+class Row:
+    """One configuration under one policy. Waits and spans in hours; ``slo_met`` a share."""
+
+    values: dict
+    policy: str
+    cost_per_hour: float = math.nan
+    total_cost: float = math.nan
+    owned_per_hour: float = math.nan
+    owned_total: float = math.nan
+    hours: float = math.nan  # the $/h denominator: the trace's solo span
+    p50_wait_h: float = math.nan
+    p95_wait_h: float = math.nan
+    makespan_h: float = math.nan  # the policy's own span: first arrival to last departure
+    slo_met: float = math.nan
+    limiting_pool: str | None = None
+    never_ran: int = 0
+    error: str | None = None
+
+    def cost(self, basis: str) -> float:
+        """$/h on ``basis`` (``owned`` or ``used``)."""
+        return self.owned_per_hour if basis == "owned" else self.cost_per_hour
+
+    def total(self, basis: str) -> float:
+        """Total $ on ``basis`` (``owned`` or ``used``)."""
+        return self.owned_total if basis == "owned" else self.total_cost
+
+    def label(self, with_policy: bool = False) -> str:
+        text = " ".join(f"{k}={UNBOUNDED if v is None else v}" for k, v in self.values.items())
+        return f"{text} {self.policy}".strip() if with_policy else text
+
+    def to_dict(self) -> dict:
+        """Plain data; NaN and infinity (an error row, jobs that never ran) become None."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+def nearest_rank(values: list[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0 < q <= 1) of ``values``; NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def run_config(jobs: list[Job], base: dict, values: dict, policy: str, seed: int, duration_model: str,
+               accounting: CostAccounting) -> Row:
+    """Simulate ``jobs`` on ``base`` with ``values`` set, under ``policy``; see the module contract."""
+    from rollmux.policies import make_policy
+    from rollmux.sim.engine import simulate
+
+    try:
+        cluster = accounting.apply_cluster(cluster_from_dict(with_values(base, values)))
+        for job in jobs:
+            job.validate(cluster)
+        result = simulate(jobs, cluster, make_policy(policy, seed, accounting), duration_model, seed,
+                          accounting=accounting)
+    except RollMuxError as err:
+        return Row(values, policy, error=str(err))
+    hours = result.reference_span_s / 3600.0
+    waits = [j.wait_s / 3600.0 for j in result.jobs] + [math.inf] * len(result.rejected)
+    owned = _owned_cost(result, cluster)
+    return Row(values, policy, cost_per_hour=result.cost_per_hour, total_cost=result.total_cost,
+               owned_per_hour=owned / hours if hours > 0 else 0.0, owned_total=owned, hours=hours,
+               p50_wait_h=nearest_rank(waits, 0.5), p95_wait_h=nearest_rank(waits, 0.95),
+               makespan_h=result.span_s / 3600.0, slo_met=result.slo_attainment,
+               limiting_pool=result.limiting_pool, never_ran=len(result.rejected))
+
+
+def _owned_cost(result, cluster: Cluster) -> float:
+    """$ of holding each bounded pool's nodes for the run, plus the unbounded pools' used cost."""
+    cost = 0.0
+    for pool in POOLS:
+        spec = cluster.pool(pool)
+        if spec.nodes is not None:
+            cost += spec.nodes * cluster.node_price(pool) * result.span_s / 3600.0
+        else:
+            cost += result.gpu_seconds[pool] * spec.price_per_gpu_hour / 3600.0
+    return cost
+
+
+def qualifies(row: Row, max_p95_wait_h: float | None = None, min_slo: float | None = None) -> bool:
+    """Whether ``row`` ran every job and meets the targets given; see the module contract."""
+    if row.error is not None or row.never_ran:
+        return False
+    if max_p95_wait_h is not None and not row.p95_wait_h <= max_p95_wait_h:
+        return False
+    return min_slo is None or row.slo_met >= min_slo
+
+
+def choose(rows: list[Row], basis: str = "owned", max_p95_wait_h: float | None = None,
+           min_slo: float | None = None) -> Row | None:
+    """The cheapest qualifying row (None when none qualifies); see the module contract."""
+    ok = [(r.cost(basis), r.p95_wait_h, i) for i, r in enumerate(rows) if qualifies(r, max_p95_wait_h, min_slo)]
+    return rows[min(ok)[2]] if ok else None
+
+
+def frontier(rows: list[Row], basis: str = "owned") -> list[Row]:
+    """The Pareto frontier of cost vs p95 wait; see the module contract."""
+    ran = sorted((r for r in rows if qualifies(r)), key=lambda r: (r.cost(basis), r.p95_wait_h))
+    out: list[Row] = []
+    best = math.inf  # lowest p95 wait among strictly cheaper rows
+    for _, group in itertools.groupby(ran, key=lambda r: r.cost(basis)):
+        group = list(group)
+        low = group[0].p95_wait_h
+        if low < best:
+            out.extend(r for r in group if r.p95_wait_h == low)
+            best = low
+    return out

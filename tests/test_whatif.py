@@ -1,0 +1,247 @@
+"""rollmux whatif: --vary parsing, the grid, the choice and the frontier (against brute
+force), a real grid on Ray (each row equal to a serial simulation), and the command."""
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import ray
+import typer
+from typer.testing import CliRunner
+
+from rollmux.accounting import OURS
+from rollmux.cli_whatif import register
+from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
+from rollmux.errors import SpecError
+from rollmux.model import Cluster
+from rollmux.policies import make_policy
+from rollmux.sim.engine import simulate
+from rollmux.traces.format import read_trace, write_trace
+from rollmux.traces.generate import generate
+from rollmux.whatif import MAX_CONFIGS, Row, choose, frontier, grid, nearest_rank, parse_vary, qualifies, run_config
+from rollmux.whatif_ray import run_grid
+
+BASE = cluster_to_dict(Cluster())
+BOUNDED = {"rollout": {"nodes": 4}, "train": {"nodes": 4}}
+#: Four configurations: train.nodes=0 can place nothing (two error rows).
+VARY = ["train.nodes=0,2", "rollout.nodes=2,unbounded"]
+
+
+@pytest.mark.parametrize("spec, field, values", [
+    ("train.nodes=10:20:2", "train.nodes", (10, 12, 14, 16, 18, 20)),
+    ("rollout.nodes=8,12,16", "rollout.nodes", (8, 12, 16)),
+    (" rollout.nodes = 8, unbounded ", "rollout.nodes", (8, None)),
+    ("train.nodes=3:3:5", "train.nodes", (3,)),
+    ("train.price_per_gpu_hour=4:5:0.5", "train.price_per_gpu_hour", (4.0, 4.5, 5.0)),
+    ("rollout.price_per_gpu_hour=0.1:0.3:0.1", "rollout.price_per_gpu_hour", (0.1, 0.2, 0.3)),
+    ("max_group_size=1,5", "max_group_size", (1, 5)),
+    ("rollout.host_mem_gb=1024", "rollout.host_mem_gb", (1024.0,)),
+])
+def test_parse_vary(spec, field, values):
+    vary = parse_vary(spec, BASE)
+    assert (vary.spec, vary.field, vary.values) == (spec, field, values)
+
+
+def test_switch_cost_varies_only_when_the_file_gives_seconds():
+    assert parse_vary("switch_cost_s=0,30", {**BASE, "switch_cost_s": 10.0}).values == (0.0, 30.0)
+    assert parse_vary("switch_cost_s.train=5", {**BASE, "switch_cost_s": {"rollout": 1.0, "train": 2.0}}).values \
+        == (5.0,)
+    with pytest.raises(SpecError, match="numeric cluster field"):
+        parse_vary("switch_cost_s=0,30", BASE)  # "warm"
+
+
+@pytest.mark.parametrize("spec", [
+    "", "train.nodes", "=4", "train.nodes=", "bogus=1", "train.gpu=4", "train=4", "train.nodes.x=4",
+    "train.nodes=1.5", "train.nodes=a", "train.nodes=0x10", "train.nodes=1e3", "train.nodes=True",
+    "train.nodes=5:1:1", "train.nodes=1:5:0", "train.nodes=1:5:-1", "train.nodes=1:5", "train.nodes=1:2:3:4",
+    "train.nodes=:5:1", "train.nodes=unbounded:9:1", "train.nodes=4,4", "train.nodes=4,,5", "train.nodes=4,",
+    "train.nodes=-1", "train.nodes=-3:3:1", "train.nodes=0:100000000:1",
+    "train.price_per_gpu_hour=nan", "train.price_per_gpu_hour=inf", "train.price_per_gpu_hour=-inf:1:1",
+    "train.price_per_gpu_hour=0", "train.price_per_gpu_hour=unbounded", "train.price_per_gpu_hour=1:2:1e-9",
+    "train.price_per_gpu_hour=-1e308:1e308:1", "gpus_per_node=0", "max_group_size=0:2:1",
+    "rollout.nodes=[1]", "rollout.nodes=8;rm -rf /", "rollout.nodes=\x00",
+])
+def test_hostile_specs_name_the_spec(spec):
+    with pytest.raises(SpecError) as info:
+        parse_vary(spec, BASE)
+    assert (info.value.field, info.value.value) == ("vary", spec)
+
+
+def test_a_listed_pool_cannot_vary_its_count():
+    base = cluster_to_dict(cluster_from_dict({"train": {"nodes": [{"id": "T0"}, {"id": "T1"}]}}))
+    with pytest.raises(SpecError, match="real nodes"):
+        parse_vary("train.nodes=1,2", base)
+
+
+def test_grid_is_the_cartesian_product_last_spec_fastest():
+    configs = grid([parse_vary("train.nodes=10:14:2", BASE), parse_vary("rollout.nodes=8,unbounded", BASE)])
+    assert configs == [{"train.nodes": t, "rollout.nodes": r} for t in (10, 12, 14) for r in (8, None)]
+    assert grid([]) == [{}]
+
+
+def test_grid_refuses_a_field_twice_and_too_many_configurations():
+    with pytest.raises(SpecError, match="each field varied once"):
+        grid([parse_vary("train.nodes=1,2", BASE), parse_vary("train.nodes=3", BASE)])
+    big = [parse_vary("train.nodes=1:101:1", BASE), parse_vary("rollout.nodes=1:100:1", BASE)]
+    assert 101 * 100 > MAX_CONFIGS
+    with pytest.raises(SpecError, match="at most 10,000 configurations; these make 10,100"):
+        grid(big)
+    assert len(grid([parse_vary("train.nodes=1:100:1", BASE), parse_vary("rollout.nodes=1:100:1", BASE)])) \
+        == MAX_CONFIGS
+
+
+def test_nearest_rank():
+    assert nearest_rank([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert nearest_rank([float(i) for i in range(1, 21)], 0.95) == 19.0
+    assert nearest_rank([0.0] * 19 + [math.inf], 0.95) == 0.0
+    assert nearest_rank([0.0] * 18 + [math.inf] * 2, 0.95) == math.inf
+    assert math.isnan(nearest_rank([], 0.5))
+
+
+def _random_rows(rng: random.Random, n: int) -> list[Row]:
+    rows = []
+    for i in range(n):
+        row = Row({"train.nodes": i}, "rollmux", cost_per_hour=rng.choice([1.0, 2.0, 3.0, 4.0]),
+                  owned_per_hour=rng.choice([5.0, 6.0, 7.0]), p95_wait_h=rng.choice([0.0, 1.0, 2.0, 5.0]),
+                  slo_met=rng.choice([0.5, 0.99, 1.0]), never_ran=int(rng.random() < 0.1))
+        if rng.random() < 0.1:
+            row = Row(row.values, "rollmux", error="cannot place")
+        rows.append(row)
+    return rows
+
+
+def test_choice_and_frontier_match_brute_force():
+    rng = random.Random(7)
+    for _ in range(300):
+        rows = _random_rows(rng, rng.randint(0, 12))
+        for basis in ("owned", "used"):
+            ran = [r for r in rows if r.error is None and not r.never_ran]
+            dominated = {id(r) for r in ran for s in ran
+                         if s.cost(basis) <= r.cost(basis) and s.p95_wait_h <= r.p95_wait_h
+                         and (s.cost(basis), s.p95_wait_h) != (r.cost(basis), r.p95_wait_h)}
+            front = frontier(rows, basis)
+            assert {id(r) for r in front} == {id(r) for r in ran} - dominated
+            assert [r.cost(basis) for r in front] == sorted(r.cost(basis) for r in front)
+            for target, slo in ((None, None), (1.0, None), (None, 0.99), (2.0, 0.99)):
+                ok = [r for r in ran
+                      if (target is None or r.p95_wait_h <= target) and (slo is None or r.slo_met >= slo)]
+                assert [r for r in rows if qualifies(r, target, slo)] == ok
+                best = min(ok, key=lambda r: (r.cost(basis), r.p95_wait_h), default=None)
+                got = choose(rows, basis, target, slo)
+                assert (got is None) == (best is None)
+                if best is not None:
+                    assert (got.cost(basis), got.p95_wait_h) == (best.cost(basis), best.p95_wait_h)
+                    assert got is next(r for r in ok if (r.cost(basis), r.p95_wait_h) == (best.cost(basis),
+                                                                                          best.p95_wait_h))
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A 15-job trace file and a bounded cluster dict."""
+    path = tmp_path_factory.mktemp("whatif") / "t15.csv"
+    write_trace(generate(15, 1, "mixed", (1.0, 2.0)), path)
+    return path, cluster_to_dict(cluster_from_dict(BOUNDED))
+
+
+def test_grid_on_ray_equals_serial_simulations(small):
+    path, base = small
+    jobs = read_trace(path)
+    configs = grid([parse_vary(spec, base) for spec in VARY])
+    seen = []
+    rows = run_grid(jobs, base, configs, ["rollmux"], num_cpus=2, on_row=lambda r, d, n: seen.append((d, n)))
+    assert not ray.is_initialized()
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert [r.values for r in rows] == configs
+    for row, values in zip(rows, configs):
+        serial = run_config(jobs, base, values, "rollmux", 0, "worst", OURS)
+        assert row.to_dict() == serial.to_dict()
+        if values["train.nodes"] == 0:
+            assert "could place none" in row.error and math.isnan(row.p95_wait_h)
+            continue
+        from rollmux.whatif import with_values
+
+        direct = simulate(jobs, cluster_from_dict(with_values(base, values)), make_policy("rollmux"))
+        assert row.error is None and row.never_ran == len(direct.rejected)
+        assert (row.cost_per_hour, row.total_cost, row.makespan_h, row.slo_met, row.limiting_pool) == (
+            direct.cost_per_hour, direct.total_cost, direct.span_s / 3600.0, direct.slo_attainment,
+            direct.limiting_pool)
+        waits = sorted(j.wait_s / 3600.0 for j in direct.jobs) + [math.inf] * len(direct.rejected)
+        assert row.p95_wait_h == waits[math.ceil(0.95 * len(waits)) - 1]
+        # owned: both bounded pools held for the whole run, over the same hours as used
+        if values["rollout.nodes"] is not None:
+            held = (2 * 8 * 5.28 + 2 * 8 * 1.85) * direct.span_s / 3600.0
+            assert row.owned_total == pytest.approx(held) and row.owned_per_hour >= row.cost_per_hour
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def _main() -> None:
+        pass
+
+    register(app)
+    return app
+
+
+def test_command_end_to_end(small, tmp_path):
+    path, base = small
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("rollout: {nodes: 4}\ntrain: {nodes: 4}\n")
+    out = tmp_path / "out"
+    args = ["whatif", "--trace", str(path), "--cluster", str(cluster), "--vary", VARY[0], "--vary", VARY[1],
+            "--workers", "2", "--max-p95-wait-h", "1000", "--json", str(out / "w.json"), "--csv",
+            str(out / "w.csv"), "--plot", str(out / "f.png")]
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 0, result.output
+    assert not ray.is_initialized()
+    assert "[4/4]" in result.output and "ETA" in result.output and "chosen: train.nodes=2" in result.output
+    data = json.loads((out / "w.json").read_text())
+    jobs = read_trace(path)
+    rows = [run_config(jobs, base, values, "rollmux", 0, "worst", OURS)
+            for values in grid([parse_vary(spec, base) for spec in VARY])]
+    assert data["rows"] == [json.loads(json.dumps(r.to_dict())) for r in rows]
+    assert data["chosen"] == rows.index(choose(rows, "owned", 1000.0))
+    assert data["frontier"] == [rows.index(r) for r in frontier(rows, "owned")]
+    lines = (out / "w.csv").read_text().splitlines()
+    assert lines[0].startswith("train.nodes,rollout.nodes,policy,cost_per_hour") and len(lines) == 5
+    assert lines[1].startswith("0,2,rollmux,,") and lines[2].startswith("0,unbounded,")
+    assert (out / "f.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_no_configuration_meeting_the_target_exits_1(small, tmp_path, monkeypatch):
+    path, _ = small
+    rows = [Row({"train.nodes": 1}, "rollmux", cost_per_hour=1.0, owned_per_hour=2.0, total_cost=3.0,
+                owned_total=4.0, hours=1.0, p50_wait_h=1.0, p95_wait_h=9.0, makespan_h=2.0, slo_met=1.0)]
+    monkeypatch.setattr("rollmux.whatif_ray.run_grid", lambda *a, **k: rows)
+    result = CliRunner().invoke(_app(), ["whatif", "--trace", str(path), "--vary", "train.nodes=1",
+                                         "--max-p95-wait-h", "2"])
+    assert result.exit_code == 1
+    assert "no configuration meets the targets (every job ran, p95 wait <= 2 h)" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--vary", "train.nodes=1:5:0"], "--vary 'train.nodes=1:5:0': expected a range lo:hi:step"),
+    (["--vary", "train.nodes=[red]x[/red]"], "--vary 'train.nodes=[red]x[/red]': expected integers"),
+    (["--vary", "train.nodes=1", "--vary", "train.nodes=2"], "each field varied once"),
+    (["--vary", "train.nodes=1", "--policy", "solo-d", "--policy", "solo-d"], "--policy solo-d: given twice"),
+    (["--vary", "train.nodes=1", "--workers", "2", "--address", "auto"], "--workers sizes the local Ray"),
+    (["--vary", "train.nodes=1", "--trace", "nope"], "--trace 'nope': expected a builtin trace"),
+    (["--vary", "train.nodes=1", "--json", "{tmp}/file/y.json"], "--json {tmp}/file/y.json: cannot make the file"),
+    (["--vary", "train.nodes=1", "--csv", "{tmp}"], "--csv {tmp}: is a folder"),
+])
+def test_command_errors_name_the_option(args, message, tmp_path):
+    (tmp_path / "file").write_text("")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    message = message.replace("{tmp}", str(tmp_path))
+    result = CliRunner().invoke(_app(), ["whatif", *args])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not ray.is_initialized()
+
+
+def test_choices_are_checked_by_typer():
+    result = CliRunner().invoke(_app(), ["whatif", "--vary", "train.nodes=1", "--policy", "optimal"])
+    assert result.exit_code == 2 and "optimal" in result.output
