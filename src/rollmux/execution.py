@@ -336,6 +336,13 @@ class GroupExecutor:
                 self._handoff(now, grants)
         return grants
 
+    def shift(self, delta: float) -> None:
+        """Move every queued ready time ``delta`` seconds later: the state one whole period
+        on, for a simulator that skips periods of a group whose schedule repeats
+        (``rollmux.sim.periodic``). Order, nodes and last jobs are unchanged."""
+        for pool in POOLS:
+            self._queues[pool] = [(ready + delta, order, job) for ready, order, job in self._queues[pool]]
+
     # Read-only views, for the analyzer, the service's status and the tests.
     def running(self, job_id: str) -> str | None:
         return self._members[job_id].running

@@ -213,7 +213,8 @@ class PlanState:
         return cached
 
     def cost_per_hour(self) -> float:
-        return sum(g.cost_per_hour(self.cluster) for g in self.groups.values())
+        """The plan's $/h: every node in some group at its pool's price (O(1): the in-use counts)."""
+        return sum(self._in_use[p] * self.cluster.node_price(p) for p in POOLS)
 
     def nodes_in_use(self, pool: str) -> int:
         """Nodes of ``pool`` in some group (kept up to date by ``apply``, ``release`` and ``restore``)."""

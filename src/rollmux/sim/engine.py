@@ -67,17 +67,20 @@ from rollmux.plan_state import PlanState
 from rollmux.policies.base import Policy
 from rollmux.sim.durations import DurationModel
 from rollmux.sim.metrics import END_TO_END, ITERATION, Accounting, JobOutcome, PolicyResult, finish, solo_span_s
+from rollmux.sim.periodic import Cycle, CycleFinder, signature
 
 _END, _ARRIVE, _MIGRATE, _TAIL, _DEPART = 0, 1, 2, 3, 4
+_WAKE = "wake"  # the pool field of a frozen group's wake-up (an _END event named by group id)
 MIGRATION_S = 300.0
 
 
 def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: str = "worst", seed: int = 0,
              record_spans: bool = False, progress: Callable[[float], None] | None = None,
              migration_s: float = MIGRATION_S, tail: bool = False, tail_threshold: float = 0.8,
-             handoff: bool = True, accounting: CostAccounting = OURS) -> PolicyResult:
+             handoff: bool = True, accounting: CostAccounting = OURS, fast_forward: bool = True) -> PolicyResult:
     """Replay ``jobs`` (validated, unique ids) under ``policy``; see the module docstring.
-    ``policy`` should be made with the same ``accounting`` (``make_policy(..., accounting=)``)."""
+    ``policy`` should be made with the same ``accounting`` (``make_policy(..., accounting=)``).
+    ``fast_forward=False`` replays every phase even where it could be skipped."""
     started = time.perf_counter()
     cluster = accounting.apply_cluster(cluster)
     fixed = accounting.fixed_departures
@@ -120,6 +123,13 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     events = 0
     repack = getattr(policy, "repack", None)
     regroup = getattr(policy, "regroup", None)
+    live: dict[str, tuple[float, int]] = {}  # job -> (end, seq) of its running phase's pending end
+    # Fast-forward (rollmux.sim.periodic): groups whose schedule repeats skip whole periods.
+    skip = (fast_forward and duration_model == "worst" and not tail and spans is None
+            and repack is None and regroup is None)
+    finders: dict[str, CycleFinder] = {}
+    gbusy: dict[str, list[float]] = {}  # group -> busy GPU-seconds so far, per pool in POOLS order
+    frozen: dict[str, tuple[Cycle, int | None]] = {}  # group -> its cycle, the seq of its wake-up
     offer: set[str] = set()
     moving: set[str] = set()  # moved, not yet admitted to their new group
     pending: dict[str, dict] = {}  # job -> its regrouping: {"group": solver Group, "waiting": job ids}
@@ -130,6 +140,12 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         ex = executors.get(gid)
         if ex is None:
             ex = executors[gid] = GroupExecutor(gpus_per_node=gpn)
+            if skip:
+                finders[gid], gbusy[gid] = CycleFinder(), [0.0] * len(POOLS)
+        elif skip:
+            if gid in frozen:
+                thaw(gid, now)
+            finders[gid].reset()
         m = state.groups[gid].member(job.job_id)
         ex.admit(job.job_id, m.rollout_nodes, m.train_nodes, now, sw.seconds(job.model, ROLLOUT),
                  sw.seconds(job.model, TRAIN))
@@ -235,8 +251,12 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         release = state.release(job_id)
         if release.group_closed:
             del executors[gid]
+            if skip:
+                del finders[gid], gbusy[gid]
         else:
             dirty[gid] = None
+            if skip:
+                finders[gid].reset()
             if regroup is not None:
                 plan_regroup(gid, now)
             if repack is not None:
@@ -263,13 +283,16 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         offer.discard(job_id)
         tail_token.pop(job_id, None)
         gid = state.job_group[job_id]
+        if gid in frozen:
+            thaw(gid, now)
         running = phase_of.pop(job_id, None)
         if running is not None and executors[gid].running(job_id) is not None and running[0] > now:
             end, pool, gpus = running
             acct.busy[pool] -= (end - now) * gpus
         leave(job_id, gid, now)
 
-    def start(grant: Grant, gid: str, now: float) -> None:
+    def start(grant: Grant, gid: str, now: float, into: list) -> None:
+        """Start ``grant``'s phase at ``now``; its end event goes on the heap ``into``."""
         nonlocal seq
         job = by_id[grant.job_id]
         worst, overhead = policy.phase_time(job, grant.pool, cluster)
@@ -292,12 +315,79 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             rollout_end[grant.job_id] = end
         pool = TRAIN if state.groups[gid].colocated else grant.pool
         acct.busy[pool] += body * len(grant.nodes) * gpn
+        if skip:
+            gbusy[gid][_POOL_INDEX[pool]] += body * len(grant.nodes) * gpn
         if fixed:
             phase_of[grant.job_id] = (end, pool, len(grant.nodes) * gpn)
         if spans is not None:
             spans.append((gid, grant.job_id, grant.pool, grant.nodes, now, now + grant.switch_s + overhead, end))
-        heapq.heappush(heap, (end, _END, seq, grant.job_id, grant.pool))
+        heapq.heappush(into, (end, _END, seq, grant.job_id, grant.pool))
+        live[grant.job_id] = (end, seq)
         seq += 1
+
+    def observe(gid: str, now: float) -> None:
+        """After ``gid``'s dispatch at ``now``: freeze it if its state recurs (periodic.py)."""
+        nonlocal seq
+        ex = executors[gid]
+        members = ex.members()
+        ends = {j: (live[j][0], ex.running(j)) for j in members if ex.running(j) is not None}
+        cycle = finders[gid].observe(signature(ex, now, {j: e[0] for j, e in ends.items()}), now,
+                                     {j: done[j] for j in members}, tuple(gbusy[gid]),
+                                     None if fixed else {j: target[j] - done[j] for j in members}, ends)
+        if cycle is None:
+            return
+        for j in ends:
+            live[j] = (ends[j][0], -1)  # its pending end event is withdrawn
+        wake = cycle.wake_s
+        frozen[gid] = (cycle, None if wake is None else seq)
+        if wake is not None:
+            heapq.heappush(heap, (wake, _END, seq, gid, _WAKE))
+            seq += 1
+
+    def thaw(gid: str, now: float) -> None:
+        """Bring frozen ``gid`` to instant ``now`` as the event-by-event run has it when an
+        arrival or departure at ``now`` is processed: whole periods jumped, the rest of the
+        last one replayed, its phase ends at ``now`` applied and its dispatch left for the
+        end of the instant."""
+        nonlocal seq
+        cycle, _ = frozen.pop(gid)
+        ex = executors[gid]
+        m = cycle.periods_before(now)
+        shift = m * cycle.period
+        if m:
+            for j, gain in cycle.gains.items():
+                done[j] += m * gain
+                last_iter[j] += shift
+            for i, p in enumerate(POOLS):
+                acct.busy[p] += m * cycle.busy[i]
+                gbusy[gid][i] += m * cycle.busy[i]
+            ex.shift(shift)
+        local: list = []
+        for j, (end, pool) in cycle.ends.items():
+            local.append((end + shift, _END, seq, j, pool))
+            live[j] = (end + shift, seq)
+            seq += 1
+            if fixed:
+                phase_of[j] = (end + shift, *phase_of[j][1:])
+        heapq.heapify(local)
+        while local and local[0][0] <= now:
+            instant = local[0][0]
+            while local and local[0][0] == instant:
+                _, _, _, job_id, pool = heapq.heappop(local)
+                del live[job_id]
+                if pool == TRAIN:
+                    done[job_id] += 1
+                    last_iter[job_id] = instant
+                    if not fixed and done[job_id] >= target[job_id]:
+                        raise RuntimeError(f"fast-forward of {gid} passed the departure of {job_id}")
+                ex.finish(job_id, instant)
+            if instant < now:
+                for grant in ex.dispatch(instant):
+                    start(grant, gid, instant, local)
+            else:
+                dirty[gid] = None
+        for entry in local:
+            heapq.heappush(heap, entry)
 
     while heap:
         now = heap[0][0]
@@ -305,7 +395,15 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         dirty.clear()
         changed = False
         while heap and heap[0][0] == now:
-            _, kind, _, job_id, pool = heapq.heappop(heap)
+            _, kind, s, job_id, pool = heapq.heappop(heap)
+            if kind == _END:
+                if pool == _WAKE:  # job_id is a frozen group's id
+                    if job_id in frozen and frozen[job_id][1] == s:
+                        thaw(job_id, now)
+                    continue
+                if live.get(job_id, _NOT_LIVE)[1] != s:  # withdrawn by a freeze
+                    continue
+                del live[job_id]
             events += 1
             if kind == _ARRIVE:
                 if waiting or not try_place(by_id[job_id], now):
@@ -370,7 +468,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             ex = executors.get(gid)
             if ex is not None:
                 for grant in ex.dispatch(now):
-                    start(grant, gid, now)
+                    start(grant, gid, now, heap)
+                if skip and ex.members():
+                    observe(gid, now)
     name = getattr(policy, "name", type(policy).__name__)
     for i, job_id in enumerate(waiting):
         rejected.append(job_id)
@@ -394,6 +494,10 @@ def _never_placed(policy: str, cluster: Cluster, rejected: list[str], reasons: d
     first = rejected[0]
     return CapacityError(policy, pools, f"{policy} could place none of the {len(rejected)} jobs: {named} "
                                         f"cannot host them ({first}: {reasons.get(first, 'no reason given')})")
+
+
+_NOT_LIVE = (0.0, -1)
+_POOL_INDEX = {p: i for i, p in enumerate(POOLS)}
 
 
 def _group_order(gid: str) -> int:
