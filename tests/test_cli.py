@@ -203,3 +203,71 @@ def test_node_and_job_names_with_brackets_print_literally(tmp_path):
     assert "[bold]job" in r.output and "[h20-r01]" in r.output.split("Plan:")[1]  # and the plan table
     r = runner.invoke(app, ["simulate", "--trace", str(tmp_path / "[x]" / "none.csv")])
     assert r.exit_code == 2 and "[x]" in r.output
+
+
+# --- reports, owned nodes, fast-forward -------------------------------------------------
+
+def test_simulate_writes_the_html_report_and_the_jobs_csv(tmp_path):
+    trace = small_trace(tmp_path, 10)
+    html, csv_path = tmp_path / "rep" / "r.html", tmp_path / "rep" / "jobs.csv"
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "rollmux,solo-d", "--html", str(html),
+                            "--jobs-csv", str(csv_path), "--gantt-window", "0:200"])
+    assert r.exit_code == 0, r.output
+    assert "<title>" in html.read_text() and "data:image/png;base64," in html.read_text()
+    assert len(csv_path.read_text().splitlines()) == 1 + 2 * 10
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--html", str(tmp_path / "x.html"),
+                            "--gantt-group", "g999", "--policies", "rollmux"])
+    assert r.exit_code == 2 and "--gantt-group" in r.output and not (tmp_path / "x.html").exists()
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--html", str(tmp_path / "x.html"),
+                            "--gantt-window", "9000:9001", "--policies", "rollmux"])
+    assert r.exit_code == 2 and "--gantt-window '9000:9001'" in r.output and not (tmp_path / "x.html").exists()
+    for window in ("2:1", "a:b", "5", "-1:2"):
+        r = runner.invoke(app, ["simulate", "--trace", str(trace), "--gantt-window", window])
+        assert r.exit_code == 2 and "--gantt-window" in r.output and "trace jobs" not in r.output
+
+
+def test_owned_nodes_cost_all_the_time_and_idle_nodes_show(tmp_path):
+    """The owned-cluster case: waits, end-to-end SLO misses, the limiting pool; nodes added to
+    the pool that does not limit change no wait but cost more."""
+    trace = small_trace(tmp_path, 30)
+    runs = {}
+    for name, train in (("base", 2), ("more", 6)):
+        cluster = _cluster_file(tmp_path, f"pricing: owned\nrollout: {{nodes: 1}}\ntrain: {{nodes: {train}}}\n",
+                                f"{name}.yaml")
+        out = tmp_path / f"{name}.json"
+        r = runner.invoke(app, ["simulate", "--trace", str(trace), "--cluster", str(cluster), "--policies",
+                                "rollmux", "--json", str(out)])
+        assert r.exit_code == 0, r.output
+        assert "owned nodes" in r.output and "makespan h" in r.output
+        runs[name] = (r.output, json.loads(out.read_text()))
+    base, more = runs["base"][1]["policies"]["rollmux"], runs["more"][1]["policies"]["rollmux"]
+    assert base["limiting_pool"] == "rollout" and "limited by the rollout pool (1 nodes)" in runs["base"][0]
+    assert base["pricing"] == "owned" and base["used_cost"] < base["total_cost"]
+    hours = base["span_hours"]
+    assert abs(base["total_cost"] - (1 * 8 * 1.85 + 2 * 8 * 5.28) * hours) < 1e-6 * base["total_cost"]
+    assert [j["wait_s"] for j in more["jobs"]] == [j["wait_s"] for j in base["jobs"]]
+    assert more["total_cost"] > base["total_cost"] and more["used_cost"] == base["used_cost"]
+    assert base["slo_attainment"] < 1 and any(j["wait_s"] > 0 for j in base["jobs"])
+
+
+def test_owned_pricing_needs_a_bounded_pool(tmp_path):
+    cluster = _cluster_file(tmp_path, "pricing: owned\n")
+    r = runner.invoke(app, ["simulate", "--trace", str(small_trace(tmp_path, 3)), "--cluster", str(cluster)])
+    assert r.exit_code == 2 and "pricing" in r.output and "bounded pool" in r.output
+
+
+def test_event_by_event_prints_the_same_table(tmp_path):
+    trace = small_trace(tmp_path, 12)
+    tables = []
+    for flag in ("--fast-forward", "--event-by-event"):
+        r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "rollmux,colocated", flag,
+                                "--json", str(tmp_path / "r.json")])
+        assert r.exit_code == 0, r.output
+        data = json.loads((tmp_path / "r.json").read_text())["policies"]
+        tables.append({k: (round(v["total_cost"], 6), v["slo_attainment"]) for k, v in data.items()})
+    assert tables[0] == tables[1]
+
+
+def test_whatif_is_a_command():
+    r = runner.invoke(app, ["whatif", "--help"])
+    assert r.exit_code == 0 and "--vary" in r.output

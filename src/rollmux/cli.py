@@ -16,13 +16,13 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rollmux.accounting import ACCOUNTINGS
 from rollmux.cli_service import register as register_service_commands
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.planner import TIE_BREAKS
 from rollmux.policies import DEFAULT_POLICIES, KNOWN
+from rollmux.report.progress import progress_reporter
 from rollmux.sim.durations import MODELS
 from rollmux.traces.philly import MIXES
 
@@ -103,6 +103,19 @@ def _policy_list(value: str) -> str:
     return value
 
 
+def _hours_window(value: Optional[str]) -> tuple[float, float] | None:
+    """``--gantt-window START:END`` in hours, START < END, both finite and >= 0."""
+    if value is None:
+        return None
+    try:
+        start, end = (float(v) for v in value.split(":"))
+    except ValueError:
+        raise typer.BadParameter(f"{value!r}: expected START:END in hours, e.g. 10:12") from None
+    if not (0 <= start < end < float("inf")):
+        raise typer.BadParameter(f"{value!r}: expected 0 <= START < END hours")
+    return start, end
+
+
 @app.command()
 def simulate(
     trace: str = typer.Option("production", help=TRACE_HELP),
@@ -126,6 +139,19 @@ def simulate(
     out: Optional[Path] = typer.Option(None, help="Write PNG plots here (cost, GPUs per pool, Gantt; the queue "
                                                   "when a pool is bounded)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write all metrics as JSON here."),
+    jobs_csv: Optional[Path] = typer.Option(None, "--jobs-csv", help="Write one row per policy and job (waits, "
+                                                                       "JCT, slowdowns, SLO, placement) here."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here (summary, "
+                                                             "savings, cost and GPUs over time, Gantt, per-job "
+                                                             "tables; docs/report.md)."),
+    gantt_group: Optional[str] = typer.Option(None, help="With --html: the group the Gantt chart shows (e.g. g3); "
+                                                         "default the busiest."),
+    gantt_window: Optional[str] = typer.Option(None, callback=_hours_window,
+                                               help="With --html: the Gantt chart's time window as START:END in "
+                                                    "hours of the simulation clock (e.g. 10:12)."),
+    fast_forward: bool = typer.Option(True, "--fast-forward/--event-by-event",
+                                      help="Skip whole periods of groups whose schedule repeats (same results; "
+                                           "docs/simulator.md) or replay every phase."),
     accounting: AccountingName = typer.Option("ours", help="ours (jobs run all their iterations; switch cost, "
                                                            "host memory, saturation gate, whole-run SLO checks) "
                                                            "or paper (the authors' simulator: fixed departures, "
@@ -155,6 +181,10 @@ def simulate(
             check_writable(out, "--out", directory=True)
         if json_path is not None:
             check_writable(json_path, "--json")
+        if jobs_csv is not None:
+            check_writable(jobs_csv, "--jobs-csv")
+        if html is not None:
+            check_writable(html, "--html")
         acct = ACCOUNTINGS[accounting.value]
         cl = acct.apply_cluster(_load_cluster(cluster))
         jobs, info = load_trace(trace, cl, seed)
@@ -165,28 +195,27 @@ def simulate(
     console.print(f"trace [bold]{escape(info['name'])}[/bold]: {info['jobs']} jobs over {info['span_hours']} h "
                   f"of arrivals ({escape(info['source'])})")
     results = []
-    horizon = max(j.arrival_s for j in jobs) or 1.0
     gantt_of = "rollmux" if "rollmux" in names else names[0]
-    with Progress(TextColumn("{task.description:>10}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeElapsedColumn(), console=console, transient=True) as progress:
-        for name in names:
-            task = progress.add_task(name, total=horizon)
+    for name in names:
+        with progress_reporter(console, name, len(jobs)) as update:
             if name == "optimal":
                 result = optimal_curve(jobs, cl)
                 result.accounting = acct.name
             else:
                 try:
                     result = run(jobs, cl, make_policy(name, seed, acct), model, seed, accounting=acct,
-                                 record_spans=(out is not None and name == gantt_of),
-                                 tail=tail, tail_threshold=tail_threshold,
-                                 progress=lambda t, task=task: progress.update(task, completed=t))
+                                 record_spans=(out is not None or html is not None) and name == gantt_of,
+                                 tail=tail, tail_threshold=tail_threshold, progress=update,
+                                 fast_forward=fast_forward)
                 except CapacityError as err:
-                    progress.stop()
-                    _fail(err)
-            progress.update(task, completed=horizon)
-            results.append(result)
-            if result.note.startswith("skipped"):
-                console.print(f"[yellow]{name}: {escape(result.note)}[/yellow]")
+                    err_of = err
+                else:
+                    err_of = None
+        if err_of is not None:
+            _fail(err_of)
+        results.append(result)
+        if result.note.startswith("skipped"):
+            console.print(f"[yellow]{name}: {escape(result.note)}[/yellow]")
     shown = [r for r in results if not r.note.startswith("skipped")]
     ref = "rollmux" if any(r.policy == "rollmux" for r in shown) else shown[0].policy
     console.print(simulate_table(shown, ref, acct.name))
@@ -206,6 +235,20 @@ def simulate(
         _write_json(json_path, payload)
     if out is not None:
         _plots(shown, out, cl)
+    if jobs_csv is not None:
+        from rollmux.report.jobs_csv import write_jobs_csv
+        console.print(f"wrote {escape(str(write_jobs_csv(results, jobs_csv)))}")
+    if html is not None:
+        from rollmux.report.html import write_html_report
+        try:
+            path = write_html_report(results, cl, html, title=f"RollMux simulation: {info['name']}",
+                                     trace_info=info, accounting=acct.name, gantt_group=gantt_group,
+                                     gantt_window=gantt_window and (gantt_window[0] * 3600, gantt_window[1] * 3600))
+        except RollMuxError as err:
+            if isinstance(err, SpecError) and err.field == "gantt_window":  # say it in the hours given
+                err = SpecError(err.field, f"{gantt_window[0]:g}:{gantt_window[1]:g}", err.expected)
+            _fail(err, {"gantt_group": "--gantt-group", "gantt_window": "--gantt-window"})
+        console.print(f"wrote {escape(str(path))}")
 
 
 def _plots(results, out: Path, cluster) -> None:
@@ -371,6 +414,8 @@ def generate_trace(
 
 register_service_commands(app)
 
+from rollmux.cli_whatif import register as register_whatif  # noqa: E402
 from rollmux.demo import register as register_demo  # noqa: E402
 
+register_whatif(app)
 register_demo(app)

@@ -9,7 +9,9 @@ Contract
   named R0.. / T0..), a list of real nodes ``{id, gpus, host_mem_gb}`` (``gpus`` must
   equal ``gpus_per_node``; ``host_mem_gb`` defaults to the pool's; ids unique across
   both pools), or null for an unbounded pool (the default); ``switch_cost_s``: "warm" (default) or "cold", a number
-  of seconds for both pools, or ``{rollout: s, train: s}``; ``max_group_size`` (5).
+  of seconds for both pools, or ``{rollout: s, train: s}``; ``max_group_size`` (5);
+  ``pricing``: "pay-per-use" (default: a node costs while a group holds it) or "owned"
+  (every node of a bounded pool costs for the whole run; needs a bounded pool).
 * Types are strict (a quoted "8" is not a number). An unknown key, a wrong type or a
   value outside its contract raises SpecError naming the dotted field path, the value
   and what was expected (for an unknown key: the allowed keys). A file that is not YAML
@@ -58,6 +60,7 @@ class _ClusterFile(BaseModel):
     train: _PoolFile = _PoolFile()
     switch_cost_s: Any = _DEFAULT.switch_cost.mode
     max_group_size: int = _DEFAULT.max_group_size
+    pricing: str = _DEFAULT.pricing
 
 
 def _field_path(loc: tuple) -> tuple[list[str], str]:
@@ -132,6 +135,7 @@ def cluster_from_dict(data: dict) -> Cluster:
         train=_pool(spec.train, TRAIN, _DEFAULT.train.gpu, spec.gpus_per_node),
         switch_cost=_switch(spec.switch_cost_s),
         max_group_size=spec.max_group_size,
+        pricing=spec.pricing,
     )
     cluster.validate()
     return cluster
@@ -173,4 +177,4 @@ def cluster_to_dict(cluster: Cluster) -> dict:
 
     return {"gpus_per_node": cluster.gpus_per_node, ROLLOUT: pool(cluster.rollout),
             TRAIN: pool(cluster.train), "switch_cost_s": _switch_to_value(cluster.switch_cost),
-            "max_group_size": cluster.max_group_size}
+            "max_group_size": cluster.max_group_size, "pricing": cluster.pricing}

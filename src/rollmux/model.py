@@ -81,6 +81,10 @@ def model_size_column(model: str) -> int:
     return 32
 
 
+#: How nodes are paid for (``Cluster.pricing``).
+PRICINGS = ("pay-per-use", "owned")
+
+
 @dataclass(slots=True, frozen=True)
 class NodeSpec:
     """A real node of a bounded pool: its id (unique across both pools) and host memory."""
@@ -146,13 +150,18 @@ class SwitchCost:
 
 @dataclass(slots=True, frozen=True)
 class Cluster:
-    """Pools plus the knobs the planner uses. Defaults are the paper's testbed."""
+    """Pools plus the knobs the planner uses. Defaults are the paper's testbed.
+
+    ``pricing``: "pay-per-use" (a node costs while some group holds it) or "owned" (every
+    node of a bounded pool costs for the whole run, used or idle; an unbounded pool is
+    still paid per use). It changes what a run costs, never what the policies decide."""
 
     gpus_per_node: int = 8
     rollout: PoolSpec = PoolSpec("H20", 1.85)
     train: PoolSpec = PoolSpec("H800", 5.28)
     switch_cost: SwitchCost = SwitchCost()
     max_group_size: int = 5
+    pricing: str = "pay-per-use"
 
     def pool(self, name: str) -> PoolSpec:
         return self.rollout if name == ROLLOUT else self.train
@@ -173,6 +182,10 @@ class Cluster:
             raise SpecError("train.nodes", sorted(shared), "node ids not used by the rollout pool")
         if self.switch_cost.mode not in ("warm", "cold", "fixed"):
             raise SpecError("switch_cost_s", self.switch_cost.mode, '"warm", "cold" or seconds')
+        if self.pricing not in PRICINGS:
+            raise SpecError("pricing", self.pricing, f"one of {list(PRICINGS)}")
+        if self.pricing == "owned" and self.rollout.nodes is None and self.train.nodes is None:
+            raise SpecError("pricing", self.pricing, "a bounded pool to own (rollout.nodes or train.nodes)")
         if self.switch_cost.rollout_s < 0 or self.switch_cost.train_s < 0:
             raise SpecError("switch_cost_s", (self.switch_cost.rollout_s, self.switch_cost.train_s), "seconds >= 0")
 

@@ -22,10 +22,11 @@ Contract
   take) is a Row with ``error`` set, not an exception.
 * Waits: a job that never ran waits forever (``inf``); percentiles are nearest-rank, so
   ``p95_wait_h`` is ``inf`` when more than 5% of the jobs never ran.
-* Cost bases: ``used`` is the simulator's cost (allocated nodes only,
-  ``PolicyResult.total_cost``); ``owned`` charges every node of a bounded pool for the
-  whole run (nodes x node price x makespan) plus an unbounded pool's used cost: what the
-  inventory costs to hold until the last job leaves. Both $/h divide by the same hours,
+* Cost bases: ``used`` is the pay-per-use cost (allocated nodes only,
+  ``PolicyResult.used_cost``); ``owned`` charges every node of a bounded pool for the
+  whole run (nodes x node price x makespan) plus an unbounded pool's used cost
+  (``rollmux.sim.metrics.owned_cost``, what ``pricing: owned`` in a cluster file charges):
+  what the inventory costs to hold until the last job leaves. Both $/h divide by the same hours,
   the trace's solo span (``PolicyResult.cost_per_hour``), so owned >= used.
 * ``qualifies``: the row ran (no error), every job ran, and it meets the given targets
   (``p95_wait_h <= max_p95_wait_h``, ``slo_met >= min_slo``). ``choose``: the cheapest
@@ -44,7 +45,8 @@ from dataclasses import asdict, dataclass
 from rollmux.accounting import CostAccounting
 from rollmux.cluster_file import cluster_from_dict
 from rollmux.errors import RollMuxError, SpecError
-from rollmux.model import POOLS, Cluster, Job
+from rollmux.model import POOLS, Job
+from rollmux.sim.metrics import owned_cost
 
 MAX_CONFIGS = 10_000
 UNBOUNDED = "unbounded"
@@ -223,24 +225,13 @@ def run_config(jobs: list[Job], base: dict, values: dict, policy: str, seed: int
         return Row(values, policy, error=str(err))
     hours = result.reference_span_s / 3600.0
     waits = [j.wait_s / 3600.0 for j in result.jobs] + [math.inf] * len(result.rejected)
-    owned = _owned_cost(result, cluster)
-    return Row(values, policy, cost_per_hour=result.cost_per_hour, total_cost=result.total_cost,
+    owned = owned_cost(cluster, result.span_s, result.gpu_seconds)
+    used = result.used_cost
+    return Row(values, policy, cost_per_hour=used / hours if hours > 0 else 0.0, total_cost=used,
                owned_per_hour=owned / hours if hours > 0 else 0.0, owned_total=owned, hours=hours,
                p50_wait_h=nearest_rank(waits, 0.5), p95_wait_h=nearest_rank(waits, 0.95),
                makespan_h=result.span_s / 3600.0, slo_met=result.slo_attainment,
                limiting_pool=result.limiting_pool, never_ran=len(result.rejected))
-
-
-def _owned_cost(result, cluster: Cluster) -> float:
-    """$ of holding each bounded pool's nodes for the run, plus the unbounded pools' used cost."""
-    cost = 0.0
-    for pool in POOLS:
-        spec = cluster.pool(pool)
-        if spec.nodes is not None:
-            cost += spec.nodes * cluster.node_price(pool) * result.span_s / 3600.0
-        else:
-            cost += result.gpu_seconds[pool] * spec.price_per_gpu_hour / 3600.0
-    return cost
 
 
 def qualifies(row: Row, max_p95_wait_h: float | None = None, min_slo: float | None = None) -> bool:

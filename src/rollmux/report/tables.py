@@ -6,7 +6,9 @@ Every string that comes from the user (job, group, node and policy names) goes t
 With unbounded pools the simulate table has one SLO column, judged per iteration (no job
 waits, so it equals the end-to-end figure). When a pool is bounded the table says so in
 its title, judges SLOs end to end (``SLO met e2e``) and adds the mean wait, the longest
-queue and, per pool, the share of the run that pool was the binding constraint.
+queue, the makespan and, per pool, the share of the run that pool was the binding
+constraint. With owned nodes (``pricing: owned``) the title says that cost is every node
+of a bounded pool over the whole run.
 """
 from __future__ import annotations
 
@@ -30,10 +32,12 @@ def simulate_table(results: list[PolicyResult], reference: str = "rollmux", acco
         title += (f"; {' and '.join(bounded)} pool{'s' if len(bounded) > 1 else ''} bounded: "
                   "SLOs judged end to end (JCT / solo run time)")
         slo_col = "SLO met e2e"
+    if any(r.pricing == "owned" for r in results):
+        title += "; owned nodes: each bounded pool's nodes cost for the whole run, used or idle"
     table = Table(title=title)
     cols = ["policy", "$/h", "total $", "vs " + escape(ref.policy), slo_col]
     if bounded:  # the extra columns; pool pairs share a column to keep the width
-        cols += ["wait h", "max queue", "R/T binds", "peak R/T GPUs", "R/T bubble"]
+        cols += ["wait h", "max queue", "makespan h", "R/T binds", "peak R/T GPUs", "R/T bubble"]
     else:
         cols += ["peak R GPUs", "peak T GPUs", "R bubble", "T bubble"]
     cols += ["packed/scaled/new", "wall s"]
@@ -46,8 +50,8 @@ def simulate_table(results: list[PolicyResult], reference: str = "rollmux", acco
                f"{r.total_cost / ref.total_cost:.2f}x" if ref.total_cost else "-", _pct(r.slo_attainment)]
         peak_r, peak_t = str(r.peak_gpus[ROLLOUT]), str(r.peak_gpus[TRAIN])
         if bounded:
-            waits = ([f"{r.mean_wait_s / 3600:,.1f}", str(r.max_queue),
-                      _pair(r.binding(ROLLOUT), r.binding(TRAIN))] if r.executed else ["-"] * 3)
+            waits = ([f"{r.mean_wait_s / 3600:,.1f}", str(r.max_queue), f"{r.span_s / 3600:,.1f}",
+                      _pair(r.binding(ROLLOUT), r.binding(TRAIN))] if r.executed else ["-"] * 4)
             row += waits + [f"{peak_r}/{peak_t}", _pair(r.bubble(ROLLOUT), r.bubble(TRAIN))]
         else:
             row += [peak_r, peak_t, _pct(r.bubble(ROLLOUT)), _pct(r.bubble(TRAIN))]
@@ -57,7 +61,7 @@ def simulate_table(results: list[PolicyResult], reference: str = "rollmux", acco
         table.add_row(*row)
     if bounded:
         table.caption = ("SLO met e2e: (wait + run) / solo run time <= SLO; a job that never ran misses it. "
-                         "wait h: mean hours from arrival to placement. R/T binds: share of the run in which a "
+                         "wait h: mean hours from arrival to placement. makespan h: first arrival to the last job's end. R/T binds: share of the run in which a "
                          "job waited because the rollout / training pool lacked free nodes.")
     return table
 

@@ -66,7 +66,8 @@ from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
 from rollmux.policies.base import Policy
 from rollmux.sim.durations import DurationModel
-from rollmux.sim.metrics import END_TO_END, ITERATION, Accounting, JobOutcome, PolicyResult, finish, solo_span_s
+from rollmux.sim.metrics import (END_TO_END, ITERATION, Accounting, JobOutcome, PolicyResult, finish, owned_cost,
+                                 solo_span_s)
 from rollmux.sim.periodic import Cycle, CycleFinder, signature
 
 _END, _ARRIVE, _MIGRATE, _TAIL, _DEPART = 0, 1, 2, 3, 4
@@ -80,7 +81,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
              handoff: bool = True, accounting: CostAccounting = OURS, fast_forward: bool = True) -> PolicyResult:
     """Replay ``jobs`` (validated, unique ids) under ``policy``; see the module docstring.
     ``policy`` should be made with the same ``accounting`` (``make_policy(..., accounting=)``).
-    ``fast_forward=False`` replays every phase even where it could be skipped."""
+    ``fast_forward=False`` replays every phase even where it could be skipped. ``progress``,
+    when given, is called with the number of jobs arrived so far whenever the plan changes."""
     started = time.perf_counter()
     cluster = accounting.apply_cluster(cluster)
     fixed = accounting.fixed_departures
@@ -119,7 +121,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             heap.append((j.arrival_s + leave_after_s(j), _DEPART, seq, j.job_id, ""))
             seq += 1
     heapq.heapify(heap)
-    last_arrival = max((j.arrival_s for j in jobs), default=0.0)
+    arrived = 0  # jobs arrived so far: what ``progress`` reports (each costs a placement decision)
     events = 0
     repack = getattr(policy, "repack", None)
     regroup = getattr(policy, "regroup", None)
@@ -406,6 +408,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                 del live[job_id]
             events += 1
             if kind == _ARRIVE:
+                arrived += 1
                 if waiting or not try_place(by_id[job_id], now):
                     waiting.append(job_id)
                 changed = True
@@ -463,7 +466,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             acct.set_level(now, state.cost_per_hour(), state.gpus_in_use(ROLLOUT), state.gpus_in_use(TRAIN))
             acct.set_queue(now, len(waiting), short_of.get(waiting[0], ()) if waiting else ())
             if progress is not None:
-                progress(min(now, last_arrival))
+                progress(arrived)
         for gid in sorted(dirty, key=_group_order):
             ex = executors.get(gid)
             if ex is not None:
@@ -482,6 +485,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     result = finish(name, acct, finished, outcomes, events, time.perf_counter() - started, spans, rejected,
                     departure_span_s(jobs) if fixed else solo_span_s(jobs))
     result.accounting = accounting.name
+    if cluster.pricing == "owned":
+        result.pricing, result.total_cost = "owned", owned_cost(cluster, result.span_s, result.gpu_seconds)
     result.slo_basis, result.bounded, result.reject_reasons = basis, bounded, {k: reasons[k] for k in rejected}
     return result
 

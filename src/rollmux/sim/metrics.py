@@ -16,6 +16,11 @@
   per-iteration slowdown <= SLO (the two slowdowns are then equal). When either pool is
   bounded (``BOUNDED``), a job meets it when its end-to-end slowdown <= SLO, and a job
   that never ran (rejected, or still waiting when the run ended) misses it.
+* pricing (``Cluster.pricing``): pay-per-use, the cost above; owned, every node of a
+  bounded pool costs from the first arrival to the run's last event whether a group holds
+  it or not, an unbounded pool still per use (``owned_cost``). ``used_cost`` keeps the
+  pay-per-use figure either way; with owned nodes the question is makespan, waits and
+  utilization, and a policy that ends later pays for more hours.
 * queue: the number of arrived jobs not yet placed, over time (a step series), its peak
   and its time-average over the run. A pool is the binding constraint while a job
   waits and the head of the queue was refused because that pool lacked free nodes
@@ -182,6 +187,8 @@ class PolicyResult:
     binding_s: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in POOLS})
     waited_on_s: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in POOLS})
     accounting: str = "ours"  # rollmux.accounting: whose modelling choices the run used
+    pricing: str = "pay-per-use"  # Cluster.pricing: what total_cost charges
+    used_cost: float = 0.0  # the pay-per-use cost (nodes while groups hold them), whatever the pricing
 
     @property
     def cost_per_hour(self) -> float:
@@ -233,6 +240,8 @@ class PolicyResult:
         return {
             "cost_per_hour": self.cost_per_hour,
             "total_cost": self.total_cost,
+            "pricing": self.pricing,
+            "used_cost": self.used_cost,
             "span_hours": self.span_s / 3600.0,
             "solo_span_hours": self.reference_span_s / 3600.0,
             "accounting": self.accounting,
@@ -273,6 +282,19 @@ def solo_span_s(jobs) -> float:
     return max(j.arrival_s + j.solo_iterations() * j.t_solo for j in jobs) - min(j.arrival_s for j in jobs)
 
 
+def owned_cost(cluster, span_s: float, gpu_seconds: dict[str, float]) -> float:
+    """$ of holding every node of each bounded pool for ``span_s`` seconds, plus each
+    unbounded pool's allocated GPU-seconds at its price (pay per use)."""
+    cost = 0.0
+    for pool in POOLS:
+        spec = cluster.pool(pool)
+        if spec.nodes is not None:
+            cost += spec.nodes * cluster.node_price(pool) * span_s / 3600.0
+        else:
+            cost += gpu_seconds[pool] * spec.price_per_gpu_hour / 3600.0
+    return cost
+
+
 def finish(policy: str, acct: Accounting, jobs: list[JobOutcome], outcomes: Counter, events: int,
            wall_s: float, spans, rejected: list[str], reference_span_s: float) -> PolicyResult:
     span = acct.last_t - (acct.t0 or 0.0)
@@ -281,4 +303,5 @@ def finish(policy: str, acct: Accounting, jobs: list[JobOutcome], outcomes: Coun
     return PolicyResult(policy, acct.total_cost, span, dict(acct.peak), avg, util, dict(acct.gpu_seconds), jobs, outcomes,
                         acct.series, events, wall_s, spans, rejected, reference_span_s=reference_span_s,
                         queue_series=acct.queue_series, queue_job_s=acct.queue_job_s,
-                        binding_s=dict(acct.binding_s), waited_on_s=dict(acct.waited_on_s))
+                        binding_s=dict(acct.binding_s), waited_on_s=dict(acct.waited_on_s),
+                        used_cost=acct.total_cost)
