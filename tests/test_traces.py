@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import string
 import warnings
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +16,7 @@ from rollmux.traces.builtin import BUILTIN, load_trace
 from rollmux.traces.format import read_trace, write_trace
 from rollmux.traces.generate import generate
 from rollmux.traces.philly import (PROFILES, TABLE2_MEM_GB, PhillyStats, convert_philly,
-                                   model_size, phase_gpus, read_philly)
+                                   mix_from_segment, model_size, phase_gpus, read_philly)
 
 HEADER = ("job_id,arrival_s,duration_s,rollout_gpus,train_gpus,t_roll_s,t_train_s,"
           "mem_roll_gb,mem_train_gb,slo,model")
@@ -227,8 +228,9 @@ def test_from_philly_counts_odd_rows(tmp_path):
     ]))
     out = tmp_path / "out.csv"
     stats = convert_philly(src, out, limit=None, seed=1, mix="balanced", slo_range=(1.2, 1.4))
-    assert stats == {"rows": 9, "malformed": 4, "zero_length": 1, "duplicate": 1, "capped": 1,
-                     "beyond_limit": 0, "kept": 3}
+    assert stats == {"rows": 9, "malformed": 4, "outside_window": 0, "below_min_gpus": 0, "zero_length": 1,
+                     "duplicate": 1, "capped": 1, "rounded_up": 2, "beyond_limit": 0, "kept": 3,
+                     "widths": {"8+8": 2, "32+32": 1}, "models": {"7B": 2, "32B": 1}}
     jobs = read_trace(out)
     assert [j.job_id for j in jobs] == ["7", "14", "9"]
     assert [j.arrival_s for j in jobs] == [0.0, 20.0, 60.0]
@@ -292,3 +294,43 @@ def test_generate_is_seeded_and_valid():
         warnings.simplefilter("error")
         with pytest.raises(SpecError, match="count"):
             generate(-1, seed=1)
+
+
+# --- from-philly: filters, the report, the bundled segment rebuilt ------------------------
+
+RAW_PHILLY = Path(__file__).resolve().parents[2] / "shared" / "traces" / "rfold_philly_trace.csv"
+
+
+def test_from_philly_filters_and_reports_what_it_changed(tmp_path):
+    from typer.testing import CliRunner
+
+    from rollmux.cli import app
+
+    src = tmp_path / "philly.csv"
+    src.write_text("#job id,arrival time (sec),topology,shape,size,duration (sec)\n"
+                   "a,0,CLOS,1,1,100\nb,3600,CLOS,1,1,100\nc,7200,CLOS,8,8,100\nd,10800,CLOS,8+8,16,100\n"
+                   "e,12000,CLOS,8+8+8+8,32,0\nf,14400,CLOS,8+8+8+8,32,100\n")
+    out, seg = tmp_path / "rl.csv", tmp_path / "seg.csv"
+    r = CliRunner().invoke(app, ["trace", "from-philly", str(src), "--out", str(out), "--min-gpus", "8",
+                                 "--window", "0.5:3.5", "--segment-out", str(seg)])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "2 jobs kept of 6 rows" in flat and "2 outside --window" in flat and "1 below --min-gpus" in flat
+    assert "1 zero length" in flat and "1 jobs (50.0%) rounded up" in flat and "8+8 2" in flat
+    assert "7B 1, 14B 1" in flat
+    assert [j.job_id for j in read_trace(out)] == ["c", "d"]
+    assert [(r.job_id, r.arrival_s, r.shape) for r in read_philly(seg)] == [("c", 0.0, "8"), ("d", 3600.0, "8+8")]
+    for bad in (["--window", "3:1"], ["--min-gpus", "0"], ["--window", "x"]):
+        r = CliRunner().invoke(app, ["trace", "from-philly", str(src), "--out", str(tmp_path / "n.csv"), *bad])
+        assert r.exit_code == 2 and bad[0] in r.output and not (tmp_path / "n.csv").exists()
+
+
+@pytest.mark.skipif(not RAW_PHILLY.exists(), reason="the raw Philly trace (shared/traces) is not beside the repo")
+def test_the_bundled_philly_mix_rebuilds_from_the_raw_file(tmp_path):
+    """docs/traces.md's command gives a segment that maps to the same philly-mix jobs."""
+    seg = tmp_path / "seg300.csv"
+    stats = convert_philly(RAW_PHILLY, tmp_path / "rl.csv", limit=300, min_gpus=16,
+                           window=(1533.82 * 3600, 100000 * 3600), segment_path=seg)
+    assert stats["kept"] == 300
+    for seed in (0, 5):
+        assert load_trace("philly-mix", seed=seed)[0] == mix_from_segment(seg, seed)

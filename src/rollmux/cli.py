@@ -361,7 +361,24 @@ MIX_OPTION = typer.Option("mixed", help="Profile mix: one profile or all of them
 SLO_MIN_OPTION = typer.Option(1.0, help="Lower end of the uniform SLO draw.")
 SLO_MAX_OPTION = typer.Option(2.0, help="Upper end of the uniform SLO draw.")
 #: Parameters of the trace helpers that SpecError names, and the options that set them.
-TRACE_OPTIONS = {"mix": "--mix", "slo_range": "--slo-min/--slo-max", "count": "--count", "limit": "--limit"}
+TRACE_OPTIONS = {"mix": "--mix", "slo_range": "--slo-min/--slo-max", "count": "--count", "limit": "--limit",
+                 "min_gpus": "--min-gpus", "window": "--window"}
+
+
+def philly_report(stats: dict) -> str:
+    """What ``trace from-philly`` dropped and changed, in lines a person reads."""
+    dropped = {"malformed rows": stats["malformed"], "outside --window": stats["outside_window"],
+               "below --min-gpus": stats["below_min_gpus"], "zero length": stats["zero_length"],
+               "duplicate ids": stats["duplicate"], "beyond --limit": stats["beyond_limit"]}
+    kept = stats["kept"] or 1
+    lines = ["  dropped: " + (", ".join(f"{n:,} {k}" for k, n in dropped.items() if n) or "none"),
+             f"  changed: {stats['rounded_up']:,} jobs ({100 * stats['rounded_up'] / kept:.1f}%) rounded up to whole "
+             f"8-GPU nodes per phase, {stats['capped']:,} capped at 32 GPUs per phase",
+             "  widths (rollout+train GPUs): " + ", ".join(
+                 f"{w} {n:,}" for w, n in sorted(stats["widths"].items(), key=lambda kv: int(kv[0].split("+")[0]))),
+             "  models: " + ", ".join(f"{m} {n:,}" for m, n in sorted(stats["models"].items(),
+                                                                         key=lambda kv: int(kv[0][:-1])))]
+    return "\n".join(lines)
 
 
 @trace_app.command("from-philly")
@@ -369,23 +386,40 @@ def from_philly(
     src: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True,
                                help="A Philly-format CSV (job id, arrival time, topology, shape, size, duration)."),
     out: Path = typer.Option(..., help="Where to write the job trace CSV."),
-    limit: Optional[int] = typer.Option(None, min=0, help="Keep at most this many jobs."),
+    limit: Optional[int] = typer.Option(None, min=0, help="Keep at most this many jobs (after the filters)."),
+    min_gpus: int = typer.Option(1, min=1, help="Drop Philly jobs of fewer GPUs (87% of Philly jobs hold 1 GPU; "
+                                                "each would become an 8+8-GPU RL job)."),
+    window: Optional[str] = typer.Option(None, callback=_hours_window,
+                                         help="Keep jobs arriving in START:END hours of the file's clock "
+                                              "(START inclusive)."),
+    segment_out: Optional[Path] = typer.Option(None, help="Also write the kept Philly records (the bundled "
+                                                          "philly-mix's format) here."),
     seed: int = SEED_OPTION,
     mix: Mix = MIX_OPTION,
     slo_min: float = SLO_MIN_OPTION,
     slo_max: float = SLO_MAX_OPTION,
 ) -> None:
-    """Turn a public cluster trace (Philly format) into a RollMux job trace."""
+    """Turn a public cluster trace (Philly format) into a RollMux job trace, and say what was dropped or changed.
+
+    Mapping (docs/traces.md): a Philly job of G GPUs becomes an RL job with ceil(G/2) GPUs per phase rounded up to
+    whole 8-GPU nodes (at most 32), 7B up to 8 GPUs, 14B up to 16, 32B above; phase times and SLO are drawn.
+    """
     from rollmux.report.paths import check_writable
     from rollmux.traces.philly import convert_philly
 
     try:
         check_writable(out, "--out")
+        if segment_out is not None:
+            check_writable(segment_out, "--segment-out")
         out.parent.mkdir(parents=True, exist_ok=True)
-        stats = convert_philly(src, out, limit, seed, mix.value, (slo_min, slo_max))
+        stats = convert_philly(src, out, limit, seed, mix.value, (slo_min, slo_max), min_gpus,
+                               window and (window[0] * 3600, window[1] * 3600), segment_out)
     except (RollMuxError, OSError) as err:
         _fail(err, TRACE_OPTIONS)
-    console.print(f"wrote {escape(str(out))}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
+    console.print(f"wrote {escape(str(out))}: {stats['kept']:,} jobs kept of {stats['rows']:,} rows")
+    console.print(philly_report(stats), highlight=False)
+    if segment_out is not None:
+        console.print(f"wrote {escape(str(segment_out))}")
 
 
 @trace_app.command("generate")

@@ -9,11 +9,16 @@ Mapping contract (``to_rl_jobs``)
 ---------------------------------
 * Records are taken in arrival order (ties in file order); arrivals are rebased so the
   first kept job arrives at 0; ``duration_s`` is the Philly duration.
-* Dropped and counted: a zero-length job (duration 0), a job whose id repeats an earlier
-  one. ``limit`` stops after that many kept jobs.
+* Dropped and counted, in this order: a job arriving outside ``window`` (start, end) in
+  the file's seconds, start inclusive (``outside_window``); a job of fewer than
+  ``min_gpus`` GPUs (``below_min_gpus``); a zero-length job (duration 0); a job whose id
+  repeats an earlier one. ``limit`` stops after that many kept jobs.
 * GPUs: a Philly job of G GPUs gets ``ceil(G / 2)`` GPUs per phase rounded up to whole
   8-GPU nodes, capped at ``max_phase_gpus`` (a job above the cap is kept
-  at the cap and counted as capped). Rollout and training get the same count.
+  at the cap and counted as capped). Rollout and training get the same count. A job
+  whose ``ceil(G / 2)`` is not a whole number of nodes is counted as ``rounded_up`` (a
+  1-GPU Philly job becomes an 8 + 8-GPU job: RL jobs hold whole nodes); ``widths``
+  counts kept jobs per "rollout+train" GPUs and ``models`` per model size.
 * Model size by G: up to 8 GPUs 7B, up to 16 GPUs 14B, larger 32B (the paper's testbed
   pairs 7B and 14B jobs with 8/8 GPUs and 32B jobs with 16/16). Host memory per node is
   the paper's Table 2 figure for that size.
@@ -39,7 +44,7 @@ from __future__ import annotations
 import csv
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
@@ -66,6 +71,7 @@ _ALIASES = {
     "gpus": ("size", "gpus"),
     "duration_s": ("duration (sec)", "duration_s"),
 }
+_SHAPE = ("shape", "node_shape")  # optional
 
 
 @dataclass(slots=True, frozen=True)
@@ -76,6 +82,7 @@ class PhillyJob:
     arrival_s: float
     gpus: int
     duration_s: float
+    shape: str = ""  # GPUs per machine as Philly wrote it (e.g. "8+8"), when the file has it
 
 
 @dataclass(slots=True)
@@ -84,18 +91,24 @@ class PhillyStats:
 
     ``malformed`` counts rows skipped by ``read_philly`` over the whole file;
     ``zero_length``, ``duplicate`` and ``capped`` count among records considered before
-    ``limit`` was reached; ``beyond_limit`` the records never considered.
+    ``limit`` was reached; ``beyond_limit`` the records never considered. ``rounded_up``,
+    ``widths`` and ``models`` describe the kept jobs (see the mapping contract).
     """
 
     rows: int = 0
     malformed: int = 0
+    outside_window: int = 0
+    below_min_gpus: int = 0
     zero_length: int = 0
     duplicate: int = 0
     capped: int = 0
+    rounded_up: int = 0
     beyond_limit: int = 0
     kept: int = 0
+    widths: dict[str, int] = field(default_factory=dict)
+    models: dict[str, int] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict:
         return asdict(self)
 
 
@@ -116,6 +129,7 @@ def _find_columns(text: str) -> dict[str, int] | None:
         if not hits:
             return None
         columns[key] = hits[0]
+    columns["shape"] = next((i for i, name in enumerate(names) if name in _SHAPE), -1)
     columns["width"] = len(names)
     return columns
 
@@ -135,7 +149,8 @@ def _parse_row(fields: list[str], columns: dict[str, int]) -> PhillyJob | None:
         return None
     if arrival < 0 or duration < 0 or gpus_f < 1:
         return None
-    return PhillyJob(job_id, arrival, int(gpus_f), duration)
+    shape = fields[columns["shape"]].strip() if columns["shape"] >= 0 else ""
+    return PhillyJob(job_id, arrival, int(gpus_f), duration, shape)
 
 
 def read_philly(path: str | Path, stats: PhillyStats | None = None) -> list[PhillyJob]:
@@ -195,34 +210,55 @@ def draw_phases(rng: random.Random, mix: str, slo_range: tuple[float, float]
     return t_roll, t_train, min(hi, max(lo, round(rng.uniform(lo, hi), 3)))
 
 
-def to_rl_jobs(records: list[PhillyJob], rng: random.Random, mix: str = "mixed",
-               slo_range: tuple[float, float] = (1.0, 2.0), limit: int | None = None,
-               stats: PhillyStats | None = None, max_phase_gpus: int = MAX_PHASE_GPUS) -> list[Job]:
-    """Map Philly records to RL jobs; see the mapping contract. Updates ``stats``."""
-    check_mix(mix, slo_range)
+def select(records: list[PhillyJob], limit: int | None = None, stats: PhillyStats | None = None,
+           min_gpus: int = 1, window: tuple[float, float] | None = None) -> list[PhillyJob]:
+    """The records the mapping keeps, in arrival order: the drops of the mapping contract
+    (window, GPUs, zero length, duplicates, limit), counted in ``stats``."""
     if limit is not None and limit < 0:
         raise SpecError("limit", limit, "a job count >= 0 or None")
+    if not (isinstance(min_gpus, int) and min_gpus >= 1):
+        raise SpecError("min_gpus", min_gpus, "a GPU count >= 1")
+    if window is not None and not (0 <= window[0] < window[1]):
+        raise SpecError("window", window, "start < end, both >= 0")
     stats = stats if stats is not None else PhillyStats()
-    ordered = sorted(records, key=lambda r: r.arrival_s)
-    jobs: list[Job] = []
+    kept: list[PhillyJob] = []
     seen: set[str] = set()
-    origin = 0.0
+    ordered = sorted(records, key=lambda r: r.arrival_s)
     for index, record in enumerate(ordered):
-        if limit is not None and len(jobs) >= limit:
+        if limit is not None and len(kept) >= limit:
             stats.beyond_limit += len(ordered) - index
             break
-        if record.duration_s == 0:
+        if window is not None and not window[0] <= record.arrival_s < window[1]:
+            stats.outside_window += 1
+        elif record.gpus < min_gpus:
+            stats.below_min_gpus += 1
+        elif record.duration_s == 0:
             stats.zero_length += 1
-            continue
-        if record.job_id in seen:
+        elif record.job_id in seen:
             stats.duplicate += 1
-            continue
-        seen.add(record.job_id)
-        if not jobs:
-            origin = record.arrival_s
+        else:
+            seen.add(record.job_id)
+            kept.append(record)
+    return kept
+
+
+def to_rl_jobs(records: list[PhillyJob], rng: random.Random, mix: str = "mixed",
+               slo_range: tuple[float, float] = (1.0, 2.0), limit: int | None = None,
+               stats: PhillyStats | None = None, max_phase_gpus: int = MAX_PHASE_GPUS,
+               min_gpus: int = 1, window: tuple[float, float] | None = None) -> list[Job]:
+    """Map Philly records to RL jobs; see the mapping contract. Updates ``stats``."""
+    check_mix(mix, slo_range)
+    stats = stats if stats is not None else PhillyStats()
+    jobs: list[Job] = []
+    chosen = select(records, limit, stats, min_gpus, window)
+    origin = chosen[0].arrival_s if chosen else 0.0
+    for record in chosen:
         gpus, capped = phase_gpus(record.gpus, max_phase_gpus)
         stats.capped += capped
+        stats.rounded_up += not capped and -(-record.gpus // 2) % NODE_GPUS != 0
         size = model_size(record.gpus)
+        stats.widths[f"{gpus}+{gpus}"] = stats.widths.get(f"{gpus}+{gpus}", 0) + 1
+        stats.models[f"{size}B"] = stats.models.get(f"{size}B", 0) + 1
         mem_roll, mem_train = TABLE2_MEM_GB[size]
         t_roll, t_train, slo = draw_phases(rng, mix, slo_range)
         jobs.append(Job(job_id=record.job_id, t_roll_s=t_roll, t_train_s=t_train,
@@ -242,11 +278,39 @@ def mix_from_segment(path: str | Path, seed: int, mix: str = "mixed",
     return to_rl_jobs(records, random.Random(seed), mix, slo_range, limit, stats)
 
 
+def write_segment(records: list[PhillyJob], path: str | Path, source: str) -> None:
+    """Write kept Philly records in the segment format the bundled philly-mix uses:
+    arrivals rebased to the first, the original arrival beside them, ``source`` as a
+    leading comment line."""
+    origin = records[0].arrival_s if records else 0.0
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        handle.write(f"# {source}\n")
+        out = csv.writer(handle, lineterminator="\n")
+        out.writerow(["job_id", "arrival_s", "gpus", "node_shape", "duration_s", "orig_arrival_s"])
+        for r in records:
+            out.writerow([r.job_id, _plain(r.arrival_s - origin), r.gpus, r.shape, _plain(r.duration_s),
+                          _plain(r.arrival_s)])
+
+
+def _plain(x: float) -> str:
+    """Seconds to the microsecond, without trailing zeros (the raw file's 7953.000000000001
+    is written 7953)."""
+    return f"{x:.6f}".rstrip("0").rstrip(".")
+
+
 def convert_philly(in_path: str | Path, out_path: str | Path, limit: int | None = None,
                    seed: int = 0, mix: str = "mixed",
-                   slo_range: tuple[float, float] = (1.0, 2.0)) -> dict[str, int]:
-    """Convert a Philly file into a job trace at ``out_path``; return the PhillyStats counts."""
+                   slo_range: tuple[float, float] = (1.0, 2.0), min_gpus: int = 1,
+                   window: tuple[float, float] | None = None, segment_path: str | Path | None = None) -> dict:
+    """Convert a Philly file into a job trace at ``out_path``; return the PhillyStats counts.
+    ``segment_path``: also write the kept Philly records there (``write_segment``)."""
     stats = PhillyStats()
-    jobs = mix_from_segment(in_path, seed, mix, slo_range, limit, stats)
+    records = read_philly(in_path, stats)
+    jobs = to_rl_jobs(records, random.Random(seed), mix, slo_range, limit, stats, min_gpus=min_gpus, window=window)
     write_trace(jobs, out_path)
+    if segment_path is not None:
+        by_id = {r.job_id: r for r in select(records, limit, None, min_gpus, window)}
+        write_segment([by_id[j.job_id] for j in jobs], segment_path,
+                      f"Philly records kept from {Path(in_path).name}: min GPUs {min_gpus}, window {window}, "
+                      f"limit {limit}; arrival rebased to 0")
     return stats.as_dict()
