@@ -1,7 +1,7 @@
 """The trace-driven simulator: determinism, per-policy invariants, the default trace's SLOs."""
 import pytest
 
-from rollmux.model import POOLS, Cluster
+from rollmux.model import POOLS, Cluster, Job
 from rollmux.policies import DEFAULT_POLICIES, make_policy
 from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
@@ -285,3 +285,17 @@ def test_a_run_that_can_place_no_job_is_an_error_naming_the_pool(small, name, ro
 def test_colocation_runs_on_a_cluster_without_rollout_nodes(small):
     r = simulate(small, _cluster(0, None), make_policy("colocated"))
     assert len(r.jobs) == len(small) and r.peak_gpus["rollout"] == 0
+
+
+@pytest.mark.parametrize("policy", ["solo-d", "colocated", "gavel", "random", "most-idle", "rollmux"])
+def test_a_job_larger_than_a_bounded_pool_is_rejected_not_queued_for_ever(policy):
+    """Every policy rejects a job the inventory can never hold; the jobs behind it run."""
+    from rollmux.cluster_file import cluster_from_dict
+
+    cluster = cluster_from_dict({"rollout": {"nodes": 4}, "train": {"nodes": 4}})
+    jobs = [Job("huge", 100.0, 50.0, rollout_gpus=64, train_gpus=64, slo=1.5, iterations=4),
+            Job("a", 100.0, 50.0, slo=1.5, arrival_s=1.0, iterations=4),
+            Job("b", 100.0, 50.0, slo=1.5, arrival_s=2.0, iterations=4)]
+    r = simulate(jobs, cluster, make_policy(policy, 0), "worst", 0)
+    assert r.rejected == ["huge"] and "the pool has 4" in r.reject_reasons["huge"]
+    assert [o.job_id for o in r.jobs] == ["a", "b"] and all(o.wait_s == 0 for o in r.jobs)

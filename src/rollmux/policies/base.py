@@ -37,10 +37,25 @@ class DisaggregatedTimes:
         return (job.t_roll_s if pool == ROLLOUT else job.t_train_s), 0.0
 
 
+def beyond_inventory(state: PlanState, job: Job, need: dict[str, int]) -> Decision | None:
+    """The rejection of a job that needs more nodes of a bounded pool than the pool has
+    (waiting would block the queue behind it for ever), else None."""
+    for pool, count in need.items():
+        total = state.cluster.pool(pool).nodes
+        if total is not None and count > total:
+            return Decision(job.job_id, "rejected", None, 0.0, (), f"needs {count} {pool} nodes, the pool has {total}",
+                            (pool,))
+    return None
+
+
 def isolated(state: PlanState, job: Job, reason: str = "") -> Decision:
-    """A new group of the job's own nodes in both pools, or a wait if the inventory is short."""
+    """A new group of the job's own nodes in both pools, a wait if the free nodes are short,
+    or a rejection if the inventory is (``beyond_inventory``)."""
     cluster = state.cluster
     need = {p: job.nodes(p, cluster.gpus_per_node) for p in POOLS}
+    never = beyond_inventory(state, job, need)
+    if never is not None:
+        return never
     ids = {p: state.peek_new(p, need[p], job.mem(p)) for p in POOLS}
     if any(v is None for v in ids.values()):
         short = tuple(p for p in POOLS if ids[p] is None)

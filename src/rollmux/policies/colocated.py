@@ -13,6 +13,7 @@ from __future__ import annotations
 from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import NEW, Candidate, Decision
+from rollmux.policies.base import beyond_inventory
 
 _BANDWIDTH = 1
 
@@ -27,6 +28,9 @@ class Colocated:
 
     def place(self, state: PlanState, job: Job) -> Decision:
         need = job.nodes(TRAIN, state.cluster.gpus_per_node)
+        never = beyond_inventory(state, job, {TRAIN: need})
+        if never is not None:
+            return never
         ids = state.peek_new(TRAIN, need, job.mem_roll_gb + job.mem_train_gb)
         if ids is None:
             return Decision(job.job_id, "wait", None, 0.0, (), "no free training nodes", (TRAIN,))
