@@ -62,6 +62,8 @@ class GroupView:
     slo: dict[str, float]
     share: dict[str, float]
     nodes: dict[str, tuple[NodeEntry, ...]]  # pool -> the group's nodes of that pool, in group order
+    peak: float = 0.0  # max(share.values()): the busiest node before a newcomer
+    memo: dict = field(default_factory=dict)  # the planner's per-version caches (node choices)
 
 
 @dataclass(slots=True)
@@ -208,7 +210,8 @@ class PlanState:
                     entries.append(NodeEntry(node, tuple(sorted(m.job.job_id for m in on)),
                                              sum(m.job.mem(pool) for m in on), self.capacity(pool, node)))
                 nodes[pool] = tuple(entries)
-            cached = GroupView(profiles, {m.job.job_id: m.job.slo for m in group.members}, share, nodes)
+            cached = GroupView(profiles, {m.job.job_id: m.job.slo for m in group.members}, share, nodes,
+                               max(share.values(), default=0.0))
             self._views[group_id] = cached
         return cached
 
