@@ -214,7 +214,7 @@ class RegroupPlan:
 
 def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
                  pause_s: Callable[[str], float], max_solves: int = 8,
-                 max_jobs: int = DEFAULT_MAX_JOBS) -> RegroupPlan | None:
+                 max_jobs: int = DEFAULT_MAX_JOBS, one_node: bool = False) -> RegroupPlan | None:
     """Regroup ``group_id`` with one other group while jobs run (the simulator's
     ``rollmux-regroup``). Pairs are solved exactly, largest possible saving first, at most
     ``max_solves`` of them; the result is the one saving most among those whose groups
@@ -229,6 +229,8 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     group N:  remaining_k x iter_k(N) + TRANSIENT_PERIODS x period(N) + max_{m in N} pause_s(m)
     <= spare_k (``planner.TRANSIENT_PERIODS``: time for the new group to settle).
     Unbounded pools only (new groups open on fresh nodes some time after the decision).
+    ``one_node`` (``--accounting paper``'s ``one_node_per_pool``): the solver sees every job
+    on one node per pool, as the planner placed it.
     """
     if _unsupported(state.cluster) or any(state.bounded(p) for p in POOLS):
         return None
@@ -240,6 +242,9 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     ranked = _ranked(state, ((group, h) for h in sorted(others, key=lambda h: h.group_id)), max_jobs)
     best: RegroupPlan | None = None
     for pair, jobs, cost in ranked[:max_solves]:
+        if one_node:
+            gpn = state.cluster.gpus_per_node
+            jobs = [replace(j, rollout_gpus=min(j.rollout_gpus, gpn), train_gpus=min(j.train_gpus, gpn)) for j in jobs]
         floor = 0.0 if best is None else best.cost_before - best.cost_after
         solution = solve(_solver_cluster(state.cluster), jobs, max_jobs=max_jobs, robust=True, budget=cost - floor)
         if solution is None:

@@ -9,6 +9,8 @@ moves all their jobs when that is cheaper (``improve.plan_regroup``).
 """
 from __future__ import annotations
 
+from functools import partial
+
 from rollmux.accounting import OURS, CostAccounting
 from rollmux.improve import plan_regroup
 from rollmux.model import Job
@@ -25,7 +27,7 @@ class RollMuxPolicy(DisaggregatedTimes):
         if consolidate:
             self.repack = self.planner.repack
         if regroup:
-            self.regroup = plan_regroup
+            self.regroup = partial(plan_regroup, one_node=accounting.one_node_per_pool)
 
     def place(self, state: PlanState, job: Job) -> Decision:
         return self.planner.decide(state, job)

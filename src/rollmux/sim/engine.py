@@ -276,10 +276,10 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             rejected.append(job_id)
             reasons[job_id] = "left at its recorded departure before it could be placed"
             return
-        if job_id not in state.job_group:  # rejected on arrival
-            return
-        if job_id in moving or job_id in pending:
+        if job_id in moving or job_id in pending:  # (a regrouped job is in no group until its new one opens)
             due.add(job_id)
+            return
+        if job_id not in state.job_group:  # rejected on arrival
             return
         departed.add(job_id)
         offer.discard(job_id)
