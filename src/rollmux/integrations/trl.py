@@ -1,0 +1,149 @@
+"""Run a TRL ``GRPOTrainer`` as a RollMux job: generation under rollout grants, updates under train grants.
+
+User code (the job is a ``JobHandle`` from ``Client.submit`` or ``Client.attach``)::
+
+    from rollmux.integrations.trl import RollMuxGRPOTrainer
+
+    trainer = RollMuxGRPOTrainer(job=job, model=model, reward_funcs=reward, args=grpo_config,
+                                 train_dataset=data, processing_class=tokenizer)
+    trainer.train()
+    job.complete()
+
+Contract
+--------
+* Where TRL generates: ``GRPOTrainer._prepare_inputs`` calls
+  ``_generate_and_score_completions`` once every ``steps_per_generation x
+  num_iterations`` micro-steps (TRL 1.16); that call samples the completions
+  (``model.generate`` in the trainer process, or the vLLM client when ``use_vllm``) and
+  scores them with the reward functions. This subclass runs the whole call inside a
+  granted ``rollout`` phase. Everything after it, up to the next generation (the
+  micro-steps' forward and backward, the optimizer steps, logging, checkpoints and
+  evaluation), runs inside a granted ``train`` phase: it is entered as the rollout
+  phase is released and released as the next rollout phase is asked for, or when
+  ``train`` returns or raises. One RollMux iteration is therefore one generation and
+  the ``generate_every / gradient_accumulation_steps`` optimizer steps that use it.
+* Why a subclass and a callback: TRL has no callback event around generation, so the
+  rollout phase needs the method override; the state is registered by a
+  ``TrainerCallback`` at ``on_train_begin``, the first moment the Trainer has built its
+  optimizer, and returned to the caller at ``on_train_end``.
+* State: the model and the optimizer (the torch optimizer under accelerate's wrapper)
+  form one ``StateCache`` entry. It is offloaded to host buffers at ``on_train_begin``;
+  each phase loads it onto the trainer's device when its grant arrives and offloads it
+  before the grant goes back (the SDK's ``state=``), so between phases nothing of the
+  job stays on the device. The cache's unit is module plus optimizer, so a rollout
+  phase loads the optimizer moments too. At ``on_train_end`` the entry is loaded into
+  host memory (``cpu``) and removed: after ``train`` the model is usable, on the host.
+* Weights to the rollout side: TRL's default generation runs in the trainer process on
+  the same module the optimizer updates, so each rollout samples with the latest
+  update without any copy. With ``use_vllm`` TRL pushes the weights to vLLM itself at
+  the start of generation, which is inside the rollout grant (not exercised here:
+  the examples and tests run on CPU without vLLM).
+* Refused (``SpecError``): a configuration that generates in the middle of a gradient
+  accumulation (``steps_per_generation x num_iterations`` not a multiple of
+  ``gradient_accumulation_steps``): an offload drops the accumulated gradients.
+"""
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any
+
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+from rollmux.errors import SpecError
+from rollmux.model import ROLLOUT, TRAIN
+from rollmux.runtime.sdk import JobHandle
+from rollmux.runtime.state_cache import SwitchRecord, StateCache
+
+CACHE_BUDGET_BYTES = 8 * 1024**3
+
+
+class PhaseHolder:
+    """At most one granted phase of ``job`` at a time, with the job's state switched through ``cache``.
+
+    ``hold(name)`` releases the phase held (if any), then blocks until ``name`` is
+    granted and its state loaded; ``release()`` offloads and gives the grant back.
+    """
+
+    def __init__(self, job: JobHandle, cache: StateCache, key: str) -> None:
+        self.job = job
+        self.cache = cache
+        self.key = key
+        self.device = "cpu"
+        self.held: str | None = None
+        self._stack = ExitStack()
+
+    def hold(self, name: str) -> None:
+        self.release()
+        self._stack.enter_context(self.job.phase(name, state=self.cache, key=self.key, device=self.device))
+        self.held = name
+
+    def release(self) -> None:
+        self.held = None
+        self._stack.close()
+
+
+class _StateCallback(TrainerCallback):
+    """Parks the model and optimizer in the cache when training starts; hands them back when it ends."""
+
+    def __init__(self, trainer: "RollMuxGRPOTrainer") -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        t = self.trainer
+        optimizer = getattr(t.optimizer, "optimizer", t.optimizer)  # accelerate's AcceleratedOptimizer wraps it
+        t.phases.device = str(t.accelerator.device)
+        t.phases.cache.register(t.phases.key, t.model, optimizer)
+        t.phases.cache.offload(t.phases.key)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        t = self.trainer
+        t.phases.release()
+        t.phases.cache.load(t.phases.key, "cpu")
+        t.phases.cache.remove(t.phases.key)
+
+
+class RollMuxGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` whose generation and updates run under ``job``'s RollMux grants (module docstring).
+
+    Extra keyword arguments: ``job`` (a placed or waiting ``JobHandle``; this process
+    must drive it) and ``cache_budget_bytes`` (host memory for the parked state).
+    Everything else is ``GRPOTrainer``'s.
+    """
+
+    def __init__(self, *args: Any, job: JobHandle, cache_budget_bytes: int = CACHE_BUDGET_BYTES,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if generate_every % self.args.gradient_accumulation_steps:
+            raise SpecError("steps_per_generation", self.args.steps_per_generation,
+                            "steps_per_generation x num_iterations a multiple of gradient_accumulation_steps "
+                            f"({self.args.gradient_accumulation_steps}), so that no generation falls inside an "
+                            "accumulation", "RollMuxGRPOTrainer")
+        self.phases = PhaseHolder(job, StateCache(cache_budget_bytes), f"{job.job_id}/policy")
+        self.add_callback(_StateCallback(self))
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        if not self.model.training:  # evaluation: runs inside the train grant held
+            return super()._generate_and_score_completions(inputs)
+        self.phases.hold(ROLLOUT)
+        batch = super()._generate_and_score_completions(inputs)
+        self.phases.hold(TRAIN)
+        return batch
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.train``; a phase still held when it raises is released (state offloaded)."""
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            self.phases.release()
+
+    @property
+    def switches(self) -> tuple[SwitchRecord, ...]:
+        """Every warm switch of the job's state so far (the cache's records)."""
+        return self.phases.cache.records
+
+
+def logged_series(log_history: list[dict], key: str) -> list[float]:
+    """The values TRL logged under ``key`` (``"reward"``, ``"loss"``, ...), one per logging step."""
+    return [entry[key] for entry in log_history if key in entry and "train_runtime" not in entry]
