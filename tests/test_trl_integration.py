@@ -70,3 +70,14 @@ def test_two_trl_jobs_alternate_without_overlap_and_learn(tmp_path, monkeypatch)
     import ray
 
     assert not ray.is_initialized()
+
+
+def test_profile_runs_a_trl_job_alone_and_reports_worst_case_phases(tmp_path):
+    pytest.importorskip("trl")
+    from rollmux.integrations.profile import profile_job
+    from rollmux.integrations.trl_jobs import JOBS, build_trainer
+
+    prof = profile_job(lambda job, n: build_trainer(job, JOBS[0], n, str(tmp_path)).train(), iterations=2)
+    assert len(prof.rollout_s) == len(prof.train_s) == 2
+    assert prof.t_roll_s == max(prof.rollout_s) >= prof.mean_roll_s > 0
+    assert prof.t_train_s == max(prof.train_s) >= prof.mean_train_s > 0

@@ -37,6 +37,7 @@ import torch
 from rollmux.integrations.checks import phase_checks
 from rollmux.model import TRAIN
 from rollmux.runtime.ray_adapter import WorkerInfo
+from rollmux.runtime.sdk import JobHandle
 
 DEFAULT_STEPS = 60
 QUICK_STEPS = 8
@@ -72,26 +73,14 @@ class TRLJobWorker:
 
     def run(self, url: str, token: str, job: TRLJob, steps: int) -> dict:
         """Attach to ``job`` and train it for ``steps`` steps under RollMux grants; returns what it measured."""
-        from trl import GRPOConfig
-
-        from rollmux.integrations.trl import RollMuxGRPOTrainer, logged_series
-        from rollmux.integrations.trl_toy import COMPLETION_LEN, digit_reward, shift_dataset, tiny_qwen2, toy_tokenizer
+        from rollmux.integrations.trl import logged_series
         from rollmux.runtime.sdk import Client
 
-        tokenizer = toy_tokenizer()
         client = Client(url)
         handle = client.attach(job.job_id, token)
         try:
             with tempfile.TemporaryDirectory(prefix=f"rollmux-{job.job_id}-") as out:
-                config = GRPOConfig(output_dir=out, use_cpu=True, max_steps=steps, seed=job.seed,
-                                    per_device_train_batch_size=job.batch, num_generations=job.num_generations,
-                                    max_completion_length=COMPLETION_LEN, learning_rate=job.learning_rate,
-                                    lr_scheduler_type="constant", beta=0.0, logging_steps=1, save_strategy="no",
-                                    report_to="none", disable_tqdm=True)
-                # --- the user's lines: a TRL GRPOTrainer, run as a RollMux job ---------------
-                trainer = RollMuxGRPOTrainer(job=handle, model=tiny_qwen2(tokenizer, job.seed),
-                                             reward_funcs=digit_reward, args=config, processing_class=tokenizer,
-                                             train_dataset=shift_dataset(job.shift, job.batch * steps, job.seed))
+                trainer = build_trainer(handle, job, steps, out)
                 trainer.train()
             handle.complete()
         except BaseException:
@@ -106,6 +95,25 @@ class TRLJobWorker:
                 "rewards": logged_series(logs, "reward"), "losses": logged_series(logs, "loss"),
                 "switches": [{"direction": s.direction, "path": s.path, "bytes": s.bytes, "seconds": s.seconds}
                              for s in trainer.switches]}
+
+
+def build_trainer(handle: JobHandle, job: TRLJob, steps: int, output_dir: str):
+    """The toy job's ``RollMuxGRPOTrainer`` (CPU, ``steps`` optimizer steps, one generation each)."""
+    from trl import GRPOConfig
+
+    from rollmux.integrations.trl import RollMuxGRPOTrainer
+    from rollmux.integrations.trl_toy import COMPLETION_LEN, digit_reward, shift_dataset, tiny_qwen2, toy_tokenizer
+
+    tokenizer = toy_tokenizer()
+    config = GRPOConfig(output_dir=output_dir, use_cpu=True, max_steps=steps, seed=job.seed,
+                        per_device_train_batch_size=job.batch, num_generations=job.num_generations,
+                        max_completion_length=COMPLETION_LEN, learning_rate=job.learning_rate,
+                        lr_scheduler_type="constant", beta=0.0, logging_steps=1, save_strategy="no",
+                        report_to="none", disable_tqdm=True)
+    # --- the user's lines: a TRL GRPOTrainer, run as a RollMux job -------------------------
+    return RollMuxGRPOTrainer(job=handle, model=tiny_qwen2(tokenizer, job.seed), reward_funcs=digit_reward,
+                              args=config, processing_class=tokenizer,
+                              train_dataset=shift_dataset(job.shift, job.batch * steps, job.seed))
 
 
 def run_two_jobs(out_dir: Path, steps: int = DEFAULT_STEPS, jobs: tuple[TRLJob, ...] = JOBS,
