@@ -1,0 +1,261 @@
+"""Phase times from RL framework logs, as RollMux jobs (worst-case rollout and training).
+
+A RollMux job is profiled by two phase times, ``t_roll_s`` (the rollout pool's part of
+an iteration) and ``t_train_s`` (the training pool's part). The importers below read
+the per-step timings a framework logged and turn each run into one ``Job``; write them
+with ``rollmux.traces.format.write_trace``.
+
+Worst case. The scheduler plans on worst-case phases, so each phase is taken as the
+``percentile`` (nearest rank: the ``ceil(p / 100 * n)``-th smallest of the run's n
+per-iteration values) of that phase over the run's iterations; the default 100 is the
+maximum. The two phases are taken separately, so they may come from different
+iterations (a bound at least as pessimistic as any single iteration's).
+
+Common mapping. ``iterations`` = the run's iteration count; ``arrival_s`` = 0;
+``rollout_gpus`` = ``train_gpus`` = ``gpus`` (an int for every run or a mapping run ->
+GPUs); ``slo`` as given; host memory 0 (the logs hold none). Every defect of a file
+raises ``TraceFormatError`` naming the file, the line and the column (or key); a bad
+argument raises ``SpecError`` naming it.
+
+veRL (``from_verl_timings``)
+----------------------------
+A CSV with one row per (run, step): columns ``run, step, t_gen, t_update_actor``
+(required) and any of ``t_reward, t_ref, t_values, t_adv, t_update_critic``
+(optional; other columns are ignored), in seconds, as veRL's ``timing_s/*`` metrics
+(``gen``, ``reward``, ``ref``, ``values``, ``adv``, ``update_critic``, ``update_actor``).
+
+* rollout phase = ``t_gen + t_reward``: what runs on the rollout pool (sampling and
+  scoring the responses);
+* training phase = ``t_ref + t_values + t_adv + t_update_critic + t_update_actor``:
+  reference and critic forward passes, advantages and both updates, which need the
+  trained models and so run on the training pool.
+
+An optional column absent from the header counts 0; a present one needs a value on every
+row. veRL ran both phases on the same GPUs, so the times are co-located ones: they are
+also written as ``t_roll_colo_s`` / ``t_train_colo_s`` (the disaggregated times are
+taken equal to them: same GPU type in both pools, weight transfer not counted).
+``model`` = the run name (its size, e.g. ``0.5B``, picks the switch-cost column);
+``job_id`` = the run name. Runs come out in order of first appearance.
+
+TRL (``from_trl_log``)
+----------------------
+A log of TRL ``GRPOTrainer`` records: a JSON document (``trainer_state.json``, whose
+``log_history`` list is read, or a bare list) or JSON lines (one object per line, e.g. a
+Weights & Biases or Trackio history export). A leading ``train/`` on a key is ignored
+(how W&B and Trackio prefix the Trainer's logs). Keys read (TRL >= 0.26, checked
+against the installed 1.16):
+
+* rollout: ``profiling/Time taken: <Trainer>.<name>`` for ``<name>`` one of
+  ``vLLM.generate``, ``transformers.generate``, ``transformers.generate_batch``
+  (sampling), ``_calculate_rewards`` (scoring) and ``sync_weights`` (pushing weights to
+  vLLM). TRL sends these only to W&B / MLflow / Trackio (``report_to``), not to
+  ``log_history``;
+* ``step_time``: seconds of one optimizer step's ``training_step`` calls, averaged over
+  the logging window; the generation of the step that generates runs inside it;
+* ``step`` / ``global_step`` (optional): the record's global step, so a record covers
+  ``step - previous step`` optimizer steps (1 without these keys).
+
+Records are read in order. An iteration starts at a rollout key that follows a
+``step_time`` (or opens the log); its rollout phase is the sum of the rollout keys up to
+the next ``step_time``, and its training phase is the total step time of the
+``step_time`` records up to the next rollout key (each ``step_time`` x the steps its
+record covers) minus the rollout phase (which the first of those steps contains).
+``step_time`` records before the first rollout key are skipped. ``job_id`` defaults to
+the file's stem (its directory's name for ``trainer_state.json``), ``model`` to the job
+id (a name without a size, e.g. ``7B``, is planned on the largest switch-cost column).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollmux.errors import SpecError, TraceFormatError
+from rollmux.model import Job
+
+VERL_REQUIRED = ("run", "step", "t_gen", "t_update_actor")
+VERL_ROLLOUT = ("t_gen", "t_reward")
+VERL_TRAIN = ("t_ref", "t_values", "t_adv", "t_update_critic", "t_update_actor")
+TRL_PROFILE = re.compile(r"profiling/Time taken: \w+\.(.+)")
+TRL_ROLLOUT = frozenset({"vLLM.generate", "transformers.generate", "transformers.generate_batch",
+                         "_calculate_rewards", "sync_weights"})
+TRL_STEP_KEYS = ("step", "global_step")
+
+
+def worst_case(values: list[float], percentile: float) -> float:
+    """The nearest-rank ``percentile`` of ``values``: the ceil(p/100 * n)-th smallest."""
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(percentile / 100 * len(ordered))) - 1]
+
+
+def _check_args(percentile: float, slo: float) -> None:
+    if not (isinstance(percentile, (int, float)) and 0 < percentile <= 100):
+        raise SpecError("percentile", percentile, "a percentile in (0, 100]")
+    if not (isinstance(slo, (int, float)) and math.isfinite(slo) and slo >= 1.0):
+        raise SpecError("slo", slo, "a slowdown tolerance >= 1.0")
+
+
+def _gpus_for(gpus: int | Mapping[str, int], run: str) -> int:
+    value = gpus.get(run) if isinstance(gpus, Mapping) else gpus
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise SpecError("gpus", value, f"a positive GPU count for run {run!r}")
+    return value
+
+
+def _seconds(value: object, path: str, line: int, column: str) -> float:
+    """A logged duration: a finite number >= 0 (text is parsed), else TraceFormatError."""
+    if isinstance(value, str):
+        try:
+            value = float(value) if value.strip() else None
+        except ValueError:
+            raise TraceFormatError(path, line, column, f"{value!r} is not a number of seconds") from None
+    if value is None:
+        raise TraceFormatError(path, line, column, "empty value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise TraceFormatError(path, line, column, f"{value!r} is not a duration >= 0 seconds")
+    return float(value)
+
+
+def from_verl_timings(path: str | Path, *, gpus: int | Mapping[str, int] = 8,
+                      percentile: float = 100.0, slo: float = 1.5) -> list[Job]:
+    """One job per run of a veRL step-timings CSV (mapping in the module docstring)."""
+    _check_args(percentile, slo)
+    name = str(path)
+    runs: dict[str, dict[int, tuple[float, float]]] = {}
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        rows = csv.reader(handle)
+        header: list[str] | None = None
+        for fields in rows:
+            line = rows.line_num
+            if not fields or not "".join(fields).strip() or fields[0].lstrip().startswith("#"):
+                continue
+            if header is None:
+                header = [f.strip() for f in fields]
+                for column in VERL_REQUIRED:
+                    if column not in header:
+                        raise TraceFormatError(name, line, column, "required column missing from the header")
+                continue
+            if len(fields) != len(header):
+                raise TraceFormatError(name, line, "", f"expected {len(header)} fields as in the header, "
+                                                       f"got {len(fields)}")
+            row = dict(zip(header, (f.strip() for f in fields)))
+            run = row["run"]
+            if not run:
+                raise TraceFormatError(name, line, "run", "empty value")
+            try:
+                step = int(row["step"])
+            except ValueError:
+                raise TraceFormatError(name, line, "step", f"{row['step']!r} is not an integer step") from None
+            phases = tuple(sum(_seconds(row[c], name, line, c) for c in cols if c in row)
+                           for cols in (VERL_ROLLOUT, VERL_TRAIN))
+            steps = runs.setdefault(run, {})
+            if step in steps:
+                raise TraceFormatError(name, line, "step", f"step {step} of run {run!r} appears twice")
+            steps[step] = phases
+    if header is None:
+        raise TraceFormatError(name, 1, VERL_REQUIRED[0], "no header: the file holds no rows")
+    jobs = []
+    for run, steps in runs.items():
+        roll = worst_case([r for r, _ in steps.values()], percentile)
+        train = worst_case([t for _, t in steps.values()], percentile)
+        n = _gpus_for(gpus, run)
+        jobs.append(Job(run, roll, train, rollout_gpus=n, train_gpus=n, slo=slo, model=run,
+                        iterations=len(steps), t_roll_colo_s=roll, t_train_colo_s=train))
+    for job in jobs:
+        job.validate(where=f"{name}: run {job.job_id}")
+    return jobs
+
+
+def _trl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line, record) pairs: physical lines for JSON lines, 1-based entries for a document."""
+    name = str(path)
+    text = Path(path).read_text(encoding="utf-8-sig")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        document = None
+    if isinstance(document, dict) and "log_history" in document:
+        document = document["log_history"]
+    if isinstance(document, list):
+        for index, record in enumerate(document, 1):
+            if not isinstance(record, dict):
+                raise TraceFormatError(name, index, "", f"log_history entry {index} is not a JSON object")
+            yield index, record
+        return
+    for line, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(name, line, "", f"not JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise TraceFormatError(name, line, "", "not a JSON object")
+        yield line, record
+
+
+@dataclass(slots=True)
+class _Iteration:
+    """One TRL iteration being read: where it starts, its rollout and total step seconds."""
+
+    line: int
+    rollout_s: float = 0.0
+    step_s: float = 0.0
+
+
+def from_trl_log(path: str | Path, *, job_id: str | None = None, gpus: int = 8, percentile: float = 100.0,
+                 slo: float = 1.5, model: str | None = None) -> Job:
+    """One job from a TRL GRPOTrainer log (keys and mapping in the module docstring)."""
+    _check_args(percentile, slo)
+    name, p = str(path), Path(path)
+    job_id = job_id or (p.parent.name if p.name == "trainer_state.json" and p.parent.name else p.stem)
+    _gpus_for(gpus, job_id)
+    iterations: list[_Iteration] = []
+    in_rollout, saw_step_time, last_step = False, False, 0
+    for line, record in _trl_records(path):
+        record = {k.removeprefix("train/"): v for k, v in record.items()}
+        rollout = [_seconds(v, name, line, k) for k, v in record.items()
+                   if (m := TRL_PROFILE.fullmatch(k)) and m.group(1) in TRL_ROLLOUT]
+        if rollout:
+            if not in_rollout:
+                iterations.append(_Iteration(line))
+                in_rollout = True
+            iterations[-1].rollout_s += sum(rollout)
+        covered = 1
+        step_key = next((k for k in TRL_STEP_KEYS if k in record), None)
+        if step_key is not None:
+            step = record[step_key]
+            if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+                raise TraceFormatError(name, line, step_key, f"{step!r} is not a step number >= 0")
+            if "step_time" in record:
+                covered = step - last_step
+                if covered < 1:
+                    raise TraceFormatError(name, line, step_key, f"step {step} does not follow step {last_step}")
+            last_step = step
+        if "step_time" in record:
+            seconds = _seconds(record["step_time"], name, line, "step_time")
+            saw_step_time, in_rollout = True, False
+            if iterations:
+                iterations[-1].step_s += seconds * covered
+    if not saw_step_time:
+        raise TraceFormatError(name, 1, "step_time", "no record holds step_time (TRL >= 0.26 GRPOTrainer)")
+    if not iterations:
+        raise TraceFormatError(name, 1, "profiling/Time taken: <Trainer>.vLLM.generate",
+                               "no record holds a generation time (profiling/Time taken: <Trainer>."
+                               "{vLLM.generate, transformers.generate, transformers.generate_batch}); "
+                               "TRL logs them only to W&B / MLflow / Trackio: import that run's history")
+    for it in iterations:
+        if it.step_s <= it.rollout_s:
+            raise TraceFormatError(name, it.line, "step_time",
+                                   f"the iteration's step time ({it.step_s:g} s) does not exceed the "
+                                   f"rollout it contains ({it.rollout_s:g} s)")
+    roll = worst_case([it.rollout_s for it in iterations], percentile)
+    train = worst_case([it.step_s - it.rollout_s for it in iterations], percentile)
+    job = Job(job_id, roll, train, rollout_gpus=gpus, train_gpus=gpus, slo=slo, model=model or job_id,
+              iterations=len(iterations))
+    job.validate(where=f"{name}: job {job_id}")
+    return job

@@ -1,0 +1,190 @@
+"""Importers of framework phase timings into RollMux jobs (rollmux.importers)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rollmux.errors import SpecError, TraceFormatError
+from rollmux.importers import from_trl_log, from_verl_timings, worst_case
+from rollmux.traces.format import read_trace, write_trace
+
+SHARED_VERL = Path(__file__).resolve().parents[2] / "shared" / "traces" / "verl_ppo_step_timings.csv"
+GEN = "profiling/Time taken: GRPOTrainer.transformers.generate"
+REWARD = "profiling/Time taken: GRPOTrainer._calculate_rewards"
+SYNC = "profiling/Time taken: GRPOTrainer.sync_weights"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_worst_case_is_nearest_rank():
+    values = [float(v) for v in range(1, 101)]
+    assert worst_case(values, 100) == 100 and worst_case(values, 95) == 95 and worst_case(values, 0.5) == 1
+    assert worst_case([3.0], 50) == 3.0
+
+
+# --- veRL ---------------------------------------------------------------------------
+
+VERL = """run,step,t_gen,t_ref,t_values,t_adv,t_update_critic,t_update_actor,response_length_mean
+a,0,10,1,2,0.5,3,4,300
+a,1,12,1,2,0.5,3,5,301
+b,0,20,2,0,0,0,6,100
+a,2,11,1,2,0.5,9,4,299
+"""
+
+
+def test_verl_mapping_and_worst_case(tmp_path):
+    jobs = from_verl_timings(write(tmp_path, "v.csv", VERL), gpus={"a": 1, "b": 2})
+    a, b = jobs
+    assert (a.job_id, a.iterations, a.rollout_gpus, a.train_gpus, a.model) == ("a", 3, 1, 1, "a")
+    assert a.t_roll_s == 12  # max of t_gen
+    assert a.t_train_s == pytest.approx(1 + 2 + 0.5 + 9 + 4)  # max per-step sum of the training columns
+    assert (a.t_roll_colo_s, a.t_train_colo_s) == (a.t_roll_s, a.t_train_s)
+    assert (b.job_id, b.iterations, b.t_roll_s, b.t_train_s, b.rollout_gpus) == ("b", 1, 20, 8, 2)
+    p50 = from_verl_timings(write(tmp_path, "v.csv", VERL), percentile=50)[0]
+    assert (p50.t_roll_s, p50.rollout_gpus) == (11, 8)
+
+
+def test_verl_reward_column_counts_as_rollout(tmp_path):
+    path = write(tmp_path, "v.csv", "run,step,t_gen,t_reward,t_update_actor\nx,0,3,1.5,2\n")
+    job, = from_verl_timings(path)
+    assert (job.t_roll_s, job.t_train_s) == (4.5, 2)
+
+
+def test_verl_jobs_round_trip_through_the_trace_format(tmp_path):
+    jobs = from_verl_timings(write(tmp_path, "v.csv", VERL))
+    write_trace(jobs, tmp_path / "t.csv")
+    assert read_trace(tmp_path / "t.csv") == jobs
+
+
+@pytest.mark.skipif(not SHARED_VERL.exists(), reason="../shared/traces is absent")
+def test_verl_on_the_shared_file(tmp_path):
+    jobs = from_verl_timings(SHARED_VERL)
+    assert [j.iterations for j in jobs] == [435, 435, 106]
+    assert jobs[0].job_id.startswith("Qwen2.5-0.5B") and jobs[2].job_id.startswith("gemma-2-2b")
+    for job in jobs:
+        assert 0 < job.t_roll_s < job.t_train_s  # these small PPO runs spend ~30% in generation
+    p95 = from_verl_timings(SHARED_VERL, percentile=95)
+    assert all(q.t_roll_s <= j.t_roll_s and q.t_train_s <= j.t_train_s for q, j in zip(p95, jobs))
+    assert jobs[0].t_roll_s == 20.434  # the first run's slowest generation step
+    write_trace(jobs, tmp_path / "verl.csv")
+    assert read_trace(tmp_path / "verl.csv") == jobs
+
+
+@pytest.mark.parametrize("text, line, column", [
+    ("run,step,t_gen\nx,0,1\n", 1, "t_update_actor"),
+    ("# comment\n\nrun,t_gen,t_update_actor\n", 3, "step"),
+    ("run,step,t_gen,t_update_actor\nx,0,1,2\nx,1,,2\n", 3, "t_gen"),
+    ("run,step,t_gen,t_update_actor\nx,0,1,2\nx,1,fast,2\n", 3, "t_gen"),
+    ("run,step,t_gen,t_update_actor\nx,0,1,-2\n", 2, "t_update_actor"),
+    ("run,step,t_gen,t_update_actor\nx,0,1,nan\n", 2, "t_update_actor"),
+    ("run,step,t_gen,t_update_actor\nx,zero,1,2\n", 2, "step"),
+    ("run,step,t_gen,t_update_actor\nx,0,1,2\nx,0,1,2\n", 3, "step"),
+    ("run,step,t_gen,t_update_actor\n,0,1,2\n", 2, "run"),
+    ("run,step,t_gen,t_update_actor\nx,0,1\n", 2, ""),
+    ("", 1, "run"),
+])
+def test_verl_hostile_input_names_line_and_column(tmp_path, text, line, column):
+    path = write(tmp_path, "bad.csv", text)
+    with pytest.raises(TraceFormatError) as info:
+        from_verl_timings(path)
+    assert (info.value.path, info.value.line, info.value.column) == (str(path), line, column)
+    assert str(path) in str(info.value) and f"line {line}" in str(info.value)
+
+
+def test_verl_zero_rollout_is_rejected_as_a_job(tmp_path):
+    with pytest.raises(SpecError, match="t_roll_s"):
+        from_verl_timings(write(tmp_path, "v.csv", "run,step,t_gen,t_update_actor\nx,0,0,2\n"))
+
+
+@pytest.mark.parametrize("kw, field", [({"percentile": 0}, "percentile"), ({"percentile": 101}, "percentile"),
+                                       ({"slo": 0.5}, "slo"), ({"gpus": 0}, "gpus"), ({"gpus": {"a": 1}}, "gpus")])
+def test_verl_bad_arguments(tmp_path, kw, field):
+    with pytest.raises(SpecError) as info:
+        from_verl_timings(write(tmp_path, "v.csv", VERL), **kw)
+    assert info.value.field == field
+
+
+# --- TRL ----------------------------------------------------------------------------
+
+def trl_iteration(step: int, gen: float, reward: float, step_time: float) -> list[dict]:
+    """What a W&B history export holds for one generating optimizer step (one row per log call)."""
+    return [{SYNC: 0.5}, {GEN: gen}, {REWARD: reward},
+            {"train/step_time": step_time, "train/global_step": step, "train/loss": 0.1}]
+
+
+def jsonl(records: list[dict]) -> str:
+    return "\n".join(json.dumps(r) for r in records) + "\n"
+
+
+def test_trl_jsonl_export(tmp_path):
+    records = trl_iteration(1, 4.0, 1.0, 10.0) + trl_iteration(2, 6.0, 1.0, 11.0) + trl_iteration(3, 5.0, 0.5, 12.0)
+    job = from_trl_log(write(tmp_path, "run7.jsonl", jsonl(records)), gpus=16, model="Qwen2.5-7B")
+    assert (job.job_id, job.iterations, job.rollout_gpus, job.model) == ("run7", 3, 16, "Qwen2.5-7B")
+    assert job.t_roll_s == 7.5  # 0.5 + 6 + 1 in step 2
+    assert job.t_train_s == 6.0  # step 3: 12 - (0.5 + 5 + 0.5)
+    p50 = from_trl_log(write(tmp_path, "run7.jsonl", jsonl(records)), percentile=50)
+    assert (p50.t_roll_s, p50.t_train_s) == (6.0, 4.5)
+
+
+def test_trl_iteration_spans_non_generating_steps_and_logging_windows(tmp_path):
+    """steps_per_generation = 4 optimizer steps, logged every 2 steps: step_time is a window mean."""
+    records = [{GEN: 3.0}, {"step_time": 5.0, "step": 2}, {"step_time": 2.0, "step": 4},
+               {GEN: 4.0}, {"step_time": 6.0, "step": 6}, {"step_time": 2.0, "step": 8},
+               {"train_runtime": 99.0, "step": 8}]
+    job = from_trl_log(write(tmp_path, "w.jsonl", jsonl(records)))
+    assert job.iterations == 2
+    assert (job.t_roll_s, job.t_train_s) == (4.0, 2 * 6 + 2 * 2 - 4.0)  # max(14 - 3, 16 - 4)
+
+
+def test_trl_trainer_state_json(tmp_path):
+    """A log_history whose entries carry the profiling keys (e.g. put there by a callback)."""
+    history = [{GEN: 2.0, "step_time": 5.0, "step": 1}, {GEN: 3.0, "step_time": 5.5, "step": 2}]
+    run = tmp_path / "my-run"
+    run.mkdir()
+    (run / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": history}))
+    job = from_trl_log(run / "trainer_state.json")
+    assert (job.job_id, job.iterations, job.t_roll_s, job.t_train_s) == ("my-run", 2, 3.0, 3.0)
+    write_trace([job], tmp_path / "t.csv")
+    assert read_trace(tmp_path / "t.csv") == [job]
+
+
+def test_trl_plain_log_history_has_no_generation_time(tmp_path):
+    """TRL's own log_history holds step_time but no generation time: a clear error."""
+    history = [{"loss": 0.1, "step_time": 5.0, "step": 1}, {"train_runtime": 9.0, "step": 1}]
+    path = write(tmp_path, "trainer_state.json", json.dumps({"log_history": history}))
+    with pytest.raises(TraceFormatError, match="W&B / MLflow / Trackio") as info:
+        from_trl_log(path)
+    assert info.value.column.startswith("profiling/Time taken")
+
+
+@pytest.mark.parametrize("text, line, column", [
+    (jsonl([{GEN: 1.0}, {"loss": 1}]), 1, "step_time"),
+    (jsonl([{GEN: 1.0}, {"step_time": "slow"}]), 2, "step_time"),
+    (jsonl([{GEN: -1.0}, {"step_time": 3}]), 1, GEN),
+    (jsonl([{GEN: 1.0}, {"step_time": 3, "step": 2}, {GEN: 1.0}, {"step_time": 3, "step": 2}]), 4, "step"),
+    (jsonl([{GEN: 1.0}, {"step_time": 3, "step": "2"}]), 2, "step"),
+    (jsonl([{GEN: 4.0}, {"step_time": 3}]), 1, "step_time"),  # step contains less than its rollout
+    (jsonl([{GEN: 1.0}, {"step_time": 3}, {GEN: 1.0}]), 3, "step_time"),  # last rollout never trained
+    (jsonl([{GEN: 1.0}]) + "{not json\n", 2, ""),
+    (jsonl([{GEN: 1.0}]) + "[1, 2]\n", 2, ""),
+    (json.dumps({"log_history": [{GEN: 1.0, "step_time": 2}, 7]}), 2, ""),
+])
+def test_trl_hostile_input_names_line_and_key(tmp_path, text, line, column):
+    path = write(tmp_path, "bad.jsonl", text)
+    with pytest.raises(TraceFormatError) as info:
+        from_trl_log(path)
+    assert (info.value.line, info.value.column) == (line, column)
+
+
+def test_trl_bad_arguments(tmp_path):
+    path = write(tmp_path, "ok.jsonl", jsonl(trl_iteration(1, 1.0, 1.0, 5.0)))
+    for kw, field in [({"gpus": 0}, "gpus"), ({"percentile": -5}, "percentile"), ({"slo": 0.9}, "slo")]:
+        with pytest.raises(SpecError) as info:
+            from_trl_log(path, **kw)
+        assert info.value.field == field
