@@ -17,8 +17,9 @@ Contract
   and what was expected (for an unknown key: the allowed keys). A file that is not YAML
   or not a mapping raises TraceFormatError with the file and line.
 * ``load_cluster(None)`` is ``Cluster()``. The result has passed ``Cluster.validate()``.
-* ``cluster_to_dict`` gives the same shape as the file; ``load_cluster`` of its YAML
-  dump is an equal Cluster.
+* ``cluster_to_dict`` gives the same shape as the file (``pricing`` only when not the
+  default, so state files written before it existed compare equal); ``load_cluster`` of
+  its YAML dump is an equal Cluster.
 """
 from __future__ import annotations
 
@@ -177,4 +178,5 @@ def cluster_to_dict(cluster: Cluster) -> dict:
 
     return {"gpus_per_node": cluster.gpus_per_node, ROLLOUT: pool(cluster.rollout),
             TRAIN: pool(cluster.train), "switch_cost_s": _switch_to_value(cluster.switch_cost),
-            "max_group_size": cluster.max_group_size, "pricing": cluster.pricing}
+            "max_group_size": cluster.max_group_size,
+            **({"pricing": cluster.pricing} if cluster.pricing != _DEFAULT.pricing else {})}
