@@ -116,6 +116,12 @@ def build_trainer(handle: JobHandle, job: TRLJob, steps: int, output_dir: str):
                               train_dataset=shift_dataset(job.shift, job.batch * steps, job.seed))
 
 
+def profile_toy(handle: JobHandle, iterations: int) -> None:
+    """The first toy job for ``iterations`` steps: ``rollmux profile rollmux.integrations.trl_jobs:profile_toy``."""
+    with tempfile.TemporaryDirectory(prefix="rollmux-trl-profile-") as out:
+        build_trainer(handle, JOBS[0], iterations, out).train()
+
+
 def run_two_jobs(out_dir: Path, steps: int = DEFAULT_STEPS, jobs: tuple[TRLJob, ...] = JOBS,
                  log: Callable[[str], None] = print, timeout_s: float = 900.0) -> dict:
     """Run ``jobs`` together for ``steps`` steps each; write and return ``summary.json`` (module docstring)."""
