@@ -196,3 +196,29 @@ def test_departed_jobs_leave_the_snapshot_and_are_handed_over_once():
     copy = ControlPlane.restore(snap, ended=ended)
     assert copy.record("a").state == DONE and copy.record("a").iterations_done == 1
     assert copy.snapshot() == cp.snapshot()
+
+
+def test_a_phase_longer_than_its_profile_is_flagged_and_shown():
+    """Within 10% of the profile is fine; beyond it counts, is logged and survives a restore."""
+    cp = ControlPlane(_cluster())
+    submit(cp, _job("a", iterations=5, t=10.0), 0.0)
+    t = _run_phase(cp, "a", 0.0, 10.9)  # rollout, within 10%
+    t = _run_phase(cp, "a", t, 12.5)  # train, 25% over
+    t = _run_phase(cp, "a", t, 11.5)  # rollout, 15% over
+    rec = cp.record("a")
+    assert rec.over_profile == 2 and rec.phase_max_s == {"rollout": 11.5, "train": 12.5}
+    flagged = [e for e in cp.take_changes().events if e["kind"] == "over-profile"]
+    assert [(e["pool"], e["detail"]["duration_s"], e["detail"]["profile_s"]) for e in flagged] == \
+        [("train", 12.5, 10.0), ("rollout", 11.5, 10.0)]
+    (job,) = [j for j in cp.status(t)["jobs"] if j["job_id"] == "a"]
+    assert job["over_profile"] == 2 and job["profile_s"] == {"rollout": 10.0, "train": 10.0}
+    again = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())))
+    assert again.record("a").over_profile == 2 and again.record("a").phase_max_s == rec.phase_max_s
+
+
+def test_status_table_shows_profile_against_measured():
+    from rollmux.cli_service import _vs_profile
+
+    assert _vs_profile({"profile_s": {"rollout": 10.0, "train": 30.0}, "measured_max_s": {"rollout": 12.0},
+                        "over_profile": 1}) == "12.0/- vs 10.0/30.0 (1 over)"
+    assert _vs_profile({"job_id": "x"}) == "-"

@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollmux.errors import RollMuxError
+from rollmux.model import POOLS
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 URL_OPT = typer.Option(DEFAULT_URL, "--url", envvar="ROLLMUX_URL", help="Control plane address.")
@@ -163,9 +164,20 @@ def status(url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT,
                   f"drained: {escape(', '.join(doc['drained']) or '-')}   cost: ${doc['cost_per_hour']:.2f}/h")
 
 
+def _vs_profile(job: dict) -> str:
+    """Longest released phase per pool against the profile, e.g. "12.0/31.5 vs 10.0/30.0 (3 over)"."""
+    if "profile_s" not in job:
+        return "-"
+    got, spec = job["measured_max_s"], job["profile_s"]
+    text = (f"{'/'.join('-' if p not in got else f'{got[p]:.1f}' for p in POOLS)} vs "
+            f"{'/'.join(f'{spec[p]:.1f}' for p in POOLS)}")
+    return text + (f" ({job['over_profile']} over)" if job["over_profile"] else "")
+
+
 def _jobs_table(jobs: list[dict]) -> Table:
     table = Table(title="jobs")
-    for col in ("job", "state", "tenant", "group", "iterations", "progress", "slowdown", "SLO", "grant"):
+    for col in ("job", "state", "tenant", "group", "iterations", "progress", "slowdown", "SLO",
+                "R/T max s vs profile", "grant"):
         table.add_column(col)
     for j in jobs:
         slow = "-" if j.get("measured_slowdown") is None else f"{j['measured_slowdown']:.2f}"
@@ -174,7 +186,7 @@ def _jobs_table(jobs: list[dict]) -> Table:
         group = j.get("group_id") or (j.get("placement") or {}).get("group_id") or "-"
         slo = f"{j['slo']:.2f}" if "slo" in j else "-"
         table.add_row(*(escape(str(x)) for x in (j["job_id"], j["state"], j.get("tenant", ""), group, its,
-                                                  f"{j['progress']:.0%}", slow, slo, grant)))
+                                                  f"{j['progress']:.0%}", slow, slo, _vs_profile(j), grant)))
     return table
 
 

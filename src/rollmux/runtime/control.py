@@ -76,6 +76,9 @@ JOB_STATES = (WAITING, PLACED, DONE, CANCELLED, EXPIRED)
 SNAPSHOT_VERSION = 3
 EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the rest in the planner's order
 LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup")
+#: A released phase longer than its profile by more than this share is flagged: the planner's
+#: SLO guarantees rest on worst-case profiles, so such a job's group may miss them.
+PROFILE_TOLERANCE = 0.10
 OPEN_ENDED = 10**9  # iterations assumed for a job without a target (its whole-run check is then per iteration)
 
 
@@ -171,6 +174,8 @@ class JobRecord:
     movable: bool = True
     move: dict | None = None
     moves: int = 0
+    phase_max_s: dict[str, float] = field(default_factory=dict)  # pool -> longest phase body released
+    over_profile: int = 0  # phases released longer than the profile x (1 + PROFILE_TOLERANCE)
 
     @property
     def job_id(self) -> str:
@@ -302,6 +307,12 @@ class ControlPlane:
         rec.last_released_phase = phase
         rec.next_phase = TRAIN if phase == ROLLOUT else ROLLOUT
         rec.ready_at = now
+        rec.phase_max_s[phase] = max(rec.phase_max_s.get(phase, 0.0), duration_s)
+        profiled = rec.job.t_roll_s if phase == ROLLOUT else rec.job.t_train_s
+        if duration_s > profiled * (1 + PROFILE_TOLERANCE):
+            rec.over_profile += 1
+            self._log(now, "over-profile", rec.group_id, job_id, phase, (), duration_s=duration_s,
+                      profile_s=profiled)
         if phase == TRAIN:
             rec.iterations_done += 1
             rec.iter_time_sum += now - (rec.iter_mark if rec.iter_mark is not None else rec.submitted_at)
@@ -590,6 +601,8 @@ class ControlPlane:
         jobs = [{"job_id": r.job_id, "state": r.state, "tenant": r.tenant, "group_id": r.group_id,
                  "iterations_done": r.iterations_done, "iterations": r.job.iterations,
                  "progress": r.progress, "slo": r.job.slo, "measured_slowdown": r.measured_slowdown(),
+                 "profile_s": {ROLLOUT: r.job.t_roll_s, TRAIN: r.job.t_train_s}, "measured_max_s": r.phase_max_s,
+                 "over_profile": r.over_profile,
                  "grant": asdict(r.grant) if r.grant else None, "reason": r.end_reason}
                 for r in self.jobs.values()]
         nodes = {p: {"free": self.plan.free_count(p)} for p in POOLS}
@@ -1117,7 +1130,7 @@ def snapshot_from_v2(snap: dict, ended: list[dict]) -> tuple[dict, list[dict]]:
                  placed_at=d["submitted_at"] if d["group_id"] is not None else None)
         if d["last_released_seq"] is not None:
             d["last_released_phase"] = TRAIN if d["next_phase"] == ROLLOUT else ROLLOUT
-        return d
+        return _record_to_dict(_record_from_dict(d))  # every field of today's record, defaults for the new ones
 
     jobs = {d["job"]["job_id"]: record(d, i + 1) for i, d in enumerate(snap["jobs"])}
     groups = {g["group_id"]: {"ord": _group_ord(g["group_id"]), "rollout_nodes": g["rollout_nodes"],
