@@ -32,6 +32,7 @@ class JobProfile:
     warmup_lr: float = 3e-3
     seed: int = 0
     slo: float = 2.0
+    reward_service: str | None = None  # a shared reward service's Serve app; None: rewards in the worker
 
 
 ROLLOUT_HEAVY = JobProfile("reverse-r", "reverse", ModelSpec(64, 2), prompts=48, samples=16, gen_batch=8,

@@ -48,10 +48,17 @@ class Task:
         """One (prompt, answer) pair; the prompt starts with BOS."""
         if self.name == "add":
             a, b = rng.randrange(100), rng.randrange(100)
-            return f"{BOS}{a:02d}+{b:02d}=", f"{a + b:03d}"
-        digits = "".join(rng.choice("0123456789") for _ in range(4))
-        answer = digits[::-1] if self.name == "reverse" else "".join(sorted(digits))
-        return f"{BOS}{digits}>", answer
+            prompt = f"{BOS}{a:02d}+{b:02d}="
+        else:
+            prompt = f"{BOS}{''.join(rng.choice('0123456789') for _ in range(4))}>"
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        """The reference answer of a prompt of this task (as ``sample`` makes them)."""
+        if self.name == "add":
+            return f"{int(prompt[1:3]) + int(prompt[4:6]):03d}"
+        digits = prompt[1:5]
+        return digits[::-1] if self.name == "reverse" else "".join(sorted(digits))
 
 
 TASKS = {t.name: t for t in (Task("reverse", 6, 4), Task("sort", 6, 4), Task("add", 7, 3))}

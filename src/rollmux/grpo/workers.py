@@ -12,6 +12,9 @@ the cache's ``SwitchRecord``.
   (seeded by the job seed and ``step``), generate ``samples`` completions for each and
   score them. Returns (batch, stats): the batch holds ``prompts`` [B, P],
   ``completions`` [B, A], ``rewards`` [B] with B = prompts x samples, grouped by prompt.
+  Scoring is the task's exact reward in the worker, or, when the profile names a
+  ``reward_service`` (a Serve app of ``rollmux.reward_service``), the same exact reward
+  from that shared service through a ``RewardClient`` (one call per batch or chunk).
 * ``TrainWorker.train(batch)``: group-relative advantages; old (and reference)
   log-probs under the current weights, which are the ones the rollout sampled with;
   ``epochs`` passes of shuffled minibatches with the clipped loss and gradient
@@ -36,6 +39,7 @@ Each worker runs torch on one thread, so phases on different nodes run in parall
 from __future__ import annotations
 
 import copy
+import functools
 import random
 import time
 
@@ -146,11 +150,25 @@ class RolloutWorker(_CachedWorker):
             generate(self.policy, prompts[i : i + p.gen_batch], self.task.answer_len, p.seed * 7919 + step * 131 + i)
             for i in range(0, len(prompts), p.gen_batch)
         ])
-        rewards = torch.tensor([reward(decode(c.tolist()), a) for c, a in zip(completions, answers)])
+        rewards = self._score(prompts, completions, answers)
         stats = {"reward": float(rewards.mean()), "exact": float((rewards == 1.0).float().mean()),
                  "samples": len(rewards), "compute_s": time.perf_counter() - t0}
         return {"prompts": prompts, "completions": completions, "rewards": rewards}, stats
 
+    def _score(self, prompts: torch.Tensor, completions: torch.Tensor, answers: list[str]) -> torch.Tensor:
+        """Rewards [B] of completions [B, A]: the exact reward here, or from the profile's reward service."""
+        texts = [decode(c.tolist()) for c in completions]
+        if self.profile.reward_service is None:
+            return torch.tensor([reward(t, a) for t, a in zip(texts, answers)])
+        items = [(self.task.name, decode(q.tolist()), t) for q, t in zip(prompts, texts)]
+        return torch.tensor(self._reward_client.score(items, "exact"))
+
+    @functools.cached_property
+    def _reward_client(self):
+        """The ``RewardClient`` of the profile's reward service, made on first use (in the worker)."""
+        from rollmux.reward_service import RewardClient
+
+        return RewardClient(self.profile.reward_service)
 
     # --- chunked rollout (the long-tail demo) ----------------------------------------
     def prepare(self, step: int, weights: dict[str, torch.Tensor] | None) -> int:
@@ -176,8 +194,7 @@ class RolloutWorker(_CachedWorker):
         _, prompts, answers = self._step_batch
         part = prompts[start : start + p.gen_batch]
         completions = generate(self.policy, part, self.task.answer_len, p.seed * 7919 + step * 131 + start)
-        rewards = torch.tensor([reward(decode(c.tolist()), a)
-                                for c, a in zip(completions, answers[start : start + p.gen_batch])])
+        rewards = self._score(part, completions, answers[start : start + p.gen_batch])
         return {"prompts": part, "completions": completions, "rewards": rewards}
 
 
