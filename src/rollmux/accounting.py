@@ -88,7 +88,7 @@ ACCOUNTINGS = {a.name: a for a in (OURS, PAPER)}
 
 def departure_span_s(jobs: list[Job]) -> float:
     """First arrival to the last recorded departure (arrival + duration; a job without a
-    duration: arrival + its iterations x T_solo)."""
+    duration: arrival + its solo run time, ``Job.solo_run_s``)."""
     if not jobs:
         return 0.0
     return max(j.arrival_s + leave_after_s(j) for j in jobs) - min(j.arrival_s for j in jobs)
@@ -96,4 +96,4 @@ def departure_span_s(jobs: list[Job]) -> float:
 
 def leave_after_s(job: Job) -> float:
     """Seconds after arrival at which a job leaves under fixed departures."""
-    return job.duration_s if job.duration_s is not None else job.solo_iterations() * job.t_solo
+    return job.duration_s if job.duration_s is not None else job.solo_run_s(job.solo_iterations())

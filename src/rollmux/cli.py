@@ -430,6 +430,9 @@ def generate_trace(
     mix: Mix = MIX_OPTION,
     slo_min: float = SLO_MIN_OPTION,
     slo_max: float = SLO_MAX_OPTION,
+    async_share: float = typer.Option(0.0, min=0.0, max=1.0,
+                                      help="Share of jobs made asynchronous (bounded staleness, docs/rollart.md)."),
+    staleness: int = typer.Option(1, min=1, help="Policy versions an asynchronous job's rollout may lag."),
 ) -> None:
     """Make a synthetic job trace (Poisson arrivals, lognormal durations, the paper's profile mixes)."""
     from rollmux.report.paths import check_writable
@@ -438,7 +441,7 @@ def generate_trace(
 
     try:
         check_writable(out, "--out")
-        jobs = generate(count, seed, mix.value, (slo_min, slo_max))
+        jobs = generate(count, seed, mix.value, (slo_min, slo_max), async_share=async_share, staleness=staleness)
         out.parent.mkdir(parents=True, exist_ok=True)
         write_trace(jobs, out)
     except (RollMuxError, OSError) as err:

@@ -279,7 +279,7 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
             for train in train_pins:
                 profiles = [MemberProfile(j.job_id, j.t_roll_s, j.t_train_s,
                                           tuple(f"R{x}" for x in roll[i]), tuple(f"T{x}" for x in train[i]),
-                                          switch[i][0], switch[i][1])
+                                          switch[i][0], switch[i][1], j.staleness)
                             for i, j in enumerate(members)]
                 if _meets_slo(profiles, members, counter) and (not robust or all(
                         _meets_slo([profiles[i] for i in keep], [members[i] for i in keep], counter)

@@ -58,6 +58,38 @@ Without any ``tail`` call the rule is the plain rule above, step for step: ``tai
 only way into the new state, and every new branch is guarded by it (tested by
 tests/test_execution_tail.py against a frozen copy of the plain rule).
 
+Asynchronous members (``staleness``; RollArt's trajectory-level asynchrony)
+-----------------------------------------------------------------------------
+Math first. A member of staleness k >= 0 has started r rollouts, finished f of them and
+finished t trainings (t <= f <= r). Rollout r+1 would be generated with policy version t,
+while training r+1 will update version r; it is at most k versions stale iff
+
+    r - t <= k        (k = 0: r = t, strict alternation, rule 1).
+
+10. A member with k >= 1 (*asynchronous*) is queued in the rollout pool when it runs no
+    rollout, has none queued and r - t <= k; in the training pool when it runs no
+    training, has none queued and f > t (training t+1 needs rollout t+1 finished;
+    trainings are sequential). Its ready time is the instant the condition became true
+    (its admission, or the phase end that made it so). So it may run its rollout and its
+    training at once, on its (disjoint) rollout and training nodes; a co-located member
+    cannot (its two phases share nodes, rule 2). Rules 2-5 apply per phase unchanged.
+11. ``finish(job, now, pool=...)`` names the phase that ended (required while an
+    asynchronous member runs both). The phase ends of one instant may be applied in any
+    order: both conditions of rule 10 only grow true as phases end, each pool ends at
+    most one phase of a member per instant, and every entry made at ``now`` is ready at
+    ``now``, so the queues after the instant are the same.
+12. ``admit(..., rollouts=n)`` bounds the rollouts an asynchronous member starts (its
+    remaining iterations: no rollout past its last training). An asynchronous member
+    reports no tail and takes no hand-off slice (rules 6-9 are for synchronous
+    members only).
+
+With every member at k = 0 the rule is the one above, step for step: the new state lives
+in ``_Slot.pipe``, None for a synchronous member, and every new branch is guarded by it.
+Steady state of an asynchronous member alone (k >= 1, phases R and T, no switch: one
+job): rollout i runs [(i-1) R, i R] when R >= T and training i [i R, i R + T]; when
+T > R, training i runs [R + (i-1) T, R + i T]. Either way n iterations take
+n max(R, T) + min(R, T): the period is max(R, T) (tests/test_execution_async.py).
+
 Capacity: at every instant, on every node, the donor's kept GPUs plus the recipients'
 GPUs are at most G (a recipient takes only freed GPUs; freed GPUs go to one recipient).
 Residency: a recipient's rollout nodes are its own pinned nodes, already shared with the
@@ -111,12 +143,26 @@ class _Tail:
 
 
 @dataclass(slots=True)
+class _Pipe:
+    """An asynchronous member's counters (rule 10): r, f, t, and its pools in flight."""
+
+    staleness: int
+    rollouts: int | None  # rollouts it may start in all (None: no bound)
+    started: int = 0  # r
+    rolled: int = 0  # f
+    trained: int = 0  # t
+    running: set[str] = field(default_factory=set)
+    queued: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
 class _Slot:
     job_id: str
     order: int
     nodes: dict[str, tuple[str, ...]]
     switch_s: dict[str, float]
-    running: str | None = None
+    running: str | None = None  # a synchronous member's phase (an asynchronous one: ``pipe``)
+    pipe: _Pipe | None = None
 
 
 @dataclass(slots=True)
@@ -133,14 +179,20 @@ class GroupExecutor:
     _donor: dict[str, str] = field(default_factory=dict)  # recipient in a slice -> donor
 
     def admit(self, job_id: str, rollout_nodes: tuple[str, ...], train_nodes: tuple[str, ...],
-              now: float, switch_rollout_s: float = 0.0, switch_train_s: float = 0.0) -> None:
-        """Add a member; it is ready for rollout at ``now``."""
+              now: float, switch_rollout_s: float = 0.0, switch_train_s: float = 0.0,
+              staleness: int = 0, rollouts: int | None = None) -> None:
+        """Add a member; it is ready for rollout at ``now``. ``staleness`` >= 1 makes it
+        asynchronous (rule 10), starting at most ``rollouts`` rollouts (rule 12)."""
         if job_id in self._members:
             raise ValueError(f"job {job_id!r} is already a member of this group")
         slot = _Slot(job_id, self._next_order, {ROLLOUT: tuple(rollout_nodes), TRAIN: tuple(train_nodes)},
                      {ROLLOUT: switch_rollout_s, TRAIN: switch_train_s})
         self._next_order += 1
         self._members[job_id] = slot
+        if staleness:
+            slot.pipe = _Pipe(staleness, rollouts)
+            self._requeue_async(slot, now)
+            return
         insort(self._queues[ROLLOUT], (now, slot.order, job_id))
 
     def restore(self, job_id: str, order: int, rollout_nodes: tuple[str, ...], train_nodes: tuple[str, ...],
@@ -167,8 +219,8 @@ class GroupExecutor:
         if self._tails or job_id in self._donor:
             self._tail_leave(job_id, None)
         slot = self._members.pop(job_id)
-        if slot.running is not None:
-            for node in slot.nodes[slot.running]:
+        for pool in (slot.pipe.running if slot.pipe is not None else (slot.running,) if slot.running else ()):
+            for node in slot.nodes[pool]:
                 if self._busy.get(node) == job_id:
                     del self._busy[node]
         for pool in POOLS:
@@ -176,12 +228,17 @@ class GroupExecutor:
         for tail in self._tails.values():
             tail.parked = [p for p in tail.parked if p[0] != job_id]
 
-    def finish(self, job_id: str, now: float, requeue: bool = True) -> str:
+    def finish(self, job_id: str, now: float, requeue: bool = True, pool: str | None = None) -> str:
         """End the running phase of ``job_id`` at ``now``; queue its next phase unless told not to.
 
+        ``pool`` names the phase (rule 11; needed when an asynchronous member runs two).
         Returns the pool of the phase that ended.
         """
         slot = self._members[job_id]
+        if slot.pipe is not None:
+            return self._finish_async(slot, now, requeue, pool)
+        if pool is not None and pool != slot.running:
+            raise ValueError(f"job {job_id!r} is not running a {pool} phase (running: {slot.running!r})")
         pool = slot.running
         if pool is None:
             raise ValueError(f"job {job_id!r} is not running a phase")
@@ -200,12 +257,47 @@ class GroupExecutor:
             self._tail_leave(job_id, now)
         return pool
 
+    def _finish_async(self, slot: _Slot, now: float, requeue: bool, pool: str | None) -> str:
+        """Rules 10-11 for an asynchronous member: count the phase, free its nodes, requeue."""
+        pipe = slot.pipe
+        if pool is None and len(pipe.running) == 1:
+            pool = next(iter(pipe.running))
+        if pool not in pipe.running:
+            raise ValueError(f"job {slot.job_id!r} is not running a {pool or 'single'} phase "
+                             f"(running: {sorted(pipe.running)})")
+        pipe.running.discard(pool)
+        for node in slot.nodes[pool]:
+            del self._busy[node]
+            self._last[node] = slot.job_id
+        if pool == ROLLOUT:
+            pipe.rolled += 1
+        else:
+            pipe.trained += 1
+        if requeue:
+            self._requeue_async(slot, now)
+        return pool
+
+    def _requeue_async(self, slot: _Slot, now: float) -> None:
+        """Queue each phase rule 10 allows now (training first: the order of insertion is
+        immaterial, the queues are sorted)."""
+        pipe = slot.pipe
+        if TRAIN not in pipe.running and TRAIN not in pipe.queued and pipe.rolled > pipe.trained:
+            pipe.queued.add(TRAIN)
+            insort(self._queues[TRAIN], (now, slot.order, slot.job_id))
+        if (ROLLOUT not in pipe.running and ROLLOUT not in pipe.queued
+                and pipe.started - pipe.trained <= pipe.staleness
+                and (pipe.rollouts is None or pipe.started < pipe.rollouts)):
+            pipe.queued.add(ROLLOUT)
+            insort(self._queues[ROLLOUT], (now, slot.order, slot.job_id))
+
     def tail(self, job_id: str, now: float, keep_gpus: int) -> int:
         """Job ``job_id``'s running rollout reports its tail at ``now`` (rule 6); it keeps
         ``keep_gpus`` GPUs (at least 1). Returns the GPUs freed (0: nothing changes, e.g. a
         recipient in a slice, a repeated report, or a job that keeps all its GPUs). The
         hand-offs are granted by the next ``dispatch(now)``."""
         slot = self._members[job_id]
+        if slot.pipe is not None:  # rule 12
+            return 0
         if slot.running != ROLLOUT:
             raise ValueError(f"job {job_id!r} is not running a rollout (running: {slot.running!r})")
         if job_id in self._tails or job_id in self._donor:
@@ -241,7 +333,7 @@ class GroupExecutor:
             slot = self._members[entry[2]]
             nodes = slot.nodes[ROLLOUT]
             donor = owner.get(nodes[0]) if nodes else None
-            ok = (slot.running is None and donor is not None
+            ok = (slot.running is None and slot.pipe is None and donor is not None
                   and all(owner.get(n) == donor and n not in ahead for n in nodes))
             if not ok:
                 ahead.update(nodes)
@@ -328,7 +420,14 @@ class GroupExecutor:
                         break
                 for n in nodes:
                     busy[n] = job_id
-                slot.running = pool
+                pipe = slot.pipe
+                if pipe is None:
+                    slot.running = pool
+                else:
+                    pipe.queued.discard(pool)
+                    pipe.running.add(pool)
+                    if pool == ROLLOUT:
+                        pipe.started += 1
                 grants.append(Grant(job_id, pool, nodes, now, switch))
             if len(kept) != len(queue):
                 self._queues[pool] = kept
@@ -345,7 +444,22 @@ class GroupExecutor:
 
     # Read-only views, for the analyzer, the service's status and the tests.
     def running(self, job_id: str) -> str | None:
+        """The pool of a synchronous member's running phase (None for an asynchronous
+        member: see ``running_pools``)."""
         return self._members[job_id].running
+
+    def running_pools(self, job_id: str) -> tuple[str, ...]:
+        """The pools in which ``job_id`` runs a phase now, in ``POOLS`` order."""
+        slot = self._members[job_id]
+        if slot.pipe is None:
+            return (slot.running,) if slot.running is not None else ()
+        return tuple(p for p in POOLS if p in slot.pipe.running)
+
+    def pipeline(self, job_id: str) -> tuple[int, int, int] | None:
+        """An asynchronous member's (rollouts started, rollouts finished, trainings
+        finished); None for a synchronous member."""
+        pipe = self._members[job_id].pipe
+        return None if pipe is None else (pipe.started, pipe.rolled, pipe.trained)
 
     def queued(self, pool: str) -> list[str]:
         return [e[2] for e in self._queues[pool]]

@@ -5,13 +5,16 @@ runs a specialised copy of the execution rule of ``rollmux.execution`` (checked 
 ``GroupExecutor`` by tests/test_intra_kernel.py) from the moment every member is ready
 for rollout, until the group's state repeats, and reports:
 
-* ``t_cycle``  = max_j (T_roll_j + T_train_j): the longest solo iteration;
+* ``t_cycle``  = max_j (T_roll_j + T_train_j): the longest solo iteration of a
+  synchronous member (for an asynchronous one, too, the sum of its phases: the
+  saturation gate below is a prune, the SLO check decides);
 * ``t_load``   = max over nodes n of sum_{j pinned to n} T_phase_j (the pool's phase of
   j on n): the busiest node's work per meta-iteration;
 * ``saturated`` when t_load >= t_cycle (such a group takes no new job, Algorithm 1);
 * ``period``: the length of the repeating window the rule settles into;
 * each member's steady-state iteration time (period / iterations it completes in the
-  window) and slowdown against running alone (iteration time / T_solo);
+  window) and slowdown against running alone (iteration time / T_solo, where T_solo is
+  max(T_roll, T_train) for an asynchronous member: ``MemberProfile.t_solo``);
 * each pool's utilization: useful phase seconds / (pool nodes x period);
 * the timeline of the window (every phase with its nodes, start, switch and end).
 
@@ -23,6 +26,12 @@ in integer microsecond ticks (durations rounded to 1 us), so repeats are seen ex
 If no repeat is found within
 ``MAX_ITERATIONS`` iterations of the anchor (or the anchor stops being served), each
 member's rate is measured over the second half of the run instead.
+
+A group with an asynchronous member (``staleness`` >= 1, rules 10-12 of
+``rollmux.execution``) is analysed by ``rollmux.intra_async`` instead: the same search
+(anchor, snapshots, integer ticks, limits, window, fallback) run by ``GroupExecutor``
+itself, whose state then also holds each asynchronous member's counters. The kernel
+below serves all-synchronous groups only.
 
 Results are memoized on the group's shape (durations, pinning pattern with nodes
 renamed by first use, switch seconds): the planner asks about the same shapes again
@@ -55,9 +64,13 @@ class MemberProfile:
     train_nodes: tuple[str, ...]
     switch_roll: float = 0.0
     switch_train: float = 0.0
+    staleness: int = 0
 
     @property
     def t_solo(self) -> float:
+        """Steady-state solo iteration (``Job.t_solo``): R + T, or max(R, T) when asynchronous."""
+        if self.staleness:
+            return max(self.t_roll, self.t_train)
         return self.t_roll + self.t_train
 
     def duration(self, pool: str) -> float:
@@ -110,7 +123,7 @@ class _Shape:
 
 
 def t_cycle(members: Sequence[MemberProfile]) -> float:
-    return max(m.t_solo for m in members)
+    return max(m.t_roll + m.t_train for m in members)
 
 
 def t_load(members: Sequence[MemberProfile]) -> float:
@@ -129,14 +142,20 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
         raise ValueError("a group needs at least one member")
     node_index: dict[str, int] = {}
     key_parts = []
+    pipelined = any(m.staleness for m in members)
     for m in members:
         r = tuple(node_index.setdefault(n, len(node_index)) for n in m.rollout_nodes)
         t = tuple(node_index.setdefault(n, len(node_index)) for n in m.train_nodes)
-        key_parts.append((m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train))
+        part = (m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train)
+        key_parts.append((*part, m.staleness) if pipelined else part)
     key = tuple(key_parts)
     shape = _memo.get(key)
     if shape is None:
-        shape = _simulate(key)
+        if pipelined:
+            from rollmux.intra_async import simulate_async
+            shape = simulate_async(key)
+        else:
+            shape = _simulate(key)
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         _memo[key] = shape

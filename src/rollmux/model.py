@@ -215,6 +215,7 @@ class Job:
     t_train_colo_s: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
     tail_workers: int | None = None  # GPUs a rollout keeps for its long tail (None: tail_gpus())
+    staleness: int = 0  # policy versions a rollout may lag (0: synchronous; rule 10 of rollmux.execution)
 
     def tail_gpus(self) -> int:
         """GPUs the rollout keeps once its tail begins: ``tail_workers``, else 1/8 of its rollout GPUs (>= 1)."""
@@ -222,8 +223,23 @@ class Job:
 
     @property
     def t_solo(self) -> float:
-        """Iteration time alone on its own disaggregated nodes."""
+        """Steady-state iteration time alone on its own disaggregated nodes:
+        T_roll + T_train for a synchronous job, max(T_roll, T_train) for an asynchronous
+        one (staleness >= 1 pipelines rollout i+1 with training i; ``rollmux.planner``)."""
+        if self.staleness:
+            return max(self.t_roll_s, self.t_train_s)
         return self.t_roll_s + self.t_train_s
+
+    @property
+    def fill_s(self) -> float:
+        """The pipeline fill: what n solo iterations take beyond n x ``t_solo``
+        (min(T_roll, T_train) for an asynchronous job, whose first iteration runs both
+        phases in turn; 0 for a synchronous one)."""
+        return min(self.t_roll_s, self.t_train_s) if self.staleness else 0.0
+
+    def solo_run_s(self, iterations: int) -> float:
+        """Seconds ``iterations`` iterations take alone: n x ``t_solo`` + ``fill_s``."""
+        return iterations * self.t_solo + self.fill_s
 
     def nodes(self, pool: str, gpus_per_node: int) -> int:
         gpus = self.rollout_gpus if pool == ROLLOUT else self.train_gpus
@@ -233,12 +249,13 @@ class Job:
         return self.mem_roll_gb if pool == ROLLOUT else self.mem_train_gb
 
     def solo_iterations(self) -> int:
-        """Iterations the job runs: ``iterations``, else its solo duration / T_solo (>= 1)."""
+        """Iterations the job runs: ``iterations``, else the n with ``solo_run_s(n)`` nearest
+        its solo duration, (duration - fill) / T_solo rounded (>= 1)."""
         if self.iterations is not None:
             return self.iterations
         if self.duration_s is None:
             return 1
-        return max(1, round(self.duration_s / self.t_solo))
+        return max(1, round((self.duration_s - self.fill_s) / self.t_solo))
 
     def validate(self, cluster: Cluster | None = None, where: str = "") -> None:
         """Raise SpecError naming the first field outside its contract."""
@@ -269,6 +286,8 @@ class Job:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise SpecError(name, value, "a duration > 0 seconds or empty", ctx)
+        if not isinstance(self.staleness, int) or isinstance(self.staleness, bool) or self.staleness < 0:
+            raise SpecError("staleness", self.staleness, "an integer >= 0 (0: synchronous)", ctx)
         if cluster is not None:
             for pool in POOLS:
                 cap = cluster.pool(pool).host_mem_gb

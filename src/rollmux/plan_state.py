@@ -179,7 +179,7 @@ class PlanState:
         job = member.job
         sw = self.cluster.switch_cost
         return MemberProfile(job.job_id, job.t_roll_s, job.t_train_s, member.rollout_nodes, member.train_nodes,
-                             sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN))
+                             sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN), job.staleness)
 
     def analysis(self, group_id: str) -> GroupAnalysis:
         cached = self._analysis.get(group_id)

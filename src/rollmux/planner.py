@@ -28,6 +28,36 @@ candidates: at SLO rates no node may be busier than all the time (``_peak_demand
 in a group on one node per pool the members take turns (``_shared_pair_miss``), and so do
 members pinned identically in a group of any shape (``_turn_class_miss``, fast path only).
 
+Asynchronous jobs (``Job.staleness`` = k >= 1; rules 10-12 of ``rollmux.execution``)
+---------------------------------------------------------------------------------------
+Math first. Alone on its own nodes (no switch: one job) an asynchronous job with phases
+R and T starts rollout i+1 as soon as rollout i has ended and r - t <= k (with k = 1:
+training i-1 has ended), and training i as soon as rollout i and training i-1 have.
+If R >= T the rollouts run back to back (training i-1 ends at (i-1) R + T <= i R) and
+training i runs [i R, i R + T]; if T > R the trainings do (rollout i ends at
+R + (i-2) T + R <= R + (i-1) T) and training i runs [R + (i-1) T, R + i T]. A larger k
+only loosens the first condition. So in steady state one node set is always busy, and
+
+    T_solo = max(R, T)          (not R + T as for a synchronous job),
+    n iterations alone take  n max(R, T) + min(R, T)  (``Job.solo_run_s``; the first
+    iteration runs both phases in turn, ``Job.fill_s`` = min(R, T)).
+
+Every SLO is relative to that solo time: the SLO constraint above reads
+iter_k(G') <= SLO_k * T_solo_k with T_solo_k = max(R_k, T_k) for an asynchronous k
+(``Job.t_solo``, ``MemberProfile.t_solo``); the simulator's slowdowns use
+``Job.solo_run_s`` (``rollmux.sim.metrics``), and ``Job.solo_iterations`` inverts it. The
+necessary conditions, for asynchronous members:
+* ``_peak_demand`` stays sound: its proof only uses that each member runs each of its
+  phases once per iteration on its nodes and that iter_k <= SLO_k * T_solo_k, true for
+  any k with its own T_solo_k.
+* ``_shared_pair_miss`` is skipped for a group with an asynchronous member: its bound
+  uses R_k + T_k as a floor of every member's iteration, false for a pipelined one.
+* ``_turn_class_miss`` only forms classes of synchronous members: its proof needs A's
+  rollout between two trainings of A (A synchronous) and only the FCFS queue order of
+  the other members of K (also synchronous); members outside K may be anything.
+The saturation gate keeps T_cycle = max_k (R_k + T_k) (``rollmux.intra``): a prune, not
+an SLO check. tests/test_planner_async.py places random mixes and replays them.
+
 Candidates
 ----------
 For every existing group that is not full and not saturated (T_load >= T_cycle), in
@@ -487,7 +517,7 @@ def _shared_pair_miss(members: list[MemberProfile], slo: dict[str, float]) -> st
     If that exceeds some member's SLO_k * T_solo_k, no analysis can pass it. A slack of
     ``_TICK_SLACK`` seconds covers the analysis' rounding of durations to microseconds.
     """
-    if len(members) < 2:
+    if len(members) < 2 or any(m.staleness for m in members):  # (see "Asynchronous jobs")
         return ""
     first = members[0]
     if len(first.rollout_nodes) != 1 or len(first.train_nodes) != 1 or any(
@@ -538,11 +568,12 @@ def _turn_class_miss(members: list[MemberProfile], slo: dict[str, float], jobs: 
     so bound_A * (1 + 1 / n_A) above it (slack doubled) fails it too. Only the gaps are used,
     never long-run rates, so the claim holds for the no-repeat fallback as well. Members
     with a phase under one microsecond (zero ticks) are left out: the strict "queued
-    before" steps above need every phase of K to last at least one tick.
+    before" steps above need every phase of K to last at least one tick; so are
+    asynchronous members (the claim needs A's rollout between its trainings).
     """
     classes: dict[tuple, list[MemberProfile]] = {}
     for m in members:
-        if m.rollout_nodes and m.train_nodes and min(m.t_roll, m.t_train) >= 1e-6:  # >= 1 tick each
+        if m.rollout_nodes and m.train_nodes and min(m.t_roll, m.t_train) >= 1e-6 and not m.staleness:
             classes.setdefault((m.rollout_nodes, m.train_nodes), []).append(m)
     by_id = {j.job_id: j for j in jobs} if jobs is not None else {}
     for group in classes.values():

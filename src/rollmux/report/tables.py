@@ -8,7 +8,9 @@ waits, so it equals the end-to-end figure). When a pool is bounded the table say
 its title, judges SLOs end to end (``SLO met e2e``) and adds the mean wait, the longest
 queue, the makespan and, per pool, the share of the run that pool was the binding
 constraint. With owned nodes (``pricing: owned``) the title says that cost is every node
-of a bounded pool over the whole run.
+of a bounded pool over the whole run. When the trace has asynchronous jobs
+(``Job.staleness`` >= 1) the caption ends with one line per policy and job kind
+(``kind_lines``): SLO attainment and mean slowdown of the sync and the async jobs.
 """
 from __future__ import annotations
 
@@ -63,7 +65,27 @@ def simulate_table(results: list[PolicyResult], reference: str = "rollmux", acco
         table.caption = ("SLO met e2e: (wait + run) / solo run time <= SLO; a job that never ran misses it. "
                          "wait h: mean hours from arrival to placement. makespan h: first arrival to the last job's end. R/T binds: share of the run in which a "
                          "job waited because the rollout / training pool lacked free nodes.")
+    kinds = kind_lines(results)
+    if kinds:
+        table.caption = "\n".join(([table.caption] if table.caption else []) + kinds)
     return table
+
+
+def kind_lines(results: list[PolicyResult]) -> list[str]:
+    """One line per executed policy when some job is asynchronous: per kind (sync /
+    async), jobs, SLO attainment and mean per-iteration slowdown; empty otherwise."""
+    if not any(r.async_ids for r in results):
+        return []
+    lines = []
+    for r in results:
+        if not r.executed:
+            continue
+        parts = []
+        for kind, k in r.per_kind().items():
+            slow = "-" if k["mean_slowdown"] is None else f"{k['mean_slowdown']:.3f}"
+            parts.append(f"{kind} {k['jobs']} jobs: SLO met {_pct(k['slo_attainment'])}, mean slowdown {slow}")
+        lines.append(f"{escape(r.policy)}: " + "; ".join(parts))
+    return lines
 
 
 def limit_lines(results: list[PolicyResult], nodes: dict[str, int | None]) -> list[str]:

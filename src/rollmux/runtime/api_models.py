@@ -57,6 +57,15 @@ class JobSpec(_Request):
     movable: StrictBool = Field(default=True, description="false: the policy never moves this job")
     tail_workers: StrictInt | None = Field(default=None, ge=1, le=MAX_GPUS,
                                            description="GPUs a rollout keeps in its long tail (default: 1/8)")
+    staleness: StrictInt = Field(default=0, ge=0, description="0 only: the live service runs synchronous jobs")
+
+    @field_validator("staleness")
+    @classmethod
+    def _synchronous_only(cls, value: int) -> int:
+        if value > 0:
+            raise ValueError(f"staleness {value} > 0: the live service runs synchronous jobs only "
+                             "(asynchronous jobs are simulated: docs/rollart.md)")
+        return value
 
     @field_validator("tail_workers")
     @classmethod

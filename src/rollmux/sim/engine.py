@@ -40,6 +40,16 @@ slice counts its body x its GPUs (the same GPU-seconds at any rate). ``handoff=F
 the same figures (heads included) and hands nothing off (the tail's freed GPUs idle): the
 baseline that compares phase for phase.
 
+Asynchronous jobs (``Job.staleness`` >= 1; rules 10-12 of ``rollmux.execution``): a job's
+rollout and training ends are separate events (``live`` and ``phase_of`` are per job and
+pool); it is admitted with its remaining iterations as its rollout bound (none under
+fixed departures), so its last training ends with no rollout in flight. It reports no
+tail, and consolidation and regrouping never move it (it is offered no move and is not
+movable): a move at a training end would cut its pipelined rollout. A group with an
+asynchronous member is not fast-forwarded (``observe`` skips it), so its phases are all
+replayed; its outcome carries ``Job.fill_s`` so that slowdowns compare with
+``Job.solo_run_s`` (``rollmux.sim.metrics``).
+
 Accounting (``accounting``, ``rollmux.accounting``): the cluster is first seen through it
 (prices, host memory, switch cost). With
 ``fixed_departures`` (``--accounting paper``) a job does not stop after its iterations:
@@ -89,7 +99,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     departed: set[str] = set()
     due: set[str] = set()  # fixed departure reached while being moved: leave once admitted
     last_iter: dict[str, float] = {}  # job -> end of its last full iteration (fixed departures)
-    phase_of: dict[str, tuple[float, str, int]] = {}  # job -> (end, accounted pool, GPUs) of its running phase
+    phase_of: dict[tuple[str, str], tuple[float, str, int]] = {}  # (job, pool) -> (end, accounted pool, GPUs)
     durations = DurationModel(duration_model, seed, tail, tail_threshold)
     rollout_end: dict[str, float] = {}  # job -> end of its running rollout
     tail_token: dict[str, int] = {}  # job -> seq of its pending tail report
@@ -125,7 +135,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     events = 0
     repack = getattr(policy, "repack", None)
     regroup = getattr(policy, "regroup", None)
-    live: dict[str, tuple[float, int]] = {}  # job -> (end, seq) of its running phase's pending end
+    live: dict[tuple[str, str], tuple[float, int]] = {}  # (job, pool) -> (end, seq) of its phase's pending end
     # Fast-forward (rollmux.sim.periodic): groups whose schedule repeats skip whole periods.
     skip = (fast_forward and duration_model == "worst" and not tail and spans is None
             and repack is None and regroup is None)
@@ -150,7 +160,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             finders[gid].reset()
         m = state.groups[gid].member(job.job_id)
         ex.admit(job.job_id, m.rollout_nodes, m.train_nodes, now, sw.seconds(job.model, ROLLOUT),
-                 sw.seconds(job.model, TRAIN))
+                 sw.seconds(job.model, TRAIN), job.staleness, None if fixed else target[job.job_id] - done[job.job_id])
         dirty[gid] = None
 
     def try_move(job: Job, gid: str, now: float) -> bool:
@@ -177,7 +187,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     def movable(job_id: str, now: float) -> tuple[int, float] | None:
         """``progress_of`` for a job a regrouping may move now: running, not already
         moving, with at least two iterations left (it stops after the current one)."""
-        if job_id in moving or job_id in pending or target[job_id] - done[job_id] < 2:
+        if job_id in moving or job_id in pending or target[job_id] - done[job_id] < 2 or by_id[job_id].staleness:
             return None
         return progress_of(job_id, now)
 
@@ -219,7 +229,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     def progress_of(job_id: str, now: float) -> tuple[int, float]:
         """Iterations ``job_id`` has left and the seconds it can still spend within its SLO."""
         job = by_id[job_id]
-        return target[job_id] - done[job_id], job.slo * job.t_solo * target[job_id] - (now - placed_at[job_id])
+        return (target[job_id] - done[job_id],
+                job.slo * job.t_solo * target[job_id] + job.slo * job.fill_s - (now - placed_at[job_id]))
 
     def place_waiting(now: float) -> None:
         while waiting and try_place(by_id[waiting[0]], now):
@@ -238,7 +249,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         state.apply(job, decision.placement)
         admit(job, now)
         if repack is not None and decision.outcome == "new-group":
-            offer.update(j for j in state.job_group if j != job.job_id)  # new room to fill
+            offer.update(j for j in state.job_group if j != job.job_id and not by_id[j].staleness)  # new room
         placed_at[job.job_id] = now
         outcome_of[job.job_id] = decision.outcome
         outcomes[decision.outcome] += 1
@@ -247,8 +258,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     def leave(job_id: str, gid: str, now: float) -> None:
         """``job_id`` leaves its group at ``now`` (its last iteration, or a fixed departure)."""
         ex = executors[gid]
-        if ex.running(job_id) is not None and not fixed:
-            ex.finish(job_id, now, requeue=False)
+        if not fixed:
+            for pool in ex.running_pools(job_id):
+                ex.finish(job_id, now, requeue=False, pool=pool)
         ex.remove(job_id)
         release = state.release(job_id)
         if release.group_closed:
@@ -262,11 +274,11 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             if regroup is not None:
                 plan_regroup(gid, now)
             if repack is not None:
-                offer.update(m.job.job_id for m in state.groups[gid].members)
+                offer.update(m.job.job_id for m in state.groups[gid].members if not m.job.staleness)
         job = by_id[job_id]
         finished.append(JobOutcome(job_id, job.arrival_s, placed_at[job_id], now, done[job_id],
                                    job.t_solo, job.slo, outcome_of[job_id], gid, basis,
-                                   last_iter.get(job_id) if fixed else None))
+                                   last_iter.get(job_id) if fixed else None, job.fill_s, job.staleness))
         place_waiting(now)
 
     def depart(job_id: str, now: float) -> None:
@@ -287,10 +299,10 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         gid = state.job_group[job_id]
         if gid in frozen:
             thaw(gid, now)
-        running = phase_of.pop(job_id, None)
-        if running is not None and executors[gid].running(job_id) is not None and running[0] > now:
-            end, pool, gpus = running
-            acct.busy[pool] -= (end - now) * gpus
+        for pool in executors[gid].running_pools(job_id):
+            end, accounted, gpus = phase_of[(job_id, pool)]
+            if end > now:
+                acct.busy[accounted] -= (end - now) * gpus
         leave(job_id, gid, now)
 
     def start(grant: Grant, gid: str, now: float, into: list) -> None:
@@ -307,7 +319,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             if begin < t_e:
                 done_by_t_e = grant.share * (t_e - begin)
                 end = begin + body / grant.share if done_by_t_e >= body else t_e + body - done_by_t_e
-        elif tail and grant.pool == ROLLOUT:
+        elif tail and grant.pool == ROLLOUT and not job.staleness:  # (rule 12: no tail)
             head = durations.head(grant.job_id)
             if head < 1:
                 heapq.heappush(heap, (begin + head * body, _TAIL, seq, grant.job_id, ROLLOUT))
@@ -320,11 +332,11 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         if skip:
             gbusy[gid][_POOL_INDEX[pool]] += body * len(grant.nodes) * gpn
         if fixed:
-            phase_of[grant.job_id] = (end, pool, len(grant.nodes) * gpn)
+            phase_of[(grant.job_id, grant.pool)] = (end, pool, len(grant.nodes) * gpn)
         if spans is not None:
             spans.append((gid, grant.job_id, grant.pool, grant.nodes, now, now + grant.switch_s + overhead, end))
         heapq.heappush(into, (end, _END, seq, grant.job_id, grant.pool))
-        live[grant.job_id] = (end, seq)
+        live[(grant.job_id, grant.pool)] = (end, seq)
         seq += 1
 
     def observe(gid: str, now: float) -> None:
@@ -332,14 +344,14 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         nonlocal seq
         ex = executors[gid]
         members = ex.members()
-        ends = {j: (live[j][0], ex.running(j)) for j in members if ex.running(j) is not None}
+        ends = {j: (live[(j, ex.running(j))][0], ex.running(j)) for j in members if ex.running(j) is not None}
         cycle = finders[gid].observe(signature(ex, now, {j: e[0] for j, e in ends.items()}), now,
                                      {j: done[j] for j in members}, tuple(gbusy[gid]),
                                      None if fixed else {j: target[j] - done[j] for j in members}, ends)
         if cycle is None:
             return
-        for j in ends:
-            live[j] = (ends[j][0], -1)  # its pending end event is withdrawn
+        for j, (end, pool) in ends.items():
+            live[(j, pool)] = (end, -1)  # its pending end event is withdrawn
         wake = cycle.wake_s
         frozen[gid] = (cycle, None if wake is None else seq)
         if wake is not None:
@@ -367,16 +379,16 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         local: list = []
         for j, (end, pool) in cycle.ends.items():
             local.append((end + shift, _END, seq, j, pool))
-            live[j] = (end + shift, seq)
+            live[(j, pool)] = (end + shift, seq)
             seq += 1
             if fixed:
-                phase_of[j] = (end + shift, *phase_of[j][1:])
+                phase_of[(j, pool)] = (end + shift, *phase_of[(j, pool)][1:])
         heapq.heapify(local)
         while local and local[0][0] <= now:
             instant = local[0][0]
             while local and local[0][0] == instant:
                 _, _, _, job_id, pool = heapq.heappop(local)
-                del live[job_id]
+                del live[(job_id, pool)]
                 if pool == TRAIN:
                     done[job_id] += 1
                     last_iter[job_id] = instant
@@ -403,9 +415,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                     if job_id in frozen and frozen[job_id][1] == s:
                         thaw(job_id, now)
                     continue
-                if live.get(job_id, _NOT_LIVE)[1] != s:  # withdrawn by a freeze
+                if live.get((job_id, pool), _NOT_LIVE)[1] != s:  # withdrawn by a freeze
                     continue
-                del live[job_id]
+                del live[(job_id, pool)]
             events += 1
             if kind == _ARRIVE:
                 arrived += 1
@@ -460,7 +472,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                         dirty.setdefault(gid, None)
                         changed = True
                         continue
-            ex.finish(job_id, now)
+            ex.finish(job_id, now, pool=pool)
             dirty[gid] = None
         if changed:
             acct.set_level(now, state.cost_per_hour(), state.gpus_in_use(ROLLOUT), state.gpus_in_use(TRAIN))
@@ -472,7 +484,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             if ex is not None:
                 for grant in ex.dispatch(now):
                     start(grant, gid, now, heap)
-                if skip and ex.members():
+                if skip and ex.members() and not any(by_id[j].staleness for j in ex.members()):
                     observe(gid, now)
     name = getattr(policy, "name", type(policy).__name__)
     for i, job_id in enumerate(waiting):
@@ -488,6 +500,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     if cluster.pricing == "owned":
         result.pricing, result.total_cost = "owned", owned_cost(cluster, result.span_s, result.gpu_seconds)
     result.slo_basis, result.bounded, result.reject_reasons = basis, bounded, {k: reasons[k] for k in rejected}
+    result.async_ids = frozenset(j.job_id for j in jobs if j.staleness)
     return result
 
 

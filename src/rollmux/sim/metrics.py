@@ -12,6 +12,14 @@
   iterations; the per-iteration slowdown is that over the solo disaggregated iteration
   time T_roll + T_train; JCT = completion - arrival; the end-to-end slowdown is JCT over
   the solo run time (iterations x (T_roll + T_train)), so it also charges the wait.
+  An asynchronous job (staleness >= 1) runs n iterations alone in
+  n x max(T_roll, T_train) + min(T_roll, T_train) (``Job.solo_run_s``): its solo run time
+  is that, and its per-iteration slowdown is the mean iteration over
+  ``solo_iteration_s`` = max(T_roll, T_train) + min(T_roll, T_train) / n, so a job alone
+  has slowdown 1 on both bases. For a synchronous job the fill is 0 and the figures are
+  the ones above.
+* per kind (``per_kind``, sync / async): jobs, SLO attainment on the run's basis (a job
+  that never ran misses it), mean per-iteration and end-to-end slowdown.
 * SLO basis: with unbounded pools no job waits and a job meets its SLO when its
   per-iteration slowdown <= SLO (the two slowdowns are then equal). When either pool is
   bounded (``BOUNDED``), a job meets it when its end-to-end slowdown <= SLO, and a job
@@ -53,6 +61,12 @@ class JobOutcome:
     group_id: str
     slo_basis: str = ITERATION
     last_iteration_s: float | None = None  # end of its last full iteration, when it left mid-way
+    fill_s: float = 0.0  # ``Job.fill_s``: an asynchronous job's pipeline fill
+    staleness: int = 0  # ``Job.staleness`` (0: synchronous)
+
+    @property
+    def kind(self) -> str:
+        return "async" if self.staleness else "sync"
 
     @property
     def wait_s(self) -> float:
@@ -65,7 +79,12 @@ class JobOutcome:
     @property
     def solo_s(self) -> float:
         """How long the job would run alone on its own nodes, placed on arrival."""
-        return self.iterations * self.t_solo
+        return self.iterations * self.t_solo + self.fill_s
+
+    @property
+    def solo_iteration_s(self) -> float:
+        """Solo run time per iteration: ``t_solo`` plus the fill spread over the iterations."""
+        return self.t_solo + (self.fill_s / self.iterations if self.iterations else 0.0)
 
     @property
     def mean_iteration_s(self) -> float:
@@ -77,7 +96,7 @@ class JobOutcome:
     @property
     def slowdown(self) -> float:
         """Per-iteration slowdown: mean iteration time / solo iteration time."""
-        return self.mean_iteration_s / self.t_solo
+        return self.mean_iteration_s / self.solo_iteration_s
 
     @property
     def e2e_slowdown(self) -> float:
@@ -93,7 +112,7 @@ class JobOutcome:
                 "end_s": self.end_s, "wait_s": self.wait_s, "jct_s": self.jct_s, "iterations": self.iterations,
                 "slowdown": round(self.slowdown, 4), "e2e_slowdown": round(self.e2e_slowdown, 4), "slo": self.slo,
                 "slo_met": self.slo_met, "slo_basis": self.slo_basis, "outcome": self.outcome,
-                "group_id": self.group_id}
+                "group_id": self.group_id, "kind": self.kind}
 
 
 @dataclass(slots=True)
@@ -189,6 +208,7 @@ class PolicyResult:
     accounting: str = "ours"  # rollmux.accounting: whose modelling choices the run used
     pricing: str = "pay-per-use"  # Cluster.pricing: what total_cost charges
     used_cost: float = 0.0  # the pay-per-use cost (nodes while groups hold them), whatever the pricing
+    async_ids: frozenset[str] = frozenset()  # the trace's asynchronous jobs (for ``per_kind``)
 
     @property
     def cost_per_hour(self) -> float:
@@ -235,6 +255,25 @@ class PolicyResult:
         pool = max(POOLS, key=lambda p: self.binding_s[p])
         return pool if self.binding_s[pool] > 0 else None
 
+    def per_kind(self) -> dict[str, dict]:
+        """Per job kind present in the trace ("sync", "async"): jobs, SLO attainment on
+        ``slo_basis`` (a job that never ran misses it; None when no phase was executed),
+        mean per-iteration and end-to-end slowdown of the jobs that ran (None if none)."""
+        out = {}
+        for kind in ("sync", "async"):
+            ran = [j for j in self.jobs if j.kind == kind]
+            never = sum((k in self.async_ids) == (kind == "async") for k in self.rejected)
+            total = len(ran) + never
+            if not total:
+                continue
+            out[kind] = {
+                "jobs": total,
+                "slo_attainment": sum(j.slo_met for j in ran) / total if self.executed else None,
+                "mean_slowdown": sum(j.slowdown for j in ran) / len(ran) if ran else None,
+                "mean_e2e_slowdown": sum(j.e2e_slowdown for j in ran) / len(ran) if ran else None,
+            }
+        return out
+
     def summary(self) -> dict:
         waits = [j.wait_s for j in self.jobs]
         return {
@@ -266,6 +305,7 @@ class PolicyResult:
             "train_utilization": self.utilization[TRAIN],
             "rollout_bubble": self.bubble(ROLLOUT),
             "train_bubble": self.bubble(TRAIN),
+            "per_kind": self.per_kind(),
             "placements": dict(self.outcomes),
             "events": self.events,
             "wall_s": self.wall_s,
@@ -279,7 +319,7 @@ def solo_span_s(jobs) -> float:
     """First arrival to the last end if every job ran alone at its profiled speed."""
     if not jobs:
         return 0.0
-    return max(j.arrival_s + j.solo_iterations() * j.t_solo for j in jobs) - min(j.arrival_s for j in jobs)
+    return max(j.arrival_s + j.solo_run_s(j.solo_iterations()) for j in jobs) - min(j.arrival_s for j in jobs)
 
 
 def owned_cost(cluster, span_s: float, gpu_seconds: dict[str, float]) -> float:

@@ -18,7 +18,7 @@ from rollmux.sim.metrics import Accounting, PolicyResult, finish, solo_span_s
 
 
 def max_concurrency(jobs: list[Job]) -> int:
-    edges = sorted([(j.arrival_s, 1) for j in jobs] + [(j.arrival_s + j.solo_iterations() * j.t_solo, -1)
+    edges = sorted([(j.arrival_s, 1) for j in jobs] + [(j.arrival_s + j.solo_run_s(j.solo_iterations()), -1)
                                                        for j in jobs], key=lambda e: (e[0], e[1]))
     live = peak = 0
     for _, delta in edges:
@@ -40,7 +40,7 @@ def optimal_curve(jobs: list[Job], cluster: Cluster, max_jobs: int = 10) -> Poli
     changes: dict[float, list[tuple[int, Job]]] = {}
     for j in jobs:
         changes.setdefault(j.arrival_s, []).append((1, j))
-        changes.setdefault(j.arrival_s + j.solo_iterations() * j.t_solo, []).append((-1, j))
+        changes.setdefault(j.arrival_s + j.solo_run_s(j.solo_iterations()), []).append((-1, j))
     present: dict[str, Job] = {}
     events = 0
     for t in sorted(changes):

@@ -7,7 +7,9 @@ Contract
   header. Headers and values are stripped of surrounding whitespace.
 * Required columns: ``job_id, arrival_s, rollout_gpus, train_gpus, t_roll_s,
   t_train_s, mem_roll_gb, mem_train_gb, slo, model`` and at least one of
-  ``duration_s`` / ``iterations``. Optional: ``t_roll_colo_s``, ``t_train_colo_s``.
+  ``duration_s`` / ``iterations``. Optional: ``t_roll_colo_s``, ``t_train_colo_s``,
+  ``staleness`` (an integer >= 0, empty or absent: 0, a synchronous job; >= 1: an
+  asynchronous one, rule 10 of ``rollmux.execution``).
   Every row needs a non-empty value in each required column and in at least one of
   ``duration_s`` / ``iterations``; optional values may be empty (None).
 * Any other column is kept in ``Job.extra`` (as text) and reported once per file with
@@ -33,14 +35,16 @@ from rollmux.model import Cluster, Job
 REQUIRED = ("job_id", "arrival_s", "rollout_gpus", "train_gpus", "t_roll_s", "t_train_s",
             "mem_roll_gb", "mem_train_gb", "slo", "model")
 LENGTH = ("duration_s", "iterations")
-OPTIONAL = ("t_roll_colo_s", "t_train_colo_s")
+OPTIONAL = ("t_roll_colo_s", "t_train_colo_s", "staleness")
 KNOWN = REQUIRED + LENGTH + OPTIONAL
-INT_FIELDS = frozenset({"rollout_gpus", "train_gpus", "iterations"})
+INT_FIELDS = frozenset({"rollout_gpus", "train_gpus", "iterations", "staleness"})
 TEXT_FIELDS = frozenset({"job_id", "model"})
-#: Column order ``write_trace`` uses; optional columns only when some job has a value.
+#: Column order ``write_trace`` uses; optional columns only when some job has a value
+#: other than the default (``UNSET``: None, staleness 0).
 WRITE_ORDER = ("job_id", "arrival_s", "duration_s", "rollout_gpus", "train_gpus", "t_roll_s",
                "t_train_s", "mem_roll_gb", "mem_train_gb", "slo", "model", "iterations",
-               "t_roll_colo_s", "t_train_colo_s")
+               "t_roll_colo_s", "t_train_colo_s", "staleness")
+UNSET = {"staleness": 0}
 
 
 def _parse(name: str, text: str, path: str, line: int) -> object:
@@ -162,7 +166,7 @@ def write_trace(jobs: Iterable[Job], path: str | Path) -> None:
                             f"job {job.job_id}")
     columns = [name for name in WRITE_ORDER
                if name in REQUIRED or name == "duration_s"
-               or any(getattr(job, name) is not None for job in jobs)]
+               or any(getattr(job, name) != UNSET.get(name) for job in jobs)]
     extras = list(dict.fromkeys(name for job in jobs for name in job.extra))
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")

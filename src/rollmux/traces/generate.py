@@ -9,6 +9,11 @@ Contract
   1 s), and GPU counts from ``GPU_WEIGHTS``. The same generator then maps them with
   ``philly.to_rl_jobs`` (profile, size class, phases, SLO, model, memory, GPU split).
 * Same arguments, same jobs. Job ids are ``gen-0000``, ``gen-0001``, ... in arrival order.
+* ``async_share`` (default 0) marks round(share x count) jobs asynchronous, chosen with
+  a second ``random.Random`` seeded from ``seed`` (so the other jobs and every drawn
+  figure are those of the synchronous trace): each gets ``staleness`` and keeps the
+  iterations it had, ``iterations`` = its synchronous ``solo_iterations()`` (the same
+  work; alone it ends sooner, ``Job.solo_run_s``).
 * Defaults follow the packaged 300-job Philly segment: it spans 580 h (about 7,000 s
   between arrivals), its jobs run 40.6 h on average, and 76% of them hold 16 GPUs.
 """
@@ -29,12 +34,17 @@ GPU_WEIGHTS = {16: 0.76, 24: 0.04, 32: 0.20}
 def generate(count: int, seed: int, mix: str = "mixed",
              slo_range: tuple[float, float] = (1.0, 2.0),
              mean_interarrival_s: float = 7000.0, mean_duration_s: float = 146_000.0,
-             sigma: float = 1.5) -> list[Job]:
+             sigma: float = 1.5, async_share: float = 0.0, staleness: int = 1) -> list[Job]:
     """Return ``count`` synthetic RL jobs; see the module contract.
 
     Raises SpecError for a negative count, a non-positive mean or spread, an unknown
-    mix or an SLO range outside 1 <= lo <= hi.
+    mix, an SLO range outside 1 <= lo <= hi, an async share outside [0, 1] or a
+    staleness below 1.
     """
+    if not (isinstance(async_share, (int, float)) and 0.0 <= async_share <= 1.0):
+        raise SpecError("async_share", async_share, "a share in [0, 1]")
+    if not isinstance(staleness, int) or isinstance(staleness, bool) or staleness < 1:
+        raise SpecError("staleness", staleness, "an integer >= 1 (for the asynchronous jobs)")
     if not isinstance(count, int) or count < 0:
         raise SpecError("count", count, "a job count >= 0")
     for name, value in (("mean_interarrival_s", mean_interarrival_s),
@@ -53,4 +63,10 @@ def generate(count: int, seed: int, mix: str = "mixed",
         duration = float(max(1, round(rng.lognormvariate(mu, sigma))))
         gpus = rng.choices(sizes, weights)[0]
         records.append(PhillyJob(f"gen-{index:04d}", round(arrival, 1), gpus, duration))
-    return to_rl_jobs(records, rng, mix, slo_range)
+    jobs = to_rl_jobs(records, rng, mix, slo_range)
+    marked = random.Random(f"async-{seed}").sample(range(len(jobs)), round(async_share * len(jobs)))
+    for index in sorted(marked):
+        job = jobs[index]
+        job.iterations = job.solo_iterations()
+        job.staleness = staleness
+    return jobs
