@@ -8,6 +8,7 @@ import os
 import random
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -85,7 +86,7 @@ def test_rollout_worker_batch_through_the_service_is_the_in_process_batch(servic
     from rollmux.runtime.ray_adapter import WorkerInfo
 
     local = JobProfile("add-mini", "add", ModelSpec(32, 1), prompts=4, samples=4, gen_batch=8, warmup_steps=5)
-    shared = JobProfile(**{**{f: getattr(local, f) for f in local.__slots__}, "reward_service": "rewards"})
+    shared = replace(local, reward_service="rewards")
     weights = warm_start_weights(local)
     batches = []
     for profile in (local, shared):
@@ -135,3 +136,42 @@ def test_burst_of_clients_scales_replicas_up_then_down(service):
     assert record["replicas_over_time"][-1][1] == 1, f"no scale-down after it: {record['replicas_over_time'][-8:]}"
     assert set(record) == {"calls", "p50_ms", "p99_ms", "replicas_max", "replicas_over_time"}
     assert record["calls"] > 0 and record["p50_ms"] <= record["p99_ms"]
+
+
+@pytest.mark.slow
+def test_rollout_worker_actors_of_two_jobs_score_through_the_service(service):
+    """The demo's path: two jobs' rollout workers as Ray actors call the shared service
+    from inside Ray (their own DeploymentHandles) and get the in-process batches."""
+    pytest.importorskip("transformers")
+    import ray
+    import torch
+
+    from rollmux.grpo.driver import warm_start_weights
+    from rollmux.grpo.policy import ModelSpec
+    from rollmux.grpo.profiles import JobProfile
+    from rollmux.grpo.workers import RolloutWorker
+    from rollmux.runtime.ray_adapter import WorkerInfo
+
+    profiles = [JobProfile("reverse-mini", "reverse", ModelSpec(32, 1), prompts=8, samples=4, gen_batch=16,
+                           warmup_steps=5, seed=1, reward_service="rewards"),
+                JobProfile("add-mini", "add", ModelSpec(32, 1), prompts=8, samples=4, gen_batch=16,
+                           warmup_steps=5, seed=2, reward_service="rewards")]
+    weights = [warm_start_weights(p) for p in profiles]
+    actor = ray.remote(RolloutWorker).options(num_cpus=0)
+    workers = [actor.remote(WorkerInfo(p.name, "rollout", "here", 0)) for p in profiles]
+    try:
+        ray.get([w.setup.remote(p, ws) for w, p, ws in zip(workers, profiles, weights)], timeout=120)
+        ray.get([w.switch_in.remote() for w in workers], timeout=60)
+        remote = ray.get([w.rollout.remote(step, None) for step in range(3) for w in workers], timeout=120)
+    finally:
+        for w in workers:
+            ray.kill(w, no_restart=True)
+    local = []
+    for step in range(3):
+        for p, ws in zip(profiles, weights):
+            worker = RolloutWorker(WorkerInfo(p.name, "rollout", "here", 0))
+            worker.setup(replace(p, reward_service=None), ws)
+            worker.switch_in()
+            local.append(worker.rollout(step, None))
+    for (a, _), (b, _) in zip(remote, local):
+        assert torch.equal(a["completions"], b["completions"]) and torch.equal(a["rewards"], b["rewards"])

@@ -67,11 +67,14 @@ class RewardService:
 
 def start_service(max_replicas: int = 4, min_replicas: int = 1, target_ongoing_requests: float = 1.0,
                   upscale_delay_s: float = 1.0, downscale_delay_s: float = 3.0, model_steps: int = 200,
-                  seed: int = 0, http_port: int | None = None) -> DeploymentHandle:
-    """Fit the learned model (``model_steps`` steps, ``seed``), deploy the service as the
-    Serve application ``APP`` on the connected cluster and return its handle."""
-    model, _ = train_reward_model(model_steps, seed)
-    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                  seed: int = 0, weights: dict[str, torch.Tensor] | None = None,
+                  http_port: int | None = None) -> DeploymentHandle:
+    """Deploy the service as the Serve application ``APP`` on the connected cluster and
+    return its handle. The learned model has ``weights`` (a ``RewardModel`` state_dict),
+    or, when None, is fitted here (``train_reward_model(model_steps, seed)``)."""
+    if weights is None:
+        model, _ = train_reward_model(model_steps, seed)
+        weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     autoscaling = {"min_replicas": min_replicas, "initial_replicas": max(min_replicas, 1),
                    "max_replicas": max_replicas, "target_ongoing_requests": target_ongoing_requests,
                    "upscale_delay_s": upscale_delay_s, "downscale_delay_s": downscale_delay_s,
@@ -152,13 +155,17 @@ class ReplicaMonitor:
         self._thread.join()
         return self.samples
 
+    def elapsed(self) -> float:
+        """Seconds since ``start()``, on the clock of ``samples``."""
+        return time.perf_counter() - self._t0
+
     def latest(self) -> int:
         return int(self.samples[-1][1]) if self.samples else 0
 
     def _run(self) -> None:
         while not self._stop.is_set():
             n = running_replicas(self.app, self.deployment)
-            self.samples.append([round(time.perf_counter() - self._t0, 3), n])
+            self.samples.append([round(self.elapsed(), 3), n])
             self._stop.wait(self.interval_s)
 
 
