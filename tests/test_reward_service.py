@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 import os
 import random
+import socket
 import threading
 import time
 from dataclasses import replace
 
+import httpx
 import pytest
 
 os.environ.setdefault("RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "1.0")  # read when Serve is imported
@@ -53,13 +55,17 @@ def test_learned_model_trains_and_scores_every_item_in_unit_interval():
 
 @pytest.fixture(scope="module")
 def service():
-    """The service on a local Ray (2 CPUs, 127.0.0.1); Serve and Ray go down even on failure."""
+    """The service on a local Ray (2 CPUs, 127.0.0.1) with its HTTP route on a free
+    loopback port; yields that port. Serve and Ray go down even on failure."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     from rollmux.reward_service import running_service
 
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     with running_service(max_replicas=MAX_REPLICAS, upscale_delay_s=1.0, downscale_delay_s=3.0,
-                         model_steps=100) as handle:
-        yield handle
+                         model_steps=100, http_port=port):
+        yield port
 
 
 def test_service_exact_rewards_equal_in_process_and_learned_scores_are_finite(service):
@@ -73,6 +79,8 @@ def test_service_exact_rewards_equal_in_process_and_learned_scores_are_finite(se
     assert len(client.latencies_ms) == 2 and all(ms > 0 for ms in client.latencies_ms)
     with pytest.raises(ValueError, match="kind"):
         client.score(items[:2], "bogus")
+    answer = httpx.post(f"http://127.0.0.1:{service}/rewards", json={"items": items, "kind": "exact"}, timeout=60)
+    assert answer.status_code == 200 and answer.json()["rewards"] == exact_rewards(items)
 
 
 def test_rollout_worker_batch_through_the_service_is_the_in_process_batch(service):
