@@ -142,6 +142,7 @@ def main() -> None:
     record = summary(service_ms, monitor)
     report = {"reward_service": record, "service": percentiles(service_ms, service_wall),
               "in_process": percentiles(local_ms, local_wall), "same_rewards": same,
+              "windows_s": {name: [round(a, 2), round(b, 2)] for name, (a, b) in windows.items()},
               "config": {k: v for k, v in vars(args).items() if k not in ("out", "plot")}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
@@ -155,6 +156,8 @@ def main() -> None:
     print(f"replicas max {record['replicas_max']}; replicas over time (t s, n) at changes: "
           + ", ".join(f"({t:.1f}, {n})" for k, (t, n) in enumerate(record["replicas_over_time"])
                       if k == 0 or n != record["replicas_over_time"][k - 1][1]))
+    print("calls (s since the service started): " + ", ".join(
+        f"{name} {a:.1f}-{b:.1f}" for name, (a, b) in windows.items()))
     print(f"wrote {args.out} and {args.plot}")
 
 
