@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from rollmux.execution import GroupExecutor
 from rollmux.intra import TICKS_PER_S, MemberProfile, analyze
+from rollmux.intra_async import _search
 from rollmux.model import ROLLOUT, TRAIN, Job
 
 R, T = ROLLOUT, TRAIN
@@ -150,15 +151,35 @@ _member = st.tuples(st.integers(1, 12), st.integers(1, 12), st.integers(0, 1), s
 @settings(max_examples=60, deadline=None)
 @given(st.lists(_member, min_size=1, max_size=4))
 def test_analysis_window_is_what_the_executor_runs(spec):
-    """The analysis' period window, shifted to its start t0 and one period later, is
-    exactly the executor's schedule there (integer seconds: no rounding)."""
+    """The base run's period window (all admitted at 0), shifted to its start t0 and one
+    period later, is exactly the executor's schedule there (integer seconds: no
+    rounding); the analysis reports no member faster than in that orbit."""
     members = [(str(i), r, t, (f"R{rn}",), (f"T{tn}",), k, sw, sw) for i, (r, t, rn, tn, k, sw) in enumerate(spec)]
     if not any(m[5] for m in members):
         members[0] = (*members[0][:5], 1, *members[0][6:])
+    key = tuple((m[1], m[2], tuple(int(x[1:]) for x in m[3]), tuple(10 + int(x[1:]) for x in m[4]), m[6], m[7], m[5])
+                for m in members)
+    orbit = _search(key, (0,) * len(key))
+    base = orbit.shape
+    if ("fallback", orbit.admits) not in orbit.states:  # a repeat was found: the window is a period
+        t0, period = base.t0 / TICKS_PER_S, base.period
+        window = sorted((str(i), p, s / TICKS_PER_S - t0, e / TICKS_PER_S - t0) for i, p, _, s, _, e in base.window)
+        got = drive(members, t0 + 2 * period)
+        for shift in (t0, t0 + period):
+            part = sorted((j, p, s - shift, e - shift) for j, p, s, e in got if shift <= s < shift + period)
+            assert part == window
     a = analyze([MemberProfile(m[0], m[1], m[2], m[3], m[4], m[6], m[7], m[5]) for m in members])
-    t0 = a._shape.t0 / TICKS_PER_S
-    window = sorted((s.job_id, s.pool, s.start, s.end) for s in a.timeline)
-    got = drive(members, t0 + 2 * a.period)
-    for shift in (t0, t0 + a.period):
-        part = sorted((j, p, s - shift, e - shift) for j, p, s, e in got if shift <= s < shift + a.period)
-        assert part == window
+    assert all(a.iteration_s[str(i)] >= it for i, it in enumerate(base.iteration_s))
+
+
+def test_analysis_finds_the_orbit_a_late_admission_falls_into():
+    """Found on a generated trace (docs/rollart.md): B joining A mid-run mostly falls into
+    an orbit where A trains twice per B iteration (951 s). Admitted together they reach
+    547.6 s each; the analysis reports B's 951 s, so the planner refuses the pair."""
+    a_ = MemberProfile("A", 144.6, 422.2, ("R0", "R1"), ("T0", "T1"), 1.7, 5.9, 1)
+    b_ = MemberProfile("B", 399.5, 96.0, ("R0",), ("T0",), 1.8, 4.7, 0)
+    key = tuple((m.t_roll, m.t_train, (0, 1)[:len(m.rollout_nodes)], (2, 3)[:len(m.train_nodes)],
+                 m.switch_roll, m.switch_train, m.staleness) for m in (a_, b_))
+    assert _search(key, (0, 0)).shape.iteration_s == (547.6, 547.6)
+    a = analyze([a_, b_])
+    assert a.iteration_s == {"A": 547.6, "B": 951.0} and a.period == 951.0
