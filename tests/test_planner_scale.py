@@ -109,3 +109,25 @@ def test_fast_path_on_a_builtin_trace():
         jobs, _ = load_trace("production", Cluster(), 0)
         simulate(jobs, Cluster(), policy, "worst", 0, accounting=ACCOUNTINGS[acc])
     assert len(seen) >= 400
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_phase, min_size=1, max_size=5), st.sampled_from([(0.0, 0.0), (0.9, 4.1), (3.0, 19.5)]),
+       st.floats(1.0, 3.0), st.lists(st.sampled_from([None, 1, 2, 3, 5, 50]), min_size=5, max_size=5))
+def test_startup_floor_rejects_only_what_the_analysis_rejects(phases, switch, slo, lengths):
+    """Whenever the floor fires, the analysis' steady or start-up check fails too, and its
+    two premises hold: iterations at least solo, the period at least max(t_load, t_cycle)."""
+    from rollmux.intra import t_cycle, t_load
+    from rollmux.planner import _startup_floor_miss
+
+    members = [MemberProfile(f"m{i}", float(r), float(t), (f"R{ri}",), (f"T{ti}",), *switch)
+               for i, (r, t, ri, ti) in enumerate(phases)]
+    jobs = [Job(m.job_id, m.t_roll, m.t_train, 8, 8, 10.0, 10.0, slo, "7B", iterations=n)
+            for m, n in zip(members, lengths)]
+    a = analyze(members)
+    slos = {m.job_id: slo for m in members}
+    if _startup_floor_miss(members, jobs):
+        assert _slo_miss(a, slos) or _startup_miss(a, jobs)
+    if all(v < float("inf") for v in a.iteration_s.values()):
+        assert all(a.iteration_s[m.job_id] >= m.t_solo - 1e-5 for m in members)
+        assert a.period >= max(t_load(members), t_cycle(members)) - 1e-5
