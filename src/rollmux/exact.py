@@ -15,6 +15,8 @@ subject to, for every group G:
     residency:  every node n of G:  sum_{k pinned to n} mem_k(pool of n) <= host_mem(pool)
     SLO:        every member k:  iter_k(G) <= SLO_k * T_solo_k * (1 + planner.SLO_EPS)
     training:   t_G = max_{k in G} need_T(k)   (the training side is never scaled)
+    apart:      an asynchronous job (staleness >= 1) is alone in its group
+                (``planner.ASYNC_APART``)
 
 where iter_k(G) is ``intra.analyze`` of the members built exactly as
 ``PlanState.profile`` builds them (switch seconds from ``cluster.switch_cost``), in
@@ -206,8 +208,8 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
                 break
             sub = (sub - 1) & rest
         best[mask], choice[mask] = split, split_sub
-        if mask.bit_count() <= cluster.max_group_size:
-            members = [ordered[i] for i in range(n) if mask >> i & 1]
+        members = [ordered[i] for i in range(n) if mask >> i & 1]
+        if mask.bit_count() <= cluster.max_group_size and (len(members) == 1 or not any(j.staleness for j in members)):
             fit = _cheapest_group(cluster, members, min(split, room[mask]), robust, counter)
             if fit is not None:
                 fits[mask] = fit
