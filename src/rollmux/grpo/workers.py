@@ -16,7 +16,8 @@ the cache's ``SwitchRecord``.
   ``reward_service`` (a Serve app of ``rollmux.reward_service``), the same exact reward
   from that shared service through a ``RewardClient`` (one call per batch or chunk).
 * ``TrainWorker.train(batch)``: group-relative advantages; old (and reference)
-  log-probs under the current weights, which are the ones the rollout sampled with;
+  log-probs under the current weights, which are the ones the rollout sampled with
+  (or the batch's ``behaviour_logp`` when an asynchronous rollout brings them);
   ``epochs`` passes of shuffled minibatches with the clipped loss and gradient
   clipping at 1. Returns (weights, stats): the updated policy's state_dict.
 
@@ -238,7 +239,11 @@ class TrainWorker(_CachedWorker):
         advantages = group_advantages(batch["rewards"], p.samples)
         self.policy.train()
         with torch.no_grad():
-            logp_old = completion_logprobs(self.policy, prompts, completions)
+            # An asynchronous rollout (rollmux.grpo.async_grpo) brings its behaviour policy's
+            # log-probs: the ratio is then current over behaviour policy, clipped as usual.
+            logp_old = batch.get("behaviour_logp")
+            if logp_old is None:
+                logp_old = completion_logprobs(self.policy, prompts, completions)
             logp_ref = completion_logprobs(self.reference, prompts, completions) if self.reference else None
         gen = torch.Generator().manual_seed(p.seed * 104729 + self.updates)
         losses, clip_fracs, kls = [], [], []

@@ -1,0 +1,295 @@
+"""A multi-turn (agentic) variant of the demo task, with environment steps run by CPU
+workers, and trajectory-level scheduling of generation (RollArt).
+
+An episode is ``turns`` rounds of: the policy answers the current prompt (the demo's
+``generate``, ``answer_len`` tokens), then an ``EnvWorker`` (a Ray actor) checks the answer
+and produces the next prompt. The environment step does real work and waits:
+
+* the exact reward of the answer (``Task.answer`` and ``reward`` of ``rollmux.grpo.task``),
+  a small arithmetic verification (a digit checksum recomputed ``verify_rounds`` times, a
+  few ms of CPU), and a simulated tool / sandbox latency (``asyncio.sleep``) drawn per
+  (trajectory, turn) from a seeded heavy-tailed distribution (``base_delay_s`` times
+  1 + 4 u^4, u uniform: mostly near the base, sometimes 5x);
+* the next prompt: the answer with any non-digit character replaced by the reference's
+  digit, rotated left by one (``"^1234>"`` answered ``"43+1"``: ``"4321"`` -> ``"^3214>"``; see
+  ``next_prompt``), so later turns depend on what the policy generated.
+
+An ``EnvWorker`` is an async actor (``max_concurrency`` steps at once: the verification
+runs one at a time, the waits overlap), as an environment service with I/O would be.
+
+Two schedules for the same episodes (same trajectories, turns, env delays, model):
+
+* ``"turn"`` (no trajectory-level scheduling): every turn generates for all live
+  trajectories (batches of ``gen_batch``), then sends all their environment steps and
+  waits for every one (a barrier per turn): generation idles while any environment runs.
+* ``"trajectory"``: each trajectory goes back to the generation queue as soon as its own
+  environment step returns; one generation loop takes whatever is ready (up to
+  ``gen_batch``, at least one, waiting at most ``BATCH_WAIT_S`` for more) while other
+  trajectories wait on their environments.
+
+Generation runs in one thread of the driver (the only generator, as one rollout GPU
+would be); its busy fraction is generation seconds over the rollout's wall time.
+
+Training is the demo's ``TrainWorker.train`` on the flattened turns: row (group g, turn t,
+sample s) holds trajectory (g, s)'s turn-t prompt and answer and the trajectory's reward
+(the mean of its turns' rewards), so ``group_advantages`` over each (g, t) block is the
+trajectory-level advantage shared by all its turns.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import random
+import time
+from dataclasses import asdict, dataclass, field
+
+import ray
+import torch
+
+from rollmux.grpo.policy import build_policy, generate, task_batch
+from rollmux.grpo.profiles import JobProfile
+from rollmux.grpo.task import BOS, decode, encode, get_task, reward
+from rollmux.grpo.workers import TrainWorker
+from rollmux.model import TRAIN
+from rollmux.runtime.ray_adapter import WorkerInfo
+
+SCHEDULES = ("turn", "trajectory")
+#: "trajectory": after the first ready trajectory, wait at most this long for more (up to gen_batch)
+BATCH_WAIT_S = 0.01
+
+
+def next_prompt(prompt: str, completion: str, answer: str) -> str:
+    """The environment's next prompt: the answer with non-digits repaired from the reference, rotated left by one."""
+    digits = "".join(c if c.isdigit() else r for c, r in zip(completion, answer))
+    return f"{BOS}{digits[1:]}{digits[0]}{prompt[-1]}"
+
+
+def env_delay_s(seed: int, trajectory: int, turn: int, base_delay_s: float) -> float:
+    """The simulated tool latency of one step (deterministic per seed, trajectory and turn)."""
+    u = random.Random(seed * 1_000_003 + trajectory * 101 + turn).random()
+    return base_delay_s * (1.0 + 4.0 * u**4)
+
+
+class EnvWorker:
+    """One environment server (a Ray async actor): verification on its CPU, then the tool wait."""
+
+    def __init__(self, task: str, base_delay_s: float = 0.03, verify_rounds: int = 300, seed: int = 0) -> None:
+        self.task = get_task(task)
+        self.base_delay_s = base_delay_s
+        self.verify_rounds = verify_rounds
+        self.seed = seed
+        self.calls = 0
+        self.busy_s = 0.0
+
+    async def step(self, trajectory: int, turn: int, prompt: str, completion: str) -> dict:
+        start = time.perf_counter()
+        answer = self.task.answer(prompt)
+        score = reward(completion, answer)
+        checksum = 0
+        for r in range(self.verify_rounds):  # the arithmetic check: digit checksum, recomputed
+            checksum = (checksum * 31 + sum((int(c) + r) * (i + 1) for i, c in enumerate(answer))) % 1_000_003
+        self.busy_s += time.perf_counter() - start
+        await asyncio.sleep(env_delay_s(self.seed, trajectory, turn, self.base_delay_s))
+        self.calls += 1
+        return {"reward": score, "next_prompt": next_prompt(prompt, completion, answer), "checksum": checksum}
+
+    def stats(self) -> dict:
+        return {"calls": self.calls, "busy_s": self.busy_s}
+
+
+def start_env_workers(task: str, count: int = 3, base_delay_s: float = 0.03, seed: int = 0,
+                      max_concurrency: int = 64) -> list:
+    """``count`` EnvWorker actors on the connected Ray cluster (no CPU claimed)."""
+    cls = ray.remote(num_cpus=0, max_concurrency=max_concurrency)(EnvWorker)
+    return [cls.remote(task, base_delay_s, seed=seed) for _ in range(count)]
+
+
+@dataclass(slots=True)
+class Rollout:
+    """One iteration's episodes under one schedule."""
+
+    prompts: list[list[str]]        # [trajectory][turn]
+    completions: list[list[str]]
+    rewards: list[list[float]]
+    wall_s: float
+    generation_s: float
+    generate_calls: int
+    env_calls: int
+
+    @property
+    def busy_fraction(self) -> float:
+        return self.generation_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class _Generator:
+    """The single generation thread: the demo's ``generate`` on batches of prompt strings."""
+
+    def __init__(self, model, answer_len: int, seed: int) -> None:
+        self.model, self.answer_len, self.seed = model, answer_len, seed
+        self.calls, self.busy_s = 0, 0.0
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
+
+    def __call__(self, prompts: list[str]) -> list[str]:
+        start = time.perf_counter()
+        ids = torch.tensor([encode(p) for p in prompts])
+        out = generate(self.model, ids, self.answer_len, self.seed * 7919 + self.calls)
+        self.calls += 1
+        self.busy_s += time.perf_counter() - start
+        return [decode(c.tolist()) for c in out]
+
+
+def rollout_episodes(model, profile: JobProfile, step: int, envs: list, turns: int, schedule: str,
+                     timeout_s: float = 120.0, batch_wait_s: float = BATCH_WAIT_S) -> Rollout:
+    """Run ``prompts x samples`` trajectories of ``turns`` turns with ``schedule``; every wait is bounded."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r}: one of {SCHEDULES}")
+    task = get_task(profile.task)
+    rng = random.Random(profile.seed * 1_000_003 + step)
+    first, _ = task_batch(task, rng, profile.prompts)
+    n = profile.prompts * profile.samples
+    prompts = [[decode(first[i // profile.samples].tolist())] for i in range(n)]
+    completions: list[list[str]] = [[] for _ in range(n)]
+    rewards: list[list[float]] = [[] for _ in range(n)]
+    gen = _Generator(model, task.answer_len, profile.seed + 7 * step)
+    env_calls = 0
+
+    def env_step(i: int):
+        nonlocal env_calls
+        env_calls += 1
+        turn = len(completions[i]) - 1
+        return envs[i % len(envs)].step.remote(step * 1_000 + i, turn, prompts[i][-1], completions[i][-1])
+
+    def absorb(i: int, out: dict) -> None:
+        rewards[i].append(out["reward"])
+        if len(completions[i]) < turns:
+            prompts[i].append(out["next_prompt"])
+
+    start = time.perf_counter()
+    try:
+        if schedule == "turn":
+            for _ in range(turns):
+                for b in range(0, n, profile.gen_batch):
+                    idx = range(b, min(n, b + profile.gen_batch))
+                    for i, c in zip(idx, gen([prompts[i][-1] for i in idx])):
+                        completions[i].append(c)
+                refs = [env_step(i) for i in range(n)]
+                for i, out in enumerate(ray.get(refs, timeout=timeout_s)):  # the barrier
+                    absorb(i, out)
+        else:
+            asyncio.run(asyncio.wait_for(_trajectory_loop(n, turns, profile.gen_batch, gen, prompts, completions,
+                                                          env_step, absorb, batch_wait_s), timeout_s * turns))
+    finally:
+        gen.pool.shutdown(wait=True)
+    wall = time.perf_counter() - start
+    if any(len(r) != turns for r in rewards):
+        raise RuntimeError("an episode did not complete all its turns")
+    return Rollout(prompts, completions, rewards, wall, gen.busy_s, gen.calls, env_calls)
+
+
+async def _trajectory_loop(n, turns, gen_batch, gen, prompts, completions, env_step, absorb,
+                           batch_wait_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(n):
+        ready.put_nowait(i)
+    waiting: set[asyncio.Task] = set()
+    done = 0
+
+    async def wait_env(i: int, ref) -> None:
+        absorb(i, await ref)
+        if len(completions[i]) < turns:
+            ready.put_nowait(i)
+
+    while done < n * turns:
+        batch = [await ready.get()]
+        close = loop.time() + batch_wait_s  # a short window for more ready trajectories
+        while len(batch) < gen_batch:
+            if not ready.empty():
+                batch.append(ready.get_nowait())
+                continue
+            if loop.time() >= close:
+                break
+            try:
+                batch.append(await asyncio.wait_for(ready.get(), close - loop.time()))
+            except asyncio.TimeoutError:
+                break
+        outs = await loop.run_in_executor(gen.pool, gen, [prompts[i][-1] for i in batch])
+        for i, c in zip(batch, outs):
+            completions[i].append(c)
+            task = asyncio.ensure_future(wait_env(i, env_step(i)))
+            waiting.add(task)
+            task.add_done_callback(waiting.discard)
+        done += len(batch)
+    await asyncio.gather(*waiting)
+
+
+def training_batch(profile: JobProfile, rollout: Rollout) -> dict:
+    """Rows ordered (group, turn, sample), each with its trajectory's mean reward (see the module doc)."""
+    turns = len(rollout.rewards[0])
+    traj_reward = [sum(r) / len(r) for r in rollout.rewards]
+    rows = [(g * profile.samples + s, t) for g in range(profile.prompts) for t in range(turns)
+            for s in range(profile.samples)]
+    return {"prompts": torch.tensor([encode(rollout.prompts[i][t]) for i, t in rows]),
+            "completions": torch.tensor([encode(rollout.completions[i][t]) for i, t in rows]),
+            "rewards": torch.tensor([traj_reward[i] for i, _ in rows])}
+
+
+@dataclass(slots=True)
+class AgenticRun:
+    profile: str
+    schedule: str
+    iterations: int
+    turns: int
+    env_workers: int
+    per_iteration: list[dict] = field(default_factory=list)
+    reward_before: float = 0.0
+    reward_after: float = 0.0
+    wall_s: float = 0.0
+    env_calls_by_worker: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        roll = sum(r["rollout_s"] for r in self.per_iteration)
+        gen = sum(r["generation_s"] for r in self.per_iteration)
+        return {**asdict(self), "wall_per_iteration_s": self.wall_s / self.iterations,
+                "rollout_s": roll, "generation_s": gen,
+                "generation_busy_fraction": gen / roll if roll else 0.0,
+                "rewards": [r["reward"] for r in self.per_iteration]}
+
+
+def run_agentic(profile: JobProfile, iterations: int, weights: dict[str, torch.Tensor], schedule: str,
+                turns: int = 3, env_workers: int = 3, base_delay_s: float = 0.03, timeout_s: float = 120.0,
+                eval_step: int = 1_000_000) -> AgenticRun:
+    """``iterations`` of multi-turn rollout (``schedule``) then the demo's training step, on the
+    connected Ray cluster. reward_before / after: a held-out iteration's episodes (``eval_step``)
+    under the starting and the final weights, with the "turn" schedule."""
+    torch.set_num_threads(1)
+    envs = start_env_workers(profile.task, env_workers, base_delay_s, seed=profile.seed)
+    run = AgenticRun(profile.name, schedule, iterations, turns, env_workers)
+    try:
+        model = build_policy(profile.model, profile.seed)
+        model.load_state_dict(weights)
+        trainer = TrainWorker(WorkerInfo(f"{profile.name}-{schedule}", TRAIN, "local", 0))
+        trainer.setup(profile, weights)
+        trainer.switch_in()
+
+        def mean_reward(r: Rollout) -> float:
+            return sum(map(sum, r.rewards)) / (len(r.rewards) * turns)
+
+        run.reward_before = mean_reward(rollout_episodes(model, profile, eval_step, envs, turns, "turn", timeout_s))
+        t0 = time.perf_counter()
+        for step in range(iterations):
+            r = rollout_episodes(model, profile, step, envs, turns, schedule, timeout_s)
+            t1 = time.perf_counter()
+            new_weights, stats = trainer.train(training_batch(profile, r))
+            model.load_state_dict(new_weights)
+            run.per_iteration.append({"reward": mean_reward(r), "rollout_s": r.wall_s, "generation_s": r.generation_s,
+                                      "busy_fraction": r.busy_fraction, "generate_calls": r.generate_calls,
+                                      "env_calls": r.env_calls, "train_s": time.perf_counter() - t1,
+                                      "clip_frac": stats["clip_frac"]})
+        run.wall_s = time.perf_counter() - t0
+        run.reward_after = mean_reward(rollout_episodes(model, profile, eval_step, envs, turns, "turn", timeout_s))
+        run.env_calls_by_worker = [s["calls"] for s in ray.get([e.stats.remote() for e in envs], timeout=timeout_s)]
+    finally:
+        for e in envs:
+            ray.kill(e)
+    return run
