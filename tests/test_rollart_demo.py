@@ -59,7 +59,8 @@ def test_multi_turn_next_prompt_and_training_layout():
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1")
     try:
         yield
     finally:

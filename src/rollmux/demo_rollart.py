@@ -45,7 +45,8 @@ def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1,
     agent_weights = warm_start_weights(AGENTIC_PROFILE)
     runs: dict[str, dict] = {}
     service_record = None
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1")
     try:
         monitor = None
         if reward_service:
