@@ -28,6 +28,11 @@ _OPTIONS = {"percentile": "--percentile", "slo": "--slo", "gpus": "--gpus", "ite
             "target": "TARGET"}
 
 
+_PERCENTILE = typer.Option(100.0, help="Phase time kept per job: this nearest-rank percentile of its steps "
+                                        "(100: the worst step).")
+_SLO = typer.Option(1.5, help="Slowdown tolerance written for every job.")
+
+
 def _gpus(value: str) -> int | dict[str, int]:
     """``--gpus 8`` (every run) or ``--gpus runA=1,runB=2`` (per run)."""
     try:
@@ -76,9 +81,8 @@ def register(app: typer.Typer, trace_app: typer.Typer, console: Console, fail) -
         out: Path = typer.Option(..., help="Where to write the job trace CSV."),
         gpus: str = typer.Option("8", callback=_gpus,
                                  help="GPUs per phase: one count for every run, or RUN=COUNT,..."),
-        percentile: float = typer.Option(100.0, help="Phase time kept per job: this nearest-rank percentile of "
-                                                     "its steps (100: the worst step)."),
-        slo: float = typer.Option(1.5, help="Slowdown tolerance written for every job."),
+        percentile: float = _PERCENTILE,
+        slo: float = _SLO,
     ) -> None:
         """Turn veRL's per-step timings into RollMux jobs (rollout = generation + reward, training = the rest)."""
         from rollmux.importers import from_verl_timings
@@ -98,8 +102,8 @@ def register(app: typer.Typer, trace_app: typer.Typer, console: Console, fail) -
         out: Path = typer.Option(..., help="Where to write the job trace CSV."),
         job_id: Optional[str] = typer.Option(None, help="Job id (default: the run's directory or file name)."),
         gpus: int = typer.Option(8, min=1, help="GPUs per phase."),
-        percentile: float = typer.Option(100.0, help="Nearest-rank percentile of the steps' phase times."),
-        slo: float = typer.Option(1.5, help="Slowdown tolerance."),
+        percentile: float = _PERCENTILE,
+        slo: float = _SLO,
         model: Optional[str] = typer.Option(None, help="Model name written to the trace (default: the job id)."),
     ) -> None:
         """Turn a TRL GRPOTrainer log into a RollMux job (rollout = generation + reward, training = the rest of a step)."""

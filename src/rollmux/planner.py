@@ -256,6 +256,12 @@ class Planner:
                 rejected.append(Candidate("group", group.group_id, None, 0.0, "rejected", gate))
                 continue
             self._group_options(state, group, job, need, options, rejected)
+        return self._decide_among(state, job, need, options, rejected, explain)
+
+    def _decide_among(self, state: PlanState, job: Job, need: dict[str, int], options: list[_Option],
+                      rejected: list[Candidate], explain: bool) -> Decision:
+        """Add the new-group option, evaluate in (cost, kind, generation) order and choose;
+        a wait names the pools that lack free nodes."""
         new = self._new_group_option(state, job, need, len(options))
         if new is None:
             rejected.append(Candidate(NEW, None, None, 0.0, "rejected", self._inventory_reason(state, job, need)))
@@ -319,18 +325,7 @@ class Planner:
                     for train in train_choices:
                         placement = Placement(gid, roll, train, new_rollout=new_ids)
                         options.append(_Option(kind, group, placement, m * price_r, len(options), True))
-        rejected: list[Candidate] = []
-        new = self._new_group_option(state, job, need, len(options))
-        if new is None:
-            rejected.append(Candidate(NEW, None, None, 0.0, "rejected", self._inventory_reason(state, job, need)))
-        else:
-            options.append(new)
-        options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
-        decision = self._choose(state, job, options, rejected, False)
-        if decision.outcome == "wait":
-            short = tuple(p for p in POOLS if state.peek_new(p, need[p], job.mem(p)) is None)
-            decision = replace(decision, short_pools=short)
-        return decision
+        return self._decide_among(state, job, need, options, [], False)
 
     def repack(self, state: PlanState, job_id: str, remaining: int, spare_s: float,
                progress: Callable[[str], tuple[int, float]] | None = None) -> Decision | None:

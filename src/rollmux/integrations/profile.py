@@ -11,7 +11,6 @@ is what a spec's ``t_roll_s`` / ``t_train_s`` should declare.
 """
 from __future__ import annotations
 
-import contextlib
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -54,16 +53,9 @@ def profile_job(run: Callable[[JobHandle, int], object], iterations: int = 3, jo
         try:
             # The spec of a lone job only needs to fit; its declared phase times are what we measure.
             job = client.submit({"job_id": job_id, "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 2.0})
-            try:
+            with job.lifetime():
                 job.wait_placed(timeout_s=60)
                 run(job, iterations)
-                job.complete()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    job.cancel()
-                raise
-            finally:
-                job.close()
         finally:
             client.close()
     pools = [name for name, *_ in job.history]

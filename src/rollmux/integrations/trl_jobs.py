@@ -22,7 +22,6 @@
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import statistics
@@ -79,16 +78,10 @@ class TRLJobWorker:
         client = Client(url)
         handle = client.attach(job.job_id, token)
         try:
-            with tempfile.TemporaryDirectory(prefix=f"rollmux-{job.job_id}-") as out:
+            with handle.lifetime(), tempfile.TemporaryDirectory(prefix=f"rollmux-{job.job_id}-") as out:
                 trainer = build_trainer(handle, job, steps, out)
                 trainer.train()
-            handle.complete()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                handle.cancel()
-            raise
         finally:
-            handle.close()
             client.close()
         logs = trainer.state.log_history
         return {"steps_done": trainer.state.global_step, "history": handle.history,

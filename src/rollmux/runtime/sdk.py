@@ -259,6 +259,20 @@ class JobHandle:
         """Stop heartbeating (the server will expire the job if it is still live)."""
         self._stop.set()
 
+    @contextlib.contextmanager
+    def lifetime(self):
+        """The job's run: on a normal exit it completes (its nodes go back), on an exception
+        it is cancelled (best effort) and the exception goes on; heartbeats stop either way."""
+        try:
+            yield self
+            self.complete()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.cancel()
+            raise
+        finally:
+            self.close()
+
     # --- internals ----------------------------------------------------------------------
     def _call(self, method: str, path: str, json: Any = None, timeout_s: float | None = None) -> Any:
         self._raise_failure()
