@@ -24,7 +24,9 @@ def _run(jobs, accounting, policy="rollmux", cluster=None, **kw):
 
 
 def test_accountings_are_named_and_ours_is_every_default():
-    assert set(ACCOUNTINGS) == {"ours", "paper"}
+    assert set(ACCOUNTINGS) == {"ours", "paper", "paper-widths"}
+    widths = ACCOUNTINGS["paper-widths"]
+    assert not widths.one_node_per_pool and widths.fixed_departures and not widths.saturation_gate
     assert OURS.fixed_departures is False and OURS.switch_cost and OURS.host_memory_limit
     assert OURS.saturation_gate and OURS.whole_run_slo_checks and not OURS.one_node_per_pool
     assert OURS.rollout_price_ratio is None and OURS.apply_cluster(Cluster()) == Cluster()
@@ -157,3 +159,12 @@ def test_regrouping_under_fixed_departures_lets_every_job_leave_on_time():
     assert all(o.end_s <= due[o.job_id] + slack for o in r.jobs)
     assert sum(o.end_s > due[o.job_id] + 1e-6 for o in r.jobs) <= r.outcomes["regrouped"]
     assert r.peak_gpus[TRAIN] <= 8 * len(jobs)
+
+
+def test_the_papers_rollmux_at_equal_widths_is_within_3_percent_of_their_weave():
+    """Their Weave at equal widths: $572.0/h on production (docs/reproduce.md)."""
+    acct = ACCOUNTINGS["paper-widths"]
+    cluster = acct.apply_cluster(Cluster())
+    jobs, _ = load_trace("production", cluster, 0)
+    r = simulate(jobs, cluster, make_policy("rollmux", 0, acct), "worst", 0, accounting=acct)
+    assert abs(r.cost_per_hour - 572.0) <= 0.03 * 572.0 and r.slo_attainment == 1.0

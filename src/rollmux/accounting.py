@@ -1,6 +1,6 @@
 """Whose accounting a simulation uses: ours (the default) or the paper authors'.
 
-``rollmux simulate --accounting ours|paper``. Every field of ``CostAccounting`` is one
+``rollmux simulate --accounting ours|paper|paper-widths``. Every field of ``CostAccounting`` is one
 modelling choice, named for what it changes; ``OURS`` keeps every choice this project
 makes (and every number it has printed), ``PAPER`` switches on the choices of the
 authors' public simulator (github wutianyuan1/ROLL, ``global_scheduler/``; the facts in
@@ -31,6 +31,9 @@ authors' public simulator (github wutianyuan1/ROLL, ``global_scheduler/``; the f
   Paper: 1/3 (their unit is H800-node-seconds; a rollout node counts 1/3), converted
   to dollars as units x $42.24 / 3600 (an H800 node at 8 x $5.28 an hour), so a rollout
   node costs $14.08/h against our 8 x $1.85 = $14.80/h. ``None``: the cluster's prices.
+
+``PAPER_WIDTHS`` is ``PAPER`` with ``one_node_per_pool`` off: the authors' accounting at
+the trace's widths, where their Weave costs $572.0/h on ``production``.
 
 ``units(total_cost, cluster)`` gives a run's cost back in the authors' unit.
 """
@@ -83,7 +86,10 @@ OURS = CostAccounting("ours")
 PAPER = CostAccounting("paper", fixed_departures=True, switch_cost=False, host_memory_limit=False,
                        one_node_per_pool=True, saturation_gate=False, whole_run_slo_checks=False,
                        rollout_price_ratio=1 / 3)
-ACCOUNTINGS = {a.name: a for a in (OURS, PAPER)}
+#: The authors' accounting at the trace's widths (32B jobs on 2+2 nodes for RollMux too):
+#: what their Weave costs at equal widths, $572.0/h on ``production`` (docs/reproduce.md).
+PAPER_WIDTHS = replace(PAPER, name="paper-widths", one_node_per_pool=False)
+ACCOUNTINGS = {a.name: a for a in (OURS, PAPER, PAPER_WIDTHS)}
 
 
 def departure_span_s(jobs: list[Job]) -> float:

@@ -156,7 +156,8 @@ def simulate(
                                                            "host memory, saturation gate, whole-run SLO checks) "
                                                            "or paper (the authors' simulator: fixed departures, "
                                                            "none of those, one node per pool per job, a rollout "
-                                                           "node at 1/3 of a training node); docs/reproduce.md."),
+                                                           "node at 1/3 of a training node), or paper-widths "
+                                                           "(paper at the trace's widths); docs/reproduce.md."),
 ) -> None:
     """Replay a job trace through RollMux and the baselines; compare cost, SLOs and idle GPUs.
 

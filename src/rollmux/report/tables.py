@@ -128,4 +128,4 @@ def _pair(rollout: float | None, train: float | None) -> str:
 
 
 def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{100 * share:.1f}%"
+    return "-" if share is None else f"{round(100 * share, 1) + 0.0:.1f}%"  # + 0.0: no "-0.0%" from rounding
