@@ -35,12 +35,20 @@ def test_quick_move_demo_moves_a_job_live_and_its_training_survives_exactly(tmp_
     from rollmux.grpo.profiles import MOVE_PROFILES, MOVING_JOB
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    lines: list[str] = []
-    run_move_demo(tmp_path, quick=True, verify=False, log=lines.append)
-    assert {p.name for p in tmp_path.iterdir()} >= {"summary.json", "results.json", "gantt.png", "rewards.png",
+    # The SLOs and the move's feasibility come from phase times measured live; on a busy
+    # 2-core machine the planner may rightly find the move infeasible (it then logs "no
+    # move happened"). What this test checks is the move itself, so the scenario runs
+    # again (at most three times) until the service makes one.
+    for attempt in range(3):
+        out = tmp_path / f"attempt{attempt}"
+        lines: list[str] = []
+        run_move_demo(out, quick=True, verify=False, log=lines.append)
+        summary = json.loads((out / "summary.json").read_text())
+        if summary["moves"]:
+            break
+    assert {p.name for p in out.iterdir()} >= {"summary.json", "results.json", "gantt.png", "rewards.png",
                                                     "final_state"}
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    runs = json.loads((tmp_path / "results.json").read_text())["runs"]
+    runs = json.loads((out / "results.json").read_text())["runs"]
 
     # The move: listed, measured by the service, to other nodes.
     assert len(summary["moves"]) >= 1, "\n".join(lines)
@@ -64,7 +72,7 @@ def test_quick_move_demo_moves_a_job_live_and_its_training_survives_exactly(tmp_
     profile = replace(profile, prompts=max(4, profile.prompts // 4))  # the quick run's shrunk profile
     rewards, state = replay_job(profile, summary["jobs"][MOVING_JOB]["iterations_target"], warm_start_weights(profile))
     assert summary["jobs"][MOVING_JOB]["rewards"] == rewards
-    final = torch.load(tmp_path / "final_state" / f"{MOVING_JOB}.pt")
+    final = torch.load(out / "final_state" / f"{MOVING_JOB}.pt")
     assert final["updates"] == state["updates"] == len(rewards)
     assert sorted(final["slots"]) == sorted(state["slots"])
     assert any(name.startswith("optim.") and name.endswith("exp_avg_sq") for name in final["slots"])

@@ -299,37 +299,32 @@ def run_job(job: JobHandle, profile: JobProfile, iterations: int, weights: dict[
     workers = None
     shapes: dict[int, dict] = {}
     try:
-        placement = job.wait_placed(timeout_s=placed_timeout_s)
-        workers = _Workers(job_id, profile, placement, weights, rollout_workers=tail.workers if tail else 1)
-        if movable:
-            job.on_move = workers.move
-        run = JobRun(job_id, profile.name, iterations, placement, workers.params, moves=workers.moves)
-        states = {pool: RemoteState(workers, job_id, pool, run.switches) for pool in (ROLLOUT, TRAIN)}
-        latest = None
-        for step in range(iterations):
-            with job.phase(ROLLOUT, state=states[ROLLOUT], device="cpu") as ph:
-                if tail is None:
-                    batch, stats_ref = workers.roll.rollout.options(num_returns=2).remote(step, latest)
-                    stats = ray.get(stats_ref)
-                else:
-                    batch, stats, shapes[step] = _tail_rollout(job, ph, workers, step, latest, tail)
-            with job.phase(TRAIN, state=states[TRAIN], device="cpu"):
-                latest, train_ref = workers.train.train.options(num_returns=2).remote(batch)
-                run.train_stats.append(ray.get(train_ref))
-            run.rewards.append(stats["reward"])
-            run.exact.append(stats["exact"])
-            run.iterations_done = step + 1
-            if on_iteration is not None:
-                on_iteration(job_id, step, stats["reward"])
-        if final_state is not None:
-            final_state[job_id] = workers.export_train_state()
-        job.complete()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            job.cancel()
-        raise
+        with job.lifetime():
+            placement = job.wait_placed(timeout_s=placed_timeout_s)
+            workers = _Workers(job_id, profile, placement, weights, rollout_workers=tail.workers if tail else 1)
+            if movable:
+                job.on_move = workers.move
+            run = JobRun(job_id, profile.name, iterations, placement, workers.params, moves=workers.moves)
+            states = {pool: RemoteState(workers, job_id, pool, run.switches) for pool in (ROLLOUT, TRAIN)}
+            latest = None
+            for step in range(iterations):
+                with job.phase(ROLLOUT, state=states[ROLLOUT], device="cpu") as ph:
+                    if tail is None:
+                        batch, stats_ref = workers.roll.rollout.options(num_returns=2).remote(step, latest)
+                        stats = ray.get(stats_ref)
+                    else:
+                        batch, stats, shapes[step] = _tail_rollout(job, ph, workers, step, latest, tail)
+                with job.phase(TRAIN, state=states[TRAIN], device="cpu"):
+                    latest, train_ref = workers.train.train.options(num_returns=2).remote(batch)
+                    run.train_stats.append(ray.get(train_ref))
+                run.rewards.append(stats["reward"])
+                run.exact.append(stats["exact"])
+                run.iterations_done = step + 1
+                if on_iteration is not None:
+                    on_iteration(job_id, step, stats["reward"])
+            if final_state is not None:
+                final_state[job_id] = workers.export_train_state()
     finally:
-        job.close()
         if workers is not None:
             workers.shutdown()
     run.spans = [PhaseSpan(job_id, name, nodes, i // 2, start, end)
