@@ -242,6 +242,7 @@ def test_owned_nodes_cost_all_the_time_and_idle_nodes_show(tmp_path):
         runs[name] = (r.output, json.loads(out.read_text()))
     base, more = runs["base"][1]["policies"]["rollmux"], runs["more"][1]["policies"]["rollmux"]
     assert base["limiting_pool"] == "rollout" and "limited by the rollout pool (1 nodes)" in runs["base"][0]
+    assert "more train nodes would shorten no wait" in " ".join(runs["more"][0].split())
     assert base["pricing"] == "owned" and base["used_cost"] < base["total_cost"]
     hours = base["span_hours"]
     assert abs(base["total_cost"] - (1 * 8 * 1.85 + 2 * 8 * 5.28) * hours) < 1e-6 * base["total_cost"]

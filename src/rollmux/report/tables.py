@@ -91,7 +91,8 @@ def kind_lines(results: list[PolicyResult]) -> list[str]:
 def limit_lines(results: list[PolicyResult], nodes: dict[str, int | None]) -> list[str]:
     """One line per policy of a bounded run: which pool limits it and by how much.
 
-    ``nodes`` is each pool's inventory (None: unbounded). Empty for unbounded runs.
+    ``nodes`` is each pool's inventory (None: unbounded). Empty for unbounded runs. A
+    bounded pool that never bound is called out: more of its nodes would shorten no wait.
     """
     lines = []
     for r in results:
@@ -102,9 +103,11 @@ def limit_lines(results: list[PolicyResult], nodes: dict[str, int | None]) -> li
             lines.append(f"{escape(r.policy)}: no job waited for nodes")
             continue
         other = TRAIN if pool == ROLLOUT else ROLLOUT
+        idle = (f" (more {other} nodes would shorten no wait)" if r.binding(other) == 0 and nodes[other] is not None
+                else "")
         lines.append(f"{escape(r.policy)}: limited by the {pool} pool ({nodes[pool]} nodes): binding "
                      f"{_pct(r.binding(pool))} of the run, {r.waited_on_s[pool] / 3600:,.0f} job-hours waited; "
-                     f"{other} pool binding {_pct(r.binding(other))}")
+                     f"{other} pool binding {_pct(r.binding(other))}{idle}")
     return lines
 
 
