@@ -23,7 +23,7 @@ from rollmux.errors import RollMuxError, SpecError
 from rollmux.planner import TIE_BREAKS
 from rollmux.policies import DEFAULT_POLICIES, KNOWN
 from rollmux.report.progress import progress_reporter
-from rollmux.sim.durations import MODELS
+from rollmux.cli_choices import AccountingName, DurationModel
 from rollmux.traces.philly import MIXES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -37,10 +37,8 @@ CLUSTER_HELP = "Cluster YAML (pools, prices, host memory, inventory, switch cost
 CLUSTER_OPTION = typer.Option(None, help=CLUSTER_HELP, exists=True, dir_okay=False, readable=True)
 
 #: The choices of choice-valued options, as typer enums (typer checks them and lists them).
-DurationModel = enum.Enum("DurationModel", {m: m for m in MODELS}, type=str)
 TieBreak = enum.Enum("TieBreak", {t: t for t in TIE_BREAKS}, type=str)
 Mix = enum.Enum("Mix", {m: m for m in MIXES}, type=str)
-AccountingName = enum.Enum("AccountingName", {a: a for a in ACCOUNTINGS}, type=str)
 
 
 def _version(value: bool) -> None:

@@ -31,6 +31,7 @@ _OPTIONS = {"percentile": "--percentile", "slo": "--slo", "gpus": "--gpus", "ite
 _PERCENTILE = typer.Option(100.0, help="Phase time kept per job: this nearest-rank percentile of its steps "
                                         "(100: the worst step).")
 _SLO = typer.Option(1.5, help="Slowdown tolerance written for every job.")
+_OUT = typer.Option(..., help="Where to write the job trace CSV.")
 
 
 def _gpus(value: str) -> int | dict[str, int]:
@@ -78,7 +79,7 @@ def register(app: typer.Typer, trace_app: typer.Typer, console: Console, fail) -
         src: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True,
                                    help="veRL step timings CSV: run, step, t_gen, t_update_actor (+ t_reward, "
                                         "t_ref, t_values, t_adv, t_update_critic)."),
-        out: Path = typer.Option(..., help="Where to write the job trace CSV."),
+        out: Path = _OUT,
         gpus: str = typer.Option("8", callback=_gpus,
                                  help="GPUs per phase: one count for every run, or RUN=COUNT,..."),
         percentile: float = _PERCENTILE,
@@ -99,7 +100,7 @@ def register(app: typer.Typer, trace_app: typer.Typer, console: Console, fail) -
         src: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True,
                                    help="A TRL log with generation timings: trainer_state.json, a JSON list or "
                                         "JSON lines (e.g. a W&B export); docs/importers.md."),
-        out: Path = typer.Option(..., help="Where to write the job trace CSV."),
+        out: Path = _OUT,
         job_id: Optional[str] = typer.Option(None, help="Job id (default: the run's directory or file name)."),
         gpus: int = typer.Option(8, min=1, help="GPUs per phase."),
         percentile: float = _PERCENTILE,

@@ -25,13 +25,11 @@ from rich.table import Table
 from rollmux.accounting import ACCOUNTINGS
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.policies import KNOWN
-from rollmux.sim.durations import MODELS
+from rollmux.cli_choices import AccountingName, DurationModel
 from rollmux.whatif import COST_BASES, UNBOUNDED, Row
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
-DurationModel = enum.Enum("DurationModel", {m: m for m in MODELS}, type=str)
-AccountingName = enum.Enum("AccountingName", {a: a for a in ACCOUNTINGS}, type=str)
 #: Simulated policies (``optimal`` is a cost bound, not a simulation).
 PolicyName = enum.Enum("PolicyName", {p: p for p in KNOWN if p != "optimal"}, type=str)
 CostBasis = enum.Enum("CostBasis", {b: b for b in COST_BASES}, type=str)

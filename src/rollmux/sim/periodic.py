@@ -24,7 +24,7 @@ start at the same offsets, so the results are those of the event-by-event run up
 floating-point rounding (t1 + m P against a sum of phase lengths; tested on the builtin
 traces to 1e-9 relative).
 
-A state is recognised by its signature with times rounded to ``RESOLUTION`` seconds (so
+A state is recognised by its signature with times rounded to ``DIGITS`` decimals of a second (so
 that a float sum that differs in the last bit still matches); the cycle found must also
 show every member progressing (d_j >= 1), else it is not used. A group keeps at most
 ``MAX_STATES`` states between membership changes, then starts over (a long transient
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from rollmux.execution import GroupExecutor
 from rollmux.model import POOLS
 
-RESOLUTION = 1e-6
+DIGITS = 6  # a microsecond
 MAX_STATES = 512
 #: Skip only when at least this many periods can be skipped (fewer is not worth the thaw).
 MIN_PERIODS = 2
@@ -49,8 +49,8 @@ def signature(ex: GroupExecutor, now: float, ends: dict[str, float]) -> tuple:
 
     ``ends``: member -> the end of the phase it runs (members not running are absent)."""
     members = ex.members()
-    running = tuple((j, ex.running(j), round(ends[j] - now, 6)) for j in members if ex.running(j) is not None)
-    queues = tuple(tuple((round(now - ready, 6), order, j) for ready, order, j in ex.queue_entries(p)) for p in POOLS)
+    running = tuple((j, ex.running(j), round(ends[j] - now, DIGITS)) for j in members if ex.running(j) is not None)
+    queues = tuple(tuple((round(now - ready, DIGITS), order, j) for ready, order, j in ex.queue_entries(p)) for p in POOLS)
     return (tuple(members), running, queues, tuple(sorted(ex.busy_nodes().items())),
             tuple(sorted(ex.last_jobs().items())))
 

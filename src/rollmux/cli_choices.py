@@ -1,0 +1,11 @@
+"""The choices of choice-valued CLI options shared by several commands, as typer enums
+(typer checks a value against them and lists them in errors and ``--help``)."""
+from __future__ import annotations
+
+import enum
+
+from rollmux.accounting import ACCOUNTINGS
+from rollmux.sim.durations import MODELS
+
+DurationModel = enum.Enum("DurationModel", {m: m for m in MODELS}, type=str)
+AccountingName = enum.Enum("AccountingName", {a: a for a in ACCOUNTINGS}, type=str)
