@@ -15,7 +15,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
 
 from rollmux.model import Job
 from rollmux.runtime.auth import JOB_ID_PATTERN
-from rollmux.runtime.control import GrantRecord, JobRecord
+from rollmux.runtime.control import MAX_STALENESS, GrantRecord, JobRecord
 
 Phase = Literal["rollout", "train"]
 MAX_WAIT_S = 30.0
@@ -57,14 +57,15 @@ class JobSpec(_Request):
     movable: StrictBool = Field(default=True, description="false: the policy never moves this job")
     tail_workers: StrictInt | None = Field(default=None, ge=1, le=MAX_GPUS,
                                            description="GPUs a rollout keeps in its long tail (default: 1/8)")
-    staleness: StrictInt = Field(default=0, ge=0, description="0 only: the live service runs synchronous jobs")
+    staleness: StrictInt = Field(default=0, description=f"policy versions a rollout may lag, 0 to {MAX_STALENESS} "
+                                                        "(0: synchronous; k >= 1: rollout i+1 may run while "
+                                                        "training i does, docs/rollart.md)")
 
     @field_validator("staleness")
     @classmethod
-    def _synchronous_only(cls, value: int) -> int:
-        if value > 0:
-            raise ValueError(f"staleness {value} > 0: the live service runs synchronous jobs only "
-                             "(asynchronous jobs are simulated: docs/rollart.md)")
+    def _staleness_bounded(cls, value: int) -> int:
+        if not 0 <= value <= MAX_STALENESS:
+            raise ValueError(f"staleness {value}: an integer from 0 (synchronous) to {MAX_STALENESS}")
         return value
 
     @field_validator("tail_workers")
@@ -79,7 +80,7 @@ class JobSpec(_Request):
         return Job(job_id=self.job_id, t_roll_s=self.t_roll_s, t_train_s=self.t_train_s,
                    rollout_gpus=self.rollout_gpus, train_gpus=self.train_gpus, mem_roll_gb=self.mem_roll_gb,
                    mem_train_gb=self.mem_train_gb, slo=self.slo, model=self.model, iterations=self.iterations,
-                   tail_workers=self.tail_workers)
+                   tail_workers=self.tail_workers, staleness=self.staleness)
 
 
 class SubmitRequest(_Request):
@@ -168,12 +169,27 @@ class GrantView(BaseModel):
                    share=g.share)
 
 
+class PipelineView(BaseModel):
+    """An asynchronous job's counters (rules 10-12 of the execution rule): a rollout may start
+    while ``rollouts_started - trainings_done <= staleness``; a training while
+    ``rollouts_done > trainings_done``."""
+
+    staleness: int
+    rollouts_started: int
+    rollouts_done: int
+    trainings_done: int
+
+
 class JobView(BaseModel):
     job_id: str
     state: str
     tenant: str
     placement: PlacementView | None
     grant: GrantView | None
+    grants: list[GrantView] = Field(default=[], description="every grant held (two at once only for an "
+                                                           "asynchronous job: one per pool)")
+    staleness: int = 0
+    pipeline: PipelineView | None = None
     next_phase: Phase
     iterations_done: int
     iterations: int | None
@@ -193,8 +209,11 @@ class JobView(BaseModel):
         if rec.group_id is not None:
             placement = PlacementView(group_id=rec.group_id, rollout_nodes=list(rec.rollout_nodes),
                                       train_nodes=list(rec.train_nodes))
+        pipe = rec.pipeline()
         return cls(job_id=rec.job_id, state=rec.state, tenant=rec.tenant, placement=placement,
-                   grant=GrantView.of(rec.grant), next_phase=rec.next_phase, iterations_done=rec.iterations_done,
+                   grant=GrantView.of(rec.grant), grants=[GrantView.of(g) for g in rec.grants],
+                   staleness=rec.job.staleness, pipeline=PipelineView(**pipe) if pipe else None,
+                   next_phase=rec.next_phase, iterations_done=rec.iterations_done,
                    iterations=rec.job.iterations, progress=rec.progress, lease_s=lease_s, grace_s=grace_s,
                    outcome=rec.outcome, explanation=rec.explanation, reason=rec.end_reason, movable=rec.movable,
                    moves=rec.moves, move=MoveView(**rec.move) if rec.move and "to_group" in rec.move else None)

@@ -19,6 +19,16 @@ Contract
   guarantees that no two grants of a group share a node.
 * Phases alternate rollout, train, rollout, ... per job. Ending a train phase counts an
   iteration; a job with ``iterations`` set departs after its last one.
+* Asynchronous jobs (``Job.staleness`` = k >= 1, at most ``MAX_STALENESS``; rules 10-12 of
+  the execution rule): such a job may hold one grant per pool at once (``JobRecord.grants``:
+  its rollout r+1 on its rollout nodes while its training r runs on its training nodes);
+  each release names its pool. A rollout is in order while ``r - t <= k`` (r rollouts
+  started, t trainings released) and rollouts are left (``iterations``); a training while
+  a released rollout waits for it (f > t). Anything else is a ``PhaseOrderError`` (409) and
+  changes nothing. An asynchronous job reports no tail and is never moved or regrouped (as
+  in the simulator: at its iteration boundary its next rollout may be running); the
+  planner keeps it in a group of its own. Its executor counters (r, f, t, pools running
+  and queued) are persisted in its group's row (``pipe``) and restored with it.
 * Job ids of departed jobs may be submitted again (a new run of the same job); the
   departed record stays in the history (``take_changes().ended``).
 * Moves (policy ``rollmux-consolidate``, as in the simulator): after a departure the
@@ -57,11 +67,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from bisect import insort
 from dataclasses import asdict, dataclass, field
 
 from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
 from rollmux.errors import RollMuxError
-from rollmux.execution import Grant, GroupExecutor
+from rollmux.execution import Grant, GroupExecutor, _Pipe
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec
 from rollmux.improve import materialize
 from rollmux.model import model_size_column
@@ -80,6 +91,7 @@ LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup")
 #: SLO guarantees rest on worst-case profiles, so such a job's group may miss them.
 PROFILE_TOLERANCE = 0.10
 OPEN_ENDED = 10**9  # iterations assumed for a job without a target (its whole-run check is then per iteration)
+MAX_STALENESS = 8  # the largest staleness k the live service runs (policy versions a rollout may lag)
 
 
 class ControlError(RollMuxError):
@@ -131,6 +143,12 @@ class NeverFits(ControlError):
     status = 422
 
 
+class SpecRejected(ControlError):
+    """A job spec the live service does not take (e.g. staleness above ``MAX_STALENESS``)."""
+
+    status = 422
+
+
 @dataclass(slots=True)
 class GrantRecord:
     """A grant the job holds: event ``seq`` started ``pool`` on ``nodes`` at ``granted_at``."""
@@ -176,6 +194,12 @@ class JobRecord:
     moves: int = 0
     phase_max_s: dict[str, float] = field(default_factory=dict)  # pool -> longest phase body released
     over_profile: int = 0  # phases released longer than the profile x (1 + PROFILE_TOLERANCE)
+    # An asynchronous job's second grant (the other pool than ``grant``'s), held at the same
+    # time; None for a synchronous job. ``grants`` / ``held`` read both.
+    other_grant: GrantRecord | None = None
+    rollouts_started: int = 0  # rollout grants received (r of the execution rule)
+    rollouts_done: int = 0  # rollouts released (f); trainings released are ``iterations_done`` (t)
+    last_released_in: dict[str, int] = field(default_factory=dict)  # pool -> grant seq last released there
 
     @property
     def job_id(self) -> str:
@@ -184,6 +208,30 @@ class JobRecord:
     @property
     def live(self) -> bool:
         return self.state in LIVE_STATES
+
+    @property
+    def asynchronous(self) -> bool:
+        return self.job.staleness > 0
+
+    @property
+    def grants(self) -> list[GrantRecord]:
+        """Every grant the job holds (two only for an asynchronous job, one per pool)."""
+        return [g for g in (self.grant, self.other_grant) if g is not None]
+
+    def held(self, pool: str) -> GrantRecord | None:
+        """The grant the job holds in ``pool``, or None."""
+        for g in (self.grant, self.other_grant):
+            if g is not None and g.pool == pool:
+                return g
+        return None
+
+    def pipeline(self) -> dict | None:
+        """An asynchronous job's counters: staleness k, rollouts started (r) and released (f),
+        trainings released (t); None for a synchronous job."""
+        if not self.asynchronous:
+            return None
+        return {"staleness": self.job.staleness, "rollouts_started": self.rollouts_started,
+                "rollouts_done": self.rollouts_done, "trainings_done": self.iterations_done}
 
     def measured_slowdown(self) -> float | None:
         """Mean measured iteration time over the solo iteration time of the spec."""
@@ -257,6 +305,11 @@ class ControlPlane:
             if known.live:
                 raise DuplicateJob("job_id", f"{job.job_id!r} is already registered")
         job.validate(self.cluster)
+        if job.staleness > MAX_STALENESS:
+            raise SpecRejected("staleness", f"{job.staleness} is more than {MAX_STALENESS}, the largest staleness "
+                                            f"the live service runs")
+        if job.staleness:
+            movable = False  # never moved (see the module docstring)
         decision = self.planner.decide(self.plan, job, explain=True)
         if decision.outcome == "rejected":
             raise NeverFits(self._never_fits_field(job), decision.reason)
@@ -278,11 +331,31 @@ class ControlPlane:
         """The job's grant for ``phase`` if it holds one, else None (not yet its turn). Changes nothing."""
         rec = self._live(job_id)
         self._check_phase(phase)
+        if rec.asynchronous:
+            held = rec.held(phase)
+            if held is None:
+                self._check_async_order(rec, phase)
+            return held
         if phase != rec.next_phase:
             raise PhaseOrderError("phase", f"{phase!r} out of order: job {job_id!r} is due for {rec.next_phase!r}")
         if rec.grant is not None and rec.grant.pool == phase:
             return rec.grant
         return None
+
+    @staticmethod
+    def _check_async_order(rec: JobRecord, phase: str) -> None:
+        """Rules 10 and 12 for an asynchronous job's ``phase`` not held now: refuse what the
+        staleness bound or the pipeline forbids (the job would wait for itself)."""
+        r, f, t, k = rec.rollouts_started, rec.rollouts_done, rec.iterations_done, rec.job.staleness
+        if phase == ROLLOUT:
+            if rec.job.iterations is not None and r >= rec.job.iterations:
+                raise PhaseOrderError("phase", f"job {rec.job_id!r} has started all its {r} rollouts")
+            if r - t > k:
+                raise PhaseOrderError("phase", f"rollout {r + 1} would be {r - t} policy versions stale, more than "
+                                               f"the job's staleness {k}: release training {t + 1} first")
+        elif f <= t:
+            raise PhaseOrderError("phase", f"training {t + 1} needs rollout {t + 1} released first "
+                                           f"({f} released)")
 
     def release(self, job_id: str, phase: str, grant_seq: int, duration_s: float, now: float) -> JobRecord:
         """End the granted ``phase``; a repeat of the last release (same grant and phase) is
@@ -291,10 +364,14 @@ class ControlPlane:
         if (rec is not None and rec.last_released_seq == grant_seq and rec.last_released_phase == phase
                 and grant_seq is not None):
             return rec
+        if rec is not None and rec.asynchronous and rec.last_released_in.get(phase) == grant_seq:
+            return rec  # a repeat of this pool's last release (the other pool's phase was released since)
         rec = self._live(job_id)
         self._check_phase(phase)
         if not (math.isfinite(duration_s) and duration_s >= 0):
             raise ControlError("duration_s", f"{duration_s!r} is not a finite duration >= 0 seconds")
+        if rec.asynchronous:
+            return self._release_async(rec, phase, grant_seq, duration_s, now)
         if rec.grant is None:
             raise PhaseOrderError("phase", f"job {job_id!r} holds no grant to release")
         if rec.grant.pool != phase:
@@ -303,20 +380,8 @@ class ControlPlane:
             raise PhaseOrderError("grant_seq", f"{grant_seq} is not the held grant ({rec.grant.seq})")
         self._advance(now)
         last = phase == TRAIN and rec.job.iterations is not None and rec.iterations_done + 1 >= rec.job.iterations
-        rec.last_released_seq = grant_seq
-        rec.last_released_phase = phase
         rec.next_phase = TRAIN if phase == ROLLOUT else ROLLOUT
-        rec.ready_at = now
-        rec.phase_max_s[phase] = max(rec.phase_max_s.get(phase, 0.0), duration_s)
-        profiled = rec.job.t_roll_s if phase == ROLLOUT else rec.job.t_train_s
-        if duration_s > profiled * (1 + PROFILE_TOLERANCE):
-            rec.over_profile += 1
-            self._log(now, "over-profile", rec.group_id, job_id, phase, (), duration_s=duration_s,
-                      profile_s=profiled)
-        if phase == TRAIN:
-            rec.iterations_done += 1
-            rec.iter_time_sum += now - (rec.iter_mark if rec.iter_mark is not None else rec.submitted_at)
-            rec.iter_mark = now
+        self._count_release(rec, phase, grant_seq, duration_s, now)
         move = None
         stop = phase == TRAIN and not last and self._pending_regroup(job_id) is not None
         if stop:
@@ -345,6 +410,58 @@ class ControlPlane:
         else:
             self._dispatch(rec.group_id, now)
         return rec
+
+    def _count_release(self, rec: JobRecord, phase: str, grant_seq: int, duration_s: float, now: float) -> None:
+        """The bookkeeping of a release, synchronous or not: counters, measured times."""
+        rec.last_released_seq = grant_seq
+        rec.last_released_phase = phase
+        rec.last_released_in[phase] = grant_seq
+        rec.ready_at = now
+        rec.phase_max_s[phase] = max(rec.phase_max_s.get(phase, 0.0), duration_s)
+        profiled = rec.job.t_roll_s if phase == ROLLOUT else rec.job.t_train_s
+        if duration_s > profiled * (1 + PROFILE_TOLERANCE):
+            rec.over_profile += 1
+            self._log(now, "over-profile", rec.group_id, rec.job_id, phase, (), duration_s=duration_s,
+                      profile_s=profiled)
+        if phase == TRAIN:
+            rec.iterations_done += 1
+            rec.iter_time_sum += now - (rec.iter_mark if rec.iter_mark is not None else rec.submitted_at)
+            rec.iter_mark = now
+        else:
+            rec.rollouts_done += 1
+
+    def _release_async(self, rec: JobRecord, phase: str, grant_seq: int, duration_s: float,
+                       now: float) -> JobRecord:
+        """Release one of an asynchronous job's (up to two) grants: the executor finishes
+        that pool's phase (rule 11) and queues what rules 10 and 12 allow."""
+        job_id = rec.job_id
+        held = rec.held(phase)
+        if held is None:
+            pools = [g.pool for g in rec.grants]
+            raise PhaseOrderError("phase", f"job {job_id!r} holds no {phase} grant to release (holds: "
+                                           f"{', '.join(pools) or 'none'})")
+        if held.seq != grant_seq:
+            raise PhaseOrderError("grant_seq", f"{grant_seq} is not the held {phase} grant ({held.seq})")
+        self._advance(now)
+        last = phase == TRAIN and rec.job.iterations is not None and rec.iterations_done + 1 >= rec.job.iterations
+        self._count_release(rec, phase, grant_seq, duration_s, now)
+        self._end_grant(rec, now, phase)
+        self.executors[rec.group_id].finish(job_id, now, requeue=not last, pool=phase)
+        rec.next_phase = self._async_due(rec)
+        self._log(now, "finish", rec.group_id, job_id, phase, (), requeue=not last)
+        self._dirty_jobs.add(job_id)
+        self._dirty_groups.add(rec.group_id)
+        if last:
+            self._depart(rec, DONE, now, "completed its iterations")
+        else:
+            self._dispatch(rec.group_id, now)
+        return rec
+
+    @staticmethod
+    def _async_due(rec: JobRecord) -> str:
+        """``next_phase`` of an asynchronous job (a summary; ``pipeline`` is exact): training
+        when a released rollout waits for it and none runs, else rollout."""
+        return TRAIN if rec.rollouts_done > rec.iterations_done and rec.held(TRAIN) is None else ROLLOUT
 
     def pending_move(self, job_id: str) -> dict | None:
         """The job's move directive ({"from_group", "to_group", "rollout_nodes",
@@ -413,7 +530,8 @@ class ControlPlane:
         rec = self._live(job_id)
         if not (0.0 <= fraction <= 1.0):
             raise ControlError("fraction", f"{fraction!r} is not a fraction in [0, 1]")
-        if rec.grant is None or rec.grant.pool != ROLLOUT:
+        held = rec.held(ROLLOUT)
+        if held is None:
             raise PhaseOrderError("phase", f"job {job_id!r} holds no rollout grant to report a tail for")
         gpus = rec.job.rollout_gpus
         if fraction < self.tail_threshold:
@@ -423,7 +541,7 @@ class ControlPlane:
         if not ex.tail(job_id, now, keep):
             return keep if ex.in_tail(job_id) else gpus
         self._advance(now)
-        self._log(now, "tail", rec.group_id, job_id, ROLLOUT, rec.grant.nodes, fraction=fraction, keep_gpus=keep)
+        self._log(now, "tail", rec.group_id, job_id, ROLLOUT, held.nodes, fraction=fraction, keep_gpus=keep)
         self._dirty_jobs.add(job_id)
         self._dispatch(rec.group_id, now)
         return keep
@@ -603,7 +721,8 @@ class ControlPlane:
                  "progress": r.progress, "slo": r.job.slo, "measured_slowdown": r.measured_slowdown(),
                  "profile_s": {ROLLOUT: r.job.t_roll_s, TRAIN: r.job.t_train_s}, "measured_max_s": r.phase_max_s,
                  "over_profile": r.over_profile,
-                 "grant": asdict(r.grant) if r.grant else None, "reason": r.end_reason}
+                 "grant": asdict(r.grant) if r.grant else None, "reason": r.end_reason,
+                 **({"grants": [asdict(g) for g in r.grants], "pipeline": r.pipeline()} if r.asynchronous else {})}
                 for r in self.jobs.values()]
         nodes = {p: {"free": self.plan.free_count(p)} for p in POOLS}
         return {"now": now, "groups": groups, "waiting": list(self.waiting), "jobs": jobs,
@@ -616,7 +735,7 @@ class ControlPlane:
         return out
 
     def outstanding_grants(self) -> int:
-        return sum(1 for r in self.jobs.values() if r.grant is not None)
+        return sum(len(r.grants) for r in self.jobs.values())
 
     # --- persistence ------------------------------------------------------------------
     def take_changes(self) -> Changes:
@@ -674,6 +793,8 @@ class ControlPlane:
                 ex.restore(m["job_id"], m["order"], tuple(m["rollout_nodes"]), tuple(m["train_nodes"]),
                            m["switch"][0], m["switch"][1], tuple(m["queued"]) if m["queued"] else None,
                            m["running"], tuple(m["last_on"]))
+                if "pipe" in m:
+                    _restore_pipe(ex, m["job_id"], m["pipe"])
             if "tails" in g:
                 ex.restore_tail_state(g["tails"])
             cp.executors[gid] = ex
@@ -711,11 +832,15 @@ class ControlPlane:
         sw = self.cluster.switch_cost
         for job_id in ex.members():
             m = g.member(job_id)
-            members.append({"job_id": job_id, "order": ex.order_of(job_id),
-                            "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes),
-                            "switch": [sw.seconds(m.job.model, ROLLOUT), sw.seconds(m.job.model, TRAIN)],
-                            "queued": queued.get(job_id), "running": ex.running(job_id),
-                            "last_on": sorted(n for n, j in last.items() if j == job_id)})
+            row = {"job_id": job_id, "order": ex.order_of(job_id),
+                   "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes),
+                   "switch": [sw.seconds(m.job.model, ROLLOUT), sw.seconds(m.job.model, TRAIN)],
+                   "queued": queued.get(job_id), "running": ex.running(job_id),
+                   "last_on": sorted(n for n, j in last.items() if j == job_id)}
+            if m.job.staleness:
+                row["queued"] = None
+                row["pipe"] = _pipe_row(ex, m.job)
+            members.append(row)
         row = {"ord": _group_ord(gid), "rollout_nodes": list(g.rollout_nodes), "train_nodes": list(g.train_nodes),
                "colocated": g.colocated, "members": [m.job.job_id for m in g.members], "executor": members}
         tails = ex.tail_state()
@@ -749,12 +874,15 @@ class ControlPlane:
         if ex is None:
             ex = self.executors[gid] = GroupExecutor(gpus_per_node=self.cluster.gpus_per_node)
         sw = self.cluster.switch_cost
+        pipe = {}
+        if job.staleness:  # rule 12: no rollout past its last training (admitted once: it never moves)
+            pipe = {"staleness": job.staleness, "rollouts": job.iterations}
         ex.admit(job.job_id, rec.rollout_nodes, rec.train_nodes, now,
-                 sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN))
+                 sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN), **pipe)
         rec.ready_at = now
         self._log(now, "admit", gid, job.job_id, "", rec.rollout_nodes + rec.train_nodes,
                   rollout_nodes=list(rec.rollout_nodes), train_nodes=list(rec.train_nodes),
-                  switch=[sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN)])
+                  switch=[sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN)], **pipe)
         self._dispatch(gid, now)
 
     def _progress(self, rec: JobRecord, now: float) -> tuple[int, float]:
@@ -771,7 +899,7 @@ class ControlPlane:
 
     def _move_decision(self, rec: JobRecord, now: float):
         """``Planner.repack`` for ``rec`` at its iteration boundary, or None (as the simulator's ``try_move``)."""
-        if not rec.movable or rec.move is not None:
+        if not rec.movable or rec.move is not None or rec.asynchronous:
             return None
         left, spare = self._progress(rec, now)
         spare -= self.migration_seconds(rec.job)
@@ -814,7 +942,8 @@ class ControlPlane:
 
     def _movable(self, job_id: str, now: float) -> tuple[int, float] | None:
         rec = self.jobs[job_id]
-        if not rec.movable or rec.move is not None or self._pending_regroup(job_id) is not None:
+        if (not rec.movable or rec.move is not None or rec.asynchronous
+                or self._pending_regroup(job_id) is not None):
             return None
         left, spare = self._progress(rec, now)
         return None if left < 2 else (left, spare)
@@ -940,7 +1069,15 @@ class ControlPlane:
             self._seq += 1
             self.grants_total += 1
             rec = self.jobs[g.job_id]
-            rec.grant = GrantRecord(self._seq, g.pool, g.nodes, now, g.switch_s, g.share)
+            record = GrantRecord(self._seq, g.pool, g.nodes, now, g.switch_s, g.share)
+            if rec.grant is not None and rec.asynchronous:  # its other pool's phase runs: it holds both
+                rec.other_grant = record
+            else:
+                rec.grant = record
+            if g.pool == ROLLOUT:
+                rec.rollouts_started += 1
+            if rec.asynchronous:
+                rec.next_phase = self._async_due(rec)
             self._dirty_jobs.add(g.job_id)
             wait = now - rec.ready_at if rec.ready_at is not None else 0.0
             detail = {"switch_s": g.switch_s, "wait_s": wait}
@@ -950,10 +1087,16 @@ class ControlPlane:
                                  "job_id": g.job_id, "pool": g.pool, "nodes": list(g.nodes), "detail": detail})
         return grants
 
-    def _end_grant(self, rec: JobRecord, now: float) -> None:
-        g = rec.grant
-        self.busy_s[g.pool] += (now - g.granted_at) * len(g.nodes) * g.share
-        rec.grant = None
+    def _end_grant(self, rec: JobRecord, now: float, pool: str | None = None) -> None:
+        """End the job's grant in ``pool`` (None: its grant, or every grant it holds)."""
+        for g in rec.grants:
+            if pool is not None and g.pool != pool:
+                continue
+            self.busy_s[g.pool] += (now - g.granted_at) * len(g.nodes) * g.share
+            if g is rec.grant:
+                rec.grant, rec.other_grant = rec.other_grant, None
+            else:
+                rec.other_grant = None
 
     def _depart(self, rec: JobRecord, state: str, now: float, reason: str) -> None:
         self._advance(now)
@@ -966,7 +1109,7 @@ class ControlPlane:
             rec.move = None
         else:
             gid = rec.group_id
-            if rec.grant is not None:
+            if rec.grants:
                 self._end_grant(rec, now)
             if rec.move is None:  # a moving job is pinned to its target but not yet admitted there
                 self.executors[gid].remove(job_id)
@@ -1085,6 +1228,32 @@ def _group_from_dict(d: dict, jobs: dict[str, JobRecord]) -> Group:
                  members)
 
 
+def _pipe_row(ex: GroupExecutor, job: Job) -> dict:
+    """An asynchronous member's executor state as plain data (``_restore_pipe`` inverts it)."""
+    started, rolled, trained = ex.pipeline(job.job_id)
+    queued = [[pool, ready, order] for pool in POOLS for ready, order, j in ex.queue_entries(pool) if j == job.job_id]
+    return {"staleness": job.staleness, "rollouts": job.iterations, "started": started, "rolled": rolled,
+            "trained": trained, "running": list(ex.running_pools(job.job_id)), "queued": queued}
+
+
+def _restore_pipe(ex: GroupExecutor, job_id: str, row: dict) -> None:
+    """Rebuild an asynchronous member (restored as an idle synchronous one) from ``_pipe_row``.
+
+    ``GroupExecutor.restore`` takes one queue entry and one running phase, a synchronous
+    member's state; an asynchronous member may run and queue in both pools, so its counters,
+    busy nodes and queue entries are set here, as ``GroupExecutor.admit`` and ``dispatch``
+    would have left them.
+    """
+    slot = ex._members[job_id]
+    slot.pipe = _Pipe(row["staleness"], row["rollouts"], row["started"], row["rolled"], row["trained"],
+                      set(row["running"]), {q[0] for q in row["queued"]})
+    for pool in row["running"]:
+        for node in slot.nodes[pool]:
+            ex._busy[node] = job_id
+    for pool, ready, order in row["queued"]:
+        insort(ex._queues[pool], (ready, order, job_id))
+
+
 def _group_ord(gid: str) -> int:
     return int(gid[1:]) if gid[1:].isdigit() else 0
 
@@ -1103,6 +1272,8 @@ def _record_to_dict(rec: JobRecord) -> dict:
     d["train_nodes"] = list(rec.train_nodes)
     if d["grant"] is not None:
         d["grant"]["nodes"] = list(rec.grant.nodes)
+    if d["other_grant"] is not None:
+        d["other_grant"]["nodes"] = list(rec.other_grant.nodes)
     return d
 
 
@@ -1112,6 +1283,9 @@ def _record_from_dict(d: dict) -> JobRecord:
     g = d["grant"]
     d["grant"] = GrantRecord(g["seq"], g["pool"], tuple(g["nodes"]), g["granted_at"], g["switch_s"],
                              g.get("share", 1.0)) if g else None
+    o = d.get("other_grant")
+    d["other_grant"] = GrantRecord(o["seq"], o["pool"], tuple(o["nodes"]), o["granted_at"], o["switch_s"],
+                                   o.get("share", 1.0)) if o else None
     d["rollout_nodes"] = tuple(d["rollout_nodes"])
     d["train_nodes"] = tuple(d["train_nodes"])
     return JobRecord(**d)

@@ -11,6 +11,18 @@
             update()
     job.complete()
 
+An asynchronous job (spec ``staleness`` = k >= 1) runs its phases from two threads, one
+looping over rollouts and one over trainings; rollout i+1 overlaps training i::
+
+    def rollouts():
+        for i in range(iterations):
+            with job.phase("rollout"):
+                batches.put(generate())
+    threading.Thread(target=rollouts).start()
+    for i in range(iterations):
+        with job.phase("train"):
+            update(batches.get())
+
 Contract
 --------
 * Entering a phase blocks until the group scheduler grants it (long polls); leaving it
@@ -28,6 +40,11 @@ Contract
   restarted server is reconnected transparently; every retried call is idempotent
   (submit carries a request id and the job's own token, chosen here, so no answer
   ever needs to carry it; release carries the grant's sequence number).
+* Asynchronous jobs: entering a phase first waits, in the handle, until the staleness
+  rule lets it begin (a rollout while ``rollouts started - trainings done <= k``, a
+  training once a rollout was released for it, one phase per pool at a time), so the
+  service never sees a request it would refuse; a synchronous job's phases are entered
+  exactly as before. ``Phase(timeout_s=...)`` bounds that wait (``TimeoutError``).
 * Clear failures, each its own class: ``JobCancelled``, ``LeaseLost``, ``JobDone``,
   ``ServerUnavailable`` and ``RequestRejected`` (a 4xx naming field and reason). A
   failure seen by the heartbeat thread is raised by the job's next call.
@@ -48,7 +65,7 @@ from rollmux.errors import RollMuxError
 from rollmux.model import Job
 
 SPEC_FIELDS = ("job_id", "rollout_gpus", "train_gpus", "t_roll_s", "t_train_s", "mem_roll_gb", "mem_train_gb",
-               "slo", "model", "iterations")
+               "slo", "model", "iterations", "staleness")
 
 
 class ClientError(RollMuxError):
@@ -215,11 +232,21 @@ class JobHandle:
         self.view = view
         self.history: list[tuple[str, tuple[str, ...], int, float, float]] = []
         self._failure: ClientError | None = None
+        pipe = view.get("pipeline") or {}
+        self._turn = threading.Condition()  # an asynchronous job's two phase threads wait on it
+        self._started = self._rolled = pipe.get("rollouts_done", 0)  # a held rollout is acquired again
+        self._trained = pipe.get("trainings_done", 0)
+        self._in_flight: set[str] = set()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         if heartbeat and view["state"] in ("waiting", "placed"):
             self._beat = threading.Thread(target=self._heartbeat, name=f"rollmux-heartbeat-{job_id}", daemon=True)
             self._beat.start()
+
+    @property
+    def staleness(self) -> int:
+        """The job's staleness bound k (0: synchronous)."""
+        return int(self.view.get("staleness", 0) or 0)
 
     @property
     def placement(self) -> dict | None:
@@ -239,9 +266,11 @@ class JobHandle:
             self.view = self._call("GET", f"/jobs/{self.job_id}")
         return self.placement
 
-    def phase(self, name: str, state: Any = None, key: str | None = None, device: Any = "cuda") -> "Phase":
-        """A context manager (and decorator) holding the grant of phase ``name``."""
-        return Phase(self, name, state, key or f"{self.job_id}/{name}", device)
+    def phase(self, name: str, state: Any = None, key: str | None = None, device: Any = "cuda",
+              timeout_s: float | None = None) -> "Phase":
+        """A context manager (and decorator) holding the grant of phase ``name``. ``timeout_s``
+        bounds an asynchronous job's wait for its turn (see the module docstring)."""
+        return Phase(self, name, state, key or f"{self.job_id}/{name}", device, timeout_s)
 
     def progress(self, fraction: float) -> None:
         self.view = self._call("POST", f"/jobs/{self.job_id}/progress", json={"fraction": fraction})
@@ -292,6 +321,43 @@ class JobHandle:
                 return answer["grant"]
             if answer.get("move"):
                 self._move(answer["move"])
+
+    def _await_turn(self, name: str, timeout_s: float | None) -> None:
+        """An asynchronous job: wait until the staleness rule lets phase ``name`` begin."""
+        k, total = self.staleness, self.view.get("iterations")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+        def ready() -> bool:
+            if name in self._in_flight:
+                return False
+            if name == "rollout":  # no rollouts left: the service answers that (409)
+                return self._started - self._trained <= k or (total is not None and self._started >= total)
+            return self._rolled > self._trained
+
+        with self._turn:
+            while not ready():
+                self._raise_failure()
+                if self._stop.is_set():
+                    raise ClientError(f"job {self.job_id!r}: the handle was closed while phase {name!r} waited")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"job {self.job_id!r}: phase {name!r} not its turn within {timeout_s}s "
+                                       f"({self._started} rollouts started, {self._rolled} done, "
+                                       f"{self._trained} trainings done, staleness {k})")
+                self._turn.wait(0.5 if left is None else min(0.5, left))
+            self._in_flight.add(name)
+
+    def _end_turn(self, name: str, entered: bool, released: bool) -> None:
+        with self._turn:
+            self._in_flight.discard(name)
+            if released:
+                if name == "rollout":
+                    self._rolled += 1
+                else:
+                    self._trained += 1
+            elif entered and name == "rollout":
+                self._started -= 1  # not released: it will be acquired again
+            self._turn.notify_all()
 
     def _move(self, directive: dict) -> None:
         ok, reason = True, ""
@@ -355,10 +421,13 @@ class JobHandle:
 class Phase(contextlib.ContextDecorator):
     """Holds one phase's grant for the duration of a ``with`` block or a decorated call."""
 
-    def __init__(self, job: JobHandle, name: str, state: Any, key: str, device: Any) -> None:
+    def __init__(self, job: JobHandle, name: str, state: Any, key: str, device: Any,
+                 timeout_s: float | None = None) -> None:
         if name not in ("rollout", "train"):
             raise ValueError(f"phase={name!r}: expected 'rollout' or 'train'")
         self.job = job
+        self.timeout_s = timeout_s
+        self._pipelined = False
         self.name = name
         self.state = state
         self.key = key
@@ -389,7 +458,19 @@ class Phase(contextlib.ContextDecorator):
         return answer["keep_gpus"]
 
     def __enter__(self) -> "Phase":
-        self._grant = self.job._acquire(self.name)
+        self._pipelined = self.job.staleness > 0
+        if self._pipelined:
+            self.job._await_turn(self.name, self.timeout_s)
+            try:
+                self._grant = self.job._acquire(self.name)
+            except BaseException:
+                self.job._end_turn(self.name, False, False)
+                raise
+            if self.name == "rollout":
+                with self.job._turn:
+                    self.job._started += 1
+        else:
+            self._grant = self.job._acquire(self.name)
         self._wall0 = time.time()
         self._t0 = time.monotonic()
         if self.state is not None:
@@ -406,7 +487,13 @@ class Phase(contextlib.ContextDecorator):
             duration = time.monotonic() - self._t0
             grant, self._grant = self._grant, None
             self.job.history.append((self.name, tuple(grant["nodes"]), grant["seq"], self._wall0, time.time()))
-            self.job._release(self.name, grant, duration)
+            released = False
+            try:
+                self.job._release(self.name, grant, duration)
+                released = True
+            finally:
+                if self._pipelined:
+                    self.job._end_turn(self.name, True, released)
         return False
 
 

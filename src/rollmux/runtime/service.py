@@ -504,9 +504,10 @@ def create_app(service: Service) -> FastAPI:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(signal.wait(), left)
         view = service.view(cp().record(job_id))
+        published = [g for g in view.grants if g.seq <= service.published_seq]  # (an async job may hold two)
         return AcquireResponse(granted=grant is not None, grant=GrantView.of(grant), move=MoveView(**move) if move
                                else None, job=view.model_copy(update={"grant": GrantView.of(grant) if grant else
-                                                                      view.grant}))
+                                                                      view.grant, "grants": published}))
 
     @app.post("/v1/jobs/{job_id}/moved", response_model=JobView)
     async def moved(job_id: str, body: MovedRequest, token: str | None = Depends(bearer)) -> JobView:
