@@ -67,3 +67,10 @@ class ReportError(SpecError):
     ran no phase in the recorded spans, a Gantt window that is empty or holds none of
     its phases, no policy to report. ``field`` names the parameter (``gantt_group``,
     ``gantt_window``, ``results``); raised before any file is written."""
+
+
+class FrameworkConfigError(SpecError):
+    """A framework's own configuration (a veRL config) cannot run as a RollMux job, or
+    cannot run on the placement it was given. ``field`` is the dotted path of the
+    framework's field (``trainer.nnodes``, ``actor_rollout_ref.rollout.name``), ``where``
+    names the framework; raised before any worker, pool or job is created."""

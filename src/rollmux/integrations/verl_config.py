@@ -1,0 +1,326 @@
+"""veRL config <-> RollMux job: the job spec a veRL PPO/GRPO config asks for, and the
+config overrides a RollMux placement gives back. Needs no veRL install (plain dicts and
+OmegaConf ``DictConfig`` both work).
+
+Forward (``VerlShape.from_config(config)``, then ``shape.job_spec(...)``)
+--------------------------------------------------------------------------
+* Training GPUs: ``trainer.nnodes x trainer.n_gpus_per_node``.
+* Rollout GPUs: with ``actor_rollout_ref.hybrid_engine`` true (veRL's default, and the
+  only mode of ``RayPPOTrainer``) the rollout engine lives in the actor's worker
+  processes, on the same GPUs: rollout GPUs = training GPUs and the job needs a
+  colocated RollMux placement (``layout == "colocated"``). With it false, veRL serves
+  generation from standalone replicas on ``actor_rollout_ref.rollout.nnodes x
+  actor_rollout_ref.rollout.n_gpus_per_node`` GPUs of their own (``"disaggregated"``).
+* Model: the last component of ``actor_rollout_ref.model.path``
+  (``Qwen/Qwen2.5-7B-Instruct`` -> ``Qwen2.5-7B-Instruct``); RollMux reads its size
+  column from the name.
+* Memory (host GB per node, what a warm switch parks; ``P`` = parameters, from
+  ``params_b`` or the size in the model name, e.g. ``7B``):
+  training state ``12 P / train nodes`` for the actor (fp32 master weights 4 bytes +
+  Adam moments 8 bytes, FSDP-sharded over the training nodes), the same again for a
+  critic (``critic.enable``, or GAE), plus ``2 P / train nodes`` for a reference model
+  (bf16); rollout state ``2 P x n_gpus_per_node / (tp x pp)`` (bf16 weights of the
+  replicas on one node: what vLLM's sleep level 1 keeps in host memory; level 2 and
+  SGLang's release keep nothing, so this is the worst case). Without a size the
+  memory fields are left out (RollMux then assumes 0).
+* Refused (``FrameworkConfigError``, naming the field): a node or GPU count < 1, an
+  empty or missing model path, a rollout engine other than ``vllm`` / ``sglang``,
+  ``actor_rollout_ref.rollout.free_cache_engine`` false (veRL's sleep would then be a
+  no-op and the engine would keep its GPU memory while other jobs run), a rollout
+  parallel size (tp x dp x pp) that does not divide the rollout GPUs, a batch size or
+  ``rollout.n`` < 1, and for the FSDP strategies a reference model without
+  ``actor_rollout_ref.ref.fsdp_config.param_offload`` (veRL's ``to()`` moves only the
+  actor, so an unoffloaded reference model would stay on the GPUs between phases).
+
+Back (``verl_overrides(placement, config, gpus_per_node)``)
+------------------------------------------------------------
+A placement (``Placement`` or the SDK's ``{"rollout_nodes", "train_nodes"}``) becomes
+the dotted overrides veRL needs: node and GPU counts of the trainer (and of the
+standalone rollout when disaggregated), ``trainer.use_v1=False`` (the legacy
+``RayPPOTrainer`` loop the phase hooks wrap). A placement whose two node sets are the
+same is colocated; any other is disaggregated. A hybrid-engine config on a
+disaggregated placement is refused (``RayPPOTrainer`` asserts ``hybrid_engine``; a
+disaggregated veRL run is veRL's standalone rollout, ``hybrid_engine=False``).
+``apply_overrides`` writes them into a config, ``hydra_args`` renders them for veRL's
+command line.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rollmux.errors import FrameworkConfigError
+
+WHERE = "veRL config"
+ENGINES = ("vllm", "sglang")
+COLOCATED = "colocated"
+DISAGGREGATED = "disaggregated"
+FSDP_STRATEGIES = ("fsdp", "fsdp2")
+TRAIN_BYTES_PER_PARAM = 12   # fp32 master weights (4) + Adam first and second moments (8)
+REF_BYTES_PER_PARAM = 2      # bf16 reference weights
+ROLLOUT_BYTES_PER_PARAM = 2  # bf16 inference weights (vLLM sleep level 1 parks them on the host)
+
+_MISSING = object()
+_SIZE_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z])")
+
+
+def _plain(config: Any) -> Any:
+    """A plain nested dict of ``config`` (DictConfig interpolations resolved, ``???`` kept)."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf comes with the verl extra
+        DictConfig = ()  # type: ignore[assignment]
+    if DictConfig and isinstance(config, DictConfig):
+        return OmegaConf.to_container(config, resolve=True, throw_on_missing=False)
+    if not isinstance(config, Mapping):
+        raise FrameworkConfigError("config", type(config).__name__, "a veRL config (dict or OmegaConf DictConfig)",
+                                   WHERE)
+    return config
+
+
+def _get(config: Mapping, path: str, default: Any = _MISSING) -> Any:
+    node: Any = config
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            if default is _MISSING:
+                raise FrameworkConfigError(path, None, "a value (the field is missing)", WHERE)
+            return default
+        node = node[part]
+    if node == "???":
+        if default is _MISSING:
+            raise FrameworkConfigError(path, node, "a value (veRL's '???' means it must be set)", WHERE)
+        return default
+    return node
+
+
+def _int(config: Mapping, path: str, minimum: int, default: Any = _MISSING) -> int:
+    value = _get(config, path, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise FrameworkConfigError(path, value, f"an integer >= {minimum}", WHERE)
+    return value
+
+
+def _flag(config: Mapping, path: str, default: bool) -> bool:
+    value = _get(config, path, default)
+    if not isinstance(value, bool):
+        raise FrameworkConfigError(path, value, "true or false", WHERE)
+    return value
+
+
+def params_from_name(model: str) -> float | None:
+    """Billions of parameters named in a model name (``Qwen2.5-0.5B`` -> 0.5), or None."""
+    match = _SIZE_RE.search(model or "")
+    return float(match.group(1)) if match else None
+
+
+def needs_reference(config: Mapping) -> bool:
+    """veRL's ``need_reference_policy``: a KL term in the reward or in the actor's loss."""
+    return bool(_get(config, "algorithm.use_kl_in_reward", False) or
+                _get(config, "actor_rollout_ref.actor.use_kl_loss", False))
+
+
+def needs_critic(config: Mapping) -> bool:
+    """veRL's ``need_critic``: ``critic.enable`` when set, else GAE advantages."""
+    enable = _get(config, "critic.enable", None)
+    if enable is not None:
+        return bool(enable)
+    return _get(config, "algorithm.adv_estimator", "gae") == "gae"
+
+
+@dataclass(frozen=True, slots=True)
+class VerlShape:
+    """What a veRL config asks of a cluster (module docstring): layout, nodes, GPUs, model, memory."""
+
+    layout: str
+    train_nodes: int
+    train_gpus_per_node: int
+    rollout_nodes: int
+    rollout_gpus_per_node: int
+    model: str
+    engine: str
+    rollout_parallel: int          # GPUs per rollout replica (tp x dp x pp)
+    responses_per_step: int        # data.train_batch_size x actor_rollout_ref.rollout.n
+    params_b: float | None
+    mem_roll_gb: float | None
+    mem_train_gb: float | None
+    critic: bool
+    reference: bool
+    iterations: int | None         # trainer.total_training_steps when set
+
+    @property
+    def train_gpus(self) -> int:
+        return self.train_nodes * self.train_gpus_per_node
+
+    @property
+    def rollout_gpus(self) -> int:
+        return self.rollout_nodes * self.rollout_gpus_per_node
+
+    @classmethod
+    def from_config(cls, config: Any, params_b: float | None = None) -> "VerlShape":
+        """Read and check ``config`` (module docstring); ``FrameworkConfigError`` names the first bad field."""
+        c = _plain(config)
+        train_nodes = _int(c, "trainer.nnodes", 1)
+        train_gpn = _int(c, "trainer.n_gpus_per_node", 1)
+        hybrid = _flag(c, "actor_rollout_ref.hybrid_engine", True)
+        engine = _get(c, "actor_rollout_ref.rollout.name")
+        if engine not in ENGINES:
+            raise FrameworkConfigError("actor_rollout_ref.rollout.name", engine,
+                                       f"one of {ENGINES} (the engines whose sleep/wake the adapter drives)", WHERE)
+        if not _flag(c, "actor_rollout_ref.rollout.free_cache_engine", True):
+            raise FrameworkConfigError("actor_rollout_ref.rollout.free_cache_engine", False,
+                                       "true: without it veRL's sleep keeps the engine's GPU memory while other "
+                                       "jobs' phases run on the node", WHERE)
+        if hybrid:
+            layout, roll_nodes, roll_gpn = COLOCATED, train_nodes, train_gpn
+        else:
+            layout = DISAGGREGATED
+            roll_nodes = _int(c, "actor_rollout_ref.rollout.nnodes", 1)
+            roll_gpn = _int(c, "actor_rollout_ref.rollout.n_gpus_per_node", 1)
+        parallel = 1
+        for name in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size"):
+            parallel *= _int(c, f"actor_rollout_ref.rollout.{name}", 1, 1)
+        if (roll_nodes * roll_gpn) % parallel:
+            tp = _get(c, "actor_rollout_ref.rollout.tensor_model_parallel_size", 1)
+            raise FrameworkConfigError("actor_rollout_ref.rollout.tensor_model_parallel_size", tp,
+                                       f"a replica size (tp x dp x pp = {parallel}) dividing the "
+                                       f"{roll_nodes * roll_gpn} rollout GPUs", WHERE)
+        path = _get(c, "actor_rollout_ref.model.path")
+        if not isinstance(path, str) or not path.strip("/ "):
+            raise FrameworkConfigError("actor_rollout_ref.model.path", path, "a model path or hub id", WHERE)
+        model = path.rstrip("/").split("/")[-1]
+        batch = _int(c, "data.train_batch_size", 1)
+        n = _int(c, "actor_rollout_ref.rollout.n", 1, 1)
+        reference, critic = needs_reference(c), needs_critic(c)
+        strategy = _get(c, "actor_rollout_ref.actor.strategy", "fsdp")
+        if reference and strategy in FSDP_STRATEGIES and not _flag(
+                c, "actor_rollout_ref.ref.fsdp_config.param_offload", False):
+            raise FrameworkConfigError("actor_rollout_ref.ref.fsdp_config.param_offload", False,
+                                       "true when a reference model is used (actor.use_kl_loss or "
+                                       "algorithm.use_kl_in_reward): the adapter's offload moves only the "
+                                       "actor, so the reference model must offload itself", WHERE)
+        steps = _get(c, "trainer.total_training_steps", None)
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+            raise FrameworkConfigError("trainer.total_training_steps", steps, "null or an integer >= 1", WHERE)
+        if params_b is not None and not (isinstance(params_b, (int, float)) and params_b > 0):
+            raise FrameworkConfigError("params_b", params_b, "billions of parameters > 0", WHERE)
+        size = params_b if params_b is not None else params_from_name(model)
+        mem_roll = mem_train = None
+        if size is not None:
+            p = size * 1e9
+            tp_pp = (_int(c, "actor_rollout_ref.rollout.tensor_model_parallel_size", 1, 1)
+                     * _int(c, "actor_rollout_ref.rollout.pipeline_model_parallel_size", 1, 1))
+            mem_roll = ROLLOUT_BYTES_PER_PARAM * p * roll_gpn / tp_pp / 1e9
+            per_node = TRAIN_BYTES_PER_PARAM * (1 + critic) + REF_BYTES_PER_PARAM * reference
+            mem_train = per_node * p / train_nodes / 1e9
+        return cls(layout, train_nodes, train_gpn, roll_nodes, roll_gpn, model, engine, parallel, batch * n, size,
+                   mem_roll, mem_train, critic, reference, steps)
+
+    def job_spec(self, job_id: str, t_roll_s: float, t_train_s: float, slo: float = 1.5,
+                 iterations: int | None = None) -> dict:
+        """The RollMux job spec (``Client.submit``'s dict); phase times come from a profile."""
+        spec: dict[str, Any] = {"job_id": job_id, "rollout_gpus": self.rollout_gpus, "train_gpus": self.train_gpus,
+                                "t_roll_s": t_roll_s, "t_train_s": t_train_s, "slo": slo, "model": self.model}
+        if self.mem_roll_gb is not None:
+            spec["mem_roll_gb"] = round(self.mem_roll_gb, 3)
+            spec["mem_train_gb"] = round(self.mem_train_gb, 3)
+        steps = iterations if iterations is not None else self.iterations
+        if steps is not None:
+            spec["iterations"] = steps
+        return spec
+
+
+def job_spec_from_verl(config: Any, job_id: str, t_roll_s: float, t_train_s: float, slo: float = 1.5,
+                       params_b: float | None = None, iterations: int | None = None) -> dict:
+    """``VerlShape.from_config(config, params_b).job_spec(job_id, t_roll_s, t_train_s, slo, iterations)``."""
+    return VerlShape.from_config(config, params_b).job_spec(job_id, t_roll_s, t_train_s, slo, iterations)
+
+
+@dataclass(frozen=True, slots=True)
+class VerlPlacement:
+    """A RollMux placement as veRL needs it: pinned node ids per pool and GPUs per node."""
+
+    rollout_nodes: tuple[str, ...]
+    train_nodes: tuple[str, ...]
+    gpus_per_node: int
+
+    @property
+    def layout(self) -> str:
+        return COLOCATED if set(self.rollout_nodes) == set(self.train_nodes) else DISAGGREGATED
+
+    @classmethod
+    def of(cls, placement: Any, gpus_per_node: int) -> "VerlPlacement":
+        """From a ``rollmux.plan_state.Placement``, the SDK's placement dict, or a ``VerlPlacement``."""
+        if isinstance(placement, VerlPlacement):
+            return placement
+        if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1:
+            raise FrameworkConfigError("gpus_per_node", gpus_per_node, "an integer >= 1", "RollMux placement")
+        if isinstance(placement, Mapping):
+            rollout, train = placement.get("rollout_nodes"), placement.get("train_nodes")
+        else:
+            rollout, train = getattr(placement, "rollout_nodes", None), getattr(placement, "train_nodes", None)
+        for name, nodes in (("rollout_nodes", rollout), ("train_nodes", train)):
+            if isinstance(nodes, str) or not isinstance(nodes, Sequence) or not nodes or \
+                    not all(isinstance(n, str) and n for n in nodes) or len(set(nodes)) != len(nodes):
+                raise FrameworkConfigError(name, nodes, "a non-empty list of distinct node ids", "RollMux placement")
+        rollout, train = tuple(rollout), tuple(train)
+        if set(rollout) & set(train) and set(rollout) != set(train):
+            raise FrameworkConfigError("train_nodes", list(train), "the rollout nodes (colocated) or nodes disjoint "
+                                       f"from them (disaggregated); rollout nodes {list(rollout)}", "RollMux placement")
+        return cls(rollout, train, gpus_per_node)
+
+
+def verl_overrides(placement: Any, config: Any, gpus_per_node: int = 8) -> dict[str, Any]:
+    """Dotted veRL overrides that run ``config`` on ``placement`` (module docstring)."""
+    where = VerlPlacement.of(placement, gpus_per_node)
+    shape = VerlShape.from_config(config)
+    out: dict[str, Any] = {"trainer.nnodes": len(where.train_nodes), "trainer.n_gpus_per_node": where.gpus_per_node,
+                           "trainer.use_v1": False}
+    if where.layout == COLOCATED:
+        out["actor_rollout_ref.hybrid_engine"] = True
+        if shape.layout != COLOCATED:
+            raise FrameworkConfigError("actor_rollout_ref.hybrid_engine", False,
+                                       "true on a colocated placement (the rollout then shares the trainer's "
+                                       "GPUs); or ask RollMux for distinct rollout nodes", WHERE)
+    else:
+        if shape.layout == COLOCATED:
+            raise FrameworkConfigError("actor_rollout_ref.hybrid_engine", True,
+                                       f"false on a disaggregated placement (rollout {list(where.rollout_nodes)}, "
+                                       f"train {list(where.train_nodes)}): veRL's hybrid engine runs generation in "
+                                       "the actor's processes, on the training GPUs", WHERE)
+        out["actor_rollout_ref.rollout.nnodes"] = len(where.rollout_nodes)
+        out["actor_rollout_ref.rollout.n_gpus_per_node"] = where.gpus_per_node
+    roll_gpus = len(where.rollout_nodes) * where.gpus_per_node
+    if roll_gpus % shape.rollout_parallel:
+        raise FrameworkConfigError("actor_rollout_ref.rollout.tensor_model_parallel_size",
+                                   shape.rollout_parallel, f"a replica size dividing the placement's {roll_gpus} "
+                                   "rollout GPUs", WHERE)
+    return out
+
+
+def apply_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
+    """Write dotted ``overrides`` into ``config`` (a DictConfig, in place, struct mode respected; or a dict)."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:  # pragma: no cover
+        DictConfig = ()  # type: ignore[assignment]
+    for path, value in overrides.items():
+        if DictConfig and isinstance(config, DictConfig):
+            OmegaConf.update(config, path, value, merge=False)
+            continue
+        node = config
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return config
+
+
+def hydra_args(overrides: Mapping[str, Any]) -> list[str]:
+    """``key=value`` arguments for veRL's Hydra command line (``python -m verl.trainer.main_ppo ...``)."""
+    def render(value: Any) -> str:
+        if isinstance(value, bool):
+            return "True" if value else "False"
+        return str(value)
+    return [f"{k}={render(v)}" for k, v in overrides.items()]

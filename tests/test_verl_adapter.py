@@ -1,0 +1,167 @@
+"""veRL adapter (rollmux.integrations.verl*): config translation both ways, resource pools
+pinned to RollMux nodes on a local multi-node Ray cluster, and veRL's own
+``RayPPOTrainer.fit`` run under a live control plane's grants.
+
+What is real here: veRL 0.9's config (composed by Hydra from veRL's own YAML), its
+``RayResourcePool`` / ``ResourcePoolManager`` / ``RayWorkerGroup`` / ``Worker`` on a CPU
+Ray cluster with logical GPUs, and its ``RayPPOTrainer`` (constructor, data loader,
+``DataProto``, the fit loop, GRPO advantages, metrics, validation). What is a stand-in,
+because the real one needs GPUs: the actor worker group (FSDP), the rollout manager
+(vLLM / SGLang servers) and the checkpoint manager's weight sync (``FakeActorGroup``,
+``FakeRollout``, ``FakeCheckpoints`` below; they record what ran in which grant).
+"""
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+
+pytest.importorskip("verl", reason="veRL not installed (pip install --no-deps verl==0.9.1 and the 'verl' extra)")
+pytest.importorskip("hydra")
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from rollmux.errors import FrameworkConfigError, SpecError  # noqa: E402
+from rollmux.integrations.verl_config import (COLOCATED, DISAGGREGATED, VerlShape, apply_overrides,  # noqa: E402
+                                              hydra_args, job_spec_from_verl, params_from_name, verl_overrides)
+from rollmux.model import Job  # noqa: E402
+
+MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def base_config():
+    """veRL's own ``ppo_trainer`` config, composed by Hydra from the installed package."""
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=["actor_rollout_ref.rollout.name=vllm",
+                                                             f"actor_rollout_ref.model.path={MODEL}"])
+
+
+def _config(base, **overrides):
+    cfg = copy.deepcopy(base)
+    for path, value in overrides.items():
+        OmegaConf.update(cfg, path.replace("__", "."), value, merge=False)
+    return cfg
+
+
+# --- config translation -------------------------------------------------------------------
+def test_hybrid_config_becomes_a_colocated_job_spec(base_config):
+    cfg = _config(base_config, trainer__nnodes=2, trainer__n_gpus_per_node=8, data__train_batch_size=256,
+                  actor_rollout_ref__rollout__n=4, trainer__total_training_steps=100)
+    shape = VerlShape.from_config(cfg)
+    assert shape.layout == COLOCATED and shape.train_gpus == shape.rollout_gpus == 16
+    assert shape.model == "Qwen2.5-0.5B-Instruct" and shape.params_b == 0.5 and shape.engine == "vllm"
+    # veRL's defaults: GAE (so a critic), no KL (no reference model), rollout tp 2
+    assert shape.critic and not shape.reference and shape.rollout_parallel == 2
+    assert shape.responses_per_step == 1024
+    assert shape.mem_train_gb == pytest.approx(2 * 12 * 0.5e9 / 2 / 1e9)       # actor + critic, 2 nodes
+    assert shape.mem_roll_gb == pytest.approx(2 * 0.5e9 * 8 / 2 / 1e9)         # bf16, 8 GPUs / tp 2
+    spec = shape.job_spec("ppo-a", t_roll_s=20.0, t_train_s=50.0, slo=2.0)
+    assert spec == {"job_id": "ppo-a", "rollout_gpus": 16, "train_gpus": 16, "t_roll_s": 20.0, "t_train_s": 50.0,
+                    "slo": 2.0, "model": "Qwen2.5-0.5B-Instruct", "mem_roll_gb": 4.0, "mem_train_gb": 6.0,
+                    "iterations": 100}
+    Job(**spec).validate()  # RollMux takes it as it is
+    assert job_spec_from_verl(cfg, "ppo-a", 20.0, 50.0, 2.0) == spec
+    # GRPO without a critic, a declared size, the iteration count from the caller
+    grpo = _config(cfg, algorithm__adv_estimator="grpo")
+    spec = job_spec_from_verl(grpo, "grpo-a", 1.0, 2.0, params_b=7, iterations=3)
+    assert spec["mem_train_gb"] == pytest.approx(12 * 7e9 / 2 / 1e9) and spec["iterations"] == 3
+
+
+def test_standalone_rollout_config_becomes_a_disaggregated_job_spec(base_config):
+    cfg = _config(base_config, actor_rollout_ref__hybrid_engine=False, trainer__nnodes=2,
+                  actor_rollout_ref__rollout__nnodes=1, actor_rollout_ref__rollout__n_gpus_per_node=4,
+                  actor_rollout_ref__rollout__tensor_model_parallel_size=4,
+                  actor_rollout_ref__model__path="/models/my-policy")
+    shape = VerlShape.from_config(cfg)
+    assert shape.layout == DISAGGREGATED and (shape.rollout_gpus, shape.train_gpus) == (4, 16)
+    # no size in the name: no memory estimate, and the spec leaves the fields out
+    assert shape.model == "my-policy" and shape.mem_roll_gb is None
+    spec = shape.job_spec("d", 1.0, 1.0)
+    assert "mem_roll_gb" not in spec and spec["rollout_gpus"] == 4
+    assert VerlShape.from_config(cfg, params_b=14).mem_roll_gb == pytest.approx(2 * 14e9 * 4 / 4 / 1e9)
+    # a plain dict works as well as a DictConfig
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert VerlShape.from_config(plain) == shape
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"trainer__nnodes": 0}, "trainer.nnodes"),
+    ({"trainer__n_gpus_per_node": "8"}, "trainer.n_gpus_per_node"),
+    ({"actor_rollout_ref__rollout__name": "hf"}, "actor_rollout_ref.rollout.name"),
+    ({"actor_rollout_ref__rollout__name": "???"}, "actor_rollout_ref.rollout.name"),
+    ({"actor_rollout_ref__rollout__free_cache_engine": False}, "actor_rollout_ref.rollout.free_cache_engine"),
+    ({"actor_rollout_ref__rollout__tensor_model_parallel_size": 3},
+     "actor_rollout_ref.rollout.tensor_model_parallel_size"),
+    ({"actor_rollout_ref__model__path": ""}, "actor_rollout_ref.model.path"),
+    ({"data__train_batch_size": 0}, "data.train_batch_size"),
+    ({"actor_rollout_ref__actor__use_kl_loss": True}, "actor_rollout_ref.ref.fsdp_config.param_offload"),
+    ({"actor_rollout_ref__hybrid_engine": False}, "actor_rollout_ref.rollout.nnodes"),  # veRL's default 0
+    ({"trainer__total_training_steps": 0}, "trainer.total_training_steps"),
+])
+def test_unusable_configs_are_refused_naming_the_field(base_config, overrides, field):
+    with pytest.raises(FrameworkConfigError) as info:
+        VerlShape.from_config(_config(base_config, **overrides))
+    assert info.value.field == field and field in str(info.value) and "veRL config" in str(info.value)
+    assert isinstance(info.value, SpecError)
+
+
+def test_kl_loss_with_an_offloaded_reference_model_is_accepted(base_config):
+    cfg = _config(base_config, actor_rollout_ref__actor__use_kl_loss=True,
+                  actor_rollout_ref__ref__fsdp_config__param_offload=True)
+    shape = VerlShape.from_config(cfg)
+    assert shape.reference and shape.mem_train_gb == pytest.approx((2 * 12 + 2) * 0.5)
+
+
+def test_placement_becomes_verl_overrides_and_back(base_config):
+    cfg = _config(base_config, trainer__nnodes=1)
+    over = verl_overrides({"group_id": "g0", "rollout_nodes": ["T3", "T4"], "train_nodes": ["T4", "T3"]}, cfg, 4)
+    assert over == {"trainer.nnodes": 2, "trainer.n_gpus_per_node": 4, "trainer.use_v1": False,
+                    "actor_rollout_ref.hybrid_engine": True}
+    apply_overrides(cfg, over)
+    shape = VerlShape.from_config(cfg)
+    assert (shape.train_gpus, shape.rollout_gpus, shape.layout) == (8, 8, COLOCATED)
+    assert hydra_args(over) == ["trainer.nnodes=2", "trainer.n_gpus_per_node=4", "trainer.use_v1=False",
+                                "actor_rollout_ref.hybrid_engine=True"]
+    # the hybrid engine cannot run on distinct rollout nodes: refused, naming the field
+    with pytest.raises(FrameworkConfigError) as info:
+        verl_overrides({"rollout_nodes": ["R0"], "train_nodes": ["T0"]}, cfg, 8)
+    assert info.value.field == "actor_rollout_ref.hybrid_engine" and "disaggregated" in str(info.value)
+    # a standalone-rollout config takes a disaggregated placement; its counts follow the placement
+    standalone = _config(base_config, actor_rollout_ref__hybrid_engine=False, actor_rollout_ref__rollout__nnodes=1)
+    from rollmux.plan_state import Placement
+
+    over = verl_overrides(Placement("g1", ("R0", "R1"), ("T0",)), standalone, 8)
+    assert over["actor_rollout_ref.rollout.nnodes"] == 2 and over["trainer.nnodes"] == 1
+    plain = apply_overrides(OmegaConf.to_container(standalone, resolve=True), over)
+    assert VerlShape.from_config(plain).rollout_gpus == 16 and plain["actor_rollout_ref"]["hybrid_engine"] is False
+    with pytest.raises(FrameworkConfigError) as info:
+        verl_overrides({"rollout_nodes": ["R0"], "train_nodes": ["R0"]}, standalone, 8)
+    assert info.value.field == "actor_rollout_ref.hybrid_engine"
+    # placements that are neither colocated nor disjoint, or empty, or odd GPU counts
+    for bad, field in (({"rollout_nodes": ["R0", "T0"], "train_nodes": ["T0"]}, "train_nodes"),
+                       ({"rollout_nodes": [], "train_nodes": ["T0"]}, "rollout_nodes"),
+                       ({"rollout_nodes": "R0", "train_nodes": ["T0"]}, "rollout_nodes")):
+        with pytest.raises(FrameworkConfigError) as info:
+            verl_overrides(bad, standalone, 8)
+        assert info.value.field == field
+    with pytest.raises(FrameworkConfigError) as info:
+        verl_overrides({"rollout_nodes": ["T0"], "train_nodes": ["T0"]}, cfg, 0)
+    assert info.value.field == "gpus_per_node"
+    # tp 2 does not divide one 1-GPU node
+    with pytest.raises(FrameworkConfigError) as info:
+        verl_overrides({"rollout_nodes": ["T0"], "train_nodes": ["T0"]}, cfg, 1)
+    assert info.value.field == "actor_rollout_ref.rollout.tensor_model_parallel_size"
+
+
+def test_model_sizes_are_read_from_names():
+    assert params_from_name("Qwen2.5-0.5B-Instruct") == 0.5
+    assert params_from_name("deepseek-llm-7b-chat") == 7
+    assert params_from_name("gemma-2-2b-it") == 2
+    assert params_from_name("Llama-3.1-70B") == 70
+    assert params_from_name("my-policy") is None and params_from_name("bf16-model") is None
