@@ -138,7 +138,7 @@ def test_nodes_of_the_wrong_type_lists_the_accepted_forms(tmp_path):
 
 def test_h200_and_b200_are_known_types_with_default_prices(tmp_path):
     from rollmux.model import GPU_TYPES
-    from rollmux.policies.colocated import rollout_speed_factor
+    from rollmux.colocation import rollout_speed_factor
 
     cluster = load_cluster(_write(tmp_path, "rollout: {gpu: H200}\ntrain: {gpu: B200}\n"))
     assert (cluster.rollout.gpu, cluster.train.gpu) == ("H200", "B200")

@@ -11,7 +11,7 @@ from rollmux.accounting import ACCOUNTINGS
 from rollmux.intra import MemberProfile, analyze
 from rollmux.model import Cluster, Job, SwitchCost
 from rollmux.plan_state import PlanState
-from rollmux.planner import SLO_EPS, Planner, _slo_miss, _startup_miss, _turn_class_miss
+from rollmux.planner import FULL_SPACE, PAPER_SPACE, SLO_EPS, Planner, _slo_miss, _startup_miss, _turn_class_miss
 
 WARM = Cluster()
 FIXED = Cluster(switch_cost=SwitchCost("fixed", 3.0, 7.0))
@@ -34,13 +34,13 @@ def _same(d1, d2) -> bool:
         (d1.outcome != "wait" or d1.reason == d2.reason)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(_job, st.integers(0, 9)), min_size=1, max_size=30),
        st.sampled_from(["first", "best-fit"]), st.sampled_from(["ours", "paper"]),
-       st.sampled_from(["warm", "fixed", "bounded"]))
-def test_fast_path_decides_as_the_plain_evaluation(arrivals, tie_break, accounting, cluster_name):
+       st.sampled_from(["warm", "fixed", "bounded"]), st.sampled_from([PAPER_SPACE, FULL_SPACE]))
+def test_fast_path_decides_as_the_plain_evaluation(arrivals, tie_break, accounting, cluster_name, space):
     cluster = {"warm": WARM, "fixed": FIXED, "bounded": BOUNDED}[cluster_name]
-    planner = Planner(tie_break, ACCOUNTINGS[accounting])
+    planner = Planner(tie_break, ACCOUNTINGS[accounting], space=space)
     state = PlanState(cluster)
     placed: list[str] = []
     for i, (spec, leave) in enumerate(arrivals):

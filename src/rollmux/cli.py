@@ -122,7 +122,7 @@ def simulate(
                                  help="Comma-separated policies: rollmux, rollmux-consolidate (moves single "
                                       "jobs to free nodes; simulator only), rollmux-regroup (also re-solves two "
                                       "groups exactly after a departure and moves their jobs; simulator only), "
-                                      "rollmux-bestfit, solo-d, colocated, gavel, random, most-idle, optimal "
+                                      "rollmux-bestfit, rollmux-full and rollmux-full-regroup (the planner also scales training sides and co-locates; docs/placement_space.md), solo-d, colocated, gavel, random, most-idle, optimal "
                                       "(small traces only)."),
     duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic "
                                                                "(shorter, long tail)."),

@@ -70,6 +70,22 @@ five members), more for multi-node jobs; each costs one ``analyze``
 (O(|G|^2 x iterations)). The split budget usually stops the search at small r. The DP
 adds O(3^n).
 
+Beyond the paper (``space``, ``rollmux.planner.Space``)
+-------------------------------------------------------
+* ``train_scaling``: the training constraint above is dropped; t_G, like r_G, runs
+  from max need_T to sum need_T, and step 2 walks the pairs (r, t) in increasing cost.
+  Pinnings, bounds and checks are the same on both sides.
+* ``colocation``: a one-job group may instead run co-located on need_T(j) training
+  nodes (``rollmux.colocation``) when its co-located slowdown s_j <= SLO_j and a node
+  holds mem_R + mem_T; it counts s_j * need_T(j) * price_T, the planner's effective
+  marginal cost of that option (``rollmux.planner``, "Placement space"), so the objective
+  is ``PlanState.effective_cost_per_hour`` (the plain $/h when nothing is co-located).
+  ``lower_bound`` then counts only the jobs that cannot be co-located: the others may
+  hold no rollout node, and a co-located job may count less than its nodes' price
+  (s_j < 1 when the trace gives fast co-located times).
+The planner's choices in the same space lie in the search space as before, so the
+planner never beats this optimum either.
+
 Limits. At most ``max_jobs`` jobs (default 12; ``ExactLimitError`` above). Pools are
 treated as unbounded (a bounded pool raises ``ExactLimitError``: inventory couples
 the groups and is not modelled). Exact for the arrival admission order and for
@@ -84,11 +100,12 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Iterator, Sequence
 
+from rollmux import colocation
 from rollmux.errors import RollMuxError
 from rollmux.intra import MemberProfile, analyze
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job
 from rollmux.plan_state import Placement, PlanState
-from rollmux.planner import SLO_EPS
+from rollmux.planner import PAPER_SPACE, SLO_EPS, Space
 
 DEFAULT_MAX_JOBS = 12
 _BOUND_SLACK = 1e-6
@@ -119,7 +136,8 @@ class ExactSolution:
     """
 
     cluster: Cluster
-    cost_per_hour: float
+    cost_per_hour: float  # the plan's $/h
+    objective: float      # what was minimised: ``PlanState.effective_cost_per_hour`` of the plan
     groups: tuple[Group, ...]
     placements: tuple[tuple[Job, Placement], ...]
     stats: ExactStats
@@ -148,6 +166,7 @@ class _Fit:
     rollout: int
     train: int
     pins: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # per member: (rollout idx, train idx)
+    colocated: bool = False  # one member, both phases on its ``train`` training nodes
 
 
 @dataclass(slots=True)
@@ -158,7 +177,7 @@ class _Counter:
 
 
 def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOBS,
-          robust: bool = False, budget: float | None = None) -> ExactSolution | None:
+          robust: bool = False, budget: float | None = None, space: Space = PAPER_SPACE) -> ExactSolution | None:
     """Minimum-cost plan for ``jobs`` on ``cluster`` (see the module docstring).
 
     With ``budget``, only plans costing less are of interest: the result is the optimum
@@ -192,7 +211,7 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
     if budget is not None:
         for mask in range(1, full + 1):
             rest = [ordered[i] for i in range(n) if not mask >> i & 1]
-            room[mask] = budget - lower_bound(cluster, rest)
+            room[mask] = budget - lower_bound(cluster, rest, space)
     for mask in range(1, full + 1):
         low = mask & -mask
         rest = mask ^ low
@@ -210,7 +229,10 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
         best[mask], choice[mask] = split, split_sub
         members = [ordered[i] for i in range(n) if mask >> i & 1]
         if mask.bit_count() <= cluster.max_group_size and (len(members) == 1 or not any(j.staleness for j in members)):
-            fit = _cheapest_group(cluster, members, min(split, room[mask]), robust, counter)
+            fit = _cheapest_group(cluster, members, min(split, room[mask]), robust, counter, space.train_scaling)
+            if len(members) == 1 and space.colocation:
+                colo = _colocated_fit(cluster, members[0], min(split, room[mask], fit.cost if fit else float("inf")))
+                fit = colo or fit
             if fit is not None:
                 fits[mask] = fit
                 best[mask], choice[mask] = fit.cost, mask
@@ -228,17 +250,27 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
         state.apply(job, placement)
     stats = ExactStats(n, counter.searched, counter.skipped, counter.analyze_calls,
                        time.perf_counter() - start)
-    return ExactSolution(cluster, state.cost_per_hour(), tuple(state.groups.values()), tuple(placements), stats)
+    return ExactSolution(cluster, state.cost_per_hour(), state.effective_cost_per_hour(), tuple(state.groups.values()),
+                         tuple(placements), stats)
 
 
-def lower_bound(cluster: Cluster, jobs: Sequence[Job]) -> float:
+def colocatable(cluster: Cluster, job: Job) -> bool:
+    """True when ``job`` may run co-located: synchronous, within its SLO, both phases' state fits a node."""
+    return (not job.staleness and colocation.slowdown(job, cluster) <= job.slo * (1 + SLO_EPS)
+            and job.mem_roll_gb + job.mem_train_gb <= cluster.pool(TRAIN).host_mem_gb)
+
+
+def lower_bound(cluster: Cluster, jobs: Sequence[Job], space: Space = PAPER_SPACE) -> float:
     """A lower bound on the cost of any plan for ``jobs`` (0 for none). Per pool p it needs
 
         n_p >= max( max_j need_p(j),  ceil(|J| / max_group_size),  ceil(sum_j need_p(j) * s_p(j)) )
 
     nodes: a group has a node of each pool, and s_p(j) = d_p(j) / (SLO_j * T_solo_j) is j's
-    share of a node at its SLO rate (the rate bound of step 4).
+    share of a node at its SLO rate (the rate bound of step 4). With co-location in
+    ``space`` only the jobs that cannot be co-located count (module docstring).
     """
+    if space.colocation:
+        jobs = [j for j in jobs if not colocatable(cluster, j)]
     if not jobs:
         return 0.0
     groups = math.ceil(len(jobs) / cluster.max_group_size)
@@ -251,34 +283,50 @@ def lower_bound(cluster: Cluster, jobs: Sequence[Job]) -> float:
     return bound
 
 
+def _colocated_fit(cluster: Cluster, job: Job, budget: float) -> _Fit | None:
+    """``job`` co-located on its own training nodes, if allowed and counted below ``budget``."""
+    if not colocatable(cluster, job):
+        return None
+    need = job.nodes(TRAIN, cluster.gpus_per_node)
+    cost = colocation.slowdown(job, cluster) * need * cluster.node_price(TRAIN)
+    if cost >= budget - _COST_TOL * max(1.0, abs(budget)):
+        return None
+    return _Fit(cost, 0, need, (((), tuple(range(need))),), colocated=True)
+
+
 def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,
-                    counter: _Counter) -> _Fit | None:
-    """The cheapest feasible group for ``members`` (admission order) costing < ``budget``, or None."""
+                    counter: _Counter, train_scaling: bool = False) -> _Fit | None:
+    """The cheapest feasible group for ``members`` (admission order) costing < ``budget``, or None;
+    with ``train_scaling`` the training side may be wider than the widest member."""
     gpn = cluster.gpus_per_node
     price = {pool: cluster.node_price(pool) for pool in POOLS}
     cap = {pool: cluster.pool(pool).host_mem_gb for pool in POOLS}
     demand = {pool: [_Demand(j.nodes(pool, gpn), j.mem(pool),
                              (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / (j.slo * j.t_solo))
                      for j in members] for pool in POOLS}
-    t = max(d.need for d in demand[TRAIN])
+    t_min = max(d.need for d in demand[TRAIN])
+    t_max = sum(d.need for d in demand[TRAIN]) if train_scaling else t_min
     r_min = max(d.need for d in demand[ROLLOUT])
     r_max = sum(d.need for d in demand[ROLLOUT])
     limit = budget - _COST_TOL * max(1.0, abs(budget))
-    if r_min * price[ROLLOUT] + t * price[TRAIN] >= limit:
+    if r_min * price[ROLLOUT] + t_min * price[TRAIN] >= limit:
         counter.skipped += 1
         return None
     counter.searched += 1
-    train_pins = list(_pinnings(demand[TRAIN], t, cap[TRAIN]))
-    if not train_pins:
-        return None
+    train_pins: dict[int, list] = {}
     sw = cluster.switch_cost
     switch = [(sw.seconds(j.model, ROLLOUT), sw.seconds(j.model, TRAIN)) for j in members]
-    for r in range(r_min, r_max + 1):
-        cost = r * price[ROLLOUT] + t * price[TRAIN]
+    sizes = sorted(((r * price[ROLLOUT] + t * price[TRAIN], t, r) for r in range(r_min, r_max + 1)
+                    for t in range(t_min, t_max + 1)))
+    for cost, t, r in sizes:
         if cost >= limit:
             return None
+        if t not in train_pins:
+            train_pins[t] = list(_pinnings(demand[TRAIN], t, cap[TRAIN]))
+        if not train_pins[t]:
+            continue
         for roll in _pinnings(demand[ROLLOUT], r, cap[ROLLOUT]):
-            for train in train_pins:
+            for train in train_pins[t]:
                 profiles = [MemberProfile(j.job_id, j.t_roll_s, j.t_train_s,
                                           tuple(f"R{x}" for x in roll[i]), tuple(f"T{x}" for x in train[i]),
                                           switch[i][0], switch[i][1], j.staleness)
@@ -365,6 +413,11 @@ def _placements(cluster: Cluster, ordered: list[Job], blocks: list[tuple[int, _F
         names: dict[str, dict[int, str]] = {ROLLOUT: {}, TRAIN: {}}
         members = [ordered[i] for i in range(len(ordered)) if mask >> i & 1]
         group_id = None  # the first member opens the group; PlanState names it g<number>
+        if fit.colocated:
+            ids_t = tuple(f"{prefix[TRAIN]}{minted[TRAIN] + x}" for x in range(fit.train))
+            minted[TRAIN] += fit.train
+            out.append((members[0], Placement(None, ids_t, ids_t, (), ids_t, colocated=True)))
+            continue
         for job, local in zip(members, fit.pins):
             ids: dict[str, tuple[str, ...]] = {}
             new: dict[str, tuple[str, ...]] = {}

@@ -44,12 +44,13 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Callable
 
+from rollmux import colocation
 from rollmux.errors import PlacementError
 from rollmux.exact import ExactSolution, lower_bound, solve
 from rollmux.intra import analyze
 from rollmux.model import POOLS, Cluster, Group, Job
 from rollmux.plan_state import Placement, PlanState
-from rollmux.planner import _startup_miss, members_keep_pace
+from rollmux.planner import PAPER_SPACE, Space, _startup_miss, members_keep_pace
 
 DEFAULT_MAX_GROUPS = 3
 DEFAULT_MAX_JOBS = 10
@@ -91,14 +92,16 @@ class Improvement:
 
 def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: int = DEFAULT_MAX_JOBS,
             max_solves: int = DEFAULT_MAX_SOLVES,
-            on_solve: Callable[[int, float], None] | None = None) -> Improvement:
+            on_solve: Callable[[int, float], None] | None = None, space: Space = PAPER_SPACE) -> Improvement:
     """Regroup ``state`` in place until no set of up to ``max_groups`` groups gets cheaper.
 
     Every group the search writes satisfies everything a planner decision guarantees
     (size, residency, SLO of all members and of every subset, start-up); jobs keep
     their ids and requirements, only their group and nodes change. ``on_solve`` is
     called after every exact solve with the solves so far and the plan's cost (for
-    progress displays).
+    progress displays). ``space`` is the placement space of the exact solves
+    (``rollmux.planner.Space``); with co-location in it, co-located groups take part and
+    costs are ``PlanState.effective_cost_per_hour``'s (reported costs stay $/h).
     """
     if max_groups < 2:
         raise ValueError(f"max_groups={max_groups}: expected >= 2")
@@ -112,15 +115,15 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
     solves = 0
     while True:
         move = None
-        groups = [g for g in state.groups.values() if not g.colocated]
+        groups = [g for g in state.groups.values() if space.colocation or not g.colocated]
         for k in range(2, max_groups + 1):
             combos = (c for c in combinations(groups, k) if tuple(g.group_id for g in c) not in tried)
-            for combo, jobs, cost in _ranked(state, combos, max_jobs):
+            for combo, jobs, cost in _ranked(state, combos, max_jobs, space):
                 if solves >= max_solves:
                     return Improvement(tuple(moves), start, state.cost_per_hour(), solves, False)
                 solves += 1
                 tried.add(tuple(g.group_id for g in combo))
-                solution = solve(solver_cluster, jobs, max_jobs=max_jobs, robust=True, budget=cost)
+                solution = solve(solver_cluster, jobs, max_jobs=max_jobs, robust=True, budget=cost, space=space)
                 if on_solve is not None:
                     on_solve(solves, state.cost_per_hour())
                 if solution is not None and _fits(state, combo, solution):
@@ -133,16 +136,17 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
         moves.append(_apply(state, *move))
 
 
-def _ranked(state: PlanState, combos, max_jobs: int) -> list[tuple[tuple[Group, ...], list[Job], float]]:
-    """The sets of groups, with their jobs (arrival order) and cost, whose lower bound
-    leaves room for a saving; largest possible saving first, ties in the given order."""
+def _ranked(state: PlanState, combos, max_jobs: int,
+            space: Space = PAPER_SPACE) -> list[tuple[tuple[Group, ...], list[Job], float]]:
+    """The sets of groups, with their jobs (arrival order) and (effective) cost, whose lower
+    bound leaves room for a saving; largest possible saving first, ties in the given order."""
     out = []
     for combo in combos:
         jobs = sorted((m.job for g in combo for m in g.members), key=lambda j: j.arrival_s)
         if len(jobs) > max_jobs:
             continue
-        cost = sum(g.cost_per_hour(state.cluster) for g in combo)
-        gap = cost - lower_bound(state.cluster, jobs)
+        cost = sum(colocation.effective_cost(g, state.cluster) for g in combo)
+        gap = cost - lower_bound(state.cluster, jobs, space)
         if gap > _COST_TOL * cost:
             out.append((gap, combo, jobs, cost))
     out.sort(key=lambda c: -c[0])
@@ -160,7 +164,7 @@ def _unsupported(cluster: Cluster) -> str:
 def _fits(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution) -> bool:
     """The start-up check on every new group, and the inventory of bounded pools."""
     for g in solution.groups:
-        a = analyze([state.profile(m) for m in g.members])
+        a = analyze([state.profile(m, g.colocated) for m in g.members])
         if _startup_miss(a, [m.job for m in g.members]):
             return False
     for pool in POOLS:
@@ -179,7 +183,7 @@ def _apply(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution, 
         for m in list(g.members):
             state.release(m.job.job_id)
     after = tuple((materialize(state, g), tuple(m.job.job_id for m in g.members)) for g in solution.groups)
-    return Regroup(before, after, cost, solution.cost_per_hour)
+    return Regroup(before, after, cost, solution.objective)
 
 
 def materialize(state: PlanState, group: Group) -> str:
@@ -187,10 +191,14 @@ def materialize(state: PlanState, group: Group) -> str:
     and pin its members there in their admission order; returns the new group id."""
     names: dict[str, str] = {}
     for pool in POOLS:
-        fresh = state.peek_new(pool, len(group.nodes(pool)), max(m.job.mem(pool) for m in group.members))
+        mem = max(m.job.mem(pool) + (m.job.mem_roll_gb if group.colocated else 0.0) for m in group.members)
+        fresh = state.peek_new(pool, len(group.nodes(pool)), mem)
         if fresh is None:
             raise PlacementError(f"the {pool} pool has no {len(group.nodes(pool))} free nodes for a regrouped group")
         names.update(zip(group.nodes(pool), fresh))
+    if group.colocated:  # one member; its rollout runs on its training nodes
+        ids = tuple(names[n] for n in group.train_nodes)
+        return state.apply(group.members[0].job, Placement(None, ids, ids, (), ids, colocated=True))
     gid = None
     for i, m in enumerate(group.members):
         roll = tuple(names[n] for n in m.rollout_nodes)
@@ -214,7 +222,8 @@ class RegroupPlan:
 
 def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
                  pause_s: Callable[[str], float], max_solves: int = 8,
-                 max_jobs: int = DEFAULT_MAX_JOBS, one_node: bool = False) -> RegroupPlan | None:
+                 max_jobs: int = DEFAULT_MAX_JOBS, one_node: bool = False,
+                 train_scaling: bool = False) -> RegroupPlan | None:
     """Regroup ``group_id`` with one other group while jobs run (the simulator's
     ``rollmux-regroup``). Pairs are solved exactly, largest possible saving first, at most
     ``max_solves`` of them; the result is the one saving most among those whose groups
@@ -230,7 +239,10 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     <= spare_k (``planner.TRANSIENT_PERIODS``: time for the new group to settle).
     Unbounded pools only (new groups open on fresh nodes some time after the decision).
     ``one_node`` (``--accounting paper``'s ``one_node_per_pool``): the solver sees every job
-    on one node per pool, as the planner placed it.
+    on one node per pool, as the planner placed it. ``train_scaling``: the solves may give a
+    group more training nodes than its widest member (``rollmux.planner.Space``);
+    co-located groups stay out of online regrouping (a job's phase times in the
+    simulator follow the kind of placement it arrived with).
     """
     if _unsupported(state.cluster) or any(state.bounded(p) for p in POOLS):
         return None
@@ -246,7 +258,8 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
             gpn = state.cluster.gpus_per_node
             jobs = [replace(j, rollout_gpus=min(j.rollout_gpus, gpn), train_gpus=min(j.train_gpus, gpn)) for j in jobs]
         floor = 0.0 if best is None else best.cost_before - best.cost_after
-        solution = solve(_solver_cluster(state.cluster), jobs, max_jobs=max_jobs, robust=True, budget=cost - floor)
+        solution = solve(_solver_cluster(state.cluster), jobs, max_jobs=max_jobs, robust=True, budget=cost - floor,
+                         space=Space(train_scaling=train_scaling))
         if solution is None:
             continue
         if _fits(state, pair, solution) and _keeps_pace(state, solution, progress, pause_s):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rollmux import colocation
 from rollmux.errors import PlacementError
 from rollmux.intra import GroupAnalysis, MemberProfile, analyze
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member
@@ -175,8 +176,14 @@ class PlanState:
         self._next_group = inventory["next_group"]
 
     # --- queries ------------------------------------------------------------------
-    def profile(self, member: Member) -> MemberProfile:
+    def profile(self, member: Member, colocated: bool = False) -> MemberProfile:
+        """The member as the analysis sees it; a co-located member's phases are
+        ``rollmux.colocation``'s, each with its switch inside (its nodes only ever run it)."""
         job = member.job
+        if colocated:
+            (roll, sw_r), (train, sw_t) = (colocation.phase_time(job, p, self.cluster) for p in POOLS)
+            return MemberProfile(job.job_id, roll + sw_r, train + sw_t, member.rollout_nodes, member.train_nodes,
+                                 0.0, 0.0, job.staleness)
         sw = self.cluster.switch_cost
         return MemberProfile(job.job_id, job.t_roll_s, job.t_train_s, member.rollout_nodes, member.train_nodes,
                              sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN), job.staleness)
@@ -185,7 +192,7 @@ class PlanState:
         cached = self._analysis.get(group_id)
         if cached is None:
             group = self.groups[group_id]
-            cached = analyze([self.profile(m) for m in group.members])
+            cached = analyze([self.profile(m, group.colocated) for m in group.members])
             self._analysis[group_id] = cached
         return cached
 
@@ -194,7 +201,7 @@ class PlanState:
         cached = self._views.get(group_id)
         if cached is None:
             group = self.groups[group_id]
-            profiles = tuple(self.profile(m) for m in group.members)
+            profiles = tuple(self.profile(m, group.colocated) for m in group.members)
             share: dict[str, float] = {}
             for m, p in zip(group.members, profiles):
                 limit = m.job.slo * p.t_solo
@@ -218,6 +225,14 @@ class PlanState:
     def cost_per_hour(self) -> float:
         """The plan's $/h: every node in some group at its pool's price (O(1): the in-use counts)."""
         return sum(self._in_use[p] * self.cluster.node_price(p) for p in POOLS)
+
+    def effective_cost_per_hour(self) -> float:
+        """What the planner minimises: $/h, with a co-located group's nodes counted at its
+        co-located slowdown (they are held that much longer per unit of work; see
+        "Placement space" in ``rollmux.planner``)."""
+        extra = sum(colocation.effective_cost(g, self.cluster) - g.cost_per_hour(self.cluster)
+                    for g in self.groups.values() if g.colocated)
+        return self.cost_per_hour() + extra
 
     def nodes_in_use(self, pool: str) -> int:
         """Nodes of ``pool`` in some group (kept up to date by ``apply``, ``release`` and ``restore``)."""

@@ -73,10 +73,36 @@ creation order:
 * direct packing: j's rollout nodes are chosen among the group's rollout nodes and its
   training nodes among the group's training nodes (dC = 0);
 * rollout scaling: m = 1..r_j of j's rollout nodes are new, the rest existing
-  (dC = m * price_R); the training side of a group is never scaled, as in the paper.
+  (dC = m * price_R); in the paper's space (``PAPER_SPACE``) the training side of a
+  group is never scaled.
 Node choices are enumerated up to symmetry: two nodes of a pool with the same set of
 pinned jobs are interchangeable, so only multisets of such classes are tried.
 Last, a new isolated group for j (dC = all its own nodes); alone, j's slowdown is 1.
+
+Placement space beyond the paper (``Space``; ``FULL_SPACE`` turns both on)
+--------------------------------------------------------------------------
+* training scaling (``train_scaling``): the same as rollout scaling on the other side.
+  j takes m_T of its t_j training nodes new and the rest among the group's, with m_R of
+  its rollout nodes new, for every (m_R, m_T) except (r_j, t_j) (sharing no node: the
+  new group does that better), dC = m_R * price_R + m_T * price_T. Kinds: "scale"
+  (m_T = 0), "scale-train" (m_R = 0), "scale-both". The execution rule is per node (gang
+  start on a member's own nodes), so nothing else changes; every check above applies
+  to the group that results, and the necessary conditions need one change: the
+  group-level start-up floor (``_group_floor``) may no longer assume that j trains on one
+  of the group's nodes when it can take all its training nodes new.
+* co-location (``colocation``): j opens a group of its own on t_j training nodes and
+  runs both phases there (``rollmux.colocation``: rollout at the bandwidth ratio unless
+  the trace gives co-located times, a switch on every phase). Alone, its iteration is
+  I_c = sum_p (body_p + switch_p) and its slowdown s_c = I_c / T_solo_j, which must be
+  <= SLO_j (no start-up wait: it shares nothing). Its nodes must hold both phases'
+  state (mem_R + mem_T). Since the job keeps its nodes s_c times as long per unit of
+  work, the option is ranked by its *effective* marginal cost
+  dC_c = s_c * t_j * price_T (the rate that buys the work of one hour alone); against
+  the new group, co-location wins iff s_c * t_j * price_T < r_j * price_R + t_j * price_T
+  (s_c < 1.35 for an 8+8-GPU job at H20/H800 prices). An asynchronous job is never
+  co-located (its phases could no longer overlap); neither is any job under the paper's
+  accounting (``one_node_per_pool``: the authors' simulator has no such option).
+Order of kinds at equal dC: pack < the scalings < new group < co-location.
 
 Choice
 ------
@@ -124,15 +150,17 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Callable
 
+from rollmux import colocation
 from rollmux.accounting import OURS, CostAccounting
 from rollmux.errors import PlacementError
 from rollmux.intra import GroupAnalysis, MemberProfile, analyze, t_cycle, t_load
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Group, Job, Member
 from rollmux.plan_state import GroupView, Placement, PlanState
 
-PACK, SCALE, NEW = "pack", "scale", "new-group"
-_KIND_RANK = {PACK: 0, SCALE: 1, NEW: 2}
-OUTCOME = {PACK: "packed", SCALE: "scaled", NEW: "new-group"}
+PACK, SCALE, SCALE_TRAIN, SCALE_BOTH, NEW, COLOCATE = "pack", "scale", "scale-train", "scale-both", "new-group", "co-locate"
+_KIND_RANK = {PACK: 0, SCALE: 1, SCALE_TRAIN: 1, SCALE_BOTH: 1, NEW: 2, COLOCATE: 3}
+OUTCOME = {PACK: "packed", SCALE: "scaled", SCALE_TRAIN: "scaled-train", SCALE_BOTH: "scaled-both", NEW: "new-group",
+           COLOCATE: "co-located"}
 TIE_BREAKS = ("first", "best-fit")
 SLO_EPS = 1e-9
 #: Why an asynchronous job shares no group (see "Asynchronous jobs" above).
@@ -143,6 +171,24 @@ ASYNC_APART = ("asynchronous jobs run in groups of their own: the analysis does 
 #: 8,460 s of its 8,589 s allowance to 14,005 s. Measured safe on the builtin traces.
 TRANSIENT_PERIODS = 3
 _TICK_SLACK = 1e-4  # seconds; rounding of up to 2 x 5 members' phases to 1 us, with room
+
+
+@dataclass(slots=True, frozen=True)
+class Space:
+    """Which placements beyond the paper's the planner may choose (see "Placement space")."""
+
+    train_scaling: bool = False
+    colocation: bool = False
+
+
+PAPER_SPACE = Space()
+FULL_SPACE = Space(train_scaling=True, colocation=True)
+
+
+def _kind(new_rollout: int, new_train: int) -> str:
+    if not new_train:
+        return SCALE if new_rollout else PACK
+    return SCALE_BOTH if new_rollout else SCALE_TRAIN
 
 
 @dataclass(slots=True, frozen=True)
@@ -225,11 +271,13 @@ class _Option:
 class Planner:
     """RollMux's inter-group planner over a ``PlanState``. Pure: it never mutates state."""
 
-    def __init__(self, tie_break: str = "first", accounting: CostAccounting = OURS) -> None:
+    def __init__(self, tie_break: str = "first", accounting: CostAccounting = OURS,
+                 space: Space = PAPER_SPACE) -> None:
         if tie_break not in TIE_BREAKS:
             raise ValueError(f"tie_break={tie_break!r}: expected one of {TIE_BREAKS}")
         self.tie_break = tie_break
         self.accounting = accounting  # saturation gate and whole-run SLO checks (rollmux.accounting)
+        self.space = space
 
     def decide(self, state: PlanState, job: Job, explain: bool = False) -> Decision:
         cluster = state.cluster
@@ -267,6 +315,12 @@ class Planner:
             rejected.append(Candidate(NEW, None, None, 0.0, "rejected", self._inventory_reason(state, job, need)))
         else:
             options.append(new)
+        if self.space.colocation and not job.staleness and not self.accounting.one_node_per_pool:
+            colo = self._colocated_option(state, job, need, len(options))
+            if isinstance(colo, str):
+                rejected.append(Candidate(COLOCATE, None, None, 0.0, "rejected", colo))
+            else:
+                options.append(colo)
         options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
         decision = self._choose(state, job, options, rejected, explain)
         if decision.outcome == "wait":
@@ -285,17 +339,23 @@ class Planner:
         share_r, share_t = job.t_roll_s / limit, job.t_train_s / limit
         mem_r, mem_t = job.mem_roll_gb, job.mem_train_gb
         need_r, need_t = need[ROLLOUT], need[TRAIN]
-        price_r = cluster.node_price(ROLLOUT)
+        price_r, price_t = cluster.node_price(ROLLOUT), cluster.node_price(TRAIN)
         # the start-up floor at group level (_group_floor): the newcomer's own allowance
         floors = self.accounting.whole_run_slo_checks and not job.staleness
         cap_j = _floor_cap(job) if floors else float("inf")
-        new_rollout: dict[int, tuple[str, ...] | None] = {0: ()}
-        for m in range(1, need_r + 1):
-            ids = state.peek_new(ROLLOUT, m, mem_r)
-            new_rollout[m] = None if ids is None or 0.0 + share_r > lim else ids
+        scale_t = self.space.train_scaling
+        new_ids: dict[str, dict[int, tuple[str, ...] | None]] = {}
+        for pool, top, share in ((ROLLOUT, need_r, share_r), (TRAIN, need_t if scale_t else 0, share_t)):
+            new_ids[pool] = {0: ()}
+            for m in range(1, top + 1):
+                ids = state.peek_new(pool, m, job.mem(pool))
+                new_ids[pool][m] = None if ids is None or 0.0 + share > lim else ids
+        # with every training node new the newcomer may share no training node (_group_floor)
+        all_new_t = scale_t and new_ids[TRAIN][need_t] is not None
         options: list[_Option] = []
         for group in () if job.staleness else state.groups.values():
-            if group.colocated or len(group.members) >= limit_size or need_t > len(group.train_nodes):
+            n_train = len(group.train_nodes)
+            if group.colocated or len(group.members) >= limit_size or (not scale_t and need_t > n_train):
                 continue
             if any(m.job.staleness for m in group.members):  # ASYNC_APART
                 continue
@@ -306,25 +366,31 @@ class Planner:
             if view.peak > lim:
                 continue
             floor = _group_floor(view, group) if floors else None
-            if floor is not None and max(floor[0], job.t_solo, floor[2] + job.t_train_s) > min(floor[1], cap_j):
+            if floor is not None and max(floor[0], job.t_solo, (0.0 if all_new_t else floor[2]) + job.t_train_s) > min(
+                    floor[1], cap_j):
                 continue
-            train_choices = [c for c, top in _choices(state, view, group, TRAIN, need_t, mem_t) if not top + share_t > lim]
-            if not train_choices:
-                continue
-            n_roll = len(group.rollout_nodes)
-            for m in range(0, need_r + 1):
-                k = need_r - m
-                new_ids = new_rollout[m]
-                if k > n_roll or new_ids is None:
+            trains = []
+            for m_t, fresh_t in new_ids[TRAIN].items():
+                if need_t - m_t > n_train or fresh_t is None:
                     continue
-                kind = PACK if m == 0 else SCALE
-                for roll, top in _choices(state, view, group, ROLLOUT, k, mem_r):
-                    if top + share_r > lim:
+                choices = [c + fresh_t for c, top in _choices(state, view, group, TRAIN, need_t - m_t, mem_t)
+                           if not top + share_t > lim]
+                if choices:
+                    trains.append((m_t, fresh_t, choices))
+            n_roll = len(group.rollout_nodes)
+            for m_t, fresh_t, train_choices in trains:
+                for m, fresh_r in new_ids[ROLLOUT].items():
+                    k = need_r - m
+                    if k > n_roll or fresh_r is None or (m == need_r and m_t == need_t):
                         continue
-                    roll = roll + new_ids
-                    for train in train_choices:
-                        placement = Placement(gid, roll, train, new_rollout=new_ids)
-                        options.append(_Option(kind, group, placement, m * price_r, len(options), True))
+                    kind, cost = _kind(m, m_t), m * price_r + m_t * price_t
+                    for roll, top in _choices(state, view, group, ROLLOUT, k, mem_r):
+                        if top + share_r > lim:
+                            continue
+                        roll = roll + fresh_r
+                        for train in train_choices:
+                            placement = Placement(gid, roll, train, new_rollout=fresh_r, new_train=fresh_t)
+                            options.append(_Option(kind, group, placement, cost, len(options), True))
         return self._decide_among(state, job, need, options, [], False)
 
     def repack(self, state: PlanState, job_id: str, remaining: int, spare_s: float,
@@ -347,6 +413,8 @@ class Planner:
         creation order; first fit.
         """
         group = state.group_of(job_id)
+        if group.colocated:  # its phase times are the co-located ones; it stays where it is
+            return None
         member = group.member(job_id)
         others = [m for m in group.members if m is not member]
         freed = {pool: [n for n in member.nodes(pool) if not any(n in o.nodes(pool) for o in others)]
@@ -384,7 +452,7 @@ class Planner:
         limit = state.cluster.max_group_size
         if len(group.members) >= limit:
             return f"group full ({len(group.members)}/{limit} jobs)"
-        if need[TRAIN] > len(group.train_nodes):
+        if need[TRAIN] > len(group.train_nodes) and not self.space.train_scaling:
             return f"needs {need[TRAIN]} training nodes, group has {len(group.train_nodes)} (training side is never scaled)"
         a = state.analysis(group.group_id)
         if a.saturated and self.accounting.saturation_gate:
@@ -393,30 +461,41 @@ class Planner:
 
     def _group_options(self, state: PlanState, group: Group, job: Job, need: dict[str, int],
                        options: list[_Option], rejected: list[Candidate]) -> None:
-        train_choices, train_full = node_choices(state, group, TRAIN, need[TRAIN], job.mem_train_gb)
-        if not train_choices:
-            rejected.append(Candidate(PACK, group.group_id, None, 0.0, "rejected", f"residency: {train_full}"))
-            return
-        price_r = state.cluster.node_price(ROLLOUT)
-        for m in range(0, need[ROLLOUT] + 1):
-            k = need[ROLLOUT] - m
-            if k > len(group.rollout_nodes):
-                continue
-            new_ids = state.peek_new(ROLLOUT, m, job.mem_roll_gb) if m else ()
-            kind = PACK if m == 0 else SCALE
-            if new_ids is None:
-                rejected.append(Candidate(kind, group.group_id, None, m * price_r, "rejected",
-                                          f"rollout pool has {state.free_count(ROLLOUT)} free nodes, needs {m}"))
-                continue
-            roll_choices, roll_full = node_choices(state, group, ROLLOUT, k, job.mem_roll_gb)
-            if not roll_choices:
-                rejected.append(Candidate(kind, group.group_id, None, m * price_r, "rejected", f"residency: {roll_full}"))
-                continue
-            for roll in roll_choices:
-                roll = roll + new_ids
-                for train in train_choices:
-                    placement = Placement(group.group_id, roll, train, new_rollout=new_ids)
-                    options.append(_Option(kind, group, placement, m * price_r, len(options)))
+        """Every pack and scaling candidate of ``group`` for ``job`` (see "Candidates"):
+        per pool the ways to take its nodes (m new, the rest among the group's), then
+        their products, training ways outer."""
+        price = {pool: state.cluster.node_price(pool) for pool in POOLS}
+        gid = group.group_id
+        ways: dict[str, list[tuple[int, tuple[str, ...], list[tuple[str, ...]]]]] = {}
+        for pool in (TRAIN, ROLLOUT):
+            ways[pool] = []
+            top = need[pool] if pool == ROLLOUT or self.space.train_scaling else 0
+            for m in range(0, top + 1):
+                k = need[pool] - m
+                if k > len(group.nodes(pool)):
+                    continue
+                kind = _kind(m, 0) if pool == ROLLOUT else _kind(0, m)
+                fresh = state.peek_new(pool, m, job.mem(pool)) if m else ()
+                if fresh is None:
+                    rejected.append(Candidate(kind, gid, None, m * price[pool], "rejected",
+                                              f"{pool} pool has {state.free_count(pool)} free nodes, needs {m}"))
+                    continue
+                choices, full = node_choices(state, group, pool, k, job.mem(pool))
+                if not choices:
+                    rejected.append(Candidate(kind, gid, None, m * price[pool], "rejected", f"residency: {full}"))
+                    continue
+                ways[pool].append((m, fresh, [c + fresh for c in choices]))
+            if not ways[pool]:
+                return
+        for m_t, fresh_t, train_choices in ways[TRAIN]:
+            for m_r, fresh_r, roll_choices in ways[ROLLOUT]:
+                if m_r == need[ROLLOUT] and m_t == need[TRAIN]:
+                    continue
+                kind, cost = _kind(m_r, m_t), m_r * price[ROLLOUT] + m_t * price[TRAIN]
+                for roll in roll_choices:
+                    for train in train_choices:
+                        placement = Placement(gid, roll, train, new_rollout=fresh_r, new_train=fresh_t)
+                        options.append(_Option(kind, group, placement, cost, len(options)))
 
     @staticmethod
     def _new_group_option(state: PlanState, job: Job, need: dict[str, int], rank: int) -> _Option | None:
@@ -426,6 +505,17 @@ class Planner:
             return None
         cost = sum(need[p] * state.cluster.node_price(p) for p in POOLS)
         return _Option(NEW, None, Placement(None, roll, train, roll, train), cost, rank)
+
+    @staticmethod
+    def _colocated_option(state: PlanState, job: Job, need: dict[str, int], rank: int) -> _Option | str:
+        """The co-location option (see "Placement space"), or why there is none."""
+        mem = job.mem_roll_gb + job.mem_train_gb
+        ids = state.peek_new(TRAIN, need[TRAIN], mem)  # a bounded pool checks each listed node's memory
+        if ids is None or (not state.bounded(TRAIN) and mem > state.cluster.train.host_mem_gb):
+            return (f"co-located: train pool has {state.free_count(TRAIN)} free nodes, needs {need[TRAIN]} "
+                    f"with {mem:g} GB (both phases)")
+        cost = colocation.slowdown(job, state.cluster) * need[TRAIN] * state.cluster.node_price(TRAIN)
+        return _Option(COLOCATE, None, Placement(None, ids, ids, (), ids, colocated=True), cost, rank)
 
     @staticmethod
     def _inventory_reason(state: PlanState, job: Job, need: dict[str, int]) -> str:
@@ -468,6 +558,14 @@ class Planner:
 
     def _evaluate(self, state: PlanState, job: Job, opt: _Option) -> Candidate:
         gid = opt.group.group_id if opt.group else None
+        if opt.kind == COLOCATE:
+            slow = colocation.slowdown(job, state.cluster)
+            if slow > job.slo * (1 + SLO_EPS):
+                return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
+                                 f"SLO of job {job.job_id}: co-located {slow:.3f} > {job.slo:.3f}", slow)
+            busy = 1.0 - sum(colocation.phase_time(job, p, state.cluster)[1] for p in POOLS) / (slow * job.t_solo)
+            return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible",
+                             f"{slow:.3f}x as long on its own training nodes (cost counted {slow:.3f}x)", slow, busy)
         if opt.group is None:
             util = _cost_weighted(state, _solo_analysis(state, job, opt.placement), 1, 1)
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", 1.0, util)
@@ -490,8 +588,8 @@ class Planner:
             miss = _startup_miss(a, [m.job for m in opt.group.members] + [job]) or _departure_miss(members, slo)
         if miss:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected", miss, worst)
-        n_roll = len(set(opt.group.rollout_nodes) | set(opt.placement.new_rollout))
-        util = _cost_weighted(state, a, n_roll, len(opt.group.train_nodes))
+        n_roll = len(opt.group.rollout_nodes) + len(opt.placement.new_rollout)
+        util = _cost_weighted(state, a, n_roll, len(opt.group.train_nodes) + len(opt.placement.new_train))
         return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", worst, util)
 
 

@@ -1,26 +1,17 @@
 """veRL-style co-location: each job time-shares its own training-type GPUs between phases.
 
 The job gets ``ceil(train_gpus / gpus_per_node)`` training nodes and nothing in the
-rollout pool. Its rollout runs on those nodes: ``t_roll_colo_s`` when the trace gives it,
-otherwise ``t_roll_s`` scaled by the memory-bandwidth ratio of the two GPU types
-(rollout is bandwidth bound: H20 4.0 TB/s vs H800 3.35 TB/s, so x1.19). Training takes
-``t_train_colo_s`` or ``t_train_s``. Every phase pays the warm switch of the job's model
-size in its pool (offload the other phase's state, load this one's), the cost veRL
-pays when it moves between its rollout engine and its trainer.
+rollout pool; its phase times are ``rollmux.colocation``'s (rollout scaled by the
+memory-bandwidth ratio unless the trace gives co-located times, a warm switch on every
+phase).
 """
 from __future__ import annotations
 
-from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, Job
+from rollmux import colocation
+from rollmux.model import TRAIN, Cluster, Job
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import NEW, Candidate, Decision
 from rollmux.policies.base import beyond_inventory
-
-_BANDWIDTH = 1
-
-
-def rollout_speed_factor(cluster: Cluster) -> float:
-    """How much longer a rollout takes on the training GPU type than on the rollout type."""
-    return GPU_TYPES[cluster.rollout.gpu][_BANDWIDTH] / GPU_TYPES[cluster.train.gpu][_BANDWIDTH]
 
 
 class Colocated:
@@ -40,9 +31,4 @@ class Colocated:
 
     @staticmethod
     def phase_time(job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
-        switch = cluster.switch_cost.seconds(job.model, pool)
-        if pool == ROLLOUT:
-            body = job.t_roll_colo_s if job.t_roll_colo_s is not None else job.t_roll_s * rollout_speed_factor(cluster)
-        else:
-            body = job.t_train_colo_s if job.t_train_colo_s is not None else job.t_train_s
-        return body, switch
+        return colocation.phase_time(job, pool, cluster)

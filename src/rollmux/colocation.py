@@ -1,0 +1,53 @@
+"""Phase times of a job co-located on its training nodes (veRL-style time sharing).
+
+A co-located job runs both phases on its ``ceil(train_gpus / gpus_per_node)`` training
+nodes and holds no rollout node. Its rollout takes ``t_roll_colo_s`` when the trace gives
+it, else ``t_roll_s`` scaled by the memory-bandwidth ratio of the two GPU types (decode
+is bandwidth bound: H20 4.0 TB/s against H800 3.35 TB/s, x1.19). Training takes
+``t_train_colo_s`` or ``t_train_s``. Every phase pays the warm switch of the job's model
+in its pool (offload the other phase's state, load this one's), which is what veRL pays
+between its rollout engine and its trainer; the execution rule charges no switch of its
+own to a node that only ever runs one job, so the switch is part of the phase here.
+
+Used by the co-located and Gavel+ baselines and by the planner's co-location option
+(``rollmux.planner``), so all three see the same times.
+"""
+from __future__ import annotations
+
+from rollmux.model import GPU_TYPES, POOLS, ROLLOUT, Cluster, Group, Job
+
+_BANDWIDTH = 1  # index of TB/s in GPU_TYPES rows
+
+
+def rollout_speed_factor(cluster: Cluster) -> float:
+    """How much longer a rollout takes on the training GPU type than on the rollout type."""
+    return GPU_TYPES[cluster.rollout.gpu][_BANDWIDTH] / GPU_TYPES[cluster.train.gpu][_BANDWIDTH]
+
+
+def phase_time(job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
+    """(worst-case body seconds, switch seconds) of ``job``'s ``pool`` phase when co-located."""
+    switch = cluster.switch_cost.seconds(job.model, pool)
+    if pool == ROLLOUT:
+        body = job.t_roll_colo_s if job.t_roll_colo_s is not None else job.t_roll_s * rollout_speed_factor(cluster)
+    else:
+        body = job.t_train_colo_s if job.t_train_colo_s is not None else job.t_train_s
+    return body, switch
+
+
+def iteration_s(job: Job, cluster: Cluster) -> float:
+    """One co-located iteration alone: both phases, each with its switch."""
+    return sum(sum(phase_time(job, pool, cluster)) for pool in POOLS)
+
+
+def slowdown(job: Job, cluster: Cluster) -> float:
+    """The co-located iteration over the job's disaggregated solo iteration (its SLO basis)."""
+    return iteration_s(job, cluster) / job.t_solo
+
+
+def effective_cost(group: Group, cluster: Cluster) -> float:
+    """A group's $/h as the planner counts it: a co-located group's at its member's slowdown
+    (its nodes are held that much longer per unit of work; ``rollmux.planner``)."""
+    cost = group.cost_per_hour(cluster)
+    if group.colocated and group.members:
+        cost *= slowdown(group.members[0].job, cluster)
+    return cost
