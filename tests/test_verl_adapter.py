@@ -165,3 +165,84 @@ def test_model_sizes_are_read_from_names():
     assert params_from_name("gemma-2-2b-it") == 2
     assert params_from_name("Llama-3.1-70B") == 70
     assert params_from_name("my-policy") is None and params_from_name("bf16-model") is None
+
+
+# --- resource pools on a local multi-node Ray cluster ------------------------------------------
+def test_verl_pools_and_worker_groups_land_on_the_pinned_nodes(monkeypatch):
+    """veRL's own ``RayWorkerGroup`` and ``Worker`` on pools pinned to RollMux nodes R0 and T0
+    (a CPU Ray cluster whose nodes advertise 2 logical GPUs each; one worker per pool, so
+    that the worker processes, each importing veRL, stay few on a 2-core machine)."""
+    pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    import ray
+    from ray.cluster_utils import Cluster
+    from verl.single_controller.base import Worker
+    from verl.single_controller.base.decorator import Dispatch, register
+    from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
+    from verl.trainer.ppo.utils import Role
+
+    from rollmux.integrations.verl_pools import (COLOCATED_POOL, ROLLOUT_POOL, TRAIN_POOL, pool_nodes,
+                                                 verl_pools)
+    from rollmux.runtime.ray_adapter import UnknownNodeError, node_resources, rollmux_nodes
+
+    class Probe(Worker):
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        def where(self):
+            return ray.get_runtime_context().get_node_id(), self.rank
+
+    def node_args(node, pool):
+        return {"num_cpus": 2, "num_gpus": 2, "object_store_memory": 80 * 1024**2,
+                "resources": node_resources(node, pool, 2)}
+
+    cluster = Cluster(initialize_head=True, head_node_args={**node_args("R0", "rollout"), "include_dashboard": False})
+    groups, managers = [], []
+    try:
+        cluster.add_node(**node_args("T0", "train"))
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address)
+        rollmux_of = {ray_id: node for node, ray_id in rollmux_nodes().items()}
+
+        def spawn(manager, role):
+            wg = RayWorkerGroup(resource_pool=manager.get_resource_pool(role),
+                                ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(Probe)), device_name="cuda")
+            groups.append(wg)
+            return sorted((rollmux_of[node], rank) for node, rank in wg.where())
+
+        # disaggregated: the standalone rollout on R0, the trainer side (hybrid actor, critic) on T0
+        pools = verl_pools({"rollout_nodes": ["R0"], "train_nodes": ["T0"]}, 2, max_colocate_count=1, job_id="a")
+        managers.append(pools)
+        assert pools.resource_pool_spec == {ROLLOUT_POOL: [2], TRAIN_POOL: [2]}
+        assert pools.mapping[Role.Rollout] == ROLLOUT_POOL
+        assert {pools.mapping[r] for r in (Role.ActorRollout, Role.Critic, Role.RefPolicy)} == {TRAIN_POOL}
+        pools.create_resource_pool()
+        assert pool_nodes(pools) == {ROLLOUT_POOL: ["R0"], TRAIN_POOL: ["T0"]}
+        assert pools.get_n_gpus() == 4
+        pools.remove()
+        pools = verl_pools({"rollout_nodes": ["R0"], "train_nodes": ["T0"]}, 1, max_colocate_count=1, job_id="a1")
+        managers.append(pools)
+        pools.create_resource_pool()
+        assert spawn(pools, Role.Rollout) == [("R0", 0)]
+        assert spawn(pools, Role.ActorRollout) == [("T0", 0)]
+        for wg in groups:
+            for w in wg.workers:
+                ray.kill(w)
+        pools.remove()
+        # colocated (the hybrid engine): one pool on the training node, every role in it
+        colo = verl_pools({"rollout_nodes": ["T0"], "train_nodes": ["T0"]}, 2, max_colocate_count=1,
+                          roles=[Role.ActorRollout, Role.Critic], job_id="b")
+        managers.append(colo)
+        assert colo.mapping == {Role.ActorRollout: COLOCATED_POOL, Role.Critic: COLOCATED_POOL}
+        colo.create_resource_pool()
+        assert pool_nodes(colo) == {COLOCATED_POOL: ["T0"]}
+        # refused before anything is reserved: an unknown node, more GPUs than the node has
+        with pytest.raises(UnknownNodeError, match="rollmux_node:T9"):
+            verl_pools({"rollout_nodes": ["T9"], "train_nodes": ["T9"]}, 2).create_resource_pool()
+        with pytest.raises(FrameworkConfigError, match="node R0") as info:
+            verl_pools({"rollout_nodes": ["R0"], "train_nodes": ["T0"]}, 4).create_resource_pool()
+        assert info.value.field == "resource_pool_spec"
+    finally:
+        for manager in managers:
+            manager.remove()
+        ray.shutdown()
+        cluster.shutdown()
+    assert not ray.is_initialized()
