@@ -34,6 +34,14 @@ Training is the demo's ``TrainWorker.train`` on the flattened turns: row (group 
 sample s) holds trajectory (g, s)'s turn-t prompt and answer and the trajectory's reward
 (the mean of its turns' rewards), so ``group_advantages`` over each (g, t) block is the
 trajectory-level advantage shared by all its turns.
+
+Live (``run_agentic_live``): the same episodes as a job of the live control plane. An
+``AgenticRolloutWorker`` (the demo's rollout worker, on the job's pinned rollout node)
+generates every turn, a ``TrainWorker`` on its pinned training node trains, each inside
+its phase's grant with its state switched in and out (``RemoteState``), so the job can
+share its nodes with other jobs. With ``reward_app`` the environment workers score each
+answer through the shared reward service (``rollmux.reward_service``; the same exact
+reward) instead of computing it themselves.
 """
 from __future__ import annotations
 
@@ -49,7 +57,7 @@ import torch
 from rollmux.grpo.policy import build_policy, generate, task_batch
 from rollmux.grpo.profiles import JobProfile
 from rollmux.grpo.task import BOS, decode, encode, get_task, reward
-from rollmux.grpo.workers import TrainWorker
+from rollmux.grpo.workers import RolloutWorker, TrainWorker
 from rollmux.model import TRAIN
 from rollmux.runtime.ray_adapter import WorkerInfo
 
@@ -73,35 +81,52 @@ def env_delay_s(seed: int, trajectory: int, turn: int, base_delay_s: float) -> f
 class EnvWorker:
     """One environment server (a Ray async actor): verification on its CPU, then the tool wait."""
 
-    def __init__(self, task: str, base_delay_s: float = 0.03, verify_rounds: int = 300, seed: int = 0) -> None:
+    def __init__(self, task: str, base_delay_s: float = 0.03, verify_rounds: int = 300, seed: int = 0,
+                 reward_app: str | None = None) -> None:
         self.task = get_task(task)
         self.base_delay_s = base_delay_s
         self.verify_rounds = verify_rounds
         self.seed = seed
         self.calls = 0
         self.busy_s = 0.0
+        self.reward_app = reward_app
+        self.reward_latencies_ms: list[float] = []
+        self._reward_handle = None
+
+    async def _score(self, prompt: str, completion: str) -> float:
+        """The answer's exact reward from the shared reward service (``reward_app``)."""
+        if self._reward_handle is None:
+            from ray import serve
+
+            self._reward_handle = serve.get_app_handle(self.reward_app)
+        t0 = time.perf_counter()
+        scores = await self._reward_handle.score.remote([(self.task.name, prompt, completion)], "exact")
+        self.reward_latencies_ms.append((time.perf_counter() - t0) * 1000.0)
+        return float(scores[0])
 
     async def step(self, trajectory: int, turn: int, prompt: str, completion: str) -> dict:
         start = time.perf_counter()
         answer = self.task.answer(prompt)
-        score = reward(completion, answer)
+        score = reward(completion, answer) if self.reward_app is None else None
         checksum = 0
         for r in range(self.verify_rounds):  # the arithmetic check: digit checksum, recomputed
             checksum = (checksum * 31 + sum((int(c) + r) * (i + 1) for i, c in enumerate(answer))) % 1_000_003
         self.busy_s += time.perf_counter() - start
+        if score is None:
+            score = await self._score(prompt, completion)
         await asyncio.sleep(env_delay_s(self.seed, trajectory, turn, self.base_delay_s))
         self.calls += 1
         return {"reward": score, "next_prompt": next_prompt(prompt, completion, answer), "checksum": checksum}
 
     def stats(self) -> dict:
-        return {"calls": self.calls, "busy_s": self.busy_s}
+        return {"calls": self.calls, "busy_s": self.busy_s, "reward_latencies_ms": list(self.reward_latencies_ms)}
 
 
 def start_env_workers(task: str, count: int = 3, base_delay_s: float = 0.03, seed: int = 0,
-                      max_concurrency: int = 64) -> list:
+                      max_concurrency: int = 64, reward_app: str | None = None) -> list:
     """``count`` EnvWorker actors on the connected Ray cluster (no CPU claimed)."""
     cls = ray.remote(num_cpus=0, max_concurrency=max_concurrency)(EnvWorker)
-    return [cls.remote(task, base_delay_s, seed=seed) for _ in range(count)]
+    return [cls.remote(task, base_delay_s, seed=seed, reward_app=reward_app) for _ in range(count)]
 
 
 @dataclass(slots=True)
@@ -246,6 +271,7 @@ class AgenticRun:
     reward_after: float = 0.0
     wall_s: float = 0.0
     env_calls_by_worker: list[int] = field(default_factory=list)
+    reward_latencies_ms: list[float] = field(default_factory=list)  # live runs through the reward service
 
     def to_dict(self) -> dict:
         roll = sum(r["rollout_s"] for r in self.per_iteration)
@@ -290,6 +316,76 @@ def run_agentic(profile: JobProfile, iterations: int, weights: dict[str, torch.T
         run.reward_after = mean_reward(rollout_episodes(model, profile, eval_step, envs, turns, "turn", timeout_s))
         run.env_calls_by_worker = [s["calls"] for s in ray.get([e.stats.remote() for e in envs], timeout=timeout_s)]
     finally:
+        for e in envs:
+            ray.kill(e)
+    return run
+
+
+class AgenticRolloutWorker(RolloutWorker):
+    """The multi-turn job's rollout worker (a Ray actor on its pinned rollout node): its
+    policy generates every turn of the episodes; environment steps go to ``envs``."""
+
+    def episodes(self, step: int, weights: dict[str, torch.Tensor] | None, envs: list, turns: int,
+                 schedule: str, timeout_s: float = 120.0) -> tuple[dict, dict]:
+        """One iteration's episodes (``rollout_episodes``) with ``weights`` loaded first when
+        given; returns (the training batch, stats)."""
+        p = self._configured()
+        if weights is not None:
+            self.policy.load_state_dict(weights)
+        r = rollout_episodes(self.policy, p, step, envs, turns, schedule, timeout_s)
+        stats = {"reward": sum(map(sum, r.rewards)) / (len(r.rewards) * turns), "rollout_s": r.wall_s,
+                 "generation_s": r.generation_s, "busy_fraction": r.busy_fraction,
+                 "generate_calls": r.generate_calls, "env_calls": r.env_calls}
+        return training_batch(p, r), stats
+
+
+def run_agentic_live(job, profile: JobProfile, iterations: int, weights: dict[str, torch.Tensor],
+                     schedule: str = "trajectory", turns: int = 3, env_workers: int = 3, base_delay_s: float = 0.03,
+                     reward_app: str | None = None, timeout_s: float = 120.0,
+                     switches: list | None = None) -> AgenticRun:
+    """``iterations`` multi-turn iterations of ``job`` (an SDK handle) under the live control
+    plane: each rollout (every turn of every episode) inside a rollout grant on its pinned
+    rollout node, each training inside a training grant on its pinned training node, their
+    states switched in and out around the phase (``switches`` collects the records). The
+    job completes (or, if anything raises, is cancelled); its actors stop."""
+    from rollmux.grpo.driver import RemoteState
+    from rollmux.model import ROLLOUT
+    from rollmux.plan_state import Placement
+    from rollmux.runtime.ray_adapter import RayJobRunner
+
+    switches = [] if switches is None else switches
+    run = AgenticRun(profile.name, schedule, iterations, turns, env_workers)
+    envs = start_env_workers(profile.task, env_workers, base_delay_s, seed=profile.seed, reward_app=reward_app)
+    runner = None
+    try:
+        with job.lifetime():
+            where = job.wait_placed(timeout_s=timeout_s)
+            plan = Placement(where["group_id"], tuple(where["rollout_nodes"]), tuple(where["train_nodes"]))
+            runner = RayJobRunner(job.job_id, plan, AgenticRolloutWorker, TrainWorker, timeout_s=timeout_s).start()
+            roller, trainer = runner.workers(ROLLOUT)[0], runner.workers(TRAIN)[0]
+            ray.get([roller.setup.remote(profile, weights), trainer.setup.remote(profile, weights)], timeout=timeout_s)
+            states = {pool: RemoteState(actor, job.job_id, pool, switches)
+                      for pool, actor in ((ROLLOUT, roller), (TRAIN, trainer))}
+            latest = None
+            t0 = time.perf_counter()
+            for step in range(iterations):
+                with job.phase(ROLLOUT, state=states[ROLLOUT], device="cpu"):
+                    batch, stats = roller.episodes.options(num_returns=2).remote(step, latest, envs, turns, schedule,
+                                                                                 timeout_s)
+                    stats = ray.get(stats, timeout=timeout_s * turns)
+                t1 = time.perf_counter()
+                with job.phase(TRAIN, state=states[TRAIN], device="cpu"):
+                    latest, tstats = trainer.train.options(num_returns=2).remote(batch)
+                    tstats = ray.get(tstats, timeout=timeout_s)
+                run.per_iteration.append({**stats, "train_s": time.perf_counter() - t1,
+                                          "clip_frac": tstats["clip_frac"]})
+            run.wall_s = time.perf_counter() - t0
+        env_stats = ray.get([e.stats.remote() for e in envs], timeout=timeout_s)
+        run.env_calls_by_worker = [st["calls"] for st in env_stats]
+        run.reward_latencies_ms = [x for st in env_stats for x in st["reward_latencies_ms"]]
+    finally:
+        if runner is not None:
+            runner.shutdown()
         for e in envs:
             ray.kill(e)
     return run

@@ -27,13 +27,21 @@ from which ``overlap_s`` (time both actors were busy at once) follows.
 ``reward_before`` / ``reward_after``: the mean exact reward of a fixed evaluation rollout
 (steps ``EVAL_STEPS``, never trained on) under the starting and the final weights, the same
 for every k.
+
+``run_async_live`` runs the same loop as a job of the live control plane: its two actors
+pinned to the job's placement (``RayJobRunner``), each generation inside a rollout grant
+and each training inside a training grant, from the two threads (the SDK waits for the
+staleness rule, the service grants rollout i+1 while training i runs).
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any, ContextManager
 
 import ray
 import torch
@@ -162,8 +170,38 @@ def run_async(profile: JobProfile, iterations: int, weights: dict[str, torch.Ten
     return run
 
 
-def _loop(run: AsyncRun, roller, trainer, weights_ref, k: int, timeout_s: float):
-    """The generator thread and the trainer loop; returns the final weights' object ref."""
+def run_async_live(job: Any, profile: JobProfile, iterations: int, weights: dict[str, torch.Tensor],
+                   timeout_s: float = 300.0) -> AsyncRun:
+    """``iterations`` asynchronous GRPO iterations of ``job`` (an SDK handle of a job submitted
+    with staleness k >= 1) under the live control plane, its actors on its pinned nodes; the
+    job completes (or, if anything raises, is cancelled) and its actors stop."""
+    from rollmux.plan_state import Placement
+    from rollmux.runtime.ray_adapter import RayJobRunner
+
+    run = AsyncRun(profile.name, job.staleness, iterations)
+    with job.lifetime():
+        where = job.wait_placed(timeout_s=timeout_s)
+        plan = Placement(where["group_id"], tuple(where["rollout_nodes"]), tuple(where["train_nodes"]))
+        runner = RayJobRunner(job.job_id, plan, AsyncRolloutWorker, AsyncTrainWorker, timeout_s=timeout_s).start()
+        try:
+            roller, trainer = runner.workers(ROLLOUT)[0], runner.workers(TRAIN)[0]
+            weights_ref = ray.put(weights)
+            ray.get([roller.setup.remote(profile, weights_ref), trainer.setup.remote(profile, weights_ref)],
+                    timeout=timeout_s)
+            _loop(run, roller, trainer, weights_ref, job.staleness, timeout_s,
+                  phase=lambda pool: job.phase(pool, timeout_s=timeout_s))
+            run.reward_latencies_ms = ray.get(roller.reward_latencies.remote(), timeout=timeout_s)
+        finally:
+            runner.shutdown()
+    return run
+
+
+def _loop(run: AsyncRun, roller, trainer, weights_ref, k: int, timeout_s: float,
+          phase: Callable[[str], ContextManager] | None = None):
+    """The generator thread and the trainer loop; returns the final weights' object ref.
+    ``phase(pool)``, when given, wraps each generation (``ROLLOUT``) and each training
+    (``TRAIN``, up to the new weights' publication): the live job's grants."""
+    phase = phase or (lambda _pool: contextlib.nullcontext())
     n = run.iterations
     cond = threading.Condition()
     state = {"version": 0, "weights": {0: weights_ref}, "stop": False, "error": None}
@@ -174,18 +212,19 @@ def _loop(run: AsyncRun, roller, trainer, weights_ref, k: int, timeout_s: float)
         sent = 0  # the version the rollout actor holds (it was set up with version 0)
         try:
             for step in range(n):
-                with cond:
-                    if not cond.wait_for(lambda: state["stop"] or step - state["version"] <= k,
-                                         timeout=max(0.0, deadline - time.monotonic())):
-                        raise TimeoutError(f"rollout {step}: staleness rule not met in time")
-                    if state["stop"]:
-                        return
-                    version = state["version"]
-                    ref = state["weights"][version]
-                batch, stats = roller.generate_batch.options(num_returns=2).remote(
-                    step, ref if version != sent else None, version)
-                sent = version
-                stats = ray.get(stats, timeout=timeout_s)
+                with phase(ROLLOUT):
+                    with cond:
+                        if not cond.wait_for(lambda: state["stop"] or step - state["version"] <= k,
+                                             timeout=max(0.0, deadline - time.monotonic())):
+                            raise TimeoutError(f"rollout {step}: staleness rule not met in time")
+                        if state["stop"]:
+                            return
+                        version = state["version"]
+                        ref = state["weights"][version]
+                    batch, stats = roller.generate_batch.options(num_returns=2).remote(
+                        step, ref if version != sent else None, version)
+                    sent = version
+                    stats = ray.get(stats, timeout=timeout_s)
                 while not state["stop"]:
                     try:
                         batches.put((batch, stats), timeout=0.5)
@@ -212,13 +251,14 @@ def _loop(run: AsyncRun, roller, trainer, weights_ref, k: int, timeout_s: float)
                         raise TimeoutError(f"batch {i} not generated in time") from None
             if gstats["step"] != i or i - gstats["version"] > k:
                 raise RuntimeError(f"batch {gstats['step']} of version {gstats['version']} at iteration {i} (k={k})")
-            new_weights, tstats = trainer.train_batch.options(num_returns=2).remote(batch)
-            tstats = ray.get(tstats, timeout=timeout_s)
-            with cond:
-                state["version"] = i + 1
-                state["weights"][i + 1] = new_weights
-                state["weights"].pop(i - k - 1, None)  # no rollout can use it any more
-                cond.notify_all()
+            with phase(TRAIN):
+                new_weights, tstats = trainer.train_batch.options(num_returns=2).remote(batch)
+                tstats = ray.get(tstats, timeout=timeout_s)
+                with cond:  # published before the grant goes back: the next rollout may use it
+                    state["version"] = i + 1
+                    state["weights"][i + 1] = new_weights
+                    state["weights"].pop(i - k - 1, None)  # no rollout can use it any more
+                    cond.notify_all()
             run.batches.append({**gstats, **tstats, "trained_at_version": i})
         run.wall_s = time.time() - t0
         return state["weights"][n]
