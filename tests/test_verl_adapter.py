@@ -15,11 +15,13 @@ from __future__ import annotations
 import copy
 import os
 
+import numpy as np
 import pytest
 
 pytest.importorskip("verl", reason="veRL not installed (pip install --no-deps verl==0.9.1 and the 'verl' extra)")
 pytest.importorskip("hydra")
 
+import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from rollmux.errors import FrameworkConfigError, SpecError  # noqa: E402
@@ -246,3 +248,225 @@ def test_verl_pools_and_worker_groups_land_on_the_pinned_nodes(monkeypatch):
         ray.shutdown()
         cluster.shutdown()
     assert not ray.is_initialized()
+
+
+# --- veRL's RayPPOTrainer.fit under RollMux grants ----------------------------------------------
+# Stand-ins for the three objects of a trainer that need GPUs. ``World`` is what they share: where
+# the actor's model and optimizer are, the policy version, and the rollout engines' state.
+PROMPT, RESPONSE = 3, 4
+FIT_OVERRIDES = {
+    "trainer.total_training_steps": 3, "trainer.total_epochs": 1, "data.train_batch_size": 2,
+    "actor_rollout_ref.rollout.n": 2, "algorithm.adv_estimator": "grpo", "critic.enable": False,
+    "trainer.logger": ["console"], "trainer.val_before_train": True, "trainer.test_freq": 2,
+    "trainer.save_freq": -1, "trainer.resume_mode": "disable", "trainer.balance_batch": False,
+    "trainer.device": "cpu", "trainer.n_gpus_per_node": 2, "data.dataloader_num_workers": 0,
+    "data.val_batch_size": 2, "actor_rollout_ref.rollout.agent.num_workers": 1,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 2, "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+}
+
+
+class World:
+    def __init__(self):
+        self.model = self.optim = "device"   # init_workers leaves the actor on its GPUs
+        self.version = 0                      # optimizer steps taken by the actor
+        self.awake = False                    # rollout engines hold weights + KV cache on the GPUs
+        self.engine_version = None            # the policy version the engines generate with
+        self.events: list[tuple[str, str | None]] = []
+        self.problems: list[str] = []
+        self.phases = None
+        self.fail_update_at: int | None = None
+
+    def granted(self):
+        return self.phases.granted if self.phases is not None else None
+
+    def log(self, event, grant=None):
+        got = self.granted()
+        self.events.append((event, got))
+        if grant is not None and got != grant:
+            self.problems.append(f"{event} under grant {got!r}, expected {grant!r}")
+
+
+class FakeActorGroup:
+    """The hybrid actor worker group (FSDP on GPUs in veRL): ``to``, ``compute_log_prob``, ``update_actor``."""
+
+    def __init__(self, world):
+        self.w = world
+
+    def to(self, device, model=True, optimizer=True, grad=True):
+        if model:
+            self.w.model = device
+        if optimizer:
+            self.w.optim = device
+        self.w.log(f"to {device}")
+
+    def compute_log_prob(self, td):
+        from verl.utils import tensordict_utils as tu
+
+        self.w.log("compute_log_prob", "train")
+        if self.w.model != "device":
+            self.w.problems.append("log-probs with the model on the host")
+        ids = td["input_ids"]
+        zeros = torch.nested.nested_tensor_from_jagged(torch.zeros(ids.values().shape), offsets=ids.offsets())
+        return tu.get_tensordict({"log_probs": zeros, "entropy": zeros.clone()}, {"metrics": {"mfu": 0.0}})
+
+    def update_actor(self, td):
+        from verl.utils import tensordict_utils as tu
+
+        self.w.log("update_actor", "train")
+        if (self.w.model, self.w.optim) != ("device", "device"):
+            self.w.problems.append(f"update with model on {self.w.model}, optimizer on {self.w.optim}")
+        if self.w.fail_update_at == self.w.version + 1:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        self.w.version += 1
+        return tu.get_tensordict({}, {"metrics": {"mfu": 0.0, "pg_loss": [0.1]}})
+
+
+class FakeRollout:
+    """The agent-loop manager over vLLM/SGLang servers: ``generate_sequences`` with per-token scores."""
+
+    def __init__(self, world):
+        self.w = world
+        self.rng = torch.Generator().manual_seed(0)
+
+    def generate_sequences(self, batch):
+        from verl import DataProto
+
+        self.w.log("generate", "rollout")
+        if not self.w.awake or self.w.engine_version != self.w.version:
+            self.w.problems.append(f"generation on engines awake={self.w.awake} with policy v{self.w.engine_version}"
+                                   f" (actor at v{self.w.version})")
+        if self.w.model != "cpu":
+            self.w.problems.append("generation with the actor's model on the GPUs")
+        b = len(batch)
+        prompts = torch.randint(3, 12, (b, PROMPT), generator=self.rng)
+        responses = torch.randint(3, 12, (b, RESPONSE), generator=self.rng)
+        attention = torch.ones(b, PROMPT + RESPONSE, dtype=torch.long)
+        attention[0, -1] = 0  # one response ended early
+        scores = torch.zeros(b, RESPONSE)
+        scores[:, -2] = torch.rand(b, generator=self.rng)
+        return DataProto.from_dict(
+            tensors={"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], -1),
+                     "attention_mask": attention, "position_ids": torch.clamp(attention.cumsum(-1) - 1, min=0),
+                     "response_mask": attention[:, PROMPT:], "rm_scores": scores},
+            non_tensors={"multi_modal_inputs": np.array([{} for _ in range(b)], dtype=object)},
+            meta_info={"timing": {"agent_loop/generate": 0.0}})
+
+
+class FakeCheckpoints:
+    """veRL's ``CheckpointEngineManager`` (naive backend): ``update_weights`` wakes and syncs, ``sleep_replicas``."""
+
+    def __init__(self, world):
+        self.w = world
+
+    def update_weights(self, global_steps=None):
+        self.w.log("sync weights", "rollout")
+        if self.w.model != "device":
+            self.w.problems.append("weight sync read the actor's model from the host")
+        self.w.awake, self.w.engine_version = True, self.w.version
+        return {}
+
+    def sleep_replicas(self):
+        self.w.log("sleep engines")
+        self.w.awake = False
+
+
+class ToyPrompts(torch.utils.data.Dataset):
+    """Rows as veRL's agent-loop dataset gives them: a dummy tensor and the raw prompt."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __len__(self):
+        return self.rows
+
+    def __getitem__(self, i):
+        return {"dummy_tensor": torch.tensor([0], dtype=torch.uint8),
+                "raw_prompt": [{"role": "user", "content": f"{i % 10}>"}], "data_source": "toy",
+                "reward_model": {"ground_truth": str(i % 10)}, "index": i}
+
+
+class ToyTokenizer:
+    eos_token_id, pad_token_id = 1, 0
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(str(int(i)) for i in ids)
+
+
+def _run_fit(base_config, tmp_path, fail_update_at=None):
+    """veRL's fit under a private control plane's grants; returns (trainer, job, world, snapshots, view)."""
+    from verl.trainer.ppo.utils import Role
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    from rollmux.demo import _control_plane
+    from rollmux.integrations.verl import RollMuxPPOTrainer, verl_pools
+    from rollmux.runtime.sdk import Client
+
+    cfg = copy.deepcopy(base_config)
+    for path, value in FIT_OVERRIDES.items():
+        OmegaConf.update(cfg, path, value, merge=False)
+    world = World()
+    world.fail_update_at = fail_update_at
+    snapshots = []  # the job's state at every grant release
+    error = None
+    with _control_plane(1, 1, tmp_path) as (url, token):
+        client = Client(url, token=token)
+        try:
+            job = client.submit({"job_id": "verl-grpo", "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 2.0})
+            release = job._release
+
+            def snapshot_release(name, grant, duration_s):
+                snapshots.append((name, world.model, world.optim, world.awake))
+                release(name, grant, duration_s)
+            job._release = snapshot_release
+            try:
+                with job.lifetime():
+                    placement = job.wait_placed(timeout_s=60)
+                    trainer = RollMuxPPOTrainer(
+                        job=job, config=cfg, tokenizer=ToyTokenizer(), role_worker_mapping={Role.ActorRollout: object},
+                        resource_pool_manager=verl_pools(placement, 2, roles=[Role.ActorRollout], job_id=job.job_id),
+                        train_dataset=ToyPrompts(6), val_dataset=ToyPrompts(2), collate_fn=collate_fn)
+                    # what init_workers would have built on GPUs
+                    trainer.actor_rollout_wg = FakeActorGroup(world)
+                    trainer.async_rollout_manager = FakeRollout(world)
+                    trainer.checkpoint_manager = FakeCheckpoints(world)
+                    world.phases = trainer.rollmux
+                    trainer.fit()
+            except RuntimeError as exc:
+                error = exc
+            view = client.job(job.job_id)
+        finally:
+            client.close()
+    return trainer, job, world, snapshots, view, error
+
+
+def test_verl_fit_runs_each_step_under_a_rollout_and_a_train_grant(base_config, tmp_path):
+    trainer, job, world, snapshots, view, error = _run_fit(base_config, tmp_path)
+    assert error is None
+    assert world.problems == []
+    pools = [name for name, *_ in job.history]
+    # val_before_train shares step 1's rollout grant; the validation after step 2 opens step 3's
+    # early; the one after the last step adds a trailing rollout grant
+    assert pools == ["rollout", "train"] * 3 + ["rollout"]
+    assert view["state"] == "done" and view["iterations_done"] >= 3
+    # nothing of the job stays on the GPUs between grants: state offloaded, engines asleep
+    assert snapshots == [(name, "cpu", "cpu", False) for name in pools]
+    events = [e for e, _ in world.events]
+    assert events.count("update_actor") == 3 == world.version and trainer.global_steps == 4
+    assert events.count("generate") == 3 + 3  # 3 steps + 3 validations (before, at step 2, at the end)
+    assert events.count("sync weights") == 4  # once per rollout grant, never outside one
+    assert [r.action for r in trainer.switches] == (
+        ["park"] + ["wake", "sleep", "reload", "offload"] * 3 + ["wake", "sleep"])
+    assert all(r.seconds >= 0 for r in trainer.switches)
+    # the hooks are gone once fit returned
+    assert "generate_sequences" not in vars(trainer.async_rollout_manager)
+    assert "update_weights" not in vars(trainer.checkpoint_manager)
+    assert trainer.rollmux.held is None and trainer.rollmux.granted is None
+
+
+def test_a_failing_verl_update_releases_its_grant_with_the_state_offloaded(base_config, tmp_path):
+    trainer, job, world, snapshots, view, error = _run_fit(base_config, tmp_path, fail_update_at=2)
+    assert isinstance(error, RuntimeError) and "out of memory" in str(error)
+    assert [name for name, *_ in job.history] == ["rollout", "train"] * 2
+    assert snapshots[-1] == ("train", "cpu", "cpu", False) and world.version == 1
+    assert view["state"] == "cancelled"  # JobHandle.lifetime cancels on an exception
+    assert "sleep_replicas" not in vars(trainer.checkpoint_manager) and trainer.rollmux.held is None
