@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e ".[all]"
+	$(VENV)/bin/pip install --quiet --no-deps "verl==0.9.1"  # its deps: the 'verl' extra (pyproject.toml)
 	-@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
 	  || command -v google-chrome >/dev/null 2>&1 \
 	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
