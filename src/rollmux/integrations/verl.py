@@ -7,13 +7,14 @@ User code (the job is a ``JobHandle``; the config a veRL Hydra config)::
 
     placement = job.wait_placed()
     apply_overrides(config, verl_overrides(placement, config, gpus_per_node=8))
-    trainer = RollMuxPPOTrainer(job=job, config=config, tokenizer=tokenizer,
-                                role_worker_mapping=roles,
-                                resource_pool_manager=verl_pools(placement, 8, roles=list(roles), job_id=job.job_id),
+    trainer = RollMuxPPOTrainer(job=job, config=config, tokenizer=tokenizer, role_worker_mapping=roles,
+                                resource_pool_manager=verl_pools(placement, 8, job_id=job.job_id),
                                 train_dataset=train, val_dataset=val, collate_fn=collate_fn)
-    trainer.init_workers()
     with job.lifetime():
+        trainer.init_workers()
         trainer.fit()
+
+(``examples/verl/run_ppo.py`` is the whole script; ``docs/integrations.md`` the guide.)
 
 Contract
 --------
