@@ -275,6 +275,7 @@ class World:
         self.problems: list[str] = []
         self.phases = None
         self.fail_update_at: int | None = None
+        self.reward_model = False             # a colocated reward model scores after generation
 
     def granted(self):
         return self.phases.granted if self.phases is not None else None
@@ -342,12 +343,14 @@ class FakeRollout:
         responses = torch.randint(3, 12, (b, RESPONSE), generator=self.rng)
         attention = torch.ones(b, PROMPT + RESPONSE, dtype=torch.long)
         attention[0, -1] = 0  # one response ended early
-        scores = torch.zeros(b, RESPONSE)
-        scores[:, -2] = torch.rand(b, generator=self.rng)
+        tensors = {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], -1),
+                   "attention_mask": attention, "position_ids": torch.clamp(attention.cumsum(-1) - 1, min=0),
+                   "response_mask": attention[:, PROMPT:]}
+        if not self.w.reward_model:  # the agent loop's streamed rule-based reward
+            tensors["rm_scores"] = torch.zeros(b, RESPONSE)
+            tensors["rm_scores"][:, -2] = torch.rand(b, generator=self.rng)
         return DataProto.from_dict(
-            tensors={"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], -1),
-                     "attention_mask": attention, "position_ids": torch.clamp(attention.cumsum(-1) - 1, min=0),
-                     "response_mask": attention[:, PROMPT:], "rm_scores": scores},
+            tensors=tensors,
             non_tensors={"multi_modal_inputs": np.array([{} for _ in range(b)], dtype=object)},
             meta_info={"timing": {"agent_loop/generate": 0.0}})
 
@@ -368,6 +371,24 @@ class FakeCheckpoints:
     def sleep_replicas(self):
         self.w.log("sleep engines")
         self.w.awake = False
+
+
+class FakeRewardLoop:
+    """veRL's ``RewardLoopManager`` with a colocated reward model (on the GPUs in veRL)."""
+
+    def __init__(self, world):
+        self.w = world
+
+    def compute_rm_score(self, batch):
+        from verl import DataProto
+
+        validating = self.w.phases.validating
+        self.w.log("reward model", "rollout" if validating else "train")
+        if self.w.awake:
+            self.w.problems.append("reward model scored next to awake engines")
+        scores = torch.zeros(len(batch), RESPONSE)
+        scores[:, -1] = batch.batch["responses"][:, -1].float() / 12
+        return DataProto.from_dict(tensors={"rm_scores": scores})
 
 
 class ToyPrompts(torch.utils.data.Dataset):
@@ -392,7 +413,7 @@ class ToyTokenizer:
         return " ".join(str(int(i)) for i in ids)
 
 
-def _run_fit(base_config, tmp_path, fail_update_at=None):
+def _run_fit(base_config, tmp_path, fail_update_at=None, reward_model=False):
     """veRL's fit under a private control plane's grants; returns (trainer, job, world, snapshots, view)."""
     from verl.trainer.ppo.utils import Role
     from verl.utils.dataset.rl_dataset import collate_fn
@@ -404,8 +425,9 @@ def _run_fit(base_config, tmp_path, fail_update_at=None):
     cfg = copy.deepcopy(base_config)
     for path, value in FIT_OVERRIDES.items():
         OmegaConf.update(cfg, path, value, merge=False)
+    OmegaConf.update(cfg, "reward.reward_model.enable", reward_model, merge=False)
     world = World()
-    world.fail_update_at = fail_update_at
+    world.fail_update_at, world.reward_model = fail_update_at, reward_model
     snapshots = []  # the job's state at every grant release
     error = None
     with _control_plane(1, 1, tmp_path) as (url, token):
@@ -429,6 +451,7 @@ def _run_fit(base_config, tmp_path, fail_update_at=None):
                     trainer.actor_rollout_wg = FakeActorGroup(world)
                     trainer.async_rollout_manager = FakeRollout(world)
                     trainer.checkpoint_manager = FakeCheckpoints(world)
+                    trainer.reward_loop_manager = FakeRewardLoop(world)
                     world.phases = trainer.rollmux
                     trainer.fit()
             except RuntimeError as exc:
@@ -470,3 +493,17 @@ def test_a_failing_verl_update_releases_its_grant_with_the_state_offloaded(base_
     assert snapshots[-1] == ("train", "cpu", "cpu", False) and world.version == 1
     assert view["state"] == "cancelled"  # JobHandle.lifetime cancels on an exception
     assert "sleep_replicas" not in vars(trainer.checkpoint_manager) and trainer.rollmux.held is None
+
+
+def test_verl_fit_with_a_colocated_reward_model_keeps_engines_asleep_while_it_scores(base_config, tmp_path):
+    """veRL puts the engines to sleep for a colocated reward model and wakes them with a weight sync
+    (in validation); in a step the reward model scores under the train grant."""
+    trainer, job, world, snapshots, view, error = _run_fit(base_config, tmp_path, reward_model=True)
+    assert error is None and world.problems == []
+    pools = [name for name, *_ in job.history]
+    assert pools == ["rollout", "train"] * 3 + ["rollout"]
+    assert snapshots == [(name, "cpu", "cpu", False) for name in pools]
+    scored = [grant for event, grant in world.events if event == "reward model"]
+    assert scored.count("train") == 3 and scored.count("rollout") == 3  # 3 steps, 3 validations
+    # a sync per rollout grant (4) and veRL's wake-up after each validation's reward model (3)
+    assert [e for e, _ in world.events].count("sync weights") == 7
