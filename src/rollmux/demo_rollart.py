@@ -41,19 +41,33 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
-from rollmux.grpo.profiles import ROLLOUT_HEAVY
-
-ASYNC_PROFILE = replace(ROLLOUT_HEAVY, name="reverse-async", epochs=2, minibatch=384)
-AGENTIC_PROFILE = replace(ROLLOUT_HEAVY, name="reverse-agent", prompts=8, samples=8, gen_batch=8, minibatch=192)
-
-#: --live: the three jobs (name, profile, staleness). They share the model, task and seed,
-#: so one warm-up serves all three.
+#: --live: the staleness of the asynchronous job; the three jobs are ``LIVE_JOBS``
+#: (name, profile, staleness). They share the model, task and seed, so one warm-up serves all three.
 LIVE_STALENESS = 1
-LIVE_JOBS = (("async-k1", replace(ASYNC_PROFILE, name="async-k1", slo=3.0), LIVE_STALENESS),
-             ("agentic", replace(AGENTIC_PROFILE, name="agentic", slo=3.0), 0),
-             ("sync", replace(ASYNC_PROFILE, name="sync", slo=3.0), 0))
+
+
+@cache
+def _profiles() -> dict:
+    """``ASYNC_PROFILE``, ``AGENTIC_PROFILE``, ``LIVE_JOBS``: made on first use, because the
+    profiles import torch and the CLI registers this command at every start."""
+    from rollmux.grpo.profiles import ROLLOUT_HEAVY
+
+    asynchronous = replace(ROLLOUT_HEAVY, name="reverse-async", epochs=2, minibatch=384)
+    agentic = replace(ROLLOUT_HEAVY, name="reverse-agent", prompts=8, samples=8, gen_batch=8, minibatch=192)
+    live = (("async-k1", replace(asynchronous, name="async-k1", slo=3.0), LIVE_STALENESS),
+            ("agentic", replace(agentic, name="agentic", slo=3.0), 0),
+            ("sync", replace(asynchronous, name="sync", slo=3.0), 0))
+    return {"ASYNC_PROFILE": asynchronous, "AGENTIC_PROFILE": agentic, "LIVE_JOBS": live}
+
+
+def __getattr__(name: str):
+    if name in ("ASYNC_PROFILE", "AGENTIC_PROFILE", "LIVE_JOBS"):
+        return _profiles()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 #: The specs' phase times (s) for the planner: estimates of the order the jobs measure on
 #: 2 shared cores, not profiled (the service reports measured maxima and over-profile
 #: phases); the SLO of 3 absorbs the contention of three jobs on two cores.
@@ -71,9 +85,10 @@ def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1,
     from rollmux.grpo.driver import warm_start_weights
 
     out.mkdir(parents=True, exist_ok=True)
-    profile = replace(ASYNC_PROFILE, reward_service="rewards") if reward_service else ASYNC_PROFILE
-    weights = warm_start_weights(ASYNC_PROFILE)
-    agent_weights = warm_start_weights(AGENTIC_PROFILE)
+    async_profile, agentic_profile = _profiles()["ASYNC_PROFILE"], _profiles()["AGENTIC_PROFILE"]
+    profile = replace(async_profile, reward_service="rewards") if reward_service else async_profile
+    weights = warm_start_weights(async_profile)
+    agent_weights = warm_start_weights(agentic_profile)
     runs: dict[str, dict] = {}
     service_record = None
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
@@ -100,7 +115,8 @@ def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1,
             service_record = summary(latencies, monitor)
         for schedule in ("turn", "trajectory"):
             name = f"agentic-{schedule}"
-            run = run_agentic(AGENTIC_PROFILE, agentic_iterations, agent_weights, schedule, turns, env_workers,
+            run = run_agentic(agentic_profile, agentic_iterations, agent_weights, schedule, turns,
+                              env_workers,
                               env_delay_s)
             d = run.to_dict()
             runs[name] = {"kind": "agentic", **d}
@@ -118,7 +134,8 @@ def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1,
         r["async_speedup"] = base["wall_per_iteration_s"] / r["wall_per_iteration_s"]
         if r["kind"] == "agentic":
             r["staleness_used"] = [0] * r["iterations"]  # on-policy: generation and training alternate
-    summary_doc = {"profile": ASYNC_PROFILE.name, "agentic_profile": AGENTIC_PROFILE.name, "iterations": iterations,
+    summary_doc = {"profile": async_profile.name, "agentic_profile": agentic_profile.name,
+                   "iterations": iterations,
                    "agentic_iterations": agentic_iterations, "turns": turns, "env_workers": env_workers,
                    "runs": {n: _public(r) for n, r in runs.items()}}
     if service_record is not None:
@@ -145,19 +162,20 @@ def run_rollart_live(out: Path, iterations: int = 6, agentic_iterations: int | N
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    live_jobs = _profiles()["LIVE_JOBS"]
     counts = {"async-k1": iterations, "sync": iterations, "agentic": agentic_iterations or iterations}
     app = "rewards" if reward_service else None
     profiles = {}
-    for name, profile, _k in LIVE_JOBS:
+    for name, profile, _k in live_jobs:
         if quick:
             profile = replace(profile, prompts=max(4, profile.prompts // 4), minibatch=max(32, profile.minibatch // 4))
         if name != "agentic" and app is not None:
             profile = replace(profile, reward_service=app)
         profiles[name] = profile
-    staleness = {name: k for name, _p, k in LIVE_JOBS}
+    staleness = {name: k for name, _p, k in live_jobs}
     log("warm-up: supervised pretraining (one policy: the three jobs share model, task and seed)")
     t_start = time.time()
-    weights = warm_start_weights(ASYNC_PROFILE)
+    weights = warm_start_weights(_profiles()["ASYNC_PROFILE"])
     runs, latencies, service_record = {}, [], None
     log(f"[{time.time() - t_start:5.1f} s] starting Ray (R0, R1, T0, T1{' on one Ray node' if quick else ''}) "
         "and the control plane")
@@ -174,7 +192,7 @@ def run_rollart_live(out: Path, iterations: int = 6, agentic_iterations: int | N
             client = Client(url, token=token)
             try:
                 handles = {}
-                for name, profile, k in LIVE_JOBS:
+                for name, profile, k in live_jobs:
                     spec = job_spec(name, profiles[name], *LIVE_ESTIMATES[name], iterations=counts[name])
                     handles[name] = client.submit({**spec, "staleness": k})
                 for name, h in handles.items():
@@ -194,7 +212,7 @@ def run_rollart_live(out: Path, iterations: int = 6, agentic_iterations: int | N
                                                 env_workers, env_delay_s, reward_app=app, switches=switches)
                     return run_job(handle, profile, counts[name], weights)
 
-                names = [n for n, _p, _k in LIVE_JOBS]
+                names = [n for n, _p, _k in live_jobs]
                 runs = run_together([profiles[n] for n in names], [handles[n] for n in names], drive)
                 log(f"[{time.time() - t_start:5.1f} s] all jobs done")
                 events = client.events(0)
