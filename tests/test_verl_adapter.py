@@ -66,8 +66,8 @@ def test_hybrid_config_becomes_a_colocated_job_spec(base_config):
     spec = shape.job_spec("ppo-a", t_roll_s=20.0, t_train_s=50.0, slo=2.0)
     assert spec == {"job_id": "ppo-a", "rollout_gpus": 16, "train_gpus": 16, "t_roll_s": 20.0, "t_train_s": 50.0,
                     "slo": 2.0, "model": "Qwen2.5-0.5B-Instruct", "mem_roll_gb": 4.0, "mem_train_gb": 6.0,
-                    "iterations": 100}
-    Job(**spec).validate()  # RollMux takes it as it is
+                    "iterations": 100, "movable": False}
+    Job(**{k: v for k, v in spec.items() if k != "movable"}).validate()  # (the fit tests submit one to the service)
     assert job_spec_from_verl(cfg, "ppo-a", 20.0, 50.0, 2.0) == spec
     # GRPO without a critic, a declared size, the iteration count from the caller
     grpo = _config(cfg, algorithm__adv_estimator="grpo")
@@ -332,12 +332,15 @@ class FakeRollout:
     def generate_sequences(self, batch):
         from verl import DataProto
 
-        self.w.log("generate", "rollout")
+        validating = self.w.phases.validating  # a validation runs inside whichever grant is held
+        self.w.log("validate" if validating else "generate", None if validating else "rollout")
+        if self.w.granted() is None:
+            self.w.problems.append("generation outside any grant")
         if not self.w.awake or self.w.engine_version != self.w.version:
             self.w.problems.append(f"generation on engines awake={self.w.awake} with policy v{self.w.engine_version}"
                                    f" (actor at v{self.w.version})")
-        if self.w.model != "cpu":
-            self.w.problems.append("generation with the actor's model on the GPUs")
+        if self.w.granted() == "rollout" and self.w.model != "cpu":
+            self.w.problems.append("generation in a rollout grant with the actor's model on the GPUs")
         b = len(batch)
         prompts = torch.randint(3, 12, (b, PROMPT), generator=self.rng)
         responses = torch.randint(3, 12, (b, RESPONSE), generator=self.rng)
@@ -362,7 +365,9 @@ class FakeCheckpoints:
         self.w = world
 
     def update_weights(self, global_steps=None):
-        self.w.log("sync weights", "rollout")
+        self.w.log("sync weights")
+        if self.w.granted() is None:
+            self.w.problems.append("weight sync (engines woken) outside any grant")
         if self.w.model != "device":
             self.w.problems.append("weight sync read the actor's model from the host")
         self.w.awake, self.w.engine_version = True, self.w.version
@@ -382,8 +387,9 @@ class FakeRewardLoop:
     def compute_rm_score(self, batch):
         from verl import DataProto
 
-        validating = self.w.phases.validating
-        self.w.log("reward model", "rollout" if validating else "train")
+        self.w.log("reward model")
+        if self.w.granted() is None:
+            self.w.problems.append("reward model outside any grant")
         if self.w.awake:
             self.w.problems.append("reward model scored next to awake engines")
         scores = torch.zeros(len(batch), RESPONSE)
@@ -433,7 +439,11 @@ def _run_fit(base_config, tmp_path, fail_update_at=None, reward_model=False):
     with _control_plane(1, 1, tmp_path) as (url, token):
         client = Client(url, token=token)
         try:
-            job = client.submit({"job_id": "verl-grpo", "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 2.0})
+            from rollmux.integrations.verl import VerlShape
+
+            spec = VerlShape.from_config(cfg).job_spec("verl-grpo", t_roll_s=1.0, t_train_s=1.0, slo=2.0)
+            assert spec["movable"] is False and spec["iterations"] == 3 and spec["train_gpus"] == 2
+            job = client.submit(spec)
             release = job._release
 
             def snapshot_release(name, grant, duration_s):
@@ -467,18 +477,26 @@ def test_verl_fit_runs_each_step_under_a_rollout_and_a_train_grant(base_config, 
     assert error is None
     assert world.problems == []
     pools = [name for name, *_ in job.history]
-    # val_before_train shares step 1's rollout grant; the validation after step 2 opens step 3's
-    # early; the one after the last step adds a trailing rollout grant
-    assert pools == ["rollout", "train"] * 3 + ["rollout"]
-    assert view["state"] == "done" and view["iterations_done"] >= 3
+    # val_before_train shares step 1's rollout grant; the validations after steps 2 and 3 run in
+    # those steps' train grants: one pair per step, as the spec's iterations (3) count them
+    assert pools == ["rollout", "train"] * 3
+    assert view["state"] == "done" and view["iterations_done"] == 3
     # nothing of the job stays on the GPUs between grants: state offloaded, engines asleep
     assert snapshots == [(name, "cpu", "cpu", False) for name in pools]
     events = [e for e, _ in world.events]
     assert events.count("update_actor") == 3 == world.version and trainer.global_steps == 4
-    assert events.count("generate") == 3 + 3  # 3 steps + 3 validations (before, at step 2, at the end)
-    assert events.count("sync weights") == 4  # once per rollout grant, never outside one
-    assert [r.action for r in trainer.switches] == (
-        ["park"] + ["wake", "sleep", "reload", "offload"] * 3 + ["wake", "sleep"])
+    assert events.count("generate") == 3  # the steps' generations, all under rollout grants
+    assert [grant for event, grant in world.events if event == "validate"] == ["rollout", "train", "train"]
+    # once per rollout grant, and in the train grants of steps 2 and 3 for their validations
+    assert [grant for event, grant in world.events if event == "sync weights"] == [
+        "rollout", "rollout", "train", "rollout", "train"]
+    assert [(r.phase, r.action) for r in trainer.switches] == [
+        ("-", "park"),
+        ("rollout", "wake"), ("rollout", "sleep"), ("train", "reload"), ("train", "offload"),
+        ("rollout", "wake"), ("rollout", "sleep"),
+        ("train", "reload"), ("train", "wake"), ("train", "offload"), ("train", "sleep"),
+        ("rollout", "wake"), ("rollout", "sleep"),
+        ("train", "reload"), ("train", "wake"), ("train", "offload"), ("train", "sleep")]
     assert all(r.seconds >= 0 for r in trainer.switches)
     # the hooks are gone once fit returned
     assert "generate_sequences" not in vars(trainer.async_rollout_manager)
@@ -501,9 +519,12 @@ def test_verl_fit_with_a_colocated_reward_model_keeps_engines_asleep_while_it_sc
     trainer, job, world, snapshots, view, error = _run_fit(base_config, tmp_path, reward_model=True)
     assert error is None and world.problems == []
     pools = [name for name, *_ in job.history]
-    assert pools == ["rollout", "train"] * 3 + ["rollout"]
+    assert pools == ["rollout", "train"] * 3
     assert snapshots == [(name, "cpu", "cpu", False) for name in pools]
+    # 3 steps (train grants) and 3 validations: before training (step 1's rollout grant), after
+    # steps 2 and 3 (their train grants)
     scored = [grant for event, grant in world.events if event == "reward model"]
-    assert scored.count("train") == 3 and scored.count("rollout") == 3  # 3 steps, 3 validations
-    # a sync per rollout grant (4) and veRL's wake-up after each validation's reward model (3)
-    assert [e for e, _ in world.events].count("sync weights") == 7
+    assert scored == ["rollout", "train", "train", "train", "train", "train"]
+    # a sync per rollout grant (3), one per validation in a train grant (2), and veRL's wake-up
+    # after each validation's reward model (3)
+    assert [e for e, _ in world.events].count("sync weights") == 8

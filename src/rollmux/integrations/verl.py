@@ -45,7 +45,7 @@ Contract
 
   - train grant: ``reload`` = ``actor_rollout_wg.to("device")`` (and ``critic_wg``);
     before release ``offload`` = ``.to("cpu")`` of model, optimizer and gradients
-    (veRL's own ``Worker.to`` API).
+    (veRL's own ``Worker.to`` API), and ``sleep`` if a validation woke the engines.
   - rollout grant: ``wake`` = actor model to the device, veRL's
     ``checkpoint_manager.update_weights(step)`` (naive backend: resumes the engine's
     weights, copies the actor's weights in, resumes the KV cache), actor model back to
@@ -56,10 +56,12 @@ Contract
     adapters).
   - before ``fit``'s first phase the actor (and critic) are parked on the host
     (``park``), outside any grant, as ``init_workers`` left them on the device.
-* Validation (``_validate``: ``val_before_train``, ``test_freq``): holds the rollout
-  grant (it generates) and runs inside it; a validation before the first step shares
-  the first step's rollout grant, one after a step opens the next step's rollout
-  grant early, and the one after the last step adds a trailing rollout phase.
+* Validation (``_validate``: ``val_before_train``, ``test_freq``) runs inside the grant
+  held: before the first step it takes the first step's rollout grant; after a step it
+  runs inside that step's train grant (hybrid engine: the rollout engines are on the
+  training GPUs), waking the engines there and putting them back to sleep before the
+  grant goes back. So the phases stay one rollout/train pair per step, which a spec's
+  ``iterations`` counts.
 * Not under a grant: ``init_workers`` (model load) and a checkpoint resume at the
   start of ``fit`` (``trainer.resume_mode``) run before the first grant.
 * ``fit`` releases the phase held when it returns or raises (state offloaded, engines
@@ -146,17 +148,14 @@ class VerlPhases:
         try:
             if key == TRAIN:
                 self._train_to("device", TRAIN, "reload")
-                try:
-                    yield
-                finally:
+            try:
+                yield
+            finally:
+                if key == TRAIN:
                     self._train_to("cpu", TRAIN, "offload")
-            else:
-                try:
-                    yield
-                finally:
-                    if self.awake:
-                        self._timed(ROLLOUT, "sleep", self._original("checkpoint_manager", "sleep_replicas"))
-                        self.awake = False
+                if self.awake:  # after generating, or a validation inside the train grant
+                    self._timed(key, "sleep", self._original("checkpoint_manager", "sleep_replicas"))
+                    self.awake = False
         finally:
             self.granted = None
 
@@ -179,13 +178,21 @@ class VerlPhases:
         self._train_to("cpu", "-", "park")
 
     def wake(self) -> None:
-        """Engines awake with the actor's latest weights (veRL's naive ``update_weights``)."""
+        """Engines awake with the actor's latest weights (veRL's naive ``update_weights``).
+
+        The actor's model is on the device for the copy; in a rollout grant it goes back
+        to the host afterwards, in a train grant (a validation) it stays.
+        """
+        in_train = self.granted == TRAIN
+
         def sync() -> None:
             actor = self.trainer.actor_rollout_wg
-            actor.to("device", model=True, optimizer=False, grad=False)
+            if not in_train:
+                actor.to("device", model=True, optimizer=False, grad=False)
             self._original("checkpoint_manager", "update_weights")(self._step())
-            actor.to("cpu", model=True, optimizer=False, grad=False)
-        self._timed(ROLLOUT, "wake", sync)
+            if not in_train:
+                actor.to("cpu", model=True, optimizer=False, grad=False)
+        self._timed(self.granted or "-", "wake", sync)
         self.awake, self.stale = True, False
 
     def _step(self) -> int:
@@ -202,7 +209,7 @@ class VerlPhases:
         return self._originals.get((owner, name)) or getattr(getattr(self.trainer, owner), name)
 
     def _generate(self, *args: Any, **kwargs: Any) -> Any:
-        if self.held != ROLLOUT:
+        if self.held != ROLLOUT and not (self.validating and self.held is not None):
             self.hold(ROLLOUT)
         if not self.awake or self.stale:
             self.wake()
@@ -218,7 +225,7 @@ class VerlPhases:
         return None
 
     def _update_weights(self, global_steps: int | None = None, *args: Any, **kwargs: Any) -> Any:
-        if self.validating and self.held == ROLLOUT:
+        if self.validating and self.held is not None:
             self.wake()  # veRL wakes the engines after a colocated reward model scored
             return {}
         self.stale = True  # the next rollout grant syncs the weights (wake)
@@ -247,8 +254,8 @@ class VerlPhases:
 
     @contextmanager
     def validation(self) -> Iterator[None]:
-        """Run a validation inside a rollout grant (module docstring)."""
-        if self.held != ROLLOUT:
+        """Run a validation inside the grant held, or the rollout grant when none is (module docstring)."""
+        if self.held is None:
             self.hold(ROLLOUT)
         self.validating = True
         try:

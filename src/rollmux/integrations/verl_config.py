@@ -23,6 +23,8 @@ Forward (``VerlShape.from_config(config)``, then ``shape.job_spec(...)``)
   replicas on one node: what vLLM's sleep level 1 keeps in host memory; level 2 and
   SGLang's release keep nothing, so this is the worst case). Without a size the
   memory fields are left out (RollMux then assumes 0).
+* Not movable (``movable: false``): the worker groups stay where their pools were
+  pinned; the adapter cannot bring them to other nodes.
 * Refused (``FrameworkConfigError``, naming the field): a node or GPU count < 1, an
   empty or missing model path, a rollout engine other than ``vllm`` / ``sglang``,
   ``actor_rollout_ref.rollout.free_cache_engine`` false (veRL's sleep would then be a
@@ -219,9 +221,14 @@ class VerlShape:
 
     def job_spec(self, job_id: str, t_roll_s: float, t_train_s: float, slo: float = 1.5,
                  iterations: int | None = None) -> dict:
-        """The RollMux job spec (``Client.submit``'s dict); phase times come from a profile."""
+        """The RollMux job spec (``Client.submit``'s dict); phase times come from a profile.
+
+        ``movable`` is false: veRL's worker groups stay on the nodes their pools were
+        pinned to, and the adapter has no way to bring them to others (no ``on_move``).
+        """
         spec: dict[str, Any] = {"job_id": job_id, "rollout_gpus": self.rollout_gpus, "train_gpus": self.train_gpus,
-                                "t_roll_s": t_roll_s, "t_train_s": t_train_s, "slo": slo, "model": self.model}
+                                "t_roll_s": t_roll_s, "t_train_s": t_train_s, "slo": slo, "model": self.model,
+                                "movable": False}
         if self.mem_roll_gb is not None:
             spec["mem_roll_gb"] = round(self.mem_roll_gb, 3)
             spec["mem_train_gb"] = round(self.mem_train_gb, 3)
