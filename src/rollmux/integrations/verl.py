@@ -151,11 +151,13 @@ class VerlPhases:
             try:
                 yield
             finally:
-                if key == TRAIN:
-                    self._train_to("cpu", TRAIN, "offload")
-                if self.awake:  # after generating, or a validation inside the train grant
-                    self._timed(key, "sleep", self._original("checkpoint_manager", "sleep_replicas"))
-                    self.awake = False
+                try:
+                    if key == TRAIN:
+                        self._train_to("cpu", TRAIN, "offload")
+                finally:
+                    if self.awake:  # after generating, or a validation inside the train grant
+                        self.awake = False
+                        self._timed(key, "sleep", self._original("checkpoint_manager", "sleep_replicas"))
         finally:
             self.granted = None
 
