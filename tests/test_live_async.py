@@ -451,3 +451,63 @@ def test_a_restart_mid_run_loses_nothing(srv):
         _check_runs(srv.url, {"a": a, "s": s}, n)
     finally:
         client.close()
+
+
+def test_a_handle_attached_mid_run_picks_up_the_pipeline(srv):
+    """A client restart: a new handle on the job (``attach``) starts from the service's
+    counters, so it neither repeats a rollout nor waits for one that was released."""
+    n = 3
+    client = Client(srv.url, ADMIN, poll_s=1.0)
+    try:
+        first = client.submit(_spec("a", n, staleness=K, t=0.05))
+        first.wait_placed(10)
+        with first.phase("rollout", timeout_s=10):
+            pass
+        first.close()
+        job = client.attach("a", first.token)
+        assert (job._started, job._rolled, job._trained) == (1, 1, 0)
+        done = []
+
+        def rollouts() -> None:
+            for _ in range(n - 1):
+                with job.phase("rollout", timeout_s=20) as ph:
+                    done.append(ph.grant["seq"])
+
+        thread = threading.Thread(target=rollouts, daemon=True)
+        thread.start()
+        for _ in range(n):
+            with job.phase("train", timeout_s=20):
+                time.sleep(0.05)
+        thread.join(20)
+        assert not thread.is_alive() and len(done) == n - 1
+        view = client.job("a")
+        assert view["state"] == "done" and view["iterations_done"] == n
+        assert view["pipeline"] == {"staleness": K, "rollouts_started": n, "rollouts_done": n, "trainings_done": n}
+        check_log(client.events(0), {"a": K})
+    finally:
+        client.close()
+
+
+def test_a_silent_async_job_loses_both_grants(srv):
+    """No heartbeat while it holds a rollout and a training: the lease runs out, the job
+    expires, both pools' nodes go back, nothing else changes."""
+    client = Client(srv.url, ADMIN, poll_s=1.0)
+    try:
+        job = client.submit(_spec("a", 3, staleness=K), heartbeat=False)
+        job.wait_placed(10)
+        r1 = job.phase("rollout", timeout_s=10)
+        r1.__enter__()
+        r1.__exit__(None, None, None)
+        job.phase("rollout", timeout_s=10).__enter__()
+        job.phase("train", timeout_s=10).__enter__()
+        status = client.status()
+        assert sorted(status["groups"][0]["holders"]) == sorted(job.placement["rollout_nodes"]
+                                                                + job.placement["train_nodes"])
+        deadline = time.monotonic() + 15  # lease 2 s + grace 1 s, checked every 0.5 s
+        while client.job("a")["state"] != "expired":
+            assert time.monotonic() < deadline, "the silent job did not expire"
+            time.sleep(0.2)
+        status = client.status()
+        assert status["groups"] == [] and client.job("a")["grants"] == []
+    finally:
+        client.close()
