@@ -146,6 +146,10 @@ def test_async_job_holds_a_rollout_and_a_training_at_once_within_its_bound():
     r2, t1 = cp.acquire("a", ROLLOUT), cp.acquire("a", TRAIN)
     assert r2.nodes == rec.rollout_nodes and t1.nodes == rec.train_nodes and r2.granted_at == t1.granted_at == 1.0
     assert cp.executors[gid].busy_nodes() == {rec.rollout_nodes[0]: "a", rec.train_nodes[0]: "a"}
+    from rollmux.cli_service import _jobs_table  # `rollmux status` lists both grants
+    (row,) = [j for j in cp.status(1.0)["jobs"] if j["job_id"] == "a"]
+    assert list(_jobs_table([row]).columns[-1].cells) == [
+        f"rollout on {rec.rollout_nodes[0]}; train on {rec.train_nodes[0]}"]
     cp.release("a", ROLLOUT, r2.seq, 1.0, 2.0)
     with pytest.raises(PhaseOrderError, match="more than the job's staleness 1"):
         cp.acquire("a", ROLLOUT)  # rollout 3 with no training done would be 2 versions stale

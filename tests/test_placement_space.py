@@ -222,14 +222,21 @@ def test_colocation_is_never_offered_where_it_does_not_apply():
     assert "200 GB (both phases)" in colo.reason
 
 
-def test_a_colocated_job_runs_colocated_in_the_simulator_and_is_never_repacked():
+def test_a_colocated_job_runs_colocated_in_the_simulator_until_a_regrouping_moves_it():
     jobs = [Job("c", 100.0, 300.0, 8, 8, 100.0, 100.0, slo=1.3, model="7B", iterations=20),
             Job("p", 300.0, 100.0, 8, 8, 100.0, 100.0, slo=2.0, model="7B", arrival_s=10.0, iterations=20)]
-    result = simulate(jobs, BIG, make_policy("rollmux-full-regroup"))
-    by_id = {j.job_id: j for j in result.jobs}
+    still = simulate(jobs, BIG, make_policy("rollmux-full"))
+    by_id = {j.job_id: j for j in still.jobs}
     assert by_id["c"].outcome == "co-located"
     # its iterations took the co-located time, and it kept its SLO
     assert by_id["c"].slowdown == pytest.approx(colocation.slowdown(jobs[0], BIG), rel=1e-6)
     assert by_id["c"].slo_met and by_id["p"].slo_met
     # the second job is not packed into the co-located group (it has no rollout node to share)
     assert by_id["p"].group_id != by_id["c"].group_id
+    # with regrouping, the arrival that opened p's group pairs the two (cheaper than c
+    # co-located next to p's own group): c moves, runs its profile from then on, and both keep their SLOs
+    moved = simulate(jobs, BIG, make_policy("rollmux-full-regroup"))
+    assert moved.outcomes["regrouped"] == 2 and moved.cost_per_hour < still.cost_per_hour
+    by_id = {j.job_id: j for j in moved.jobs}
+    assert by_id["c"].group_id == by_id["p"].group_id
+    assert by_id["c"].slo_met and by_id["p"].slo_met

@@ -46,9 +46,6 @@ class ResidencyWatch:
         self.checks += 1
         return self.inner.place(state, job)
 
-    def phase_time(self, job, pool, cluster):
-        return self.inner.phase_time(job, pool, cluster)
-
 
 def overlaps(spans):
     by_node = {}

@@ -182,7 +182,8 @@ def _jobs_table(jobs: list[dict]) -> Table:
     for j in jobs:
         slow = "-" if j.get("measured_slowdown") is None else f"{j['measured_slowdown']:.2f}"
         its = f"{j['iterations_done']}/{j['iterations'] or '-'}"
-        grant = f"{j['grant']['pool']} on {','.join(j['grant']['nodes'])}" if j["grant"] else "-"
+        held = j.get("grants") or ([j["grant"]] if j["grant"] else [])  # an asynchronous job may hold both pools
+        grant = "; ".join(f"{g['pool']} on {','.join(g['nodes'])}" for g in held) or "-"
         group = j.get("group_id") or (j.get("placement") or {}).get("group_id") or "-"
         slo = f"{j['slo']:.2f}" if "slo" in j else "-"
         table.add_row(*(escape(str(x)) for x in (j["job_id"], j["state"], j.get("tenant", ""), group, its,

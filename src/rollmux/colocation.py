@@ -34,6 +34,15 @@ def phase_time(job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
     return body, switch
 
 
+def worst_phase(job: Job, pool: str, cluster: Cluster, colocated: bool) -> tuple[float, float]:
+    """(worst-case body seconds, fixed overhead seconds) of ``job``'s ``pool`` phase in a group
+    of that kind: the profile on the job's own GPU types, or the co-located times above.
+    What every policy's phases take in the simulator (the kind of group is the policy's choice)."""
+    if colocated:
+        return phase_time(job, pool, cluster)
+    return (job.t_roll_s if pool == ROLLOUT else job.t_train_s), 0.0
+
+
 def iteration_s(job: Job, cluster: Cluster) -> float:
     """One co-located iteration alone: both phases, each with its switch."""
     return sum(sum(phase_time(job, pool, cluster)) for pool in POOLS)

@@ -214,6 +214,27 @@ class GroupExecutor:
         for node in last_on:
             self._last[node] = job_id
 
+    def pipe_state(self, job_id: str) -> dict:
+        """An asynchronous member's state as plain data (``restore_pipe`` inverts it): its
+        counters, the pools it runs in and its queue entries (pool, ready time, order)."""
+        pipe = self._members[job_id].pipe
+        queued = [[pool, ready, order] for pool in POOLS for ready, order, j in self._queues[pool] if j == job_id]
+        return {"staleness": pipe.staleness, "rollouts": pipe.rollouts, "started": pipe.started, "rolled": pipe.rolled,
+                "trained": pipe.trained, "running": sorted(pipe.running), "queued": queued}
+
+    def restore_pipe(self, job_id: str, state: dict) -> None:
+        """Rebuild an asynchronous member, restored first as an idle synchronous one
+        (``restore``), from ``pipe_state``: ``restore`` takes one queue entry and one
+        running phase, and an asynchronous member may run and queue in both pools."""
+        slot = self._members[job_id]
+        slot.pipe = _Pipe(state["staleness"], state["rollouts"], state["started"], state["rolled"], state["trained"],
+                          set(state["running"]), {q[0] for q in state["queued"]})
+        for pool in state["running"]:
+            for node in slot.nodes[pool]:
+                self._busy[node] = job_id
+        for pool, ready, order in state["queued"]:
+            insort(self._queues[pool], (ready, order, job_id))
+
     def remove(self, job_id: str) -> None:
         """Drop a member wherever it is: queued, running (its nodes are freed) or idle."""
         if self._tails or job_id in self._donor:

@@ -223,7 +223,7 @@ class RegroupPlan:
 def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
                  pause_s: Callable[[str], float], max_solves: int = 8,
                  max_jobs: int = DEFAULT_MAX_JOBS, one_node: bool = False,
-                 train_scaling: bool = False) -> RegroupPlan | None:
+                 space: Space = PAPER_SPACE) -> RegroupPlan | None:
     """Regroup ``group_id`` with one other group while jobs run (the simulator's
     ``rollmux-regroup``). Pairs are solved exactly, largest possible saving first, at most
     ``max_solves`` of them; the result is the one saving most among those whose groups
@@ -239,19 +239,19 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     <= spare_k (``planner.TRANSIENT_PERIODS``: time for the new group to settle).
     Unbounded pools only (new groups open on fresh nodes some time after the decision).
     ``one_node`` (``--accounting paper``'s ``one_node_per_pool``): the solver sees every job
-    on one node per pool, as the planner placed it. ``train_scaling``: the solves may give a
-    group more training nodes than its widest member (``rollmux.planner.Space``);
-    co-located groups stay out of online regrouping (a job's phase times in the
-    simulator follow the kind of placement it arrived with).
+    on one node per pool, as the planner placed it. ``space``: the placement space of the
+    solves (``rollmux.planner.Space``); with co-location in it, co-located groups take part
+    and may be opened (a job's phase times follow the kind of group it is in), and costs
+    are effective ones (``colocation.effective_cost``).
     """
     if _unsupported(state.cluster) or any(state.bounded(p) for p in POOLS):
         return None
     group = state.groups[group_id]
-    if group.colocated or any(progress(m.job.job_id) is None for m in group.members):
+    if (group.colocated and not space.colocation) or any(progress(m.job.job_id) is None for m in group.members):
         return None
-    others = [h for h in state.groups.values() if h is not group and not h.colocated
+    others = [h for h in state.groups.values() if h is not group and (space.colocation or not h.colocated)
               and all(progress(m.job.job_id) is not None for m in h.members)]
-    ranked = _ranked(state, ((group, h) for h in sorted(others, key=lambda h: h.group_id)), max_jobs)
+    ranked = _ranked(state, ((group, h) for h in sorted(others, key=lambda h: h.group_id)), max_jobs, space)
     best: RegroupPlan | None = None
     for pair, jobs, cost in ranked[:max_solves]:
         if one_node:
@@ -259,17 +259,17 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
             jobs = [replace(j, rollout_gpus=min(j.rollout_gpus, gpn), train_gpus=min(j.train_gpus, gpn)) for j in jobs]
         floor = 0.0 if best is None else best.cost_before - best.cost_after
         solution = solve(_solver_cluster(state.cluster), jobs, max_jobs=max_jobs, robust=True, budget=cost - floor,
-                         space=Space(train_scaling=train_scaling))
+                         space=space)
         if solution is None:
             continue
         if _fits(state, pair, solution) and _keeps_pace(state, solution, progress, pause_s):
-            best = RegroupPlan(tuple(g.group_id for g in pair), solution.groups, cost, solution.cost_per_hour)
+            best = RegroupPlan(tuple(g.group_id for g in pair), solution.groups, cost, solution.objective)
     return best
 
 
 def _keeps_pace(state: PlanState, solution: ExactSolution, progress: Callable[[str], tuple[int, float] | None],
                 pause_s: Callable[[str], float]) -> bool:
-    return all(members_keep_pace(analyze([state.profile(m) for m in g.members]), g.members, progress,
+    return all(members_keep_pace(analyze([state.profile(m, g.colocated) for m in g.members]), g.members, progress,
                                  max(pause_s(m.job.job_id) for m in g.members))
                for g in solution.groups)
 

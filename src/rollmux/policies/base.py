@@ -1,15 +1,16 @@
 """The interface every placement policy implements, and what they share.
 
 A policy is strategy only: given the current ``PlanState`` and an arriving job it returns
-a ``Decision`` (it never mutates the state), and it says how long each of a job's
-phases takes under it in the worst case (the co-located baselines run rollout on the
-training GPU type). The simulator and the live service carry decisions out.
+a ``Decision`` (it never mutates the state). How long a phase takes follows from the
+kind of group the decision puts the job in (``rollmux.colocation.worst_phase``: the
+profile, or co-located times on the training GPU type). The simulator and the live
+service carry decisions out.
 """
 from __future__ import annotations
 
 from typing import Protocol
 
-from rollmux.model import POOLS, ROLLOUT, Cluster, Job
+from rollmux.model import POOLS, ROLLOUT, Job
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import NEW, Candidate, Decision, node_choices
 
@@ -20,21 +21,10 @@ class Policy(Protocol):
     def place(self, state: PlanState, job: Job) -> Decision:
         """Where ``job`` goes now (or that it waits); pure."""
 
-    def phase_time(self, job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
-        """(worst-case body seconds, fixed overhead seconds) of ``job``'s ``pool`` phase."""
-
     # Optional: ``repack(state, job_id, remaining, spare_s, progress) -> Decision | None`` offers a
     # running job a consolidating move (see ``Planner.repack``); the simulator calls it
     # when the policy has it. Likewise ``regroup(state, group_id, progress, pause_s) ->
     # RegroupPlan | None`` (see ``improve.plan_regroup``), after a departure.
-
-
-class DisaggregatedTimes:
-    """Phase times of a job on its own rollout and training GPU types: the profile."""
-
-    @staticmethod
-    def phase_time(job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
-        return (job.t_roll_s if pool == ROLLOUT else job.t_train_s), 0.0
 
 
 def beyond_inventory(state: PlanState, job: Job, need: dict[str, int]) -> Decision | None:

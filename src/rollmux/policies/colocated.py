@@ -7,8 +7,7 @@ phase).
 """
 from __future__ import annotations
 
-from rollmux import colocation
-from rollmux.model import TRAIN, Cluster, Job
+from rollmux.model import TRAIN, Job
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import NEW, Candidate, Decision
 from rollmux.policies.base import beyond_inventory
@@ -28,7 +27,3 @@ class Colocated:
         placement = Placement(None, ids, ids, (), ids, colocated=True)
         cost = need * state.cluster.node_price(TRAIN)
         return Decision(job.job_id, "new-group", placement, cost, (Candidate(NEW, None, placement, cost, "chosen"),))
-
-    @staticmethod
-    def phase_time(job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
-        return colocation.phase_time(job, pool, cluster)

@@ -8,10 +8,11 @@ $/h of the nodes). Like Gavel, it knows nothing of SLOs; ties go to disaggregati
 """
 from __future__ import annotations
 
+from rollmux import colocation
 from rollmux.model import POOLS, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
 from rollmux.planner import Decision
-from rollmux.policies.base import DisaggregatedTimes, isolated
+from rollmux.policies.base import isolated
 from rollmux.policies.colocated import Colocated
 
 
@@ -20,22 +21,15 @@ class Gavel:
 
     def __init__(self) -> None:
         self._colo = Colocated()
-        self._choice: dict[str, bool] = {}
 
     def colocate(self, job: Job, cluster: Cluster) -> bool:
         """True when co-location gives ``job`` more iterations per dollar than disaggregation."""
         g = cluster.gpus_per_node
         disagg = job.t_solo * sum(job.nodes(p, g) * cluster.node_price(p) for p in POOLS)
-        colo_iter = sum(sum(self._colo.phase_time(job, p, cluster)) for p in POOLS)
+        colo_iter = colocation.iteration_s(job, cluster)
         colo = colo_iter * job.nodes(TRAIN, g) * cluster.node_price(TRAIN)
         return colo < disagg
 
     def place(self, state: PlanState, job: Job) -> Decision:
         colo = self.colocate(job, state.cluster)
-        self._choice[job.job_id] = colo
         return self._colo.place(state, job) if colo else isolated(state, job)
-
-    def phase_time(self, job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
-        if self._choice.get(job.job_id, False):
-            return self._colo.phase_time(job, pool, cluster)
-        return DisaggregatedTimes.phase_time(job, pool, cluster)

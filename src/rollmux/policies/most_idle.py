@@ -6,7 +6,7 @@ from __future__ import annotations
 from rollmux.model import POOLS, Job
 from rollmux.plan_state import PlanState
 from rollmux.planner import Decision
-from rollmux.policies.base import DisaggregatedTimes, isolated, packable, packed
+from rollmux.policies.base import isolated, packable, packed
 
 
 def idle_gpu_seconds(state: PlanState, group_id: str) -> float:
@@ -16,7 +16,7 @@ def idle_gpu_seconds(state: PlanState, group_id: str) -> float:
     return sum((1.0 - a.utilization[p]) * a.period * len(group.nodes(p)) * gpn for p in POOLS)
 
 
-class MostIdle(DisaggregatedTimes):
+class MostIdle:
     name = "most-idle"
 
     def place(self, state: PlanState, job: Job) -> Decision:

@@ -7,10 +7,10 @@ import random
 from rollmux.model import Job
 from rollmux.plan_state import PlanState
 from rollmux.planner import Decision
-from rollmux.policies.base import DisaggregatedTimes, isolated, packable, packed
+from rollmux.policies.base import isolated, packable, packed
 
 
-class RandomPick(DisaggregatedTimes):
+class RandomPick:
     name = "random"
 
     def __init__(self, seed: int = 0) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 from rollmux.model import Job
 from rollmux.plan_state import PlanState
 from rollmux.planner import Decision
-from rollmux.policies.base import DisaggregatedTimes, isolated
+from rollmux.policies.base import isolated
 
 
-class SoloDisaggregated(DisaggregatedTimes):
+class SoloDisaggregated:
     name = "solo-d"
 
     def place(self, state: PlanState, job: Job) -> Decision:

@@ -67,12 +67,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from bisect import insort
 from dataclasses import asdict, dataclass, field
 
 from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
 from rollmux.errors import RollMuxError
-from rollmux.execution import Grant, GroupExecutor, _Pipe
+from rollmux.execution import Grant, GroupExecutor
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec
 from rollmux.improve import materialize
 from rollmux.model import model_size_column
@@ -794,7 +793,7 @@ class ControlPlane:
                            m["switch"][0], m["switch"][1], tuple(m["queued"]) if m["queued"] else None,
                            m["running"], tuple(m["last_on"]))
                 if "pipe" in m:
-                    _restore_pipe(ex, m["job_id"], m["pipe"])
+                    ex.restore_pipe(m["job_id"], m["pipe"])
             if "tails" in g:
                 ex.restore_tail_state(g["tails"])
             cp.executors[gid] = ex
@@ -839,7 +838,7 @@ class ControlPlane:
                    "last_on": sorted(n for n, j in last.items() if j == job_id)}
             if m.job.staleness:
                 row["queued"] = None
-                row["pipe"] = _pipe_row(ex, m.job)
+                row["pipe"] = ex.pipe_state(m.job.job_id)
             members.append(row)
         row = {"ord": _group_ord(gid), "rollout_nodes": list(g.rollout_nodes), "train_nodes": list(g.train_nodes),
                "colocated": g.colocated, "members": [m.job.job_id for m in g.members], "executor": members}
@@ -1226,32 +1225,6 @@ def _group_from_dict(d: dict, jobs: dict[str, JobRecord]) -> Group:
     used = {n for m in members for n in (*m.rollout_nodes, *m.train_nodes)}
     return Group("solver", [n for n in d["rollout_nodes"] if n in used], [n for n in d["train_nodes"] if n in used],
                  members)
-
-
-def _pipe_row(ex: GroupExecutor, job: Job) -> dict:
-    """An asynchronous member's executor state as plain data (``_restore_pipe`` inverts it)."""
-    started, rolled, trained = ex.pipeline(job.job_id)
-    queued = [[pool, ready, order] for pool in POOLS for ready, order, j in ex.queue_entries(pool) if j == job.job_id]
-    return {"staleness": job.staleness, "rollouts": job.iterations, "started": started, "rolled": rolled,
-            "trained": trained, "running": list(ex.running_pools(job.job_id)), "queued": queued}
-
-
-def _restore_pipe(ex: GroupExecutor, job_id: str, row: dict) -> None:
-    """Rebuild an asynchronous member (restored as an idle synchronous one) from ``_pipe_row``.
-
-    ``GroupExecutor.restore`` takes one queue entry and one running phase, a synchronous
-    member's state; an asynchronous member may run and queue in both pools, so its counters,
-    busy nodes and queue entries are set here, as ``GroupExecutor.admit`` and ``dispatch``
-    would have left them.
-    """
-    slot = ex._members[job_id]
-    slot.pipe = _Pipe(row["staleness"], row["rollouts"], row["started"], row["rolled"], row["trained"],
-                      set(row["running"]), {q[0] for q in row["queued"]})
-    for pool in row["running"]:
-        for node in slot.nodes[pool]:
-            ex._busy[node] = job_id
-    for pool, ready, order in row["queued"]:
-        insort(ex._queues[pool], (ready, order, job_id))
 
 
 def _group_ord(gid: str) -> int:

@@ -29,6 +29,14 @@ once, and it is admitted to the target group ``migration_s`` later (facts: migra
 and restarting a job costs 197-419 s), the pause counting against its own iteration
 times.
 
+Regrouping (policies with a ``regroup`` method): after a departure the policy may re-solve
+that group with another one; every job of both stops at its next iteration boundary
+and the new groups open once all their members have stopped. A policy with
+``regroup_on_arrival`` (a placement space beyond the paper's) is also asked after an
+arrival opened a group, which undoes a greedy co-location or new group when pairing it
+pays. Phase times follow the kind of group a job is in at the phase's start
+(``rollmux.colocation.worst_phase``), so a job moved out of co-location runs its profile.
+
 Long tail (``tail=True``; docs/long_tail.md): a full-rate rollout whose drawn ``head``
 (``DurationModel.head``) is below 1 reports its tail to the execution rule (rule 6 of
 ``rollmux.execution``) ``head x body`` into its body (event kind 3, after every other event
@@ -69,6 +77,7 @@ from collections import Counter
 from typing import Callable
 
 from rollmux.accounting import OURS, CostAccounting, departure_span_s, leave_after_s
+from rollmux.colocation import worst_phase
 from rollmux.errors import CapacityError
 from rollmux.execution import GroupExecutor, Grant
 from rollmux.improve import materialize
@@ -135,6 +144,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     events = 0
     repack = getattr(policy, "repack", None)
     regroup = getattr(policy, "regroup", None)
+    regroup_on_arrival = regroup is not None and getattr(policy, "regroup_on_arrival", False)
     live: dict[tuple[str, str], tuple[float, int]] = {}  # (job, pool) -> (end, seq) of its phase's pending end
     # Fast-forward (rollmux.sim.periodic): groups whose schedule repeats skip whole periods.
     skip = (fast_forward and duration_model == "worst" and not tail and spans is None
@@ -253,6 +263,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         placed_at[job.job_id] = now
         outcome_of[job.job_id] = decision.outcome
         outcomes[decision.outcome] += 1
+        if regroup_on_arrival and decision.placement.group_id is None:
+            plan_regroup(state.job_group[job.job_id], now)
         return True
 
     def leave(job_id: str, gid: str, now: float) -> None:
@@ -309,7 +321,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         """Start ``grant``'s phase at ``now``; its end event goes on the heap ``into``."""
         nonlocal seq
         job = by_id[grant.job_id]
-        worst, overhead = policy.phase_time(job, grant.pool, cluster)
+        worst, overhead = worst_phase(job, grant.pool, cluster, state.groups[gid].colocated)
         body = durations.draw(worst, grant.pool, grant.job_id)
         begin = now + grant.switch_s + overhead
         end = begin + body
