@@ -432,6 +432,16 @@ def generate_trace(
     async_share: float = typer.Option(0.0, min=0.0, max=1.0,
                                       help="Share of jobs made asynchronous (bounded staleness, docs/rollart.md)."),
     staleness: int = typer.Option(1, min=1, help="Policy versions an asynchronous job's rollout may lag."),
+    reward_share: float = typer.Option(0.0, min=0.0, max=1.0,
+                                       help="Share of jobs with a reward model of their own size class (its host "
+                                            "memory per rollout node: the size's Table 2 rollout figure, added to "
+                                            "mem_roll_gb; docs/rollart.md)."),
+    reward_s: float = typer.Option(60.0, min=0.0,
+                                   help="Seconds per iteration those jobs score on the shared reward service, "
+                                        "billed per use; their reward model then leaves their rollout nodes. 0: "
+                                        "they score inside their own rollout and keep it there."),
+    reward_price: float = typer.Option(1.85, min=0.0,
+                                       help="$ per busy hour of the shared reward pool (default: one H20 GPU-hour)."),
 ) -> None:
     """Make a synthetic job trace (Poisson arrivals, lognormal durations, the paper's profile mixes)."""
     from rollmux.report.paths import check_writable
@@ -440,7 +450,8 @@ def generate_trace(
 
     try:
         check_writable(out, "--out")
-        jobs = generate(count, seed, mix.value, (slo_min, slo_max), async_share=async_share, staleness=staleness)
+        jobs = generate(count, seed, mix.value, (slo_min, slo_max), async_share=async_share, staleness=staleness,
+                        reward_share=reward_share, reward_s=reward_s, reward_price_per_hour=reward_price)
         out.parent.mkdir(parents=True, exist_ok=True)
         write_trace(jobs, out)
     except (RollMuxError, OSError) as err:

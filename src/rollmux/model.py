@@ -60,6 +60,12 @@ GPU_TYPES = {
     "A100": (312.0, 2.0, 3.0),
 }
 
+#: Default price of the shared reward pool, $ per busy hour: one H20 GPU-hour (the rollout
+#: pool's default list price above). Reward scoring is inference (a forward pass, like
+#: generation), so the shared service runs on the same inference GPUs as the rollouts;
+#: ``reward_s`` is then busy seconds of one such GPU.
+REWARD_PRICE_PER_HOUR = GPU_TYPES["H20"][2]
+
 _SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*[bB]")
 
 
@@ -197,6 +203,14 @@ class Job:
     ``duration_s`` is how long the job would run alone; ``iterations`` (when given)
     replaces it. ``t_roll_colo_s``/``t_train_colo_s`` are the phases co-located on the
     training GPU type, used by the co-located baseline when present.
+
+    Reward (docs/rollart.md, "reward as a billed stage in the simulator"): ``reward_s`` > 0
+    means the job scores its trajectories on the shared reward service, ``reward_s``
+    busy seconds of that pool per iteration billed at ``reward_price_per_hour``. Scoring
+    streams while the rollout generates, so ``t_roll_s`` already includes it. Such a job
+    does not hold its own reward model on its rollout nodes: ``mem(ROLLOUT)`` is
+    ``mem_roll_gb`` - ``reward_mem_gb``. With ``reward_s`` 0 (the default) the job scores
+    inside its own rollout and holds all of ``mem_roll_gb``.
     """
 
     job_id: str
@@ -216,6 +230,9 @@ class Job:
     extra: dict[str, str] = field(default_factory=dict)
     tail_workers: int | None = None  # GPUs a rollout keeps for its long tail (None: tail_gpus())
     staleness: int = 0  # policy versions a rollout may lag (0: synchronous; rule 10 of rollmux.execution)
+    reward_s: float = 0.0  # shared reward service seconds per iteration (0: scores inside its own rollout)
+    reward_price_per_hour: float = REWARD_PRICE_PER_HOUR  # $ per busy hour of the shared reward pool
+    reward_mem_gb: float = 0.0  # host memory per rollout node of its own reward model (part of mem_roll_gb)
 
     def tail_gpus(self) -> int:
         """GPUs the rollout keeps once its tail begins: ``tail_workers``, else 1/8 of its rollout GPUs (>= 1)."""
@@ -246,7 +263,25 @@ class Job:
         return -(-gpus // gpus_per_node)
 
     def mem(self, pool: str) -> float:
-        return self.mem_roll_gb if pool == ROLLOUT else self.mem_train_gb
+        """Host memory per node of ``pool`` the job holds: ``mem_train_gb`` on training
+        nodes; on rollout nodes ``mem_roll_gb``, less ``reward_mem_gb`` (never below 0)
+        when the job scores on the shared reward service (``reward_s`` > 0): its reward
+        model then lives there, not on its rollout nodes."""
+        if pool != ROLLOUT:
+            return self.mem_train_gb
+        if self.reward_s > 0:
+            return max(0.0, self.mem_roll_gb - self.reward_mem_gb)
+        return self.mem_roll_gb
+
+    @property
+    def uses_reward_service(self) -> bool:
+        """True when the job scores on the shared reward service (``reward_s`` > 0)."""
+        return self.reward_s > 0
+
+    def reward_cost(self, iterations: int) -> float:
+        """$ the shared reward pool bills for ``iterations`` completed iterations:
+        iterations x ``reward_s`` / 3600 x ``reward_price_per_hour`` (0 when ``reward_s`` is 0)."""
+        return iterations * self.reward_s * self.reward_price_per_hour / 3600.0 if self.reward_s > 0 else 0.0
 
     def solo_iterations(self) -> int:
         """Iterations the job runs: ``iterations``, else the n with ``solo_run_s(n)`` nearest
@@ -288,6 +323,16 @@ class Job:
                 raise SpecError(name, value, "a duration > 0 seconds or empty", ctx)
         if not isinstance(self.staleness, int) or isinstance(self.staleness, bool) or self.staleness < 0:
             raise SpecError("staleness", self.staleness, "an integer >= 0 (0: synchronous)", ctx)
+        for name, expected in (("reward_s", "seconds >= 0 (0: no shared reward service)"),
+                               ("reward_price_per_hour", "a price >= 0 $ per busy hour"),
+                               ("reward_mem_gb", "host memory >= 0 GB")):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and value >= 0):
+                raise SpecError(name, value, expected, ctx)
+        if self.reward_mem_gb > self.mem_roll_gb:
+            raise SpecError("reward_mem_gb", self.reward_mem_gb,
+                            f"at most mem_roll_gb ({self.mem_roll_gb} GB), which includes it", ctx)
         if cluster is not None:
             for pool in POOLS:
                 cap = cluster.pool(pool).host_mem_gb

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo,
                       field_validator)
 
-from rollmux.model import Job
+from rollmux.model import REWARD_PRICE_PER_HOUR, Job
 from rollmux.runtime.auth import JOB_ID_PATTERN
 from rollmux.runtime.control import MAX_STALENESS, GrantRecord, JobRecord
 
@@ -22,6 +22,7 @@ MAX_WAIT_S = 30.0
 MAX_PHASE_S = 1e6            # a worst-case phase of about 11.6 days
 MAX_MEM_GB = 1e6
 MAX_SLO = 1000.0
+MAX_PRICE_PER_HOUR = 1e6
 MAX_ITERATIONS = 10_000_000
 MAX_GPUS = 1_000_000         # shape bound only; the service applies the cluster's limit
 MAX_BODY_BYTES = 64 * 1024
@@ -60,6 +61,22 @@ class JobSpec(_Request):
     staleness: StrictInt = Field(default=0, description=f"policy versions a rollout may lag, 0 to {MAX_STALENESS} "
                                                         "(0: synchronous; k >= 1: rollout i+1 may run while "
                                                         "training i does, docs/rollart.md)")
+    reward_s: Number = Field(default=0.0, ge=0, le=MAX_PHASE_S,
+                             description="seconds per iteration scored on the shared reward service (0: none; "
+                                         "docs/rollart.md)")
+    reward_price_per_hour: Number = Field(default=REWARD_PRICE_PER_HOUR, ge=0, le=MAX_PRICE_PER_HOUR,
+                                          description="$ per busy hour of the shared reward pool")
+    reward_mem_gb: Number = Field(default=0.0, ge=0, le=MAX_MEM_GB,
+                                  description="GB of mem_roll_gb that is the job's own reward model (freed on its "
+                                              "rollout nodes when reward_s > 0)")
+
+    @field_validator("reward_mem_gb")
+    @classmethod
+    def _reward_mem_within_rollout(cls, value: float, info: ValidationInfo) -> float:
+        mem = info.data.get("mem_roll_gb")
+        if mem is not None and value > mem:
+            raise ValueError(f"{value} exceeds mem_roll_gb ({mem}), which includes it")
+        return value
 
     @field_validator("staleness")
     @classmethod
@@ -80,7 +97,8 @@ class JobSpec(_Request):
         return Job(job_id=self.job_id, t_roll_s=self.t_roll_s, t_train_s=self.t_train_s,
                    rollout_gpus=self.rollout_gpus, train_gpus=self.train_gpus, mem_roll_gb=self.mem_roll_gb,
                    mem_train_gb=self.mem_train_gb, slo=self.slo, model=self.model, iterations=self.iterations,
-                   tail_workers=self.tail_workers, staleness=self.staleness)
+                   tail_workers=self.tail_workers, staleness=self.staleness, reward_s=self.reward_s,
+                   reward_price_per_hour=self.reward_price_per_hour, reward_mem_gb=self.reward_mem_gb)
 
 
 class SubmitRequest(_Request):

@@ -68,6 +68,12 @@ completed, and its per-iteration slowdown is placement to the end of its last fu
 iteration over those iterations (the cut one is not charged to it). A job being moved (consolidation, regrouping) when its time comes leaves as
 soon as it is admitted to its new group. A job still queued then never ran. $/h is
 then over the trace's own span (``departure_span_s``).
+
+Reward (``Job.reward_s`` > 0; docs/rollart.md): the job scores on a shared, elastic
+reward pool billed per use. Scoring streams during the rollout, so the rollout phase
+(``t_roll_s``) already includes it and no event models it; the pool is billed for the
+iterations each job completed (``rollmux.sim.metrics.bill_reward``), after the run, on
+its own line, and costs nothing idle.
 """
 from __future__ import annotations
 
@@ -85,8 +91,8 @@ from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
 from rollmux.policies.base import Policy
 from rollmux.sim.durations import DurationModel
-from rollmux.sim.metrics import (END_TO_END, ITERATION, Accounting, JobOutcome, PolicyResult, finish, owned_cost,
-                                 solo_span_s)
+from rollmux.sim.metrics import (END_TO_END, ITERATION, Accounting, JobOutcome, PolicyResult, bill_reward, finish,
+                                 owned_cost, solo_span_s)
 from rollmux.sim.periodic import Cycle, CycleFinder, signature
 
 _END, _ARRIVE, _MIGRATE, _TAIL, _DEPART = 0, 1, 2, 3, 4
@@ -513,6 +519,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         result.pricing, result.total_cost = "owned", owned_cost(cluster, result.span_s, result.gpu_seconds)
     result.slo_basis, result.bounded, result.reject_reasons = basis, bounded, {k: reasons[k] for k in rejected}
     result.async_ids = frozenset(j.job_id for j in jobs if j.staleness)
+    bill_reward(result, jobs)
     return result
 
 

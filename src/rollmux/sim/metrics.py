@@ -29,6 +29,14 @@
   it or not, an unbounded pool still per use (``owned_cost``). ``used_cost`` keeps the
   pay-per-use figure either way; with owned nodes the question is makespan, waits and
   utilization, and a policy that ends later pays for more hours.
+* reward (``reward_cost``; docs/rollart.md): a job with ``reward_s`` > 0 scores on a
+  shared, elastic reward pool billed per use. Scoring streams while its rollout generates
+  (``t_roll_s`` already includes it), so execution is unchanged; each iteration the job
+  completes bills ``reward_s`` / 3600 x ``reward_price_per_hour`` (``Job.reward_cost``),
+  and the pool costs nothing idle. The bill depends only on iterations completed, not
+  on placement, so every policy pays it alike. It is part of ``total_cost`` (and so of
+  $/h) and of ``used_cost``, whatever the pricing of the node pools, and reported on its
+  own (``reward_cost``, ``reward_cost_per_hour``, per job ``JobOutcome.reward_cost``).
 * queue: the number of arrived jobs not yet placed, over time (a step series), its peak
   and its time-average over the run. A pool is the binding constraint while a job
   waits and the head of the queue was refused because that pool lacked free nodes
@@ -63,6 +71,7 @@ class JobOutcome:
     last_iteration_s: float | None = None  # end of its last full iteration, when it left mid-way
     fill_s: float = 0.0  # ``Job.fill_s``: an asynchronous job's pipeline fill
     staleness: int = 0  # ``Job.staleness`` (0: synchronous)
+    reward_cost: float = 0.0  # $ billed by the shared reward pool for its completed iterations
 
     @property
     def kind(self) -> str:
@@ -112,7 +121,7 @@ class JobOutcome:
                 "end_s": self.end_s, "wait_s": self.wait_s, "jct_s": self.jct_s, "iterations": self.iterations,
                 "slowdown": round(self.slowdown, 4), "e2e_slowdown": round(self.e2e_slowdown, 4), "slo": self.slo,
                 "slo_met": self.slo_met, "slo_basis": self.slo_basis, "outcome": self.outcome,
-                "group_id": self.group_id, "kind": self.kind}
+                "group_id": self.group_id, "kind": self.kind, "reward_cost": self.reward_cost}
 
 
 @dataclass(slots=True)
@@ -209,6 +218,12 @@ class PolicyResult:
     pricing: str = "pay-per-use"  # Cluster.pricing: what total_cost charges
     used_cost: float = 0.0  # the pay-per-use cost (nodes while groups hold them), whatever the pricing
     async_ids: frozenset[str] = frozenset()  # the trace's asynchronous jobs (for ``per_kind``)
+    reward_cost: float = 0.0  # $ of the shared reward pool (in total_cost and used_cost; ``bill_reward``)
+
+    @property
+    def reward_cost_per_hour(self) -> float:
+        """The reward stage's share of ``cost_per_hour`` (same hours)."""
+        return self.reward_cost / (self.reference_span_s / 3600.0) if self.reference_span_s > 0 else 0.0
 
     @property
     def cost_per_hour(self) -> float:
@@ -281,6 +296,8 @@ class PolicyResult:
             "total_cost": self.total_cost,
             "pricing": self.pricing,
             "used_cost": self.used_cost,
+            "reward_cost": self.reward_cost,
+            "reward_cost_per_hour": self.reward_cost_per_hour,
             "span_hours": self.span_s / 3600.0,
             "solo_span_hours": self.reference_span_s / 3600.0,
             "accounting": self.accounting,
@@ -333,6 +350,28 @@ def owned_cost(cluster, span_s: float, gpu_seconds: dict[str, float]) -> float:
         else:
             cost += gpu_seconds[pool] * spec.price_per_gpu_hour / 3600.0
     return cost
+
+
+def bill_reward(result: PolicyResult, jobs, iterations: dict[str, int] | None = None) -> float:
+    """Add the shared reward pool's bill to ``result`` and return it.
+
+    ``jobs`` are the trace's jobs. Each outcome in ``result.jobs`` is billed
+    ``Job.reward_cost`` of the iterations it completed; with ``iterations`` (job id ->
+    count, for a curve that executed no phases) those counts are billed instead. The
+    sum goes into ``reward_cost``, ``total_cost`` and ``used_cost``.
+    """
+    by_id = {j.job_id: j for j in jobs}
+    total = 0.0
+    if iterations is None:
+        for outcome in result.jobs:
+            outcome.reward_cost = by_id[outcome.job_id].reward_cost(outcome.iterations)
+            total += outcome.reward_cost
+    else:
+        total = sum(by_id[k].reward_cost(n) for k, n in iterations.items())
+    result.reward_cost += total
+    result.total_cost += total
+    result.used_cost += total
+    return total
 
 
 def finish(policy: str, acct: Accounting, jobs: list[JobOutcome], outcomes: Counter, events: int,

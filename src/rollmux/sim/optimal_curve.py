@@ -14,7 +14,7 @@ from collections import Counter
 
 from rollmux.exact import solve
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
-from rollmux.sim.metrics import Accounting, PolicyResult, finish, solo_span_s
+from rollmux.sim.metrics import Accounting, PolicyResult, bill_reward, finish, solo_span_s
 
 
 def max_concurrency(jobs: list[Job]) -> int:
@@ -62,5 +62,6 @@ def optimal_curve(jobs: list[Job], cluster: Cluster, max_jobs: int = 10) -> Poli
     result = finish("optimal", acct, [], Counter(), events, time.perf_counter() - started, None, [],
                     solo_span_s(jobs))
     result.note = "lower bound: optimal regrouping at every arrival and departure, migration free"
+    bill_reward(result, jobs, {j.job_id: j.solo_iterations() for j in jobs})  # every iteration runs
     result.executed = False
     return result

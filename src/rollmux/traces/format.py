@@ -9,7 +9,11 @@ Contract
   t_train_s, mem_roll_gb, mem_train_gb, slo, model`` and at least one of
   ``duration_s`` / ``iterations``. Optional: ``t_roll_colo_s``, ``t_train_colo_s``,
   ``staleness`` (an integer >= 0, empty or absent: 0, a synchronous job; >= 1: an
-  asynchronous one, rule 10 of ``rollmux.execution``).
+  asynchronous one, rule 10 of ``rollmux.execution``), ``reward_s``,
+  ``reward_price_per_hour``, ``reward_mem_gb`` (the shared reward service: seconds
+  per iteration, 0 or empty or absent: none; $ per busy hour, empty or absent: the
+  default ``rollmux.model.REWARD_PRICE_PER_HOUR``; GB of ``mem_roll_gb`` that is the
+  job's own reward model, empty or absent: 0; docs/rollart.md).
   Every row needs a non-empty value in each required column and in at least one of
   ``duration_s`` / ``iterations``; optional values may be empty (None).
 * Any other column is kept in ``Job.extra`` (as text) and reported once per file with
@@ -30,21 +34,22 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import Cluster, Job
+from rollmux.model import REWARD_PRICE_PER_HOUR, Cluster, Job
 
 REQUIRED = ("job_id", "arrival_s", "rollout_gpus", "train_gpus", "t_roll_s", "t_train_s",
             "mem_roll_gb", "mem_train_gb", "slo", "model")
 LENGTH = ("duration_s", "iterations")
-OPTIONAL = ("t_roll_colo_s", "t_train_colo_s", "staleness")
+OPTIONAL = ("t_roll_colo_s", "t_train_colo_s", "staleness", "reward_s", "reward_price_per_hour", "reward_mem_gb")
 KNOWN = REQUIRED + LENGTH + OPTIONAL
 INT_FIELDS = frozenset({"rollout_gpus", "train_gpus", "iterations", "staleness"})
 TEXT_FIELDS = frozenset({"job_id", "model"})
 #: Column order ``write_trace`` uses; optional columns only when some job has a value
-#: other than the default (``UNSET``: None, staleness 0).
+#: other than the default (``UNSET``: None, staleness 0, the reward defaults).
 WRITE_ORDER = ("job_id", "arrival_s", "duration_s", "rollout_gpus", "train_gpus", "t_roll_s",
                "t_train_s", "mem_roll_gb", "mem_train_gb", "slo", "model", "iterations",
-               "t_roll_colo_s", "t_train_colo_s", "staleness")
-UNSET = {"staleness": 0}
+               "t_roll_colo_s", "t_train_colo_s", "staleness", "reward_s", "reward_price_per_hour",
+               "reward_mem_gb")
+UNSET = {"staleness": 0, "reward_s": 0.0, "reward_price_per_hour": REWARD_PRICE_PER_HOUR, "reward_mem_gb": 0.0}
 
 
 def _parse(name: str, text: str, path: str, line: int) -> object:

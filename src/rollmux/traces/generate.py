@@ -14,6 +14,17 @@ Contract
   figure are those of the synchronous trace): each gets ``staleness`` and keeps the
   iterations it had, ``iterations`` = its synchronous ``solo_iterations()`` (the same
   work; alone it ends sooner, ``Job.solo_run_s``).
+* ``reward_share`` (default 0) gives round(share x count) jobs a reward model of their
+  own, chosen with a third ``random.Random`` seeded from ``seed`` (every other figure is
+  unchanged). Rule: the reward model is the job's own size class (a reward model trained
+  from the same base as the policy, e.g. 7B policy and 7B reward model) served by the
+  same kind of inference engine as its rollout, so its host memory per rollout node is
+  the rollout figure of Table 2 for that size (``philly.TABLE2_MEM_GB``):
+  ``reward_mem_gb`` = that figure and ``mem_roll_gb`` = twice it (the rollout state plus
+  the reward model). With ``reward_s`` > 0 those jobs score on the shared reward service,
+  ``reward_s`` seconds per iteration at ``reward_price_per_hour``, and do not hold the
+  model on their rollout nodes (``Job.mem``); with ``reward_s`` 0 they score inside their
+  own rollout and hold it (the counterfactual of the same trace).
 * Defaults follow the packaged 300-job Philly segment: it spans 580 h (about 7,000 s
   between arrivals), its jobs run 40.6 h on average, and 76% of them hold 16 GPUs.
 """
@@ -23,24 +34,34 @@ import math
 import random
 
 from rollmux.errors import SpecError
-from rollmux.model import Job
-from rollmux.traces.philly import PhillyJob, check_mix, to_rl_jobs
+from rollmux.model import REWARD_PRICE_PER_HOUR, Job, model_size_column
+from rollmux.traces.philly import TABLE2_MEM_GB, PhillyJob, check_mix, to_rl_jobs
 
 #: Philly GPU count -> weight, rounded from the packaged segment (16: 228, 20-24: 13,
 #: 32: 59 of 300 jobs).
 GPU_WEIGHTS = {16: 0.76, 24: 0.04, 32: 0.20}
+#: Shared reward service seconds per iteration of a job that uses it (``--reward-s``):
+#: an illustrative figure, about a third of a medium rollout of the profiles (100-400 s).
+DEFAULT_REWARD_S = 60.0
 
 
 def generate(count: int, seed: int, mix: str = "mixed",
              slo_range: tuple[float, float] = (1.0, 2.0),
              mean_interarrival_s: float = 7000.0, mean_duration_s: float = 146_000.0,
-             sigma: float = 1.5, async_share: float = 0.0, staleness: int = 1) -> list[Job]:
+             sigma: float = 1.5, async_share: float = 0.0, staleness: int = 1,
+             reward_share: float = 0.0, reward_s: float = DEFAULT_REWARD_S,
+             reward_price_per_hour: float = REWARD_PRICE_PER_HOUR) -> list[Job]:
     """Return ``count`` synthetic RL jobs; see the module contract.
 
     Raises SpecError for a negative count, a non-positive mean or spread, an unknown
-    mix, an SLO range outside 1 <= lo <= hi, an async share outside [0, 1] or a
-    staleness below 1.
+    mix, an SLO range outside 1 <= lo <= hi, an async or reward share outside [0, 1], a
+    staleness below 1, or reward seconds or a reward price below 0.
     """
+    if not (isinstance(reward_share, (int, float)) and 0.0 <= reward_share <= 1.0):
+        raise SpecError("reward_share", reward_share, "a share in [0, 1]")
+    for name, value in (("reward_s", reward_s), ("reward_price_per_hour", reward_price_per_hour)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            raise SpecError(name, value, "a finite value >= 0")
     if not (isinstance(async_share, (int, float)) and 0.0 <= async_share <= 1.0):
         raise SpecError("async_share", async_share, "a share in [0, 1]")
     if not isinstance(staleness, int) or isinstance(staleness, bool) or staleness < 1:
@@ -69,4 +90,12 @@ def generate(count: int, seed: int, mix: str = "mixed",
         job = jobs[index]
         job.iterations = job.solo_iterations()
         job.staleness = staleness
+    with_model = random.Random(f"reward-{seed}").sample(range(len(jobs)), round(reward_share * len(jobs)))
+    for index in sorted(with_model):
+        job = jobs[index]
+        model_gb = TABLE2_MEM_GB[model_size_column(job.model)][0]
+        job.reward_mem_gb = model_gb
+        job.mem_roll_gb = round(job.mem_roll_gb + model_gb, 3)
+        job.reward_s = float(reward_s)
+        job.reward_price_per_hour = float(reward_price_per_hour)
     return jobs
