@@ -9,7 +9,8 @@ URI, no script, no external URL. It holds
 * a summary: the trace (``trace_info``, as ``rollmux.traces.builtin.load_trace`` returns
   it), the accounting, the pools (their configured GPU types, prices and inventories) and
   the reference policy ("rollmux" when present, else the first), then per policy $/h,
-  total $, cost against the reference, SLO attainment on the policy's basis, jobs that
+  total $ (with a "reward $" column, the shared reward pool's per-use bill already inside
+  total $, when some job scores on it), cost against the reference, SLO attainment on the policy's basis, jobs that
   never ran, the bubble of each pool, the mean wait and the placements;
 * figures (``rollmux.report.plots``): each policy's total cost against the reference's;
   cost over time, a policy that misses any SLO dashed and marked "(misses SLOs)"; GPUs
@@ -159,15 +160,18 @@ def _summary(results: list[PolicyResult], shown: list[PolicyResult], cluster: Cl
     facts += [(f"{r.policy} (not shown)", r.note) for r in results if r not in shown]
     items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
     ref_cost = next(r for r in shown if r.policy == ref).total_cost
-    head = ["policy", "$/h", "total $", f"vs {ref}", "SLO met", "basis", "never ran"]
+    reward = any(r.reward_cost for r in results)
+    head = ["policy", "$/h", "total $"] + (["reward $"] if reward else []) + [f"vs {ref}", "SLO met", "basis",
+                                                                             "never ran"]
     head += [f"{p} ({cluster.pool(p).gpu}) bubble" for p in POOLS]
     head += ["mean wait (min)", "packed/scaled/new", "note"]
     rows = []
     for r in shown:
         o = r.outcomes
         miss = plots.misses_slos(r)
-        cells = [(r.policy, "text"), (f"{r.cost_per_hour:,.1f}", ""), (f"{r.total_cost:,.0f}", ""),
-                 (f"{r.total_cost / ref_cost:.2f}x" if ref_cost else "-", ""),
+        cells = [(r.policy, "text"), (f"{r.cost_per_hour:,.1f}", ""), (f"{r.total_cost:,.0f}", "")]
+        cells += [(f"{r.reward_cost:,.0f}", "")] if reward else []
+        cells += [(f"{r.total_cost / ref_cost:.2f}x" if ref_cost else "-", ""),
                  (_pct(r.slo_attainment), "miss" if miss else "met" if r.executed else ""),
                  (r.slo_basis if r.executed else "-", ""), (str(len(r.rejected)), "")]
         cells += [(_pct(r.bubble(p)), "") for p in POOLS]
@@ -179,7 +183,9 @@ def _summary(results: list[PolicyResult], shown: list[PolicyResult], cluster: Cl
     return (f"<h2>Summary</h2><dl>{items}</dl><table><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}"
             "</tbody></table><p class=\"note\">SLO met: share of the trace's jobs within their SLO on the basis "
             "shown (per-iteration slowdown, or end to end: (wait + run) / solo run time); a job that never ran "
-            "misses it. Bubble: idle share of the pool's allocated GPU time.</p>")
+            "misses it. Bubble: idle share of the pool's allocated GPU time."
+            + (" reward $: what the shared reward pool billed (per use, by completed iterations), included in "
+               "$/h and total $." if reward else "") + "</p>")
 
 
 _TEXT_COLUMNS = ("job_id", "slo_basis", "outcome", "group_id", "reason")
@@ -193,6 +199,8 @@ def _cell(column: str, value) -> str:
         return escape(str(value))
     if column in ("slowdown", "e2e_slowdown"):
         return f"{value:.3f}"
+    if column == "reward_usd":
+        return f"{value:,.2f}"
     return f"{value:,.0f}"
 
 

@@ -10,7 +10,9 @@ Contract
 * A job that ran carries the ``JobOutcome`` figures: seconds on the simulation clock
   rounded to 3 decimals (``wait_s`` = placed - arrival, ``jct_s`` = end - arrival,
   ``t_solo_s`` = its solo iteration time), slowdowns (per iteration, and end to end:
-  JCT / solo run time) to 4, ``slo_met`` judged on the policy's ``slo_basis``, and an
+  JCT / solo run time) to 4, ``slo_met`` judged on the policy's ``slo_basis``,
+  ``reward_usd`` (what the shared reward pool billed for its completed iterations,
+  ``JobOutcome.reward_cost``; 0 for a job that scores in its own rollout) to 6, and an
   empty ``reason``.
 * A job that never ran has its id, the policy's ``slo_basis``, ``slo_met`` False (it
   counts as missing its SLO), ``outcome`` "never-ran", the reason the simulator gave,
@@ -28,7 +30,7 @@ from pathlib import Path
 from rollmux.sim.metrics import JobOutcome, PolicyResult
 
 COLUMNS = ("policy", "job_id", "arrival_s", "placed_s", "wait_s", "end_s", "jct_s", "iterations", "t_solo_s",
-           "slowdown", "e2e_slowdown", "slo", "slo_basis", "slo_met", "outcome", "group_id", "reason")
+           "slowdown", "e2e_slowdown", "slo", "slo_basis", "slo_met", "outcome", "group_id", "reward_usd", "reason")
 NEVER_RAN = "never-ran"
 
 
@@ -37,7 +39,8 @@ def _ran(policy: str, basis: str, j: JobOutcome) -> dict:
             "placed_s": round(j.placed_s, 3), "wait_s": round(j.wait_s, 3), "end_s": round(j.end_s, 3),
             "jct_s": round(j.jct_s, 3), "iterations": j.iterations, "t_solo_s": round(j.t_solo, 3),
             "slowdown": round(j.slowdown, 4), "e2e_slowdown": round(j.e2e_slowdown, 4), "slo": j.slo,
-            "slo_basis": basis, "slo_met": j.slo_met, "outcome": j.outcome, "group_id": j.group_id, "reason": ""}
+            "slo_basis": basis, "slo_met": j.slo_met, "outcome": j.outcome, "group_id": j.group_id,
+            "reward_usd": round(j.reward_cost, 6), "reason": ""}
 
 
 def job_rows(results: list[PolicyResult]) -> list[dict]:

@@ -11,6 +11,9 @@ constraint. With owned nodes (``pricing: owned``) the title says that cost is ev
 of a bounded pool over the whole run. When the trace has asynchronous jobs
 (``Job.staleness`` >= 1) the caption ends with one line per policy and job kind
 (``kind_lines``): SLO attainment and mean slowdown of the sync and the async jobs.
+When some job scores on the shared reward service (``Job.reward_s`` > 0) the caption
+says what the reward stage cost each policy (``reward_line``): it is already inside
+``$/h`` and ``total $``.
 """
 from __future__ import annotations
 
@@ -65,10 +68,19 @@ def simulate_table(results: list[PolicyResult], reference: str = "rollmux", acco
         table.caption = ("SLO met e2e: (wait + run) / solo run time <= SLO; a job that never ran misses it. "
                          "wait h: mean hours from arrival to placement. makespan h: first arrival to the last job's end. R/T binds: share of the run in which a "
                          "job waited because the rollout / training pool lacked free nodes.")
-    kinds = kind_lines(results)
+    kinds = kind_lines(results) + reward_line(results)
     if kinds:
         table.caption = "\n".join(([table.caption] if table.caption else []) + kinds)
     return table
+
+
+def reward_line(results: list[PolicyResult]) -> list[str]:
+    """One caption line when some policy paid the shared reward pool: per policy its
+    reward $ and $/h, included in the table's cost columns; empty otherwise."""
+    if not any(r.reward_cost for r in results):
+        return []
+    parts = [f"{escape(r.policy)} ${r.reward_cost:,.0f} (${r.reward_cost_per_hour:,.1f}/h)" for r in results]
+    return ["reward (shared pool, billed per use, included in $/h and total $): " + ", ".join(parts)]
 
 
 def kind_lines(results: list[PolicyResult]) -> list[str]:
