@@ -61,16 +61,17 @@ def test_generator_marks_a_share_async_and_keeps_everything_else():
         generate(3, 1, async_share=0.5, staleness=0)
 
 
-def test_live_api_refuses_async_jobs_with_a_clear_422(tmp_path):
+def test_live_api_takes_async_jobs_and_refuses_a_bad_staleness_naming_it(tmp_path):
     cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=2), train=PoolSpec("H800", 5.28, nodes=2),
                       switch_cost=SwitchCost("fixed"))
     service = Service(cluster, str(tmp_path / "state.db"), "admin-token-" + "x" * 24, ServiceConfig())
     spec = {"job_id": "a", "t_roll_s": 0.1, "t_train_s": 0.1, "iterations": 2}
     auth = {"Authorization": "Bearer admin-token-" + "x" * 24}
     with TestClient(create_app(service)) as client:
-        r = client.post("/v1/jobs", json={"spec": {**spec, "staleness": 1}}, headers=auth)
-        assert r.status_code == 422 and "synchronous jobs only" in r.text and r.json()["field"] == "spec.staleness"
-        assert client.post("/v1/jobs", json={"spec": {**spec, "staleness": 0}}, headers=auth).status_code == 201
+        r = client.post("/v1/jobs", json={"spec": {**spec, "staleness": 9}}, headers=auth)
+        assert r.status_code == 422 and r.json()["field"] == "spec.staleness"
+        assert client.post("/v1/jobs", json={"spec": {**spec, "staleness": 1}}, headers=auth).status_code == 201
+        assert client.get("/v1/jobs/a", headers=auth).json()["staleness"] == 1
 
 
 def test_simulate_table_lines_per_kind():

@@ -181,13 +181,11 @@ def test_a_job_that_did_not_fit_a_groups_rollout_node_packs_there_on_the_shared_
         assert r.outcomes.get("packed", 0) == packed and r.peak_gpus[ROLLOUT] == 16 - 8 * packed
 
 
-@pytest.mark.xfail(strict=True, reason="planner._decide_fast (planner.py, `mem_r = job.mem_roll_gb`) and "
-                                       "_new_group_option read mem_roll_gb, not Job.mem(ROLLOUT): the default "
-                                       "(non-explain) path does not see the credit yet")
 def test_the_planners_default_path_packs_it_too():
-    cluster, a, b = _mem_pair(30.0)
-    r = simulate([a, b], cluster, make_policy("rollmux"))
-    assert r.outcomes.get("packed", 0) == 1
+    for reward_s, packed in ((0.0, 0), (30.0, 1)):
+        cluster, a, b = _mem_pair(reward_s)
+        r = simulate([a, b], cluster, make_policy("rollmux"))
+        assert r.outcomes.get("packed", 0) == packed
 
 
 # --- trace format, validation, API ------------------------------------------------------------------
@@ -315,3 +313,11 @@ def test_job_rows_and_html_carry_the_per_job_reward(tmp_path):
     assert {row["job_id"]: row["reward_usd"] for row in rows} == {"a": 2.0, "b": 1.85}
     path = write_html_report([res], Cluster(), tmp_path / "r.html", title="t", trace_info={}, accounting="ours")
     assert "<td>1.85</td>" in path.read_text()
+
+
+def test_the_sdk_submits_the_reward_columns_of_a_job():
+    from rollmux.runtime.sdk import _spec_dict
+
+    job = Job("r", 10.0, 20.0, mem_roll_gb=300.0, reward_s=12.0, reward_price_per_hour=2.5, reward_mem_gb=100.0)
+    spec = _spec_dict(job)
+    assert (spec["reward_s"], spec["reward_price_per_hour"], spec["reward_mem_gb"]) == (12.0, 2.5, 100.0)

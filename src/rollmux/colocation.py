@@ -14,7 +14,7 @@ Used by the co-located and Gavel+ baselines and by the planner's co-location opt
 """
 from __future__ import annotations
 
-from rollmux.model import GPU_TYPES, POOLS, ROLLOUT, Cluster, Group, Job
+from rollmux.model import GPU_TYPES, POOLS, ROLLOUT, TRAIN, Cluster, Group, Job
 
 _BANDWIDTH = 1  # index of TB/s in GPU_TYPES rows
 
@@ -41,6 +41,11 @@ def worst_phase(job: Job, pool: str, cluster: Cluster, colocated: bool) -> tuple
     if colocated:
         return phase_time(job, pool, cluster)
     return (job.t_roll_s if pool == ROLLOUT else job.t_train_s), 0.0
+
+
+def node_mem_gb(job: Job) -> float:
+    """Host memory a co-located job takes on each of its nodes: both phases' state."""
+    return job.mem(ROLLOUT) + job.mem(TRAIN)
 
 
 def iteration_s(job: Job, cluster: Cluster) -> float:

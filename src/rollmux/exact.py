@@ -257,7 +257,7 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
 def colocatable(cluster: Cluster, job: Job) -> bool:
     """True when ``job`` may run co-located: synchronous, within its SLO, both phases' state fits a node."""
     return (not job.staleness and colocation.slowdown(job, cluster) <= job.slo * (1 + SLO_EPS)
-            and job.mem_roll_gb + job.mem_train_gb <= cluster.pool(TRAIN).host_mem_gb)
+            and colocation.node_mem_gb(job) <= cluster.pool(TRAIN).host_mem_gb)
 
 
 def lower_bound(cluster: Cluster, jobs: Sequence[Job], space: Space = PAPER_SPACE) -> float:

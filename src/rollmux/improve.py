@@ -191,7 +191,7 @@ def materialize(state: PlanState, group: Group) -> str:
     and pin its members there in their admission order; returns the new group id."""
     names: dict[str, str] = {}
     for pool in POOLS:
-        mem = max(m.job.mem(pool) + (m.job.mem_roll_gb if group.colocated else 0.0) for m in group.members)
+        mem = max(colocation.node_mem_gb(m.job) if group.colocated else m.job.mem(pool) for m in group.members)
         fresh = state.peek_new(pool, len(group.nodes(pool)), mem)
         if fresh is None:
             raise PlacementError(f"the {pool} pool has no {len(group.nodes(pool))} free nodes for a regrouped group")

@@ -337,7 +337,7 @@ class Planner:
         lim = 1.0 + SLO_EPS
         limit = job.slo * job.t_solo
         share_r, share_t = job.t_roll_s / limit, job.t_train_s / limit
-        mem_r, mem_t = job.mem_roll_gb, job.mem_train_gb
+        mem_r, mem_t = job.mem(ROLLOUT), job.mem(TRAIN)
         need_r, need_t = need[ROLLOUT], need[TRAIN]
         price_r, price_t = cluster.node_price(ROLLOUT), cluster.node_price(TRAIN)
         # the start-up floor at group level (_group_floor): the newcomer's own allowance
@@ -499,8 +499,8 @@ class Planner:
 
     @staticmethod
     def _new_group_option(state: PlanState, job: Job, need: dict[str, int], rank: int) -> _Option | None:
-        roll = state.peek_new(ROLLOUT, need[ROLLOUT], job.mem_roll_gb)
-        train = state.peek_new(TRAIN, need[TRAIN], job.mem_train_gb)
+        roll = state.peek_new(ROLLOUT, need[ROLLOUT], job.mem(ROLLOUT))
+        train = state.peek_new(TRAIN, need[TRAIN], job.mem(TRAIN))
         if roll is None or train is None:
             return None
         cost = sum(need[p] * state.cluster.node_price(p) for p in POOLS)
@@ -509,7 +509,7 @@ class Planner:
     @staticmethod
     def _colocated_option(state: PlanState, job: Job, need: dict[str, int], rank: int) -> _Option | str:
         """The co-location option (see "Placement space"), or why there is none."""
-        mem = job.mem_roll_gb + job.mem_train_gb
+        mem = colocation.node_mem_gb(job)
         ids = state.peek_new(TRAIN, need[TRAIN], mem)  # a bounded pool checks each listed node's memory
         if ids is None or (not state.bounded(TRAIN) and mem > state.cluster.train.host_mem_gb):
             return (f"co-located: train pool has {state.free_count(TRAIN)} free nodes, needs {need[TRAIN]} "

@@ -7,6 +7,7 @@ phase).
 """
 from __future__ import annotations
 
+from rollmux import colocation
 from rollmux.model import TRAIN, Job
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import NEW, Candidate, Decision
@@ -21,7 +22,7 @@ class Colocated:
         never = beyond_inventory(state, job, {TRAIN: need})
         if never is not None:
             return never
-        ids = state.peek_new(TRAIN, need, job.mem_roll_gb + job.mem_train_gb)
+        ids = state.peek_new(TRAIN, need, colocation.node_mem_gb(job))
         if ids is None:
             return Decision(job.job_id, "wait", None, 0.0, (), "no free training nodes", (TRAIN,))
         placement = Placement(None, ids, ids, (), ids, colocated=True)
