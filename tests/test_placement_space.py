@@ -240,3 +240,77 @@ def test_a_colocated_job_runs_colocated_in_the_simulator_until_a_regrouping_move
     by_id = {j.job_id: j for j in moved.jobs}
     assert by_id["c"].group_id == by_id["p"].group_id
     assert by_id["c"].slo_met and by_id["p"].slo_met
+
+
+# --- a job that only runs co-located (Job.colocate: veRL's hybrid engine) --------------
+def test_a_colocate_job_gets_co_location_alone_in_every_space_and_no_one_joins_it():
+    hybrid = Job("h", 100.0, 200.0, 16, 16, 50.0, 100.0, slo=1.2, model="7B", colocate=True)
+    for space in (PAPER_SPACE, FULL_SPACE):
+        state = PlanState(BIG)
+        state.apply(Job("x", 100.0, 100.0, 8, 8, 50.0, 50.0, slo=3.0), Planner().decide(state, Job(
+            "x", 100.0, 100.0, 8, 8, 50.0, 50.0, slo=3.0)).placement)
+        decision = Planner(space=space).decide(state, hybrid, explain=True)
+        assert decision.outcome == "co-located"
+        assert decision.placement.rollout_nodes == decision.placement.train_nodes == ("T1", "T2")
+        assert decision.marginal_cost == pytest.approx(2 * 42.24)  # its profile is co-located: slowdown 1
+        kinds = {c.kind: c for c in decision.candidates}
+        assert set(kinds) == {"new-group", COLOCATE} and "colocate" in kinds["new-group"].reason
+        fast = Planner(space=space).decide(state, hybrid)
+        assert (fast.outcome, fast.placement, fast.marginal_cost) == (decision.outcome, decision.placement,
+                                                                      decision.marginal_cost)
+        state.apply(hybrid, decision.placement)
+        # a job that would happily share goes elsewhere: a co-located group takes no one
+        other = Job("y", 50.0, 50.0, 8, 8, 10.0, 10.0, slo=3.0)
+        assert state.job_group[hybrid.job_id] != Planner(space=space).decide(state, other).placement.group_id
+    # under the paper's accounting too, and the exact solver keeps it co-located in both spaces
+    assert Planner(accounting=PAPER).decide(PlanState(BIG), hybrid).outcome == "co-located"
+    jobs = [hybrid, Job("z", 100.0, 100.0, 8, 8, 50.0, 50.0, slo=1.05, arrival_s=1.0)]  # too strict to co-locate
+    for space in (PAPER_SPACE, FULL_SPACE):
+        solution = solve(BIG, jobs, robust=True, space=space)
+        (colo,) = [g for g in solution.groups if g.colocated]
+        assert [m.job.job_id for m in colo.members] == ["h"] and len(colo.train_nodes) == 2
+        assert solution.objective == pytest.approx(2 * 42.24 + 14.8 + 42.24)
+
+
+def test_every_policy_runs_a_colocate_job_co_located_at_its_profile():
+    jobs = [Job("h", 100.0, 200.0, 8, 8, 50.0, 100.0, slo=1.2, model="7B", colocate=True, iterations=10),
+            Job("d", 100.0, 200.0, 8, 8, 50.0, 100.0, slo=1.5, model="7B", iterations=10, arrival_s=5.0)]
+    for name in ("rollmux", "rollmux-full-regroup", "solo-d", "colocated", "gavel", "random", "most-idle"):
+        result = simulate(jobs, BIG, make_policy(name))
+        by_id = {j.job_id: j for j in result.jobs}
+        assert by_id["h"].slowdown == pytest.approx(1.0) and by_id["h"].slo_met, name
+        assert by_id["h"].group_id != by_id["d"].group_id, name
+
+
+def test_colocate_in_a_trace_the_api_and_the_control_plane(tmp_path):
+    from rollmux.errors import SpecError, TraceFormatError
+    from rollmux.runtime.api_models import JobSpec
+    from rollmux.runtime.control import ControlPlane
+    from rollmux.traces.format import read_trace, write_trace
+
+    hybrid = Job("h", 10.0, 20.0, 8, 8, 50.0, 100.0, slo=1.5, model="7B", colocate=True, iterations=2)
+    write_trace([hybrid, Job("d", 10.0, 20.0, model="7B", iterations=2)], tmp_path / "t.csv")
+    text = (tmp_path / "t.csv").read_text()
+    assert text.splitlines()[0].endswith(",colocate") and ",true" in text and ",false" in text
+    assert read_trace(tmp_path / "t.csv")[0] == hybrid
+    (tmp_path / "bad.csv").write_text(text.replace(",true", ",yes"))
+    with pytest.raises(TraceFormatError, match="line 2.*colocate.*'yes' is not true, false, 1 or 0"):
+        read_trace(tmp_path / "bad.csv")
+    with pytest.raises(SpecError, match="colocate"):
+        Job("a", 10.0, 20.0, staleness=1, colocate=True).validate()
+    with pytest.raises(SpecError, match="both phases' state"):
+        Job("m", 10.0, 20.0, mem_roll_gb=1100.0, mem_train_gb=1000.0, colocate=True).validate(BIG)
+    assert JobSpec(job_id="h", t_roll_s=10.0, t_train_s=20.0, colocate=True).to_job().colocate
+    # the live control plane: both phases on the same training nodes, in turn
+    cp = ControlPlane(Cluster(rollout=PoolSpec("H20", 1.85, nodes=2), train=PoolSpec("H800", 5.28, nodes=2),
+                              switch_cost=SwitchCost("fixed")))
+    rec = cp.submit(hybrid, 0.0, "0" * 64)
+    assert rec.rollout_nodes == rec.train_nodes == ("T0",) and cp.plan.groups[rec.group_id].colocated
+    now = 0.0
+    for _ in range(2):
+        for phase in ("rollout", "train"):
+            grant = cp.acquire("h", phase)
+            assert grant.nodes == ("T0",) and cp.executors[rec.group_id].busy_nodes() == {"T0": "h"}
+            now += 1.0
+            cp.release("h", phase, grant.seq, 1.0, now)
+    assert rec.state == "done" and rec.iterations_done == 2

@@ -66,8 +66,17 @@ def test_hybrid_config_becomes_a_colocated_job_spec(base_config):
     spec = shape.job_spec("ppo-a", t_roll_s=20.0, t_train_s=50.0, slo=2.0)
     assert spec == {"job_id": "ppo-a", "rollout_gpus": 16, "train_gpus": 16, "t_roll_s": 20.0, "t_train_s": 50.0,
                     "slo": 2.0, "model": "Qwen2.5-0.5B-Instruct", "mem_roll_gb": 4.0, "mem_train_gb": 6.0,
-                    "iterations": 100, "movable": False}
-    Job(**{k: v for k, v in spec.items() if k != "movable"}).validate()  # (the fit tests submit one to the service)
+                    "iterations": 100, "movable": False, "colocate": True}
+    job = Job(**{k: v for k, v in spec.items() if k != "movable"})
+    job.validate()  # (the fit tests submit one to the service)
+    # the planner places a hybrid job co-located on its training nodes, which veRL accepts
+    from rollmux.model import Cluster
+    from rollmux.plan_state import PlanState
+    from rollmux.planner import Planner
+
+    placement = Planner().decide(PlanState(Cluster()), job).placement
+    assert placement.colocated and placement.rollout_nodes == placement.train_nodes == ("T0", "T1")
+    assert verl_overrides(placement, cfg, 8)["actor_rollout_ref.hybrid_engine"] is True
     assert job_spec_from_verl(cfg, "ppo-a", 20.0, 50.0, 2.0) == spec
     # GRPO without a critic, a declared size, the iteration count from the caller
     grpo = _config(cfg, algorithm__adv_estimator="grpo")
@@ -85,7 +94,7 @@ def test_standalone_rollout_config_becomes_a_disaggregated_job_spec(base_config)
     # no size in the name: no memory estimate, and the spec leaves the fields out
     assert shape.model == "my-policy" and shape.mem_roll_gb is None
     spec = shape.job_spec("d", 1.0, 1.0)
-    assert "mem_roll_gb" not in spec and spec["rollout_gpus"] == 4
+    assert "mem_roll_gb" not in spec and spec["rollout_gpus"] == 4 and spec["colocate"] is False
     assert VerlShape.from_config(cfg, params_b=14).mem_roll_gb == pytest.approx(2 * 14e9 * 4 / 4 / 1e9)
     # a plain dict works as well as a DictConfig
     plain = OmegaConf.to_container(cfg, resolve=True)

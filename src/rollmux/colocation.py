@@ -25,7 +25,10 @@ def rollout_speed_factor(cluster: Cluster) -> float:
 
 
 def phase_time(job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
-    """(worst-case body seconds, switch seconds) of ``job``'s ``pool`` phase when co-located."""
+    """(worst-case body seconds, switch seconds) of ``job``'s ``pool`` phase when co-located;
+    a job that only runs co-located (``Job.colocate``) has it as its profile, switches included."""
+    if job.colocate:
+        return (job.t_roll_s if pool == ROLLOUT else job.t_train_s), 0.0
     switch = cluster.switch_cost.seconds(job.model, pool)
     if pool == ROLLOUT:
         body = job.t_roll_colo_s if job.t_roll_colo_s is not None else job.t_roll_s * rollout_speed_factor(cluster)

@@ -16,7 +16,8 @@ subject to, for every group G:
     SLO:        every member k:  iter_k(G) <= SLO_k * T_solo_k * (1 + planner.SLO_EPS)
     training:   t_G = max_{k in G} need_T(k)   (the training side is never scaled)
     apart:      an asynchronous job (staleness >= 1) is alone in its group
-                (``planner.ASYNC_APART``)
+                (``planner.ASYNC_APART``); so is a job that only runs co-located
+                (``Job.colocate``), which is always co-located (below) in every space
 
 where iter_k(G) is ``intra.analyze`` of the members built exactly as
 ``PlanState.profile`` builds them (switch seconds from ``cluster.switch_cost``), in
@@ -228,9 +229,11 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
             sub = (sub - 1) & rest
         best[mask], choice[mask] = split, split_sub
         members = [ordered[i] for i in range(n) if mask >> i & 1]
-        if mask.bit_count() <= cluster.max_group_size and (len(members) == 1 or not any(j.staleness for j in members)):
-            fit = _cheapest_group(cluster, members, min(split, room[mask]), robust, counter, space.train_scaling)
-            if len(members) == 1 and space.colocation:
+        if mask.bit_count() <= cluster.max_group_size and (len(members) == 1 or not any(
+                j.staleness or j.colocate for j in members)):
+            fit = None if members[0].colocate else _cheapest_group(cluster, members, min(split, room[mask]), robust,
+                                                                   counter, space.train_scaling)
+            if len(members) == 1 and (space.colocation or members[0].colocate):
                 colo = _colocated_fit(cluster, members[0], min(split, room[mask], fit.cost if fit else float("inf")))
                 fit = colo or fit
             if fit is not None:
@@ -269,8 +272,7 @@ def lower_bound(cluster: Cluster, jobs: Sequence[Job], space: Space = PAPER_SPAC
     share of a node at its SLO rate (the rate bound of step 4). With co-location in
     ``space`` only the jobs that cannot be co-located count (module docstring).
     """
-    if space.colocation:
-        jobs = [j for j in jobs if not colocatable(cluster, j)]
+    jobs = [j for j in jobs if not j.colocate and not (space.colocation and colocatable(cluster, j))]
     if not jobs:
         return 0.0
     groups = math.ceil(len(jobs) / cluster.max_group_size)

@@ -211,6 +211,11 @@ class Job:
     does not hold its own reward model on its rollout nodes: ``mem(ROLLOUT)`` is
     ``mem_roll_gb`` - ``reward_mem_gb``. With ``reward_s`` 0 (the default) the job scores
     inside its own rollout and holds all of ``mem_roll_gb``.
+
+    ``colocate``: the job's framework runs both phases on the same GPUs (veRL's hybrid
+    engine), so it is only ever placed co-located, alone on its training nodes, and its
+    profile (``t_roll_s``, ``t_train_s``) was measured that way, switches included
+    (``rollmux.colocation``). Its nodes hold both phases' state. It cannot be asynchronous.
     """
 
     job_id: str
@@ -233,6 +238,7 @@ class Job:
     reward_s: float = 0.0  # shared reward service seconds per iteration (0: scores inside its own rollout)
     reward_price_per_hour: float = REWARD_PRICE_PER_HOUR  # $ per busy hour of the shared reward pool
     reward_mem_gb: float = 0.0  # host memory per rollout node of its own reward model (part of mem_roll_gb)
+    colocate: bool = False  # both phases on the same GPUs (veRL hybrid engine): only ever placed co-located
 
     def tail_gpus(self) -> int:
         """GPUs the rollout keeps once its tail begins: ``tail_workers``, else 1/8 of its rollout GPUs (>= 1)."""
@@ -333,6 +339,16 @@ class Job:
         if self.reward_mem_gb > self.mem_roll_gb:
             raise SpecError("reward_mem_gb", self.reward_mem_gb,
                             f"at most mem_roll_gb ({self.mem_roll_gb} GB), which includes it", ctx)
+        if not isinstance(self.colocate, bool):
+            raise SpecError("colocate", self.colocate, "true or false", ctx)
+        if self.colocate and self.staleness:
+            raise SpecError("colocate", self.colocate, "false for an asynchronous job (staleness >= 1): its phases "
+                            "overlap, which one set of GPUs cannot do", ctx)
+        if cluster is not None and self.colocate:
+            both, cap = self.mem(ROLLOUT) + self.mem(TRAIN), cluster.pool(TRAIN).host_mem_gb
+            if both > cap:
+                raise SpecError("mem_roll_gb", self.mem(ROLLOUT), f"with mem_train_gb at most the train node's host "
+                                f"memory ({cap} GB): a co-located job holds both phases' state ({both:g} GB)", ctx)
         if cluster is not None:
             for pool in POOLS:
                 cap = cluster.pool(pool).host_mem_gb

@@ -102,6 +102,9 @@ Placement space beyond the paper (``Space``; ``FULL_SPACE`` turns both on)
   (s_c < 1.35 for an 8+8-GPU job at H20/H800 prices). An asynchronous job is never
   co-located (its phases could no longer overlap); neither is any job under the paper's
   accounting (``one_node_per_pool``: the authors' simulator has no such option).
+* a job that only runs co-located (``Job.colocate``: veRL's hybrid engine) gets the
+  co-location option alone, in every space and accounting; its profile is co-located,
+  so alone its slowdown is 1.
 Order of kinds at equal dC: pack < the scalings < new group < co-location.
 
 Choice
@@ -163,6 +166,8 @@ OUTCOME = {PACK: "packed", SCALE: "scaled", SCALE_TRAIN: "scaled-train", SCALE_B
            COLOCATE: "co-located"}
 TIE_BREAKS = ("first", "best-fit")
 SLO_EPS = 1e-9
+#: Why a job that only runs co-located gets no other option (``Job.colocate``).
+COLOCATE_ONLY = "the job runs both phases on the same GPUs (colocate): only co-location is offered"
 #: Why an asynchronous job shares no group (see "Asynchronous jobs" above).
 ASYNC_APART = ("asynchronous jobs run in groups of their own: the analysis does not bound the transients "
                "of a group with one (docs/rollart.md)")
@@ -287,7 +292,7 @@ class Planner:
         need = {pool: job.nodes(pool, cluster.gpus_per_node) for pool in POOLS}
         if self.accounting.one_node_per_pool:
             need = dict.fromkeys(POOLS, 1)
-        for pool in POOLS:
+        for pool in (TRAIN,) if job.colocate else POOLS:
             total = cluster.pool(pool).nodes
             if total is not None and need[pool] > total:
                 return Decision(job.job_id, "rejected", None, 0.0, (),
@@ -296,7 +301,7 @@ class Planner:
             return self._decide_fast(state, job, need)
         rejected: list[Candidate] = []
         options: list[_Option] = []
-        for group in state.groups.values():
+        for group in () if job.colocate else state.groups.values():
             if group.colocated:
                 continue
             gate = self._gate(state, group, need, job)
@@ -310,12 +315,14 @@ class Planner:
                       rejected: list[Candidate], explain: bool) -> Decision:
         """Add the new-group option, evaluate in (cost, kind, generation) order and choose;
         a wait names the pools that lack free nodes."""
-        new = self._new_group_option(state, job, need, len(options))
-        if new is None:
+        new = None if job.colocate else self._new_group_option(state, job, need, len(options))
+        if job.colocate:
+            rejected.append(Candidate(NEW, None, None, 0.0, "rejected", COLOCATE_ONLY))
+        elif new is None:
             rejected.append(Candidate(NEW, None, None, 0.0, "rejected", self._inventory_reason(state, job, need)))
         else:
             options.append(new)
-        if self.space.colocation and not job.staleness and not self.accounting.one_node_per_pool:
+        if job.colocate or (self.space.colocation and not job.staleness and not self.accounting.one_node_per_pool):
             colo = self._colocated_option(state, job, need, len(options))
             if isinstance(colo, str):
                 rejected.append(Candidate(COLOCATE, None, None, 0.0, "rejected", colo))
@@ -323,7 +330,9 @@ class Planner:
                 options.append(colo)
         options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
         decision = self._choose(state, job, options, rejected, explain)
-        if decision.outcome == "wait":
+        if decision.outcome == "wait" and job.colocate:
+            decision = replace(decision, short_pools=(TRAIN,))
+        elif decision.outcome == "wait":
             short = tuple(p for p in POOLS if state.peek_new(p, need[p], job.mem(p)) is None)
             decision = replace(decision, short_pools=short)
         return decision
@@ -353,7 +362,7 @@ class Planner:
         # with every training node new the newcomer may share no training node (_group_floor)
         all_new_t = scale_t and new_ids[TRAIN][need_t] is not None
         options: list[_Option] = []
-        for group in () if job.staleness else state.groups.values():
+        for group in () if job.staleness or job.colocate else state.groups.values():
             n_train = len(group.train_nodes)
             if group.colocated or len(group.members) >= limit_size or (not scale_t and need_t > n_train):
                 continue

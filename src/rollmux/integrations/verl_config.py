@@ -225,10 +225,13 @@ class VerlShape:
 
         ``movable`` is false: veRL's worker groups stay on the nodes their pools were
         pinned to, and the adapter has no way to bring them to others (no ``on_move``).
+        ``colocate`` is true for the hybrid engine (generation and updates on the same
+        GPUs): the planner then only ever places the job co-located on its training nodes,
+        the placement ``verl_overrides`` accepts for it.
         """
         spec: dict[str, Any] = {"job_id": job_id, "rollout_gpus": self.rollout_gpus, "train_gpus": self.train_gpus,
                                 "t_roll_s": t_roll_s, "t_train_s": t_train_s, "slo": slo, "model": self.model,
-                                "movable": False}
+                                "movable": False, "colocate": self.layout == COLOCATED}
         if self.mem_roll_gb is not None:
             spec["mem_roll_gb"] = round(self.mem_roll_gb, 3)
             spec["mem_train_gb"] = round(self.mem_train_gb, 3)

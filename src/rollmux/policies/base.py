@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from rollmux.model import POOLS, ROLLOUT, Job
+from rollmux import colocation
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Job
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import NEW, Candidate, Decision, node_choices
 
@@ -38,9 +39,27 @@ def beyond_inventory(state: PlanState, job: Job, need: dict[str, int]) -> Decisi
     return None
 
 
+def colocated_group(state: PlanState, job: Job) -> Decision:
+    """A new co-located group of the job's own training nodes (room for both phases' state),
+    a wait if the free nodes are short, or a rejection if the inventory is."""
+    need = job.nodes(TRAIN, state.cluster.gpus_per_node)
+    never = beyond_inventory(state, job, {TRAIN: need})
+    if never is not None:
+        return never
+    ids = state.peek_new(TRAIN, need, colocation.node_mem_gb(job))
+    if ids is None:
+        return Decision(job.job_id, "wait", None, 0.0, (), "no free training nodes", (TRAIN,))
+    placement = Placement(None, ids, ids, (), ids, colocated=True)
+    cost = need * state.cluster.node_price(TRAIN)
+    return Decision(job.job_id, "new-group", placement, cost, (Candidate(NEW, None, placement, cost, "chosen"),))
+
+
 def isolated(state: PlanState, job: Job, reason: str = "") -> Decision:
-    """A new group of the job's own nodes in both pools, a wait if the free nodes are short,
-    or a rejection if the inventory is (``beyond_inventory``)."""
+    """A new group of the job's own nodes in both pools (co-located for a job that only runs
+    so, ``Job.colocate``), a wait if the free nodes are short, or a rejection if the
+    inventory is (``beyond_inventory``)."""
+    if job.colocate:
+        return colocated_group(state, job)
     cluster = state.cluster
     need = {p: job.nodes(p, cluster.gpus_per_node) for p in POOLS}
     never = beyond_inventory(state, job, need)
@@ -66,6 +85,8 @@ def packable(state: PlanState, job: Job) -> list[Placement]:
     cluster = state.cluster
     need = {p: job.nodes(p, cluster.gpus_per_node) for p in POOLS}
     out: list[Placement] = []
+    if job.colocate:  # it shares no group
+        return out
     for group in state.groups.values():
         if group.colocated or len(group.members) >= cluster.max_group_size:
             continue

@@ -23,7 +23,10 @@ class Gavel:
         self._colo = Colocated()
 
     def colocate(self, job: Job, cluster: Cluster) -> bool:
-        """True when co-location gives ``job`` more iterations per dollar than disaggregation."""
+        """True when co-location gives ``job`` more iterations per dollar than disaggregation
+        (always for a job that only runs co-located, ``Job.colocate``)."""
+        if job.colocate:
+            return True
         g = cluster.gpus_per_node
         disagg = job.t_solo * sum(job.nodes(p, g) * cluster.node_price(p) for p in POOLS)
         colo_iter = colocation.iteration_s(job, cluster)

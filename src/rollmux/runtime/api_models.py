@@ -70,6 +70,10 @@ class JobSpec(_Request):
                                   description="GB of mem_roll_gb that is the job's own reward model (freed on its "
                                               "rollout nodes when reward_s > 0)")
 
+    colocate: StrictBool = Field(default=False, description="true: both phases run on the same GPUs (veRL's hybrid "
+                                                             "engine); the job is only ever placed co-located on "
+                                                             "its training nodes")
+
     @field_validator("reward_mem_gb")
     @classmethod
     def _reward_mem_within_rollout(cls, value: float, info: ValidationInfo) -> float:
@@ -98,7 +102,8 @@ class JobSpec(_Request):
                    rollout_gpus=self.rollout_gpus, train_gpus=self.train_gpus, mem_roll_gb=self.mem_roll_gb,
                    mem_train_gb=self.mem_train_gb, slo=self.slo, model=self.model, iterations=self.iterations,
                    tail_workers=self.tail_workers, staleness=self.staleness, reward_s=self.reward_s,
-                   reward_price_per_hour=self.reward_price_per_hour, reward_mem_gb=self.reward_mem_gb)
+                   reward_price_per_hour=self.reward_price_per_hour, reward_mem_gb=self.reward_mem_gb,
+                   colocate=self.colocate)
 
 
 class SubmitRequest(_Request):
@@ -207,6 +212,7 @@ class JobView(BaseModel):
     grants: list[GrantView] = Field(default=[], description="every grant held (two at once only for an "
                                                            "asynchronous job: one per pool)")
     staleness: int = 0
+    colocate: bool = Field(default=False, description="true: both phases on the same (training) nodes")
     pipeline: PipelineView | None = None
     next_phase: Phase
     iterations_done: int
@@ -230,7 +236,7 @@ class JobView(BaseModel):
         pipe = rec.pipeline()
         return cls(job_id=rec.job_id, state=rec.state, tenant=rec.tenant, placement=placement,
                    grant=GrantView.of(rec.grant), grants=[GrantView.of(g) for g in rec.grants],
-                   staleness=rec.job.staleness, pipeline=PipelineView(**pipe) if pipe else None,
+                   staleness=rec.job.staleness, colocate=rec.job.colocate, pipeline=PipelineView(**pipe) if pipe else None,
                    next_phase=rec.next_phase, iterations_done=rec.iterations_done,
                    iterations=rec.job.iterations, progress=rec.progress, lease_s=lease_s, grace_s=grace_s,
                    outcome=rec.outcome, explanation=rec.explanation, reason=rec.end_reason, movable=rec.movable,

@@ -65,7 +65,8 @@ from rollmux.errors import RollMuxError
 from rollmux.model import Job
 
 SPEC_FIELDS = ("job_id", "rollout_gpus", "train_gpus", "t_roll_s", "t_train_s", "mem_roll_gb", "mem_train_gb",
-               "slo", "model", "iterations", "staleness", "reward_s", "reward_price_per_hour", "reward_mem_gb")
+               "slo", "model", "iterations", "staleness", "reward_s", "reward_price_per_hour", "reward_mem_gb",
+               "colocate")
 
 
 class ClientError(RollMuxError):

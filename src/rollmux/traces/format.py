@@ -13,7 +13,9 @@ Contract
   ``reward_price_per_hour``, ``reward_mem_gb`` (the shared reward service: seconds
   per iteration, 0 or empty or absent: none; $ per busy hour, empty or absent: the
   default ``rollmux.model.REWARD_PRICE_PER_HOUR``; GB of ``mem_roll_gb`` that is the
-  job's own reward model, empty or absent: 0; docs/rollart.md).
+  job's own reward model, empty or absent: 0; docs/rollart.md), ``colocate`` (``true``/
+  ``false`` or ``1``/``0``, empty or absent: false; a job that only runs co-located,
+  ``Job.colocate``).
   Every row needs a non-empty value in each required column and in at least one of
   ``duration_s`` / ``iterations``; optional values may be empty (None).
 * Any other column is kept in ``Job.extra`` (as text) and reported once per file with
@@ -39,22 +41,29 @@ from rollmux.model import REWARD_PRICE_PER_HOUR, Cluster, Job
 REQUIRED = ("job_id", "arrival_s", "rollout_gpus", "train_gpus", "t_roll_s", "t_train_s",
             "mem_roll_gb", "mem_train_gb", "slo", "model")
 LENGTH = ("duration_s", "iterations")
-OPTIONAL = ("t_roll_colo_s", "t_train_colo_s", "staleness", "reward_s", "reward_price_per_hour", "reward_mem_gb")
+OPTIONAL = ("t_roll_colo_s", "t_train_colo_s", "staleness", "reward_s", "reward_price_per_hour", "reward_mem_gb",
+            "colocate")
 KNOWN = REQUIRED + LENGTH + OPTIONAL
 INT_FIELDS = frozenset({"rollout_gpus", "train_gpus", "iterations", "staleness"})
 TEXT_FIELDS = frozenset({"job_id", "model"})
+BOOL_FIELDS = {"colocate": {"true": True, "1": True, "false": False, "0": False}}
 #: Column order ``write_trace`` uses; optional columns only when some job has a value
 #: other than the default (``UNSET``: None, staleness 0, the reward defaults).
 WRITE_ORDER = ("job_id", "arrival_s", "duration_s", "rollout_gpus", "train_gpus", "t_roll_s",
                "t_train_s", "mem_roll_gb", "mem_train_gb", "slo", "model", "iterations",
                "t_roll_colo_s", "t_train_colo_s", "staleness", "reward_s", "reward_price_per_hour",
-               "reward_mem_gb")
-UNSET = {"staleness": 0, "reward_s": 0.0, "reward_price_per_hour": REWARD_PRICE_PER_HOUR, "reward_mem_gb": 0.0}
+               "reward_mem_gb", "colocate")
+UNSET = {"staleness": 0, "reward_s": 0.0, "reward_price_per_hour": REWARD_PRICE_PER_HOUR, "reward_mem_gb": 0.0,
+         "colocate": False}
 
 
 def _parse(name: str, text: str, path: str, line: int) -> object:
     if name in TEXT_FIELDS:
         return text
+    if name in BOOL_FIELDS:
+        if text.lower() not in BOOL_FIELDS[name]:
+            raise TraceFormatError(path, line, name, f"{text!r} is not true, false, 1 or 0")
+        return BOOL_FIELDS[name][text.lower()]
     try:
         return int(text) if name in INT_FIELDS else float(text)
     except ValueError:
@@ -137,6 +146,8 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[Job]:
 def _format(value: object) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float):
         if value.is_integer() and abs(value) < 1e15:
             return str(int(value))
