@@ -16,8 +16,11 @@ Workloads (``--workload``):
   platform runs a few model and length configurations again and again), each with a
   fresh SLO drawn uniformly in [1.1, 2.0]. Group shapes repeat and the memo hits.
 
+``--space full`` times the planner in the placement space beyond the paper (training
+scaling and co-location, ``rollmux.planner.FULL_SPACE``), the plan built in that space too.
+
     python benchmarks/planner_latency.py [--sizes 5,9,13,100,500,1000,2000] [--probes 50]
-                                         [--exact-sizes 4,5,6,7,8,9,10]
+                                         [--space paper|full] [--exact-sizes 4,5,6,7,8,9,10]
 """
 from __future__ import annotations
 
@@ -30,10 +33,11 @@ import time
 from rollmux.exact import solve
 from rollmux.model import Cluster
 from rollmux.plan_state import PlanState
-from rollmux.planner import Planner
+from rollmux.planner import FULL_SPACE, PAPER_SPACE, Planner
 from rollmux.traces.builtin import load_trace
 from rollmux.traces.generate import generate
 
+SPACES = {"paper": PAPER_SPACE, "full": FULL_SPACE}
 PAPER_MS = {5: 5.6, 9: 6.5, 13: 7.6, 100: 41.9, 500: 198.0, 1000: 318.0, 2000: 591.0}
 
 
@@ -45,10 +49,11 @@ def workload(name: str, count: int, seed: int) -> list:
     return [replace(rng.choice(rows), job_id=f"p{i}", slo=round(rng.uniform(1.1, 2.0), 3)) for i in range(count)]
 
 
-def build(n: int, seed: int, tie_break: str = "first", name: str = "synthetic") -> tuple[PlanState, list]:
+def build(n: int, seed: int, tie_break: str = "first", name: str = "synthetic",
+          space: str = "paper") -> tuple[PlanState, list]:
     jobs = workload(name, n + 200, seed)
     state = PlanState(Cluster())
-    planner = Planner(tie_break)
+    planner = Planner(tie_break, space=SPACES[space])
     for job in jobs[:n]:
         d = planner.decide(state, job)
         state.apply(job, d.placement)
@@ -62,14 +67,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tie-break", default="first", help="the planner's tie break: first or best-fit")
     ap.add_argument("--workload", default="synthetic", choices=("synthetic", "production"))
+    ap.add_argument("--space", default="paper", choices=tuple(SPACES), help="the planner's placement space")
     ap.add_argument("--exact-sizes", default="4,5,6,7,8,9,10")
     ap.add_argument("--exact-instances", type=int, default=3)
     args = ap.parse_args()
-    planner = Planner(args.tie_break)
+    planner = Planner(args.tie_break, space=SPACES[args.space])
+    print(f"placement space: {args.space}")
     print(f"{'N':>6} {'groups':>7} {'median ms':>10} {'p99 ms':>9} {'paper ms':>9} {'speed-up':>9} {'build s':>8}")
     for n in [int(x) for x in args.sizes.split(",")]:
         t0 = time.perf_counter()
-        state, probes = build(n, args.seed, args.tie_break, args.workload)
+        state, probes = build(n, args.seed, args.tie_break, args.workload, args.space)
         built = time.perf_counter() - t0
         lat = []
         for job in probes[: args.probes]:
