@@ -41,6 +41,7 @@ from rollmux.errors import ReportError
 from rollmux.model import POOLS, Cluster
 from rollmux.report import plots
 from rollmux.report.jobs_csv import COLUMNS, job_rows
+from rollmux.report.tables import placement_counts
 from rollmux.sim.metrics import PolicyResult
 
 ROW_CAP = 2000
@@ -176,7 +177,7 @@ def _summary(results: list[PolicyResult], shown: list[PolicyResult], cluster: Cl
                  (r.slo_basis if r.executed else "-", ""), (str(len(r.rejected)), "")]
         cells += [(_pct(r.bubble(p)), "") for p in POOLS]
         cells += [(f"{r.mean_wait_s / 60:,.1f}" if r.executed else "-", ""),
-                  (f"{o.get('packed', 0)}/{o.get('scaled', 0)}/{o.get('new-group', 0)}", ""), (r.note, "text wrap")]
+                  (placement_counts(o), ""), (r.note, "text wrap")]
         tds = "".join(f"<td{_class(cls)}>{escape(text)}</td>" for text, cls in cells)
         rows.append(f"<tr{_class('ref' if r.policy == ref else '')}>{tds}</tr>")
     ths = "".join(f"<th{_class('text' if h in ('policy', 'note') else '')}>{escape(h)}</th>" for h in head)

@@ -26,6 +26,16 @@ from rollmux.sim.metrics import PolicyResult
 _SHORT = {ROLLOUT: "R", TRAIN: "T"}
 
 
+#: Placement outcomes beyond pack / scale rollout / new group (``rollmux.planner.OUTCOME``), short names.
+_MORE_KINDS = (("scaled-train", "T-scaled"), ("scaled-both", "RT-scaled"), ("co-located", "co-located"))
+
+
+def placement_counts(outcomes) -> str:
+    """"packed/scaled/new", then the other kinds of placement when a policy made any."""
+    text = f"{outcomes.get('packed', 0)}/{outcomes.get('scaled', 0)}/{outcomes.get('new-group', 0)}"
+    return text + "".join(f" +{outcomes[k]} {name}" for k, name in _MORE_KINDS if outcomes.get(k))
+
+
 def simulate_table(results: list[PolicyResult], reference: str = "rollmux", accounting: str = "ours") -> Table:
     """The comparison table; its title names the reference policy and the accounting
     (``rollmux.accounting``: ours, or the paper authors')."""
@@ -60,7 +70,7 @@ def simulate_table(results: list[PolicyResult], reference: str = "rollmux", acco
             row += waits + [f"{peak_r}/{peak_t}", _pair(r.bubble(ROLLOUT), r.bubble(TRAIN))]
         else:
             row += [peak_r, peak_t, _pct(r.bubble(ROLLOUT)), _pct(r.bubble(TRAIN))]
-        row += [f"{o.get('packed', 0)}/{o.get('scaled', 0)}/{o.get('new-group', 0)}"
+        row += [placement_counts(o)
                 + (f" +{o.get('repacked', 0) + o.get('regrouped', 0)} moved"
                    if o.get("repacked") or o.get("regrouped") else ""), f"{r.wall_s:.2f}"]
         table.add_row(*row)
