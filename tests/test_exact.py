@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from partitions import cheapest_partition
 from rollmux.exact import ExactLimitError, lower_bound, solve
 from rollmux.intra import MemberProfile, analyze
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job, PoolSpec, SwitchCost
@@ -47,17 +48,6 @@ def make_cluster(rng: random.Random) -> Cluster:
 
 
 # --- brute force ---------------------------------------------------------------------
-def _set_partitions(items: list):
-    if not items:
-        yield []
-        return
-    head, rest = items[0], items[1:]
-    for part in _set_partitions(rest):
-        yield [[head]] + part
-        for i in range(len(part)):
-            yield part[:i] + [[head] + part[i]] + part[i + 1:]
-
-
 def _fits(cluster: Cluster, block: list[Job], pool: str, pins: tuple[tuple[int, ...], ...]) -> bool:
     used: dict[int, float] = {}
     for job, nodes in zip(block, pins):
@@ -96,18 +86,7 @@ def _block_cost(cluster: Cluster, block: list[Job], robust: bool) -> float:
 
 def brute_force(cluster: Cluster, jobs: list[Job], robust: bool = False) -> float:
     ordered = sorted(jobs, key=lambda j: (j.arrival_s, jobs.index(j)))
-    memo: dict[tuple[str, ...], float] = {}
-    best = float("inf")
-    for part in _set_partitions(ordered):
-        total = 0.0
-        for block in part:
-            block = sorted(block, key=ordered.index)
-            key = tuple(j.job_id for j in block)
-            if key not in memo:
-                memo[key] = _block_cost(cluster, block, robust)
-            total += memo[key]
-        best = min(best, total)
-    return best
+    return cheapest_partition(ordered, lambda block: _block_cost(cluster, block, robust), key=lambda j: j.job_id)
 
 
 # --- tests ---------------------------------------------------------------------------

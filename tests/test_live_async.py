@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 import queue
-import socket
 import threading
 import time
 from collections import defaultdict
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
+from loopback_server import ThreadServer
 from rollmux import Client
 from rollmux.execution import GroupExecutor
 from rollmux.model import ROLLOUT, TRAIN, Cluster, Job, PoolSpec, SwitchCost
@@ -293,35 +292,9 @@ def test_out_of_bound_phase_requests_get_409_and_change_nothing(api):
 
 # --- a real service on 127.0.0.1: an async and a sync job, two threads, a restart ------------
 
-class ThreadServer:
-    def __init__(self, path: str, lease_s: float) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.path, self.lease_s = path, lease_s
-
-    def start(self) -> None:
-        self.service = Service(_cluster(), self.path, ADMIN, ServiceConfig(lease_s=self.lease_s, grace_s=1.0))
-        self.server = uvicorn.Server(uvicorn.Config(create_app(self.service), host="127.0.0.1", port=self.port,
-                                                    log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            assert self.thread.is_alive(), "server thread died"
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(15)
-        assert not self.thread.is_alive()
-
-
 @pytest.fixture
 def srv(tmp_path):
-    server = ThreadServer(str(tmp_path / "state.db"), lease_s=2.0)
+    server = ThreadServer(_cluster(), str(tmp_path / "state.db"), ADMIN, lease_s=2.0, grace_s=1.0)
     server.start()
     yield server
     server.stop()

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from partitions import cheapest_partition
 from rollmux import colocation
 from rollmux.accounting import PAPER
 from rollmux.exact import solve
@@ -49,17 +50,6 @@ def _cluster(rng: random.Random) -> Cluster:
 
 
 # --- brute force ---------------------------------------------------------------------
-def _partitions(items: list):
-    if not items:
-        yield []
-        return
-    head, rest = items[0], items[1:]
-    for part in _partitions(rest):
-        yield [[head]] + part
-        for i in range(len(part)):
-            yield part[:i] + [[head] + part[i]] + part[i + 1:]
-
-
 def _pins(cluster: Cluster, block: list[Job], pool: str, k: int):
     gpn = cluster.gpus_per_node
     for pins in itertools.product(*(itertools.combinations(range(k), j.nodes(pool, gpn)) for j in block)):
@@ -107,18 +97,7 @@ def _block_cost(cluster: Cluster, block: list[Job], space: Space) -> float:
 
 def brute_force(cluster: Cluster, jobs: list[Job], space: Space) -> float:
     ordered = sorted(jobs, key=lambda j: (j.arrival_s, jobs.index(j)))
-    memo: dict[tuple[str, ...], float] = {}
-    best = float("inf")
-    for part in _partitions(ordered):
-        total = 0.0
-        for block in part:
-            block = sorted(block, key=ordered.index)
-            key = tuple(j.job_id for j in block)
-            if key not in memo:
-                memo[key] = _block_cost(cluster, block, space)
-            total += memo[key]
-        best = min(best, total)
-    return best
+    return cheapest_partition(ordered, lambda block: _block_cost(cluster, block, space), key=lambda j: j.job_id)
 
 
 # --- the exact solver ------------------------------------------------------------------

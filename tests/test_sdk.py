@@ -1,52 +1,24 @@
 """The job SDK against a real service on loopback (uvicorn in a thread of this process)."""
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
 import pytest
-import uvicorn
 
+from loopback_server import ThreadServer
 from rollmux import Client
 from rollmux.model import Cluster, PoolSpec, SwitchCost
 from rollmux.runtime.sdk import JobCancelled, LeaseLost, RequestRejected, ServerUnavailable
-from rollmux.runtime.service import Service, ServiceConfig, create_app
 
 ADMIN = "sdk-admin"
 
 
-class ThreadServer:
-    """The service on a fixed loopback port; stop() and start() again resume the state file."""
-
-    def __init__(self, path: str, lease_s: float) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.path = path
-        self.lease_s = lease_s
-
-    def start(self) -> None:
-        cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=2), train=PoolSpec("H800", 5.28, nodes=2),
-                          switch_cost=SwitchCost("fixed"))
-        app = create_app(Service(cluster, self.path, ADMIN, ServiceConfig(lease_s=self.lease_s, grace_s=0.5)))
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
-
 @pytest.fixture
 def srv(tmp_path):
-    server = ThreadServer(str(tmp_path / "state.db"), lease_s=1.0)
+    server = ThreadServer(Cluster(rollout=PoolSpec("H20", 1.85, nodes=2), train=PoolSpec("H800", 5.28, nodes=2),
+                                  switch_cost=SwitchCost("fixed")), str(tmp_path / "state.db"), ADMIN,
+                          lease_s=1.0, grace_s=0.5)
     server.start()
     yield server
     server.stop()

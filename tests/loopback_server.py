@@ -1,0 +1,42 @@
+"""The RollMux service on a fixed 127.0.0.1 port, in a thread, for networked tests.
+
+``stop()`` then ``start()`` again resumes the same state file (a restart). Start-up and
+shutdown are bounded in time."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+from rollmux.model import Cluster
+from rollmux.runtime.service import Service, ServiceConfig, create_app
+
+
+class ThreadServer:
+    def __init__(self, cluster: Cluster, path: str, admin: str, lease_s: float, grace_s: float) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cluster, self.path, self.admin = cluster, path, admin
+        self.lease_s, self.grace_s = lease_s, grace_s
+
+    def start(self) -> None:
+        self.service = Service(self.cluster, self.path, self.admin,
+                               ServiceConfig(lease_s=self.lease_s, grace_s=self.grace_s))
+        self.server = uvicorn.Server(uvicorn.Config(create_app(self.service), host="127.0.0.1", port=self.port,
+                                                    log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            assert self.thread.is_alive(), "server thread died"
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+        assert not self.thread.is_alive()
