@@ -36,6 +36,15 @@ def placement_counts(outcomes) -> str:
     return text + "".join(f" +{outcomes[k]} {name}" for k, name in _MORE_KINDS if outcomes.get(k))
 
 
+def placement_lines(results: list[PolicyResult]) -> list[str]:
+    """One caption line naming the placements beyond pack / scale / new, per policy that made any
+    (kept out of the table's column so that the other columns keep their width)."""
+    parts = [f"{escape(r.policy)} " + ", ".join(f"{r.outcomes[k]} {name}" for k, name in _MORE_KINDS
+                                                 if r.outcomes.get(k))
+             for r in results if any(r.outcomes.get(k) for k, _ in _MORE_KINDS)]
+    return ["other placements: " + "; ".join(parts)] if parts else []
+
+
 def simulate_table(results: list[PolicyResult], reference: str = "rollmux", accounting: str = "ours") -> Table:
     """The comparison table; its title names the reference policy and the accounting
     (``rollmux.accounting``: ours, or the paper authors')."""
@@ -70,7 +79,7 @@ def simulate_table(results: list[PolicyResult], reference: str = "rollmux", acco
             row += waits + [f"{peak_r}/{peak_t}", _pair(r.bubble(ROLLOUT), r.bubble(TRAIN))]
         else:
             row += [peak_r, peak_t, _pct(r.bubble(ROLLOUT)), _pct(r.bubble(TRAIN))]
-        row += [placement_counts(o)
+        row += [f"{o.get('packed', 0)}/{o.get('scaled', 0)}/{o.get('new-group', 0)}"
                 + (f" +{o.get('repacked', 0) + o.get('regrouped', 0)} moved"
                    if o.get("repacked") or o.get("regrouped") else ""), f"{r.wall_s:.2f}"]
         table.add_row(*row)
@@ -78,7 +87,7 @@ def simulate_table(results: list[PolicyResult], reference: str = "rollmux", acco
         table.caption = ("SLO met e2e: (wait + run) / solo run time <= SLO; a job that never ran misses it. "
                          "wait h: mean hours from arrival to placement. makespan h: first arrival to the last job's end. R/T binds: share of the run in which a "
                          "job waited because the rollout / training pool lacked free nodes.")
-    kinds = kind_lines(results) + reward_line(results)
+    kinds = kind_lines(results) + reward_line(results) + placement_lines(results)
     if kinds:
         table.caption = "\n".join(([table.caption] if table.caption else []) + kinds)
     return table
