@@ -102,6 +102,13 @@ Placement space beyond the paper (``Space``; ``FULL_SPACE`` turns both on)
   (s_c < 1.35 for an 8+8-GPU job at H20/H800 prices). An asynchronous job is never
   co-located (its phases could no longer overlap); neither is any job under the paper's
   accounting (``one_node_per_pool``: the authors' simulator has no such option).
+  Prospects: a co-located group takes no one, so choosing it for a job that would have
+  shared a group with the next arrivals loses money later (greedily, on the benchmark's
+  rollout-heavy instances, 1.65x the optimum). The option is therefore offered only when
+  dC_c is below the job's share of the cheapest group of two it could form with a copy
+  of itself or a job like one running now (``Planner._shared_cost``: half the pair's
+  $/h times its slowdown there, both SLOs and residency kept): the running jobs stand
+  for the ones to come. A rejected option says so ("prospects").
 * a job that only runs co-located (``Job.colocate``: veRL's hybrid engine) gets the
   co-location option alone, in every space and accounting; its profile is co-located,
   so alone its slowdown is 1.
@@ -175,6 +182,8 @@ ASYNC_APART = ("asynchronous jobs run in groups of their own: the analysis does 
 #: on philly-mix two moves into a group with a short two-node job took it from a planned
 #: 8,460 s of its 8,589 s allowance to 14,005 s. Measured safe on the builtin traces.
 TRANSIENT_PERIODS = 3
+#: Distinct running job shapes the co-location prospect test tries (``Planner._shared_cost``).
+PROSPECTS = 32
 _TICK_SLACK = 1e-4  # seconds; rounding of up to 2 x 5 members' phases to 1 us, with room
 
 
@@ -283,6 +292,7 @@ class Planner:
         self.tie_break = tie_break
         self.accounting = accounting  # saturation gate and whole-run SLO checks (rollmux.accounting)
         self.space = space
+        self._pair_memo: dict[tuple, float] = {}  # (shape, partner shape, nodes) -> its share's $/h (_shared_cost)
 
     def decide(self, state: PlanState, job: Job, explain: bool = False) -> Decision:
         cluster = state.cluster
@@ -326,6 +336,9 @@ class Planner:
             colo = self._colocated_option(state, job, need, len(options))
             if isinstance(colo, str):
                 rejected.append(Candidate(COLOCATE, None, None, 0.0, "rejected", colo))
+            elif not job.colocate and colo.cost >= (share := self._shared_cost(state, job, need)):
+                rejected.append(Candidate(COLOCATE, None, colo.placement, colo.cost, "rejected",
+                                          f"prospects: its share of a pair would cost ${share:.2f}/h"))
             else:
                 options.append(colo)
         options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
@@ -514,6 +527,55 @@ class Planner:
             return None
         cost = sum(need[p] * state.cluster.node_price(p) for p in POOLS)
         return _Option(NEW, None, Placement(None, roll, train, roll, train), cost, rank)
+
+    def _shared_cost(self, state: PlanState, job: Job, need: dict[str, int]) -> float:
+        """The prospect test for co-location: the least $/h ``job``'s share of a group of two
+        would cost, per hour of its solo work, with a copy of itself or with a job like one
+        running now (at most ``PROSPECTS`` distinct shapes; the running jobs stand for the
+        ones to come); infinite when no such pair keeps both SLOs and fits in memory.
+        Pinnings: the same nodes in both pools, or its own rollout nodes and the partner's
+        training nodes (rollout scaling), or, with training scaling, the other way round.
+        Its share of a pair is half the pair's $/h times its slowdown there. Memoized per
+        pair of shapes."""
+        cluster = state.cluster
+        sw = cluster.switch_cost
+        price = {p: cluster.node_price(p) for p in POOLS}
+        cap = {p: cluster.pool(p).host_mem_gb for p in POOLS}
+
+        def shape(j: Job) -> tuple:
+            return (j.t_roll_s, j.t_train_s, j.slo, sw.seconds(j.model, ROLLOUT), sw.seconds(j.model, TRAIN),
+                    j.mem(ROLLOUT), j.mem(TRAIN))
+
+        mine = shape(job)
+        partners = {mine: None}
+        for group in state.groups.values():
+            for m in group.members:
+                if len(partners) > PROSPECTS:
+                    break
+                if (not m.job.staleness and not m.job.colocate
+                        and all(m.job.nodes(p, cluster.gpus_per_node) == need[p] for p in POOLS)):
+                    partners.setdefault(shape(m.job), None)
+        shared = tuple(f"R{i}" for i in range(need[ROLLOUT])), tuple(f"T{i}" for i in range(need[TRAIN]))
+        own = tuple(f"r{i}" for i in range(need[ROLLOUT])), tuple(f"t{i}" for i in range(need[TRAIN]))
+        pins = [shared, (own[0], shared[1])] + ([(shared[0], own[1])] if self.space.train_scaling else [])
+        best = float("inf")
+        for other in partners:
+            for nodes in pins:
+                key = (mine, other, nodes)
+                cost = self._pair_memo.get(key)
+                if cost is None:
+                    cost = float("inf")
+                    fits = all(nodes[i] != shared[i] or mine[5 + i] + other[5 + i] <= cap[p]
+                               for i, p in enumerate(POOLS))
+                    if fits:
+                        a = analyze([MemberProfile("a", mine[0], mine[1], *nodes, mine[3], mine[4]),
+                                     MemberProfile("b", other[0], other[1], *shared, other[3], other[4])])
+                        if a.slowdown["a"] <= mine[2] * (1 + SLO_EPS) and a.slowdown["b"] <= other[2] * (1 + SLO_EPS):
+                            pair = sum(len(set(nodes[i]) | set(shared[i])) * price[p] for i, p in enumerate(POOLS))
+                            cost = pair / 2 * a.slowdown["a"]
+                    self._pair_memo[key] = cost
+                best = min(best, cost)
+        return best
 
     @staticmethod
     def _colocated_option(state: PlanState, job: Job, need: dict[str, int], rank: int) -> _Option | str:
