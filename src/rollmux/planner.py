@@ -336,9 +336,6 @@ class Planner:
             colo = self._colocated_option(state, job, need, len(options))
             if isinstance(colo, str):
                 rejected.append(Candidate(COLOCATE, None, None, 0.0, "rejected", colo))
-            elif not job.colocate and colo.cost >= (share := self._shared_cost(state, job, need)):
-                rejected.append(Candidate(COLOCATE, None, colo.placement, colo.cost, "rejected",
-                                          f"prospects: its share of a pair would cost ${share:.2f}/h"))
             else:
                 options.append(colo)
         options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
@@ -531,20 +528,24 @@ class Planner:
     def _shared_cost(self, state: PlanState, job: Job, need: dict[str, int]) -> float:
         """The prospect test for co-location: the least $/h ``job``'s share of a group of two
         would cost, per hour of its solo work, with a copy of itself or with a job like one
-        running now (at most ``PROSPECTS`` distinct shapes; the running jobs stand for the
-        ones to come); infinite when no such pair keeps both SLOs and fits in memory.
-        Pinnings: the same nodes in both pools, or its own rollout nodes and the partner's
-        training nodes (rollout scaling), or, with training scaling, the other way round.
-        Its share of a pair is half the pair's $/h times its slowdown there. Memoized per
-        pair of shapes."""
+        running now (at most ``PROSPECTS`` distinct shapes of the same widths; the running
+        jobs stand for the ones to come); infinite when no such pair keeps both SLOs and
+        fits in memory. Pinnings: the same nodes in both pools, or its own rollout nodes and
+        the partner's training nodes (rollout scaling), or, with training scaling, the other
+        way round. Members sharing a pool's nodes take turns there (the claim of
+        ``_shared_pair_miss``), so each one's iteration is at least
+        I = max(R_a + T_a (+ switches on shared pools), sum over the two of their phases on
+        each shared pool (with switches)); the test takes I as the pair's iteration, a
+        bound, not an analysis: it is a heuristic about arrivals to come. Its share of a
+        pair is half the pair's $/h times I / T_solo. Memoized per pair of shapes."""
         cluster = state.cluster
         sw = cluster.switch_cost
         price = {p: cluster.node_price(p) for p in POOLS}
         cap = {p: cluster.pool(p).host_mem_gb for p in POOLS}
 
         def shape(j: Job) -> tuple:
-            return (j.t_roll_s, j.t_train_s, j.slo, sw.seconds(j.model, ROLLOUT), sw.seconds(j.model, TRAIN),
-                    j.mem(ROLLOUT), j.mem(TRAIN))
+            return ((j.t_roll_s, j.t_train_s), (sw.seconds(j.model, ROLLOUT), sw.seconds(j.model, TRAIN)),
+                    (j.mem(ROLLOUT), j.mem(TRAIN)), j.slo)
 
         mine = shape(job)
         partners = {mine: None}
@@ -555,24 +556,22 @@ class Planner:
                 if (not m.job.staleness and not m.job.colocate
                         and all(m.job.nodes(p, cluster.gpus_per_node) == need[p] for p in POOLS)):
                     partners.setdefault(shape(m.job), None)
-        shared = tuple(f"R{i}" for i in range(need[ROLLOUT])), tuple(f"T{i}" for i in range(need[TRAIN]))
-        own = tuple(f"r{i}" for i in range(need[ROLLOUT])), tuple(f"t{i}" for i in range(need[TRAIN]))
-        pins = [shared, (own[0], shared[1])] + ([(shared[0], own[1])] if self.space.train_scaling else [])
+        sharings = [(True, True), (False, True)] + ([(True, False)] if self.space.train_scaling else [])
         best = float("inf")
         for other in partners:
-            for nodes in pins:
-                key = (mine, other, nodes)
+            for shared in sharings:
+                key = (mine, other, shared)
                 cost = self._pair_memo.get(key)
                 if cost is None:
                     cost = float("inf")
-                    fits = all(nodes[i] != shared[i] or mine[5 + i] + other[5 + i] <= cap[p]
-                               for i, p in enumerate(POOLS))
-                    if fits:
-                        a = analyze([MemberProfile("a", mine[0], mine[1], *nodes, mine[3], mine[4]),
-                                     MemberProfile("b", other[0], other[1], *shared, other[3], other[4])])
-                        if a.slowdown["a"] <= mine[2] * (1 + SLO_EPS) and a.slowdown["b"] <= other[2] * (1 + SLO_EPS):
-                            pair = sum(len(set(nodes[i]) | set(shared[i])) * price[p] for i, p in enumerate(POOLS))
-                            cost = pair / 2 * a.slowdown["a"]
+                    if all(not shared[i] or mine[2][i] + other[2][i] <= cap[p] for i, p in enumerate(POOLS)):
+                        turns = [mine[0][i] + other[0][i] + mine[1][i] + other[1][i] for i in range(2) if shared[i]]
+                        own = [sum(x[0]) + sum(x[1][i] for i in range(2) if shared[i]) for x in (mine, other)]
+                        period = [max([o] + turns) for o in own]
+                        slow = [period[k] / sum(x[0]) for k, x in enumerate((mine, other))]
+                        if slow[0] <= mine[3] * (1 + SLO_EPS) and slow[1] <= other[3] * (1 + SLO_EPS):
+                            pair = sum((1 if shared[i] else 2) * need[p] * price[p] for i, p in enumerate(POOLS))
+                            cost = pair / 2 * slow[0]
                     self._pair_memo[key] = cost
                 best = min(best, cost)
         return best
@@ -634,6 +633,11 @@ class Planner:
             if slow > job.slo * (1 + SLO_EPS):
                 return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
                                  f"SLO of job {job.job_id}: co-located {slow:.3f} > {job.slo:.3f}", slow)
+            if not job.colocate:  # the prospect test, only once co-location is the cheapest option left
+                share = self._shared_cost(state, job, {p: job.nodes(p, state.cluster.gpus_per_node) for p in POOLS})
+                if opt.cost >= share:
+                    return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
+                                     f"prospects: its share of a pair would cost ${share:.2f}/h", slow)
             busy = 1.0 - sum(colocation.phase_time(job, p, state.cluster)[1] for p in POOLS) / (slow * job.t_solo)
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible",
                              f"{slow:.3f}x as long on its own training nodes (cost counted {slow:.3f}x)", slow, busy)
