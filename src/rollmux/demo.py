@@ -20,7 +20,9 @@ What ``run_demo`` does, in order:
    multiplexed vs solo; slowdown per job (multiplexed mean iteration time / solo mean
    iteration time) against its SLO; reward first -> last; warm switch times from the
    workers' StateCache records. Written to ``out_dir``: ``results.json``,
-   ``summary.json`` (per job iterations and rewards; ``moves`` is empty here),
+   ``summary.json`` (per job iterations, rewards and ``weight_sync``: the weight syncs'
+   bytes across the pools, bytes inside the rollout pool and seconds, in total and per
+   iteration, ``JobRun.weight_sync_summary``; ``moves`` is empty here),
    ``gantt.png`` (measured phases per node), ``rewards.png``, ``busy.png``.
 
 Every phase of every run goes through the SDK (grant, warm load, work, offload,
@@ -368,7 +370,8 @@ def _write(results: dict, solo: dict, mux: dict, out_dir: Path) -> None:
                **{k: results[k] for k in ("handoffs", "gpu_peak") if k in results},
                "jobs": {k: {"iterations_done": len(r.rewards), "iterations_target": r.iterations,
                             "groups": [r.placement["group_id"]], "moved": False,
-                            "mean_iteration_s": r.mean_iteration_s, "rewards": r.rewards} for k, r in mux.items()}}
+                            "mean_iteration_s": r.mean_iteration_s, "rewards": r.rewards,
+                            "weight_sync": r.weight_sync_summary()} for k, r in mux.items()}}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     title = "Multiplexed GRPO jobs: measured phases per node (solid: rollout, hatched: train)"
     if results.get("tail"):

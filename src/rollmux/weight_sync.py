@@ -35,7 +35,8 @@ Contract
   planning to every receiver holding the assembled state dict.
 * Result. On return every receiver's ``weights()`` is bit-equal to the senders' state
   dict, in the senders' key order. ``verify=True`` checks this by per-tensor SHA-256
-  digests computed on both sides and raises ``WeightSyncError`` on a mismatch.
+  digests computed on both sides and raises ``WeightSyncError`` on a mismatch
+  (``verify_weights`` runs that check on its own and returns the ``model_digest``).
 """
 from __future__ import annotations
 
@@ -249,12 +250,28 @@ def plan_sync(senders: Sequence[Any], receivers: Sequence[Any]) -> SyncPlan:
     return SyncPlan(manifest, shards, tuple(k % len(senders) for k in range(len(receivers))))
 
 
-def _verify(senders: Sequence[Any], receivers: Sequence[Any]) -> None:
+def model_digest(digests: dict[str, str]) -> str:
+    """One SHA-256 for a whole state dict from its per-tensor ``digests`` (names and order
+    included): equal model digests mean bit-equal state dicts in the same key order."""
+    h = hashlib.sha256()
+    for name, d in digests.items():
+        h.update(f"{name}\0{d}\0".encode())
+    return h.hexdigest()
+
+
+def verify_weights(senders: Sequence[Any], receivers: Sequence[Any]) -> str:
+    """Check that every receiver's ``weights()`` is bit-equal to sender 0's state dict, in
+    its key order (per-tensor SHA-256 on both sides; ``WeightSyncError`` otherwise).
+    Returns the ``model_digest`` of the senders' state dict."""
     want = ray.get(senders[0].digests.remote())
     for i, got in enumerate(ray.get([r.digests.remote() for r in receivers])):
         if got != want or list(got) != list(want):
             bad = [k for k in want if got.get(k) != want[k]][:4]
             raise WeightSyncError(f"receiver {i}: weights differ from the senders' after sync ({bad})")
+    return model_digest(want)
+
+
+_verify = verify_weights
 
 
 def naive_sync(senders: Sequence[Any], receivers: Sequence[Any], *, verify: bool = False) -> SyncReport:

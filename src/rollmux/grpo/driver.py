@@ -6,10 +6,30 @@ workers, run the phases under RollMux grants, and record what happened.
     Client.submit(job_spec(...)) -> wait_placed -> RayJobRunner(placement).start() -> setup workers
     repeat `iterations` times:
         with job.phase("rollout", state=RemoteState(rollout worker)):   # grant, then load
-            batch = rollout(step, latest weights)                         # then offload
-        with job.phase("train", state=RemoteState(train worker)):
-            weights = train(batch)                                        # moves to the rollout worker
+            weight sync: training worker -> rollout worker(s)             # after an update
+            batch = rollout(step, None)                                   # samples with the synced weights
+        with job.phase("train", state=RemoteState(train worker)):        # then offload
+            train(batch)                                                  # the weights stay on the trainer
     job.complete(); workers shut down
+
+Weight sync (``_Workers.sync_weights``, ``rollmux.weight_sync``): the updated weights go
+from the training worker (a ``WeightSender``) straight to the job's rollout workers
+(``WeightReceiver``s: the rollout worker and, with ``tail``, its helpers), never through
+this driver: ``scatter_broadcast_sync`` with several rollout workers (one model copy
+across the pools, the rest an all-gather among the rollout workers), ``naive_sync`` with
+one (the same single copy). It runs at the start of the next rollout phase, inside its
+grant, once the rollout state is loaded, not at the end of the train phase: a grant
+covers the nodes of its own pool only, and while this job trains, its rollout nodes
+belong to whichever job the group scheduler granted them (the point of multiplexing),
+so bytes sent to them then would land during another job's grant, and the rollout
+worker's state is parked in its cache outside its own phases. The training side only
+serves the host copy its train phase kept (``TrainWorker.state``), no device work on a
+node this job holds no grant on. Each sync is verified (``verify_weights``: SHA-256 per
+tensor, every receiver against the trainer), and the rollout worker checks that its
+policy holds the received weights bit for bit before sampling. ``JobRun.weight_syncs``
+records each sync (bytes across the pools, inside the rollout pool, seconds, the model
+digest); the sync's seconds fall inside the rollout phase's span. The last update of a
+run is not sent (no rollout follows it), as before.
 
 Moves (``movable=True``, a consolidating control plane): the handle's ``on_move``
 is ``_Workers.move``. At the iteration boundary where the service moved the job, the
@@ -49,6 +69,7 @@ from rollmux.model import ROLLOUT, TRAIN
 from rollmux.plan_state import Placement
 from rollmux.runtime.ray_adapter import RayJobRunner, WorkerInfo
 from rollmux.runtime.sdk import JobHandle
+from rollmux.weight_sync import naive_sync, scatter_broadcast_sync, verify_weights
 
 
 @dataclass(slots=True)
@@ -97,6 +118,9 @@ class JobRun:
     switches: list[Switch] = field(default_factory=list)
     moves: list[dict] = field(default_factory=list)
     iterations_done: int = 0
+    #: One record per weight sync (``_Workers.sync_weights``), keyed by the iteration
+    #: whose rollout it fed (the weights of the update before it).
+    weight_syncs: list[dict] = field(default_factory=list)
 
     @property
     def start(self) -> float:
@@ -125,6 +149,19 @@ class JobRun:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "mean_iteration_s": self.mean_iteration_s}
+
+    def weight_sync_summary(self) -> dict:
+        """The run's weight syncs: protocol, endpoints, model bytes, totals and per iteration
+        (bytes across the pools, bytes inside the rollout pool, seconds)."""
+        syncs = self.weight_syncs
+        first = syncs[0] if syncs else {}
+        return {"method": first.get("method"), "receivers": first.get("receivers"),
+                "senders": first.get("senders"), "model_bytes": first.get("model_bytes"), "syncs": len(syncs),
+                "cross_pool_bytes": sum(x["cross_pool_bytes"] for x in syncs),
+                "intra_pool_bytes": sum(x["intra_pool_bytes"] for x in syncs),
+                "seconds": sum(x["seconds"] for x in syncs),
+                "per_iteration": [{k: x[k] for k in ("iteration", "cross_pool_bytes", "intra_pool_bytes", "seconds")}
+                                  for x in syncs]}
 
 
 class _Workers:
@@ -177,6 +214,24 @@ class _Workers:
 
     def actor(self, pool: str) -> Any:
         return self.roll if pool == ROLLOUT else self.train
+
+    def sync_weights(self) -> dict:
+        """Send the training worker's latest weights to every rollout worker of the job.
+
+        Scatter + broadcast with several rollout workers, one pull with one; then every
+        receiver is checked against the trainer (``verify_weights``). Call it inside the
+        rollout phase's grant (see the module docstring). Returns the sync's record: the
+        ``SyncReport`` fields, ``verify_s`` and the model ``digest``.
+        """
+        receivers = self.rollers
+        protocol = scatter_broadcast_sync if len(receivers) > 1 else naive_sync
+        report = protocol([self.train], receivers)
+        t0 = time.perf_counter()
+        digest = verify_weights([self.train], receivers)
+        return {"method": report.method, "receivers": report.rollout_nodes, "senders": report.train_nodes,
+                "model_bytes": report.model_bytes, "cross_pool_bytes": report.cross_pool_bytes,
+                "intra_pool_bytes": report.intra_pool_bytes, "seconds": report.seconds,
+                "stages": dict(report.stages), "verify_s": time.perf_counter() - t0, "digest": digest}
 
     def move(self, directive: dict) -> None:
         """``on_move``: hand the job's parked state to new workers on the directive's nodes.
@@ -306,17 +361,20 @@ def run_job(job: JobHandle, profile: JobProfile, iterations: int, weights: dict[
                 job.on_move = workers.move
             run = JobRun(job_id, profile.name, iterations, placement, workers.params, moves=workers.moves)
             states = {pool: RemoteState(workers, job_id, pool, run.switches) for pool in (ROLLOUT, TRAIN)}
-            latest = None
+            updated = False  # the trainer holds weights the rollout workers do not have yet
             for step in range(iterations):
                 with job.phase(ROLLOUT, state=states[ROLLOUT], device="cpu") as ph:
+                    if updated:  # inside the rollout grant, rollout state loaded (module docstring)
+                        run.weight_syncs.append({"iteration": step, **workers.sync_weights()})
+                        updated = False
                     if tail is None:
-                        batch, stats_ref = workers.roll.rollout.options(num_returns=2).remote(step, latest)
+                        batch, stats_ref = workers.roll.rollout.options(num_returns=2).remote(step, None)
                         stats = ray.get(stats_ref)
                     else:
-                        batch, stats, shapes[step] = _tail_rollout(job, ph, workers, step, latest, tail)
+                        batch, stats, shapes[step] = _tail_rollout(job, ph, workers, step, None, tail)
                 with job.phase(TRAIN, state=states[TRAIN], device="cpu"):
-                    latest, train_ref = workers.train.train.options(num_returns=2).remote(batch)
-                    run.train_stats.append(ray.get(train_ref))
+                    run.train_stats.append(ray.get(workers.train.update.remote(batch)))
+                    updated = True
                 run.rewards.append(stats["reward"])
                 run.exact.append(stats["exact"])
                 run.iterations_done = step + 1

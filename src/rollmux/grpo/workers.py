@@ -8,7 +8,9 @@ state sits in the cache, and ``switch_in`` / ``switch_out`` (called by the drive
 the cache's ``SwitchRecord``.
 
 * ``RolloutWorker.rollout(step, weights)``: if ``weights`` is given, copy them into the
-  policy first (the training worker's latest update); then sample ``prompts`` prompts
+  policy first (the training worker's latest update, the asynchronous variants' path);
+  if ``weights`` is None and a weight sync delivered new weights since the last rollout,
+  copy those in (see "Weight sync" below); then sample ``prompts`` prompts
   (seeded by the job seed and ``step``), generate ``samples`` completions for each and
   score them. Returns (batch, stats): the batch holds ``prompts`` [B, P],
   ``completions`` [B, A], ``rewards`` [B] with B = prompts x samples, grouped by prompt.
@@ -19,7 +21,18 @@ the cache's ``SwitchRecord``.
   log-probs under the current weights, which are the ones the rollout sampled with
   (or the batch's ``behaviour_logp`` when an asynchronous rollout brings them);
   ``epochs`` passes of shuffled minibatches with the clipped loss and gradient
-  clipping at 1. Returns (weights, stats): the updated policy's state_dict.
+  clipping at 1. Returns (weights, stats): the updated policy's state_dict, which the
+  worker also keeps as its weight sender's state. ``update(batch)`` is ``train`` that
+  returns only the stats (the synchronous driver: the weights leave by weight sync).
+
+Weight sync (``rollmux.weight_sync``): a ``TrainWorker`` is a ``WeightSender`` whose
+state is the weights of its latest update (after ``setup``: the initial weights; after
+``import_state``: the moved policy's weights, rebuilt from the exported slots), and a
+``RolloutWorker`` is a ``WeightReceiver``. ``scatter_broadcast_sync([train],
+[rollout, *helpers])`` (or ``naive_sync`` with one receiver: a single copy) leaves the
+new weights in each receiver; its next ``rollout(step, None)`` / ``prepare(step, None)``
+loads them into the policy once, checks that the policy now holds them bit for bit
+(``WeightSyncError`` otherwise) and drops the receiver's copy.
 
 Chunked rollout (``prepare(step, weights)``, then ``chunk(step, start)`` per
 ``gen_batch`` sequences): the long-tail demo spreads one rollout over several rollout
@@ -52,6 +65,7 @@ from rollmux.grpo.profiles import JobProfile
 from rollmux.grpo.task import decode, get_task, reward
 from rollmux.runtime.ray_adapter import WorkerInfo
 from rollmux.runtime.state_cache import SwitchRecord, StateCache
+from rollmux.weight_sync import WeightReceiver, WeightSender, WeightSyncError, digest
 
 DEVICE = "cpu"
 CACHE_BUDGET_BYTES = 256 * 1024**2
@@ -118,7 +132,39 @@ class _CachedWorker:
         return self.profile
 
 
-class RolloutWorker(_CachedWorker):
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's raw bytes (equal bits: equal tensors, NaN payloads and signed zeros included)."""
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+class RolloutWorker(_CachedWorker, WeightReceiver):
+    def __init__(self, info: WorkerInfo) -> None:
+        _CachedWorker.__init__(self, info)
+        WeightReceiver.__init__(self, info)
+        self._fresh = False  # a sync delivered weights the policy does not hold yet
+        self.synced = 0  # received weight sets loaded into the policy
+
+    def _assemble(self, parts: dict[str, torch.Tensor], order) -> None:
+        WeightReceiver._assemble(self, parts, order)
+        self._fresh = True
+
+    def _take(self, weights: dict[str, torch.Tensor] | None) -> None:
+        """Load ``weights`` if given; else the weights the last sync delivered (once, then
+        checked bit for bit against the policy and dropped); else keep the policy's."""
+        if weights is not None:
+            self.policy.load_state_dict(weights)
+            return
+        if not self._fresh:
+            return
+        received, self._fresh = self.state, False
+        self.policy.load_state_dict(received)
+        held = self.policy.state_dict()
+        bad = [k for k, t in received.items() if k not in held or not torch.equal(_bits(held[k]), _bits(t))]
+        if bad or len(held) != len(received):
+            raise WeightSyncError(f"{self.key}: the policy does not hold the synced weights ({bad[:4]})")
+        self.state = {}
+        self.synced += 1
+
     def setup(self, profile: JobProfile, weights: dict[str, torch.Tensor]) -> int:
         """Build the policy with ``weights`` and park it in the cache; returns its parameter count."""
         self.profile = profile
@@ -141,8 +187,7 @@ class RolloutWorker(_CachedWorker):
     def rollout(self, step: int, weights: dict[str, torch.Tensor] | None) -> tuple[dict, dict]:
         p = self._configured()
         t0 = time.perf_counter()
-        if weights is not None:
-            self.policy.load_state_dict(weights)
+        self._take(weights)
         rng = random.Random(p.seed * 1_000_003 + step)
         prompts, answers = task_batch(self.task, rng, p.prompts)
         prompts = prompts.repeat_interleave(p.samples, dim=0)
@@ -173,12 +218,12 @@ class RolloutWorker(_CachedWorker):
 
     # --- chunked rollout (the long-tail demo) ----------------------------------------
     def prepare(self, step: int, weights: dict[str, torch.Tensor] | None) -> int:
-        """Start a chunked rollout of ``step``: take ``weights`` (if given) and sample the
+        """Start a chunked rollout of ``step``: take ``weights`` (if given; else the synced
+        ones, as ``rollout``) and sample the
         step's prompts (the same on every worker: seeded by the job seed and ``step``).
         Returns the number of sequences (prompts x samples). The state must be loaded."""
         p = self._configured()
-        if weights is not None:
-            self.policy.load_state_dict(weights)
+        self._take(weights)
         rng = random.Random(p.seed * 1_000_003 + step)
         prompts, answers = task_batch(self.task, rng, p.prompts)
         self._step_batch = (step, prompts.repeat_interleave(p.samples, dim=0),
@@ -199,10 +244,15 @@ class RolloutWorker(_CachedWorker):
         return {"prompts": part, "completions": completions, "rewards": rewards}
 
 
-class TrainWorker(_CachedWorker):
+class TrainWorker(_CachedWorker, WeightSender):
+    def __init__(self, info: WorkerInfo) -> None:
+        _CachedWorker.__init__(self, info)
+        WeightSender.__init__(self, info)
+
     def setup(self, profile: JobProfile, weights: dict[str, torch.Tensor]) -> int:
         """Build policy (+ frozen reference when ``kl_coef`` > 0) and optimiser; park them in the cache."""
         modules = self._build(profile, weights)
+        self.set_weights(weights)
         params = parameter_count(self.policy)
         self.cache.register(self.key, torch.nn.ModuleDict(modules), self.optimizer)
         self.cache.offload(self.key)
@@ -228,7 +278,13 @@ class TrainWorker(_CachedWorker):
         """Take over a moved job's training state: policy, reference, AdamW moments and
         step counts, and the update counter (it seeds the minibatch order)."""
         modules = self._build(profile)
+        # The sender's state: the policy's state_dict, read from the exported slots (a
+        # tied weight's second name maps to the slot of the parameter it shares).
+        slot_of = {id(t): f"module.policy.{n}" for n, t in
+                   [*self.policy.named_parameters(), *self.policy.named_buffers()]}
+        names = {k: slot_of[id(t)] for k, t in self.policy.state_dict(keep_vars=True).items()}
         self._adopt(torch.nn.ModuleDict(modules), self.optimizer, state)
+        self.state = {k: state["slots"][slot].clone() for k, slot in names.items()}
         self.updates = state["updates"]
         return parameter_count(self.policy)
 
@@ -263,6 +319,22 @@ class TrainWorker(_CachedWorker):
                 kls.append(info.get("kl", 0.0))
         self.updates += 1
         weights = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+        self.state = weights  # what a weight sync sends (no copy: the returned tensors)
         stats = {"loss": sum(losses) / len(losses), "clip_frac": sum(clip_fracs) / len(clip_fracs),
                  "kl": sum(kls) / len(kls), "steps": len(losses), "compute_s": time.perf_counter() - t0}
         return weights, stats
+
+    def update(self, batch: dict) -> dict:
+        """``train(batch)``, returning only the stats: the new weights stay here, as this
+        sender's state, until a weight sync sends them to the rollout workers. Their
+        per-tensor digests (for the sync's check) are computed here too, inside the train
+        phase, so that the sync, which runs under the next rollout grant, only reads them."""
+        stats = self.train(batch)[1]
+        self._digests = (self.state, {k: digest(t) for k, t in self.state.items()})
+        return stats
+
+    def digests(self) -> dict[str, str]:
+        held = getattr(self, "_digests", None)
+        if held is not None and held[0] is self.state:
+            return held[1]
+        return WeightSender.digests(self)
