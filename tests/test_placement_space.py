@@ -8,6 +8,7 @@ co-located option at its effective cost (slowdown x its training nodes' price).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -296,3 +297,32 @@ def test_colocate_in_a_trace_the_api_and_the_control_plane(tmp_path):
             now += 1.0
             cp.release("h", phase, grant.seq, 1.0, now)
     assert rec.state == "done" and rec.iterations_done == 2
+
+
+def test_rollmux_plan_in_the_full_space(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from rollmux.cli import app
+    from rollmux.traces.format import write_trace
+
+    write_trace([dataclasses.replace(j, iterations=100) for j in TRAIN_HEAVY], tmp_path / "four.csv")
+    runner = CliRunner()
+    costs = {}
+    for space in ("paper", "full"):
+        for flags in ((), ("--optimal",)):
+            out = tmp_path / f"{space}{len(flags)}.json"
+            r = runner.invoke(app, ["plan", "--jobs", str(tmp_path / "four.csv"), "--space", space, "--no-explain",
+                                    "--json", str(out), *flags])
+            assert r.exit_code == 0, r.output
+            costs[space, bool(flags)] = json.loads(out.read_text())
+    assert costs["paper", True]["cost_per_hour"] == pytest.approx(228.16)
+    assert costs["full", False]["cost_per_hour"] == pytest.approx(183.76)  # one rollout node, four training nodes
+    optimum = costs["full", True]  # every job co-located: $168.96/h, at their slowdowns $178.96/h
+    assert optimum["cost_per_hour"] == pytest.approx(4 * 42.24)
+    assert all(g["colocated"] and g["jobs"][0]["slowdown"] > 1.0 for g in optimum["groups"])
+    assert "--space" in runner.invoke(app, ["plan", "--help"]).output
+    bad = runner.invoke(app, ["plan", "--jobs", str(tmp_path / "four.csv"), "--space", "fast"])
+    assert bad.exit_code != 0 and "fast" in bad.output
+

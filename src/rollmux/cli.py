@@ -23,7 +23,7 @@ from rollmux.errors import RollMuxError, SpecError
 from rollmux.planner import TIE_BREAKS
 from rollmux.policies import DEFAULT_POLICIES, KNOWN
 from rollmux.report.progress import progress_reporter
-from rollmux.cli_choices import AccountingName, DurationModel
+from rollmux.cli_choices import SPACES, AccountingName, DurationModel, SpaceName
 from rollmux.traces.philly import MIXES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -122,7 +122,9 @@ def simulate(
                                  help="Comma-separated policies: rollmux, rollmux-consolidate (moves single "
                                       "jobs to free nodes; simulator only), rollmux-regroup (also re-solves two "
                                       "groups exactly after a departure and moves their jobs; simulator only), "
-                                      "rollmux-bestfit, rollmux-full and rollmux-full-regroup (the planner also scales training sides and co-locates; docs/placement_space.md), solo-d, colocated, gavel, random, most-idle, optimal "
+                                      "rollmux-bestfit, rollmux-full and rollmux-full-regroup (the planner also "
+                                      "scales training sides and co-locates; docs/placement_space.md), solo-d, "
+                                      "colocated, gavel, random, most-idle, optimal "
                                       "(small traces only)."),
     duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic "
                                                                "(shorter, long tail)."),
@@ -273,6 +275,9 @@ def plan(
                                               "every job is treated as present at once."),
     cluster: Optional[Path] = CLUSTER_OPTION,
     optimal: bool = typer.Option(False, help="Solve for the minimum-cost plan exactly (up to ~10 jobs)."),
+    space: SpaceName = typer.Option("paper", help="Placement space of the planner, the regrouping and --optimal: "
+                                                  "paper (pack, scale rollout, new group) or full (also scale "
+                                                  "training sides and co-locate; docs/placement_space.md)."),
     tie_break: TieBreak = typer.Option("first", help="first (Algorithm 1: first cheapest feasible) or best-fit."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the plan JSON here."),
     explain: bool = typer.Option(True, help="List every candidate and its verdict for each job."),
@@ -299,9 +304,9 @@ def plan(
         if optimal:
             from rollmux.exact import solve
 
-            state = solve(cl, trace).to_state()
+            state = solve(cl, trace, space=SPACES[space.value]).to_state()
         else:
-            planner = Planner(tie_break.value)
+            planner = Planner(tie_break.value, space=SPACES[space.value])
             state = PlanState(cl)
             for job in trace:
                 d = planner.decide(state, job, explain=explain)
@@ -311,7 +316,7 @@ def plan(
                 elif d.outcome == "wait":
                     waiting.append(job.job_id)
             if improve:
-                improvement = _improve(state, improve_solves)
+                improvement = _improve(state, improve_solves, SPACES[space.value])
     except (RollMuxError, OSError, ValueError) as err:
         _fail(err, {"trace": "--jobs"})
     result = plan_to_dict(state, waiting, decisions, improvement)
@@ -331,7 +336,7 @@ def plan(
         _write_json(json_path, result)
 
 
-def _improve(state, max_solves: int):
+def _improve(state, max_solves: int, space):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from rollmux.improve import improve
@@ -339,7 +344,7 @@ def _improve(state, max_solves: int):
     with Progress(TextColumn("improving"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                   console=console, transient=True) as bar:
         task = bar.add_task("", total=max_solves)
-        return improve(state, max_solves=max_solves,
+        return improve(state, max_solves=max_solves, space=space,
                        on_solve=lambda n, cost: bar.update(task, completed=n, description=f"${cost:,.2f}/h"))
 
 

@@ -1,13 +1,15 @@
 """The plan JSON format (a contract with outside tools).
 
-``{"cost_per_hour": X, "groups": [{"group_id", "rollout_nodes", "train_nodes",
+``{"cost_per_hour": X, "groups": [{"group_id", "rollout_nodes", "train_nodes", "colocated",
 "cost_per_hour", "jobs": [{"job_id", "rollout_nodes", "train_nodes", "iteration_s",
 "slowdown", "slo"}]}], "waiting": [job ids], "decisions": [explanations],
 "improvement": null | {"cost_before", "cost_after", "solves", "local_optimum", "skipped",
 "moves": [{"before": {group id: [job ids]}, "after": {...}, "cost_before", "cost_after"}]}}``
 
 ``decisions`` are the arrival-order placements; when an improvement ran, ``groups`` is the
-plan after its regroupings.
+plan after its regroupings. ``slowdown`` is the iteration over the job's own solo
+iteration on its disaggregated nodes (its SLO basis), also for a co-located group
+(``colocated``: its rollout runs on its training nodes, docs/placement_space.md).
 """
 from __future__ import annotations
 
@@ -25,13 +27,14 @@ def plan_to_dict(state: PlanState, waiting: list[str], decisions: list[Decision]
             "group_id": gid,
             "rollout_nodes": list(group.rollout_nodes),
             "train_nodes": list(group.train_nodes),
+            "colocated": group.colocated,
             "cost_per_hour": round(group.cost_per_hour(state.cluster), 4),
             "jobs": [{
                 "job_id": m.job.job_id,
                 "rollout_nodes": list(m.rollout_nodes),
                 "train_nodes": list(m.train_nodes),
                 "iteration_s": round(a.iteration_s[m.job.job_id], 4),
-                "slowdown": round(a.slowdown[m.job.job_id], 4),
+                "slowdown": round(a.iteration_s[m.job.job_id] / m.job.t_solo, 4),
                 "slo": m.job.slo,
             } for m in group.members],
         })
