@@ -1,7 +1,8 @@
 """The RollMux service on a fixed 127.0.0.1 port, in a thread, for networked tests.
 
-``stop()`` then ``start()`` again resumes the same state file (a restart). Start-up and
-shutdown are bounded in time."""
+``stop()`` then ``start()`` again resumes the same state file (a restart); ``start`` is
+``open`` (restore) then ``serve``, so a test can look at the restored state before any
+client reaches it. Start-up and shutdown are bounded in time."""
 from __future__ import annotations
 
 import socket
@@ -24,8 +25,15 @@ class ThreadServer:
         self.lease_s, self.grace_s = lease_s, grace_s
 
     def start(self) -> None:
+        self.open()
+        self.serve()
+
+    def open(self) -> None:
+        """Open the service on the state file (a restart restores it here), not yet serving."""
         self.service = Service(self.cluster, self.path, self.admin,
                                ServiceConfig(lease_s=self.lease_s, grace_s=self.grace_s))
+
+    def serve(self) -> None:
         self.server = uvicorn.Server(uvicorn.Config(create_app(self.service), host="127.0.0.1", port=self.port,
                                                     log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)

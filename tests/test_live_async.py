@@ -410,8 +410,9 @@ def test_a_restart_mid_run_loses_nothing(srv):
         if i == 1 and not restarted.is_set():
             srv.stop()
             before = srv.service.control.snapshot()  # nothing changes while it is down
-            srv.start()
+            srv.open()  # restored, not serving yet: the clients (retrying meanwhile) cannot change it
             after = srv.service.control.snapshot()
+            srv.serve()
             assert srv.service.restored
             assert after["jobs"] == before["jobs"] and after["groups"] == before["groups"]
             restarted.set()
