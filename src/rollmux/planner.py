@@ -107,8 +107,10 @@ Placement space beyond the paper (``Space``; ``FULL_SPACE`` turns both on)
   rollout-heavy instances, 1.65x the optimum). The option is therefore offered only when
   dC_c is below the job's share of the cheapest group of two it could form with a copy
   of itself or a job like one running now (``Planner._shared_cost``: half the pair's
-  $/h times its slowdown there, both SLOs and residency kept): the running jobs stand
-  for the ones to come. A rejected option says so ("prospects").
+  $/h times its slowdown there, bounded in closed form, both SLOs and residency kept):
+  the running jobs stand for the ones to come. The test runs only when the option is
+  reached in the order below (every cheaper option failed); a rejected option says so
+  ("prospects").
 * a job that only runs co-located (``Job.colocate``: veRL's hybrid engine) gets the
   co-location option alone, in every space and accounting; its profile is co-located,
   so alone its slowdown is 1.
@@ -292,7 +294,7 @@ class Planner:
         self.tie_break = tie_break
         self.accounting = accounting  # saturation gate and whole-run SLO checks (rollmux.accounting)
         self.space = space
-        self._pair_memo: dict[tuple, float] = {}  # (shape, partner shape, nodes) -> its share's $/h (_shared_cost)
+        self._pair_memo: dict[tuple, float] = {}  # (shape, partner shape, sharing) -> its share's $/h (_shared_cost)
 
     def decide(self, state: PlanState, job: Job, explain: bool = False) -> Decision:
         cluster = state.cluster
