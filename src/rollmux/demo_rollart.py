@@ -85,7 +85,8 @@ def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1,
     from rollmux.grpo.driver import warm_start_weights
 
     out.mkdir(parents=True, exist_ok=True)
-    async_profile, agentic_profile = _profiles()["ASYNC_PROFILE"], _profiles()["AGENTIC_PROFILE"]
+    profiles = _profiles()
+    async_profile, agentic_profile = profiles["ASYNC_PROFILE"], profiles["AGENTIC_PROFILE"]
     profile = replace(async_profile, reward_service="rewards") if reward_service else async_profile
     weights = warm_start_weights(async_profile)
     agent_weights = warm_start_weights(agentic_profile)
@@ -115,8 +116,7 @@ def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1,
             service_record = summary(latencies, monitor)
         for schedule in ("turn", "trajectory"):
             name = f"agentic-{schedule}"
-            run = run_agentic(agentic_profile, agentic_iterations, agent_weights, schedule, turns,
-                              env_workers,
+            run = run_agentic(agentic_profile, agentic_iterations, agent_weights, schedule, turns, env_workers,
                               env_delay_s)
             d = run.to_dict()
             runs[name] = {"kind": "agentic", **d}

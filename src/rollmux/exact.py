@@ -418,7 +418,7 @@ def _placements(cluster: Cluster, ordered: list[Job], blocks: list[tuple[int, _F
         if fit.colocated:
             ids_t = tuple(f"{prefix[TRAIN]}{minted[TRAIN] + x}" for x in range(fit.train))
             minted[TRAIN] += fit.train
-            out.append((members[0], Placement(None, ids_t, ids_t, (), ids_t, colocated=True)))
+            out.append((members[0], Placement.colocated_on(ids_t)))
             continue
         for job, local in zip(members, fit.pins):
             ids: dict[str, tuple[str, ...]] = {}

@@ -198,7 +198,7 @@ def materialize(state: PlanState, group: Group) -> str:
         names.update(zip(group.nodes(pool), fresh))
     if group.colocated:  # one member; its rollout runs on its training nodes
         ids = tuple(names[n] for n in group.train_nodes)
-        return state.apply(group.members[0].job, Placement(None, ids, ids, (), ids, colocated=True))
+        return state.apply(group.members[0].job, Placement.colocated_on(ids))
     gid = None
     for i, m in enumerate(group.members):
         roll = tuple(names[n] for n in m.rollout_nodes)

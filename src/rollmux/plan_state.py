@@ -29,6 +29,11 @@ class Placement:
     new_train: tuple[str, ...] = ()
     colocated: bool = False
 
+    @classmethod
+    def colocated_on(cls, train_nodes: tuple[str, ...]) -> "Placement":
+        """A new co-located group on fresh training nodes: both phases run there."""
+        return cls(None, train_nodes, train_nodes, (), train_nodes, colocated=True)
+
 
 @dataclass(slots=True, frozen=True)
 class Release:
@@ -230,9 +235,7 @@ class PlanState:
         """What the planner minimises: $/h, with a co-located group's nodes counted at its
         co-located slowdown (they are held that much longer per unit of work; see
         "Placement space" in ``rollmux.planner``)."""
-        extra = sum(colocation.effective_cost(g, self.cluster) - g.cost_per_hour(self.cluster)
-                    for g in self.groups.values() if g.colocated)
-        return self.cost_per_hour() + extra
+        return sum(colocation.effective_cost(g, self.cluster) for g in self.groups.values())
 
     def nodes_in_use(self, pool: str) -> int:
         """Nodes of ``pool`` in some group (kept up to date by ``apply``, ``release`` and ``restore``)."""

@@ -186,6 +186,7 @@ ASYNC_APART = ("asynchronous jobs run in groups of their own: the analysis does 
 TRANSIENT_PERIODS = 3
 #: Distinct running job shapes the co-location prospect test tries (``Planner._shared_cost``).
 PROSPECTS = 32
+_PAIR_MEMO_LIMIT = 100_000
 _TICK_SLACK = 1e-4  # seconds; rounding of up to 2 x 5 members' phases to 1 us, with room
 
 
@@ -574,6 +575,8 @@ class Planner:
                         if slow[0] <= mine[3] * (1 + SLO_EPS) and slow[1] <= other[3] * (1 + SLO_EPS):
                             pair = sum((1 if shared[i] else 2) * need[p] * price[p] for i, p in enumerate(POOLS))
                             cost = pair / 2 * slow[0]
+                    if len(self._pair_memo) >= _PAIR_MEMO_LIMIT:  # distinct shapes never end on a long trace
+                        self._pair_memo.clear()
                     self._pair_memo[key] = cost
                 best = min(best, cost)
         return best
@@ -587,7 +590,7 @@ class Planner:
             return (f"co-located: train pool has {state.free_count(TRAIN)} free nodes, needs {need[TRAIN]} "
                     f"with {mem:g} GB (both phases)")
         cost = colocation.slowdown(job, state.cluster) * need[TRAIN] * state.cluster.node_price(TRAIN)
-        return _Option(COLOCATE, None, Placement(None, ids, ids, (), ids, colocated=True), cost, rank)
+        return _Option(COLOCATE, None, Placement.colocated_on(ids), cost, rank)
 
     @staticmethod
     def _inventory_reason(state: PlanState, job: Job, need: dict[str, int]) -> str:

@@ -49,7 +49,7 @@ def colocated_group(state: PlanState, job: Job) -> Decision:
     ids = state.peek_new(TRAIN, need, colocation.node_mem_gb(job))
     if ids is None:
         return Decision(job.job_id, "wait", None, 0.0, (), "no free training nodes", (TRAIN,))
-    placement = Placement(None, ids, ids, (), ids, colocated=True)
+    placement = Placement.colocated_on(ids)
     cost = need * state.cluster.node_price(TRAIN)
     return Decision(job.job_id, "new-group", placement, cost, (Candidate(NEW, None, placement, cost, "chosen"),))
 
