@@ -113,7 +113,8 @@ def _pool(spec: _PoolFile, pool: str, default_gpu: str, gpus_per_node: int) -> P
     return PoolSpec(gpu, price, biggest, len(listed), tuple(listed))
 
 
-def _switch(value: Any) -> SwitchCost:
+def switch_from_value(value: Any) -> SwitchCost:
+    """``switch_cost_s`` of a cluster or fleet file as a SwitchCost (SpecError if malformed)."""
     if value in ("warm", "cold"):
         return SwitchCost(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -126,6 +127,9 @@ def _switch(value: Any) -> SwitchCost:
 
 def cluster_from_dict(data: dict) -> Cluster:
     """Build and validate a Cluster from the file's mapping; see the module contract."""
+    if "pools" in data:
+        raise SpecError("pools", "a fleet of GPU pools", "a two-pool cluster file (keys rollout and train) for "
+                        "this command; `rollmux fleet plan` plans a fleet of several GPU types (docs/fleet.md)")
     try:
         spec = _ClusterFile.model_validate(data)
     except ValidationError as err:
@@ -134,7 +138,7 @@ def cluster_from_dict(data: dict) -> Cluster:
         gpus_per_node=spec.gpus_per_node,
         rollout=_pool(spec.rollout, ROLLOUT, _DEFAULT.rollout.gpu, spec.gpus_per_node),
         train=_pool(spec.train, TRAIN, _DEFAULT.train.gpu, spec.gpus_per_node),
-        switch_cost=_switch(spec.switch_cost_s),
+        switch_cost=switch_from_value(spec.switch_cost_s),
         max_group_size=spec.max_group_size,
         pricing=spec.pricing,
     )
@@ -142,10 +146,8 @@ def cluster_from_dict(data: dict) -> Cluster:
     return cluster
 
 
-def load_cluster(path: str | Path | None) -> Cluster:
-    """Read a cluster YAML file (None: the default cluster); see the module contract."""
-    if path is None:
-        return Cluster()
+def read_mapping(path: str | Path, what: str) -> dict:
+    """A YAML file's top-level mapping (an empty file: {}); TraceFormatError with the line otherwise."""
     with open(path, encoding="utf-8") as handle:
         try:
             data = yaml.safe_load(handle)
@@ -154,10 +156,17 @@ def load_cluster(path: str | Path | None) -> Cluster:
             line = mark.line + 1 if mark is not None else 1
             raise TraceFormatError(str(path), line, "", f"not valid YAML: {err}") from None
     if data is None:
-        data = {}
+        return {}
     if not isinstance(data, dict):
-        raise TraceFormatError(str(path), 1, "", "expected a mapping of cluster keys")
-    return cluster_from_dict(data)
+        raise TraceFormatError(str(path), 1, "", f"expected a mapping of {what} keys")
+    return data
+
+
+def load_cluster(path: str | Path | None) -> Cluster:
+    """Read a cluster YAML file (None: the default cluster); see the module contract."""
+    if path is None:
+        return Cluster()
+    return cluster_from_dict(read_mapping(path, "cluster"))
 
 
 def _switch_to_value(switch: SwitchCost) -> str | float | dict[str, float]:

@@ -99,7 +99,7 @@ import math
 import time
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from rollmux import colocation
 from rollmux.errors import RollMuxError
@@ -160,7 +160,7 @@ class _Demand:
 
 
 @dataclass(slots=True, frozen=True)
-class _Fit:
+class Fit:
     """Cheapest feasible group for a subset: node counts and local pinnings (node indices)."""
 
     cost: float
@@ -171,7 +171,7 @@ class _Fit:
 
 
 @dataclass(slots=True)
-class _Counter:
+class SearchCounter:
     searched: int = 0
     skipped: int = 0
     analyze_calls: int = 0
@@ -203,16 +203,49 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival_s, i))
     ordered = [jobs[i] for i in order]
     n = len(ordered)
-    counter = _Counter()
+    counter = SearchCounter()
     full = (1 << n) - 1
-    best = [0.0] + [float("inf")] * full
-    choice = [0] * (full + 1)
-    fits: dict[int, _Fit] = {}
     room = [float("inf")] * (full + 1)  # what a group for mask may cost at most
     if budget is not None:
         for mask in range(1, full + 1):
             rest = [ordered[i] for i in range(n) if not mask >> i & 1]
             room[mask] = budget - lower_bound(cluster, rest, space)
+
+    def fit_of(mask: int, budget_s: float) -> Fit | None:
+        members = [ordered[i] for i in range(n) if mask >> i & 1]
+        fit = None if members[0].colocate else cheapest_group(cluster, members, min(budget_s, room[mask]), robust,
+                                                               counter, space.train_scaling)
+        if len(members) == 1 and (space.colocation or members[0].colocate):
+            colo = colocated_fit(cluster, members[0], min(budget_s, room[mask], fit.cost if fit else float("inf")))
+            fit = colo or fit
+        return fit
+
+    best, fits, blocks = partition(ordered, cluster.max_group_size, fit_of)
+    if budget is not None and not best < budget - _COST_TOL * max(1.0, abs(budget)):
+        return None
+    placements = placements_of(cluster, ordered, [(b, fits[b]) for b in blocks])
+    state = PlanState(cluster)
+    for job, placement in placements:
+        state.apply(job, placement)
+    stats = ExactStats(n, counter.searched, counter.skipped, counter.analyze_calls,
+                       time.perf_counter() - start)
+    return ExactSolution(cluster, state.cost_per_hour(), state.effective_cost_per_hour(), tuple(state.groups.values()),
+                         tuple(placements), stats)
+
+
+def partition(ordered: list[Job], max_group_size: int,
+              fit_of: Callable[[int, float], Fit | None]) -> tuple[float, dict[int, Fit], list[int]]:
+    """Steps 1-2 of the method: the min-cost set partition of ``ordered`` (admission order)
+    into groups, ``fit_of(mask, budget)`` giving the cheapest group for a subset (a bit
+    mask of positions) if one costs less than ``budget``. Groups hold at most
+    ``max_group_size`` jobs; an asynchronous or co-located-only job is alone. Returns the
+    optimum's cost, the fits and the chosen blocks, ordered by their first member."""
+    n = len(ordered)
+    full = (1 << n) - 1
+    best = [0.0] + [float("inf")] * full
+    choice = [0] * (full + 1)
+    fits: dict[int, Fit] = {}
+    apart = [j.staleness > 0 or j.colocate for j in ordered]
     for mask in range(1, full + 1):
         low = mask & -mask
         rest = mask ^ low
@@ -228,33 +261,19 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
                 break
             sub = (sub - 1) & rest
         best[mask], choice[mask] = split, split_sub
-        members = [ordered[i] for i in range(n) if mask >> i & 1]
-        if mask.bit_count() <= cluster.max_group_size and (len(members) == 1 or not any(
-                j.staleness or j.colocate for j in members)):
-            fit = None if members[0].colocate else _cheapest_group(cluster, members, min(split, room[mask]), robust,
-                                                                   counter, space.train_scaling)
-            if len(members) == 1 and (space.colocation or members[0].colocate):
-                colo = _colocated_fit(cluster, members[0], min(split, room[mask], fit.cost if fit else float("inf")))
-                fit = colo or fit
+        size = mask.bit_count()
+        if size <= max_group_size and (size == 1 or not any(apart[i] for i in range(n) if mask >> i & 1)):
+            fit = fit_of(mask, split)
             if fit is not None:
                 fits[mask] = fit
                 best[mask], choice[mask] = fit.cost, mask
-    if budget is not None and not best[full] < budget - _COST_TOL * max(1.0, abs(budget)):
-        return None
-    blocks = []
-    mask = full
+    blocks: list[int] = []
+    mask = full if best[full] < float("inf") else 0  # nothing under the budgets: no blocks
     while mask:
         blocks.append(choice[mask])
         mask ^= choice[mask]
     blocks.sort(key=lambda b: (b & -b).bit_length())
-    placements = _placements(cluster, ordered, [(b, fits[b]) for b in blocks])
-    state = PlanState(cluster)
-    for job, placement in placements:
-        state.apply(job, placement)
-    stats = ExactStats(n, counter.searched, counter.skipped, counter.analyze_calls,
-                       time.perf_counter() - start)
-    return ExactSolution(cluster, state.cost_per_hour(), state.effective_cost_per_hour(), tuple(state.groups.values()),
-                         tuple(placements), stats)
+    return best[full], fits, blocks
 
 
 def colocatable(cluster: Cluster, job: Job) -> bool:
@@ -285,7 +304,7 @@ def lower_bound(cluster: Cluster, jobs: Sequence[Job], space: Space = PAPER_SPAC
     return bound
 
 
-def _colocated_fit(cluster: Cluster, job: Job, budget: float) -> _Fit | None:
+def colocated_fit(cluster: Cluster, job: Job, budget: float) -> Fit | None:
     """``job`` co-located on its own training nodes, if allowed and counted below ``budget``."""
     if not colocatable(cluster, job):
         return None
@@ -293,11 +312,11 @@ def _colocated_fit(cluster: Cluster, job: Job, budget: float) -> _Fit | None:
     cost = colocation.slowdown(job, cluster) * need * cluster.node_price(TRAIN)
     if cost >= budget - _COST_TOL * max(1.0, abs(budget)):
         return None
-    return _Fit(cost, 0, need, (((), tuple(range(need))),), colocated=True)
+    return Fit(cost, 0, need, (((), tuple(range(need))),), colocated=True)
 
 
-def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,
-                    counter: _Counter, train_scaling: bool = False) -> _Fit | None:
+def cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,
+                   counter: SearchCounter, train_scaling: bool = False) -> Fit | None:
     """The cheapest feasible group for ``members`` (admission order) costing < ``budget``, or None;
     with ``train_scaling`` the training side may be wider than the widest member."""
     gpn = cluster.gpus_per_node
@@ -337,11 +356,11 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
                         _meets_slo([profiles[i] for i in keep], [members[i] for i in keep], counter)
                         for size in range(len(members) - 1, 1, -1)
                         for keep in combinations(range(len(members)), size))):
-                    return _Fit(cost, r, t, tuple(zip(roll, train)))
+                    return Fit(cost, r, t, tuple(zip(roll, train)))
     return None
 
 
-def _meets_slo(profiles: list[MemberProfile], jobs: list[Job], counter: _Counter) -> bool:
+def _meets_slo(profiles: list[MemberProfile], jobs: list[Job], counter: SearchCounter) -> bool:
     counter.analyze_calls += 1
     a = analyze(profiles)
     return all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in jobs)
@@ -402,7 +421,7 @@ def _take(classes: list[list[int]], need: int) -> Iterator[tuple[int, ...]]:
             yield tuple(head[:c]) + rest
 
 
-def _placements(cluster: Cluster, ordered: list[Job], blocks: list[tuple[int, _Fit]]) -> list[tuple[Job, Placement]]:
+def placements_of(cluster: Cluster, ordered: list[Job], blocks: list[tuple[int, Fit]]) -> list[tuple[Job, Placement]]:
     """Placements that rebuild the chosen groups in a fresh, unbounded ``PlanState``.
 
     Local node index x of pool p in a group gets the next global id the state would mint

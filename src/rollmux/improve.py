@@ -163,10 +163,8 @@ def _unsupported(cluster: Cluster) -> str:
 
 def _fits(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution) -> bool:
     """The start-up check on every new group, and the inventory of bounded pools."""
-    for g in solution.groups:
-        a = analyze([state.profile(m, g.colocated) for m in g.members])
-        if _startup_miss(a, [m.job for m in g.members]):
-            return False
+    if not all(starts_in_time(state, g) for g in solution.groups):
+        return False
     for pool in POOLS:
         free = state.free_count(pool)
         if free is not None:
@@ -174,6 +172,13 @@ def _fits(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution) -
             if needed > free + sum(len(g.nodes(pool)) for g in combo):
                 return False
     return True
+
+
+def starts_in_time(state: PlanState, group: Group) -> bool:
+    """The planner's start-up check on a solver group: no member with a known length
+    waits for its first turn past its SLO (``rollmux.planner``)."""
+    a = analyze([state.profile(m, group.colocated) for m in group.members])
+    return not _startup_miss(a, [m.job for m in group.members])
 
 
 def _apply(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution, cost: float) -> Regroup:

@@ -106,7 +106,7 @@ Placement space beyond the paper (``Space``; ``FULL_SPACE`` turns both on)
   shared a group with the next arrivals loses money later (greedily, on the benchmark's
   rollout-heavy instances, 1.65x the optimum). The option is therefore offered only when
   dC_c is below the job's share of the cheapest group of two it could form with a copy
-  of itself or a job like one running now (``Planner._shared_cost``: half the pair's
+  of itself or a job like one running now (``Planner.shared_cost``: half the pair's
   $/h times its slowdown there, bounded in closed form, both SLOs and residency kept):
   the running jobs stand for the ones to come. The test runs only when the option is
   reached in the order below (every cheaper option failed); a rejected option says so
@@ -184,7 +184,7 @@ ASYNC_APART = ("asynchronous jobs run in groups of their own: the analysis does 
 #: on philly-mix two moves into a group with a short two-node job took it from a planned
 #: 8,460 s of its 8,589 s allowance to 14,005 s. Measured safe on the builtin traces.
 TRANSIENT_PERIODS = 3
-#: Distinct running job shapes the co-location prospect test tries (``Planner._shared_cost``).
+#: Distinct running job shapes the co-location prospect test tries (``Planner.shared_cost``).
 PROSPECTS = 32
 _PAIR_MEMO_LIMIT = 100_000
 _TICK_SLACK = 1e-4  # seconds; rounding of up to 2 x 5 members' phases to 1 us, with room
@@ -295,7 +295,7 @@ class Planner:
         self.tie_break = tie_break
         self.accounting = accounting  # saturation gate and whole-run SLO checks (rollmux.accounting)
         self.space = space
-        self._pair_memo: dict[tuple, float] = {}  # (shape, partner shape, sharing) -> its share's $/h (_shared_cost)
+        self._pair_memo: dict[tuple, float] = {}  # (shape, partner shape, sharing) -> its share's $/h (shared_cost)
 
     def decide(self, state: PlanState, job: Job, explain: bool = False) -> Decision:
         cluster = state.cluster
@@ -528,7 +528,7 @@ class Planner:
         cost = sum(need[p] * state.cluster.node_price(p) for p in POOLS)
         return _Option(NEW, None, Placement(None, roll, train, roll, train), cost, rank)
 
-    def _shared_cost(self, state: PlanState, job: Job, need: dict[str, int]) -> float:
+    def shared_cost(self, state: PlanState, job: Job, need: dict[str, int]) -> float:
         """The prospect test for co-location: the least $/h ``job``'s share of a group of two
         would cost, per hour of its solo work, with a copy of itself or with a job like one
         running now (at most ``PROSPECTS`` distinct shapes of the same widths; the running
@@ -639,7 +639,7 @@ class Planner:
                 return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
                                  f"SLO of job {job.job_id}: co-located {slow:.3f} > {job.slo:.3f}", slow)
             if not job.colocate:  # the prospect test, only once co-location is the cheapest option left
-                share = self._shared_cost(state, job, {p: job.nodes(p, state.cluster.gpus_per_node) for p in POOLS})
+                share = self.shared_cost(state, job, {p: job.nodes(p, state.cluster.gpus_per_node) for p in POOLS})
                 if opt.cost >= share:
                     return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
                                      f"prospects: its share of a pair would cost ${share:.2f}/h", slow)

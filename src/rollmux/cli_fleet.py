@@ -1,0 +1,209 @@
+"""``rollmux fleet``: plan on a fleet of several GPU types, and check the roofline rule.
+
+``fleet plan`` places a trace's jobs (all present at once) on the fleet's views, improves
+the plan by regrouping, and compares it, as effective $/h (``rollmux.fleet_planner``),
+with every fixed-type assignment and the no-sharing baselines; ``--optimal`` adds the
+exact optimum (up to about 10 jobs). ``fleet roofline`` reports how far the roofline
+rule of ``rollmux.fleet`` is from a trace's own co-located timings.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from rollmux.cli_choices import SPACES, SpaceName
+from rollmux.errors import RollMuxError
+
+fleet_app = typer.Typer(no_args_is_help=True, help="Plan on a fleet of several GPU types (docs/fleet.md).")
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+FLEET_OPTION = typer.Option(None, "--cluster", exists=True, dir_okay=False, readable=True,
+                            help="Fleet YAML (a `pools` list of GPU types) or a two-pool cluster YAML; "
+                                 "default: the paper's testbed.")
+
+
+def _fail(err: Exception) -> None:
+    console.print(f"[red]error:[/red] {escape(str(err))}")
+    raise typer.Exit(2)
+
+
+def _money(marginal: float) -> str:
+    """An effective marginal cost as '+$12.34/h' or '-$0.27/h'."""
+    return f"{'-' if marginal < 0 else '+'}${abs(marginal):,.2f}/h"
+
+
+def _where(d) -> str:
+    """A decision's types in words: 'H20 -> H800' or 'co-located on H800'."""
+    return d.view if d.view is not None else "nowhere"
+
+
+@fleet_app.command("plan")
+def plan(
+    jobs: str = typer.Option(..., "--jobs", help="Job-trace CSV or a builtin trace; every job is present at once."),
+    cluster: Optional[Path] = FLEET_OPTION,
+    profiles: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, readable=True,
+                                            help="Profile CSV (job_id,gpu,t_roll_s,t_train_s): measured phase "
+                                                 "seconds per GPU type; the roofline rule fills the rest."),
+    space: SpaceName = typer.Option("paper", help="Placement space inside each view: paper or full "
+                                                  "(training scaling and co-location; docs/placement_space.md)."),
+    improve: bool = typer.Option(True, help="Regroup the plan (and each fixed-type plan) with the exact solver."),
+    optimal: bool = typer.Option(False, help="Also solve for the exact optimum on the fleet (up to ~10 jobs)."),
+    explain: bool = typer.Option(False, help="List every view's verdict for each job."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the plan and the comparison as JSON here."),
+) -> None:
+    """Choose each job's GPU types and group, and show what that saves against every
+    fixed-type assignment and the no-sharing baselines."""
+    from rollmux.fleet import load_profiles
+    from rollmux.fleet_exact import improve_fleet, solve_fleet
+    from rollmux.fleet_file import load_fleet
+    from rollmux.fleet_planner import FleetPlanner, alternatives, plan_jobs
+    from rollmux.report.paths import check_writable
+    from rollmux.traces.builtin import load_trace
+
+    chosen_space = SPACES[space.value]
+    try:
+        if json_path is not None:
+            check_writable(json_path, "--json")
+        fleet = load_fleet(cluster)
+        measured = load_profiles(profiles, fleet) if profiles is not None else None
+        trace, _ = load_trace(jobs, None)
+        planner = FleetPlanner(fleet, measured, space=chosen_space)
+        state, decisions = plan_jobs(planner, trace, explain=explain)
+        improvement = improve_fleet(state, chosen_space) if improve else None
+        regroup = (lambda s: improve_fleet(s, chosen_space)) if improve else None
+        with console.status("planning every fixed-type assignment and baseline"):
+            rows = alternatives(planner, trace, regroup)
+        optimum = solve_fleet(fleet, trace, measured, chosen_space) if optimal else None
+    except (RollMuxError, OSError, ValueError) as err:
+        _fail(err)
+    for d in decisions:
+        kind = d.decision.outcome if d.decision is not None else d.outcome
+        console.print(f"[bold]{escape(d.job_id)}[/bold] -> {escape(_where(d))} {kind}"
+                      + (f" {_money(d.effective_cost)}" if d.view else f" ({escape(d.reason)})"), highlight=False)
+        if explain:
+            for v in d.verdicts:
+                cost = _money(v.effective_cost) if v.effective_cost is not None else ""
+                console.print(f"    {escape(v.view)}: {cost} {escape(v.reason)}", highlight=False)
+    if improvement is not None:
+        for move in improvement.moves:
+            console.print(f"regroup {escape(move.describe())}", highlight=False)
+        console.print(f"improvement: ${improvement.cost_before:,.2f}/h -> ${improvement.cost_after:,.2f}/h "
+                      f"({len(improvement.moves)} regroupings, {improvement.solves} exact solves)")
+    console.print(_groups_table(state))
+    fleet_cost = state.effective_cost_per_hour()
+    fixed = [r for r in rows if r.kind == "fixed-view" and not r.misses]
+    best_fixed = min(fixed, key=lambda r: r.effective_cost) if fixed else None
+    console.print(_alternatives_table(rows, fleet_cost, best_fixed, optimum))
+    if best_fixed is not None:
+        console.print(f"fleet plan ${fleet_cost:,.2f}/h vs the best fixed-type assignment "
+                      f"({escape(best_fixed.name)}) ${best_fixed.effective_cost:,.2f}/h: "
+                      f"{100 * (1 - fleet_cost / best_fixed.effective_cost):.1f}% less", highlight=False)
+    if json_path is not None:
+        import json
+
+        payload = {"space": space.value, "effective_cost_per_hour": round(fleet_cost, 4),
+                   "cost_per_hour": round(state.cost_per_hour(), 4),
+                   "decisions": [d.to_dict() for d in decisions],
+                   "groups": _groups(state),
+                   "improvement": None if improvement is None else [m.to_dict() for m in improvement.moves],
+                   "alternatives": [{"name": r.name, "kind": r.kind, "effective_cost_per_hour":
+                                     round(r.effective_cost, 4), "misses": list(r.misses)} for r in rows],
+                   "best_fixed": best_fixed.name if best_fixed else None,
+                   "optimum": None if optimum is None else round(optimum.objective, 4)}
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(payload, indent=1))
+        except OSError as err:
+            _fail(RollMuxError(f"--json {json_path}: {err.strerror or err}"))
+        console.print(f"wrote {escape(str(json_path))}")
+
+
+def _groups(state) -> list[dict]:
+    out = []
+    for name, (view, sub) in state.views.items():
+        for g in sub.groups.values():
+            out.append({"view": name, "group": g.group_id, "rollout_gpu": view.rollout.gpu,
+                        "train_gpu": view.train.gpu, "colocated": g.colocated,
+                        "rollout_nodes": len(g.rollout_nodes) if not g.colocated else 0,
+                        "train_nodes": len(g.train_nodes), "jobs": [m.job.job_id for m in g.members],
+                        "cost_per_hour": round(g.cost_per_hour(view.cluster), 4),
+                        "effective_cost_per_hour": round(state.group_effective(name, g), 4)})
+    return out
+
+
+def _groups_table(state) -> Table:
+    table = Table(title="fleet plan: groups and their GPU types")
+    for column in ("group", "rollout", "training", "jobs", "$/h", "effective $/h"):
+        table.add_column(column, justify="right" if "$" in column else "left")
+    for g in _groups(state):
+        rollout = "(on its training nodes)" if g["colocated"] else f"{g['rollout_nodes']} x {g['rollout_gpu']}"
+        table.add_row(escape(f"{g['view']}:{g['group']}"), escape(rollout),
+                      escape(f"{g['train_nodes']} x {g['train_gpu']}"), escape(", ".join(g["jobs"])),
+                      f"{g['cost_per_hour']:,.2f}", f"{g['effective_cost_per_hour']:,.2f}")
+    table.caption = (f"${state.cost_per_hour():,.2f}/h of nodes; ${state.effective_cost_per_hour():,.2f}/h effective "
+                     "(at each group's speed on its types against the reference types)")
+    return table
+
+
+def _alternatives_table(rows, fleet_cost: float, best_fixed, optimum) -> Table:
+    table = Table(title="the same jobs, other ways (effective $/h, every job present at once)")
+    for column in ("plan", "effective $/h", "x fleet plan", "jobs it cannot serve"):
+        table.add_column(column, justify="left" if column == "plan" else "right")
+    if optimum is not None:
+        table.add_row("exact optimum (fleet)", f"{optimum.objective:,.2f}", f"{optimum.objective / fleet_cost:.3f}", "0")
+    for r in rows:
+        if r.misses and not r.effective_cost:
+            table.add_row(escape(r.name), "-", "-", f"all {len(r.misses)}")
+            continue
+        name = escape(r.name) + (" (best fixed)" if r is best_fixed else "")
+        table.add_row(name, f"{r.effective_cost:,.2f}", f"{r.effective_cost / fleet_cost:.3f}",
+                      str(len(r.misses)) if r.misses else "0")
+    table.caption = "a plan that cannot serve some job (too slow for its SLO on those types) counts only the rest"
+    return table
+
+
+@fleet_app.command("roofline")
+def roofline(
+    jobs: str = typer.Option("production", "--jobs", help="A trace with co-located timings (t_roll_colo_s, "
+                                                          "t_train_colo_s) to check the rule against."),
+    cluster: Optional[Path] = FLEET_OPTION,
+) -> None:
+    """How far the roofline rule (rollout time ~ 1 / memory bandwidth, training time ~ 1 /
+    TFLOPS) is from the trace's own co-located phase times on the training GPU type."""
+    from rollmux.fleet import roofline_check
+    from rollmux.fleet_file import load_fleet
+    from rollmux.model import ROLLOUT, TRAIN
+    from rollmux.traces.builtin import load_trace
+
+    try:
+        fleet = load_fleet(cluster)
+        trace, _ = load_trace(jobs, None)
+        checks = {side: roofline_check(trace, fleet, side) for side in (ROLLOUT, TRAIN)}
+    except (RollMuxError, OSError, ValueError) as err:
+        _fail(err)
+    ref_r, ref_t = fleet.reference
+    table = Table(title=f"roofline rule vs measured, on {escape(ref_t)} (from {escape(ref_r)} rollouts)")
+    table.add_column("model")
+    table.add_column("rollout error", justify="right")
+    table.add_column("training error", justify="right")
+    for model in sorted(set(checks[ROLLOUT].by_model) | set(checks[TRAIN].by_model)):
+        cells = [f"{100 * checks[s].by_model[model]:+.1f}%" if model in checks[s].by_model else "-"
+                 for s in (ROLLOUT, TRAIN)]
+        table.add_row(escape(model), *cells)
+    console.print(table)
+    for side, name in ((ROLLOUT, "rollout"), (TRAIN, "training")):
+        c = checks[side]
+        console.print(f"{name}: {c.rows} jobs, median |error| {100 * c.median_abs:.1f}%, mean |error| "
+                      f"{100 * c.mean_abs:.1f}%, worst {100 * c.worst:+.1f}%", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``fleet`` command group to ``app``."""
+    app.add_typer(fleet_app, name="fleet")
+

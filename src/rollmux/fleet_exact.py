@@ -1,0 +1,164 @@
+"""Exact plan on a fleet of GPU types for a small set of jobs present at once.
+
+Problem: the objective of ``rollmux.fleet_planner`` over every partition of the jobs
+into groups and every choice of a view per group,
+
+    min  sum_G  C_v(G)(G) * s(G) * sigma(G, v(G))
+
+with, inside each group's view, every constraint of ``rollmux.exact`` on the jobs as
+translated to that view (``fleet.translate``; a job that cannot meet its SLO on a view
+is never placed there). sigma(G, v) = mean over members of T_solo_v / T_solo_ref.
+
+Method: the subset DP of ``rollmux.exact.partition``; the cheapest group of a subset S is
+the least over views v of sigma(S, v) times S's cheapest group in v by that view's
+$/h (``exact.cheapest_group``, searched below the budget divided by sigma(S, v), which
+loses nothing since sigma does not depend on the pinning), and, for one job in the
+view where its training pool offers co-location, its co-located fit. So the optimum is
+exact in the same sense as ``exact.solve``: for the arrival admission order and the
+planner's steady-state constraints. Every plan ``plan_jobs`` can reach is in the space
+(the fleet planner's groups live in one view each and satisfy the same checks), so the
+planner never beats it. Limits: unbounded pools only, at most ``max_jobs`` jobs.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Sequence
+
+from rollmux.exact import (DEFAULT_MAX_JOBS, ExactLimitError, ExactStats, Fit, SearchCounter, cheapest_group,
+                           colocated_fit, partition, placements_of)
+from rollmux.fleet import Fleet, Profiles, speed_factor, translate
+from rollmux.fleet_planner import FleetState
+from rollmux.improve import Improvement, Regroup, materialize, starts_in_time
+from rollmux.model import Job
+from rollmux.planner import PAPER_SPACE, Space
+
+_COST_TOL = 1e-9
+
+
+@dataclass(slots=True, frozen=True)
+class FleetSolution:
+    """The optimum on a fleet: its $/h, its objective and the plan (one ``PlanState`` per view)."""
+
+    cost_per_hour: float
+    objective: float
+    state: FleetState
+    stats: ExactStats
+
+
+def solve_fleet(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles | None = None, space: Space = PAPER_SPACE,
+                robust: bool = False, max_jobs: int = DEFAULT_MAX_JOBS, only: tuple[str, ...] = ()) -> FleetSolution:
+    """Minimum-objective plan for ``jobs`` on ``fleet`` (module docstring), on every view
+    or on those named in ``only``."""
+    start = time.perf_counter()
+    fleet.validate()
+    profiles = profiles or Profiles()
+    if len(jobs) > max_jobs:
+        raise ExactLimitError(f"exact solver: {len(jobs)} jobs > max_jobs={max_jobs} "
+                              f"(the search grows like 3^n; raise max_jobs to insist)")
+    bounded = [p.name for p in fleet.pools if p.nodes is not None]
+    if bounded:
+        raise ExactLimitError(f"exact solver: pools {bounded} are bounded; it plans on unbounded pools only")
+    if len({j.job_id for j in jobs}) != len(jobs):
+        raise ValueError("exact solver: job ids must be unique")
+    ordered = sorted(jobs, key=lambda j: j.arrival_s)  # stable: ties keep the input order
+    views = [v for v in fleet.views() if not only or v.name in only]
+    colocating = {fleet.colocation_view(p) for p in fleet.pools}
+    moved = {v.name: [translate(fleet, profiles, j, v) for j in ordered] for v in views}
+    counter = SearchCounter()
+    chosen: dict[int, str] = {}  # mask -> view of its cheapest group
+
+    def fit_of(mask: int, budget: float) -> Fit | None:
+        best: Fit | None = None
+        for view in views:
+            members = [moved[view.name][i] for i in range(len(ordered)) if mask >> i & 1]
+            if any(m is None for m in members):
+                continue
+            originals = [ordered[i] for i in range(len(ordered)) if mask >> i & 1]
+            sigma = statistics.fmean(speed_factor(o, m) for o, m in zip(originals, members))
+            room = min(budget, best.cost if best else float("inf")) / sigma
+            fit = None if members[0].colocate else cheapest_group(view.cluster, members, room, robust, counter,
+                                                                  space.train_scaling)
+            if len(members) == 1 and view.name in colocating and (space.colocation or members[0].colocate):
+                fit = colocated_fit(view.cluster, members[0], min(room, fit.cost if fit else float("inf"))) or fit
+            if fit is not None:
+                best = Fit(fit.cost * sigma, fit.rollout, fit.train, fit.pins, fit.colocated)
+                chosen[mask] = view.name
+        return best
+
+    objective, fits, blocks = partition(ordered, fleet.max_group_size, fit_of)
+    state = FleetState(fleet, profiles, only)
+    for view in views:
+        mine = [b for b in blocks if chosen[b] == view.name]
+        if not mine:
+            continue
+        translated = [m if m is not None else ordered[i] for i, m in enumerate(moved[view.name])]
+        for job, placement in placements_of(view.cluster, translated, [(b, fits[b]) for b in mine]):
+            state.views[view.name][1].apply(job, placement)
+            original = next(o for o in ordered if o.job_id == job.job_id)
+            state.originals[job.job_id] = original
+            state.job_view[job.job_id] = view.name
+    stats = ExactStats(len(ordered), counter.searched, counter.skipped, counter.analyze_calls,
+                       time.perf_counter() - start)
+    return FleetSolution(state.cost_per_hour(), objective, state, stats)
+
+
+def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int = 3, max_jobs: int = 6,
+                  max_solves: int = 200) -> Improvement:
+    """Regroup a fleet plan in place while some set of up to ``max_groups`` groups (of any
+    views) has a cheaper exact plan (``solve_fleet``, robust: every subset keeps its SLOs;
+    the start-up check on every new group), like ``rollmux.improve`` on one cluster. Costs
+    are the fleet objective E. Sets of groups are tried largest E first; at most
+    ``max_solves`` solves."""
+    if any(p.nodes is not None for p in state.fleet.pools):
+        cost = state.effective_cost_per_hour()
+        return Improvement((), cost, cost, 0, True, "bounded pools: the exact solver plans on unbounded pools only")
+    start = state.effective_cost_per_hour()
+    tried: set[tuple[str, ...]] = set()
+    moves: list[Regroup] = []
+    solves = 0
+    while True:
+        groups = [(name, g) for name, (_, sub) in state.views.items() for g in sub.groups.values()
+                  if space.colocation or not g.colocated]
+        move = None
+        for k in range(2, max_groups + 1):
+            combos = []
+            for combo in combinations(groups, k):
+                key = tuple(sorted(f"{name}:{g.group_id}:{','.join(m.job.job_id for m in g.members)}"
+                                   for name, g in combo))
+                jobs = [state.originals[m.job.job_id] for _, g in combo for m in g.members]
+                if key not in tried and len(jobs) <= max_jobs:
+                    combos.append((sum(state.group_effective(name, g) for name, g in combo), key, combo, jobs))
+            combos.sort(key=lambda c: -c[0])
+            for cost, key, combo, jobs in combos:
+                if solves >= max_solves:
+                    return Improvement(tuple(moves), start, state.effective_cost_per_hour(), solves, False)
+                solves += 1
+                tried.add(key)
+                solution = solve_fleet(state.fleet, jobs, state.profiles, space, robust=True, max_jobs=max_jobs,
+                                       only=state.only)
+                if solution.objective < cost - _COST_TOL * max(1.0, cost) and all(
+                        starts_in_time(sub, g) for _, sub in solution.state.views.values()
+                        for g in sub.groups.values()):
+                    move = (cost, combo, solution)
+                    break
+            if move is not None:
+                break
+        if move is None:
+            return Improvement(tuple(moves), start, state.effective_cost_per_hour(), solves, True)
+        cost, combo, solution = move
+        before = tuple((f"{name}:{g.group_id}", tuple(m.job.job_id for m in g.members)) for name, g in combo)
+        for _, g in combo:
+            for m in list(g.members):
+                state.release(m.job.job_id)
+        after = []
+        for name, (_, sub) in solution.state.views.items():
+            for g in sub.groups.values():
+                gid = materialize(state.views[name][1], g)
+                for m in g.members:
+                    state.originals[m.job.job_id] = solution.state.originals[m.job.job_id]
+                    state.job_view[m.job.job_id] = name
+                after.append((f"{name}:{gid}", tuple(m.job.job_id for m in g.members)))
+        moves.append(Regroup(before, tuple(after), cost, solution.objective))

@@ -1,0 +1,328 @@
+"""Planning on a fleet of GPU types: each job's phases on the best-fit types.
+
+Problem
+-------
+A fleet (``rollmux.fleet``) offers views: pairs (rollout pool a, training pool b). A
+group lives in one view; a job placed in view v runs with v's phase times
+(``fleet.translate``). For an arriving job j choose a view v and a placement in it
+minimising the *effective* marginal cost
+
+    dE(v, p) = E(G') - E(G)          (G the group p joins, empty for a new group)
+    E(G)     = C_v(G) * s(G) * sigma(G)
+
+where C_v(G) is G's $/h at v's prices, s(G) the co-located slowdown of a co-located
+group (1 otherwise; ``colocation.effective_cost``) and
+
+    sigma(G) = mean over members k of T_solo_v(k) / T_solo_ref(k)
+
+how much longer (or, on faster types, shorter) the members hold the group's nodes per
+unit of work than on the reference types. On the reference view sigma = 1 and E is
+``PlanState.effective_cost_per_hour``'s group term, so a two-pool fleet plans exactly as
+``rollmux.planner`` does. Every check of the planner (residency, SLO, departures,
+start-up, size, the saturation gate) applies unchanged inside the view, on the
+translated job, whose SLO is rescaled to keep its deadline (``fleet.translate``).
+
+Method
+------
+Per view v (in the fleet's order), the view's own ``Planner`` decides for the
+translated job (its cheapest placement by its own rule: pack < scalings < new group <
+co-location; co-location only in ``Fleet.colocation_view`` of the pool). A view is
+skipped when the job misses its SLO there even alone (slo_v < 1), and a view's choice
+is refused when a bounded pool lacks the new nodes (the pools' inventories are shared
+by every view that uses them). The decision takes the view with the least dE, ties
+in view order. With ``explain`` each view's verdict (and its planner's candidates) is
+kept. The views' planners never see each other's groups: a group never spans views.
+
+Limits: a job keeps its GPU count on every type (GPU memory capacity is not modelled);
+regrouping (``rollmux.improve``) and the simulator run on two-pool clusters only.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from rollmux import colocation
+from rollmux.fleet import Fleet, Profiles, View, speed_factor, translate
+from rollmux.model import ROLLOUT, TRAIN, Group, Job
+from rollmux.plan_state import PlanState
+from rollmux.planner import COLOCATE, OUTCOME, PAPER_SPACE, SLO_EPS, Decision, Planner, Space
+
+_COST_TOL = 1e-9
+
+
+@dataclass(slots=True, frozen=True)
+class ViewVerdict:
+    """What one view offered a job: its planner's decision (None: the view was skipped),
+    the effective marginal cost dE and why it was not taken."""
+
+    view: str
+    decision: Decision | None
+    effective_cost: float | None
+    reason: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class FleetDecision:
+    """Where a job goes on a fleet: the chosen view (None: nowhere) and every view's verdict."""
+
+    job_id: str
+    view: str | None
+    decision: Decision | None
+    effective_cost: float
+    verdicts: tuple[ViewVerdict, ...]
+    reason: str = ""
+
+    @property
+    def outcome(self) -> str:
+        if self.decision is not None and self.decision.placement is not None:
+            return self.decision.outcome
+        return "wait" if any(v.reason.startswith("inventory") for v in self.verdicts) else "rejected"
+
+    def to_dict(self) -> dict:
+        return {"job_id": self.job_id, "view": self.view, "outcome": self.outcome,
+                "effective_marginal_cost": round(self.effective_cost, 4), "reason": self.reason,
+                "views": [{"view": v.view, "effective_marginal_cost": None if v.effective_cost is None
+                           else round(v.effective_cost, 4), "reason": v.reason,
+                           "outcome": v.decision.outcome if v.decision else None} for v in self.verdicts]}
+
+
+@dataclass(slots=True)
+class FleetState:
+    """The plan on a fleet: one ``PlanState`` per view, the original jobs and where they are."""
+
+    fleet: Fleet
+    profiles: Profiles = field(default_factory=Profiles)
+    only: tuple[str, ...] = ()  # the views this plan may use (empty: all of the fleet's)
+    views: dict[str, tuple[View, PlanState]] = field(default_factory=dict)
+    originals: dict[str, Job] = field(default_factory=dict)
+    job_view: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.views = {v.name: (v, PlanState(v.cluster)) for v in self.fleet.views()
+                      if not self.only or v.name in self.only}
+
+    def sigma(self, view: str, group: Group) -> float:
+        """sigma(G) of the module docstring."""
+        return statistics.fmean(speed_factor(self.originals[m.job.job_id], m.job) for m in group.members)
+
+    def group_effective(self, view: str, group: Group) -> float:
+        """E(G): the group's $/h, at its co-located slowdown, times sigma(G)."""
+        return colocation.effective_cost(group, self.views[view][0].cluster) * self.sigma(view, group)
+
+    def cost_per_hour(self) -> float:
+        """$/h of every node in some group, at its pool's price."""
+        return sum(state.cost_per_hour() for _, state in self.views.values())
+
+    def effective_cost_per_hour(self) -> float:
+        """What the fleet planner minimises: the sum of E(G) over groups."""
+        return sum(self.group_effective(name, g) for name, (_, state) in self.views.items()
+                   for g in state.groups.values())
+
+    def nodes_in_use(self, pool: str) -> int:
+        """Nodes of fleet pool ``pool`` held by some group, over every view that uses it."""
+        return sum(state.nodes_in_use(side) for view, state in self.views.values()
+                   for side in (ROLLOUT, TRAIN) if view.pool_of(side).name == pool)
+
+    def apply(self, job: Job, decision: FleetDecision) -> str:
+        """Carry out ``decision`` for ``job`` (the original, untranslated job); returns its group id."""
+        if decision.view is None or decision.decision is None or decision.decision.placement is None:
+            raise ValueError(f"job {job.job_id!r}: decision {decision.outcome!r} places nothing")
+        view, state = self.views[decision.view]
+        moved = translate(self.fleet, self.profiles, job, view)
+        gid = state.apply(moved, decision.decision.placement)
+        self.originals[job.job_id] = job
+        self.job_view[job.job_id] = decision.view
+        return gid
+
+    def release(self, job_id: str) -> None:
+        """Unpin a departing job from its view."""
+        view = self.job_view.pop(job_id)
+        self.views[view][1].release(job_id)
+        del self.originals[job_id]
+
+
+class FleetPlanner:
+    """Chooses each job's view and placement (module docstring). Pure: never mutates state."""
+
+    def __init__(self, fleet: Fleet, profiles: Profiles | None = None, tie_break: str = "first",
+                 space: Space = PAPER_SPACE) -> None:
+        fleet.validate()
+        self.fleet = fleet
+        self.profiles = profiles or Profiles()
+        colocating = {fleet.colocation_view(p) for p in fleet.pools}
+        self.space = space
+        self._planners = {v.name: Planner(tie_break, space=replace(space, colocation=space.colocation
+                                                                   and v.name in colocating))
+                          for v in fleet.views()}
+        # the same planners without co-location, for a view whose co-location fails the fleet's prospects
+        self._plain = {name: Planner(tie_break, space=replace(space, colocation=False)) for name in colocating
+                       if name is not None and space.colocation}
+
+    def new_state(self, only: tuple[str, ...] = ()) -> FleetState:
+        """An empty plan on every view, or on the views named in ``only``."""
+        return FleetState(self.fleet, self.profiles, only)
+
+    def decide(self, state: FleetState, job: Job, explain: bool = False) -> FleetDecision:
+        moved = {name: translate(self.fleet, self.profiles, job, view) for name, (view, _) in state.views.items()}
+        verdicts = [self._verdict(state, job, name, moved[name], self._planners[name], explain)
+                    for name in state.views]
+        if self._plain and not job.colocate:
+            prospect = self._prospect(state, job, moved)
+            verdicts = [self._verdict(state, job, v.view, moved[v.view], self._plain[v.view], explain,
+                                      f"co-location {v.effective_cost:.2f} >= the share of a pair {prospect:.2f}")
+                        if v.decision is not None and v.decision.outcome == OUTCOME[COLOCATE]
+                        and v.effective_cost is not None and v.effective_cost >= prospect - _COST_TOL else v
+                        for v in verdicts]
+        best: ViewVerdict | None = None
+        for verdict in verdicts:
+            if verdict.effective_cost is not None and (
+                    best is None or verdict.effective_cost < best.effective_cost - _COST_TOL):
+                best = verdict
+        verdicts = [v if v is best or v.reason else replace(v, reason="costlier") for v in verdicts]
+        if best is None:
+            reasons = "; ".join(f"{v.view}: {v.reason}" for v in verdicts)
+            return FleetDecision(job.job_id, None, None, 0.0, tuple(verdicts), f"no view can take it ({reasons})")
+        return FleetDecision(job.job_id, best.view, best.decision, best.effective_cost, tuple(verdicts))
+
+    def _verdict(self, state: FleetState, job: Job, name: str, moved: Job | None, planner: Planner,
+                 explain: bool, note: str = "") -> ViewVerdict:
+        """What view ``name``'s planner offers ``job`` (``moved``: its translation there);
+        ``note`` says why a first offer was replaced."""
+        view, sub = state.views[name]
+        if moved is None:
+            return ViewVerdict(name, None, None, "only co-located on its own type" if job.colocate else
+                               f"slower than its SLO even alone on {view.rollout.gpu}+{view.train.gpu}")
+        decision = planner.decide(sub, moved, explain=explain)
+        prefix = f"{note}; then " if note else ""
+        if decision.placement is None:
+            return ViewVerdict(name, decision, None, f"{prefix}{decision.outcome}: {decision.reason}")
+        short = self._short_pools(state, view, decision)
+        if short:
+            return ViewVerdict(name, decision, None, f"{prefix}inventory: {short}")
+        return ViewVerdict(name, decision, self._marginal(state, view, sub, job, moved, decision),
+                           f"({note})" if note else "")
+
+    def _prospect(self, state: FleetState, job: Job, moved: dict[str, Job | None]) -> float:
+        """The co-location prospect test across views: the least effective $/h of the job's
+        share of a pair in any view (``Planner.shared_cost`` there, times the job's speed
+        factor in that view). Co-location is kept only below it (``rollmux.planner``)."""
+        best = float("inf")
+        for name, (view, sub) in state.views.items():
+            m = moved[name]
+            if m is None or m.staleness:
+                continue
+            need = {side: m.nodes(side, self.fleet.gpus_per_node) for side in (ROLLOUT, TRAIN)}
+            best = min(best, self._planners[name].shared_cost(sub, m, need) * speed_factor(job, m))
+        return best
+
+    def _marginal(self, state: FleetState, view: View, sub: PlanState, job: Job, moved: Job,
+                  decision: Decision) -> float:
+        """dE of the module docstring for ``decision`` in ``view``."""
+        placement = decision.placement
+        cluster = view.cluster
+        added = (len(placement.new_rollout) * cluster.node_price(ROLLOUT)
+                 + len(placement.new_train) * cluster.node_price(TRAIN))
+        factor = speed_factor(job, moved)
+        if placement.group_id is None:
+            slow = colocation.slowdown(moved, cluster) if placement.colocated else 1.0
+            return added * slow * factor
+        group = sub.groups[placement.group_id]
+        factors = [speed_factor(state.originals[m.job.job_id], m.job) for m in group.members]
+        before = group.cost_per_hour(cluster) * statistics.fmean(factors)
+        return (group.cost_per_hour(cluster) + added) * statistics.fmean([*factors, factor]) - before
+
+    def _short_pools(self, state: FleetState, view: View, decision: Decision) -> str:
+        """Bounded fleet pools that lack the decision's new nodes, as text ('' when none)."""
+        placement = decision.placement
+        want: dict[str, int] = {}
+        for side, new in ((ROLLOUT, placement.new_rollout), (TRAIN, placement.new_train)):
+            if new:
+                pool = view.pool_of(side).name
+                want[pool] = want.get(pool, 0) + len(new)
+        short = []
+        for pool, count in want.items():
+            bound = self.fleet.pool(pool).nodes
+            if bound is not None and state.nodes_in_use(pool) + count > bound:
+                short.append(f"{pool} has {bound - state.nodes_in_use(pool)} free nodes, needs {count}")
+        return "; ".join(short)
+
+
+def plan_jobs(planner: FleetPlanner, jobs: list[Job], explain: bool = False,
+              only: tuple[str, ...] = ()) -> tuple[FleetState, list[FleetDecision]]:
+    """Place ``jobs`` in arrival order on an empty fleet (every job present at once),
+    on every view or on those named in ``only``."""
+    state = planner.new_state(only)
+    decisions = []
+    for job in sorted(jobs, key=lambda j: j.arrival_s):
+        decision = planner.decide(state, job, explain=explain)
+        decisions.append(decision)
+        if decision.view is not None:
+            state.apply(job, decision)
+    return state, decisions
+
+
+@dataclass(slots=True, frozen=True)
+class Alternative:
+    """One way to run every job on the fleet: its effective $/h and the jobs it cannot serve."""
+
+    name: str
+    kind: str  # fleet | fixed-view | solo-d | co-located | gavel+
+    effective_cost: float
+    misses: tuple[str, ...] = ()
+
+
+def alternatives(planner: FleetPlanner, jobs: list[Job],
+                 improve: Callable[[FleetState], object] | None = None) -> list[Alternative]:
+    """The fleet plan against fixed-type assignments and the no-sharing baselines, all
+    counted as E (effective $/h, module docstring), every job present at once:
+
+    * ``fleet``: ``plan_jobs`` (each job's view chosen), then ``improve(state)`` if given;
+    * ``rollmux on a/b``: the same, confined to one view (a fixed-type assignment);
+    * ``solo-d on a/b``: each job alone on its own nodes of view a/b;
+    * ``co-located on c``: each job alone, both phases on pool c (``rollmux.colocation``);
+    * ``gavel+``: each job alone on its cheapest feasible one of the above.
+    A job that would miss its SLO in an alternative is listed in ``misses`` and not counted.
+    """
+    fleet, profiles = planner.fleet, planner.profiles
+    rows = []
+    for only in [(), *((v.name,) for v in fleet.views())]:
+        state, decisions = plan_jobs(planner, jobs, only=only)
+        if improve is not None:
+            improve(state)
+        rows.append(Alternative(f"rollmux on {only[0]}" if only else "rollmux (fleet)",
+                                "fixed-view" if only else "fleet", state.effective_cost_per_hour(),
+                                tuple(d.job_id for d in decisions if d.view is None)))
+    solo: dict[str, dict[str, float]] = {}  # job -> option name -> E
+    for view in fleet.views():
+        cost, misses = 0.0, []
+        for job in jobs:
+            moved = translate(fleet, profiles, job, view)
+            if moved is None or job.colocate:
+                misses.append(job.job_id)
+                continue
+            e = sum(moved.nodes(side, fleet.gpus_per_node) * view.cluster.node_price(side)
+                    for side in (ROLLOUT, TRAIN)) * speed_factor(job, moved)
+            solo.setdefault(job.job_id, {})[f"solo-d on {view.name}"] = e
+            cost += e
+        rows.append(Alternative(f"solo-d on {view.name}", "solo-d", cost, tuple(misses)))
+    for pool in fleet.pools:
+        name = fleet.colocation_view(pool)
+        if name is None:
+            continue
+        view = next(v for v in fleet.views() if v.name == name)
+        cost, misses = 0.0, []
+        for job in jobs:
+            moved = translate(fleet, profiles, job, view)
+            slow = None if moved is None else colocation.iteration_s(moved, view.cluster) / job.t_solo
+            if slow is None or slow > job.slo * (1 + SLO_EPS):
+                misses.append(job.job_id)
+                continue
+            e = slow * moved.nodes(TRAIN, fleet.gpus_per_node) * view.cluster.node_price(TRAIN)
+            solo.setdefault(job.job_id, {})[f"co-located on {pool.name}"] = e
+            cost += e
+        rows.append(Alternative(f"co-located on {pool.name}", "co-located", cost, tuple(misses)))
+    gavel = sum(min(solo[j.job_id].values()) for j in jobs if j.job_id in solo)
+    rows.append(Alternative("gavel+ (cheapest alone per job)", "gavel+", gavel,
+                            tuple(j.job_id for j in jobs if j.job_id not in solo)))
+    return rows

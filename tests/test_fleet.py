@@ -1,0 +1,353 @@
+"""Fleets of several GPU types: files, phase times per type, the fleet planner, its exact
+optimum (against a brute force), regrouping, the baselines over types and the CLI.
+
+The brute force is the placement-space one (``test_placement_space._block_cost``: every
+partition, node count and pinning, analysed) run in every view on the translated jobs,
+so it shares with the solver only the problem statement and ``fleet.translate``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from partitions import cheapest_partition
+from rollmux.cli import app
+from rollmux.errors import SpecError, TraceFormatError
+from rollmux.exact import solve
+from rollmux.fleet import Fleet, FleetPool, Profiles, fleet_of, load_profiles, roofline_check, translate
+from rollmux.fleet_exact import improve_fleet, solve_fleet
+from rollmux.fleet_file import fleet_from_dict, load_fleet
+from rollmux.fleet_planner import FleetPlanner, alternatives, plan_jobs
+from rollmux.intra import analyze
+from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, Job
+from rollmux.plan_state import PlanState
+from rollmux.planner import FULL_SPACE, PAPER_SPACE, SLO_EPS, Planner
+from rollmux.traces.builtin import load_trace
+from rollmux.traces.format import read_trace
+from test_placement_space import _block_cost
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fleet"
+runner = CliRunner()
+
+
+def _example():
+    fleet = load_fleet(EXAMPLE / "three_types.yaml")
+    return fleet, load_profiles(EXAMPLE / "profiles.csv", fleet), read_trace(EXAMPLE / "jobs.csv")
+
+
+# --- files ---------------------------------------------------------------------------
+def test_the_three_type_file_fills_figures_from_the_table_and_offers_every_pair():
+    fleet, _, _ = _example()
+    assert [p.gpu for p in fleet.pools] == ["H20", "H800", "H200"]
+    h200 = fleet.pool("H200")
+    assert (h200.tflops, h200.tb_per_s, h200.price_per_gpu_hour) == GPU_TYPES["H200"]
+    assert len(fleet.views()) == 9
+    assert {fleet.colocation_view(p) for p in fleet.pools} == {"H20/H20", "H800/H800", "H200/H200"}
+
+
+def test_a_two_pool_cluster_file_is_the_fleet_of_its_two_pools_in_fixed_roles(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("rollout: {gpu: H20, price_per_gpu_hour: 2.0}\ntrain: {gpu: H800}\n")
+    fleet = load_fleet(path)
+    assert [v.name for v in fleet.views()] == ["rollout/train"]
+    assert fleet.reference == ("H20", "H800")
+    assert fleet.views()[0].cluster.node_price(ROLLOUT) == 16.0
+    assert fleet.colocation_view(fleet.pool("train")) == "rollout/train"
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"pools": [{"gpu": "H20"}, {"gpu": "H800", "bogus": 1}]}, "pools[1].bogus"),
+    ({"pools": [{"gpu": "L40S"}]}, "pools[0].tflops"),
+    ({"pools": [{"gpu": "H20", "roles": ["rollout"]}]}, "pools"),
+    ({"pools": [{"gpu": "H20", "roles": ["decode"]}]}, "pools[0].roles"),
+    ({"pools": [{"gpu": "H20"}, {"gpu": "H20"}]}, "pools[1].name"),
+    ({"pools": [{"gpu": "H20", "tb_per_s": -1.0}]}, "pools[0].tb_per_s"),
+    ({"pools": [{"gpu": "H20", "tb_per_s": "4"}]}, "pools[0].tb_per_s"),
+    ({"pools": [{"gpu": "H20"}], "reference": {"rollout": "X1"}}, "reference.rollout"),
+    ({"pools": []}, "pools"),
+])
+def test_a_bad_fleet_file_names_the_field(data, field):
+    with pytest.raises(SpecError) as err:
+        fleet_from_dict(data)
+    assert err.value.field == field
+
+
+def test_a_gpu_type_outside_the_table_is_accepted_with_its_figures():
+    fleet = fleet_from_dict({"pools": [{"gpu": "L40S", "tflops": 362.0, "tb_per_s": 0.864,
+                                        "price_per_gpu_hour": 1.2}, {"gpu": "H800"}]})
+    assert fleet.figures()["L40S"] == (362.0, 0.864)
+
+
+def test_a_two_pool_command_refuses_a_fleet_file_and_says_which_command_plans_it(tmp_path):
+    result = runner.invoke(app, ["plan", "--jobs", str(EXAMPLE / "jobs.csv"),
+                                 "--cluster", str(EXAMPLE / "three_types.yaml")])
+    assert result.exit_code == 2
+    assert "rollmux fleet plan" in result.output
+
+
+@pytest.mark.parametrize("text, field", [
+    ("job,gpu,t_roll_s,t_train_s\n", "header"),
+    ("job_id,gpu,t_roll_s,t_train_s\na,TPU,1,\n", "gpu"),
+    ("job_id,gpu,t_roll_s,t_train_s\na,H200,-3,\n", "t_roll_s"),
+    ("job_id,gpu,t_roll_s,t_train_s\na,H200,1,x\n", "t_train_s"),
+    ("job_id,gpu,t_roll_s,t_train_s\na,H200,1,\na,H200,,2\n", "job_id"),
+    ("job_id,gpu,t_roll_s,t_train_s\na,H200,1\n", "row"),
+])
+def test_a_bad_profile_file_names_the_line_and_field(tmp_path, text, field):
+    fleet, _, _ = _example()
+    path = tmp_path / "p.csv"
+    path.write_text(text)
+    with pytest.raises(TraceFormatError) as err:
+        load_profiles(path, fleet)
+    assert err.value.column == field
+    assert err.value.line == (1 if field == "header" else text.count("\n"))
+
+
+# --- phase times and translation ------------------------------------------------------
+def test_phase_times_come_from_the_profile_then_the_trace_then_the_roofline_rule():
+    fleet, profiles, jobs = _example()
+    long_a = next(j for j in jobs if j.job_id == "long-a")
+    assert profiles.phase_s(fleet, long_a, ROLLOUT, "H200") == (250.0, "profile")
+    assert profiles.phase_s(fleet, long_a, ROLLOUT, "H20") == (620.0, "trace")
+    assert profiles.phase_s(fleet, long_a, TRAIN, "H800") == (140.0, "trace")
+    seconds, source = profiles.phase_s(fleet, long_a, TRAIN, "H200")
+    assert source == "roofline" and seconds == pytest.approx(140.0)  # same TFLOPS as H800
+    seconds, source = profiles.phase_s(fleet, long_a, ROLLOUT, "H800")
+    assert source == "roofline" and seconds == pytest.approx(620.0 * 4.0 / 3.35)
+    seconds, _ = profiles.phase_s(fleet, long_a, TRAIN, "H20")
+    assert seconds == pytest.approx(140.0 * 989.5 / 148.0)
+    measured = dataclasses.replace(long_a, t_roll_colo_s=500.0)
+    assert profiles.phase_s(fleet, measured, ROLLOUT, "H800") == (500.0, "trace")
+
+
+@settings(max_examples=60, deadline=None)
+@given(roll=st.floats(10, 900), train=st.floats(10, 900), slo=st.floats(1.0, 3.0),
+       view=st.integers(0, 8), staleness=st.sampled_from([0, 1]))
+def test_translation_keeps_the_deadline_or_refuses_the_view(roll, train, slo, view, staleness):
+    fleet, profiles, _ = _example()
+    job = Job("j", roll, train, slo=slo, staleness=staleness, duration_s=50_000.0)
+    v = fleet.views()[view]
+    moved = translate(fleet, profiles, job, v)
+    phases = (profiles.phase_s(fleet, job, ROLLOUT, v.rollout.gpu)[0], profiles.phase_s(fleet, job, TRAIN, v.train.gpu)[0])
+    alone = max(phases) if staleness else sum(phases)
+    if alone > slo * job.t_solo:
+        assert moved is None
+        return
+    assert moved.slo * moved.t_solo == pytest.approx(slo * job.t_solo)
+    assert moved.iterations == job.solo_iterations()
+    assert moved.slo >= 1.0
+
+
+def test_a_legacy_fleet_translates_every_job_to_itself():
+    fleet = fleet_of(Cluster())
+    view = fleet.views()[0]
+    jobs, _ = load_trace("production", Cluster())
+    for job in jobs[:50]:
+        moved = translate(fleet, Profiles(), job, view)
+        assert (moved.t_roll_s, moved.t_train_s, moved.slo) == (job.t_roll_s, job.t_train_s, job.slo)
+        assert (moved.t_roll_colo_s, moved.t_train_colo_s) == (job.t_roll_colo_s, job.t_train_colo_s)
+
+
+# --- the planner ------------------------------------------------------------------------
+@pytest.mark.parametrize("space", [PAPER_SPACE, FULL_SPACE])
+def test_on_a_two_pool_fleet_the_fleet_planner_decides_as_the_planner(space):
+    jobs, _ = load_trace("production", Cluster())
+    jobs = sorted(jobs[:60], key=lambda j: j.arrival_s)
+    fleet_state, decisions = plan_jobs(FleetPlanner(fleet_of(Cluster()), space=space), jobs)
+    planner, state = Planner(space=space), PlanState(Cluster())
+    for job, fd in zip(jobs, decisions):
+        d = planner.decide(state, job)
+        assert fd.decision.outcome == d.outcome and fd.decision.placement == d.placement, job.job_id
+        if d.placement is not None:
+            state.apply(job, d.placement)
+    assert fleet_state.cost_per_hour() == pytest.approx(state.cost_per_hour())
+    assert fleet_state.effective_cost_per_hour() == pytest.approx(state.effective_cost_per_hour())
+
+
+def _slos_hold(state) -> None:
+    for name, (view, sub) in state.views.items():
+        for g in sub.groups.values():
+            a = analyze([sub.profile(m, g.colocated) for m in g.members])
+            for m in g.members:
+                original = state.originals[m.job.job_id]
+                # the deadline on the reference types: iter_v <= SLO x T_solo_ref
+                assert a.iteration_s[m.job.job_id] <= original.slo * original.t_solo * (1 + SLO_EPS) + 1e-6, \
+                    (name, m.job.job_id)
+
+
+def test_the_example_puts_each_job_on_the_types_its_profile_favours_and_keeps_every_slo():
+    fleet, profiles, jobs = _example()
+    state, decisions = plan_jobs(FleetPlanner(fleet, profiles), jobs)
+    where = {d.job_id: state.views[d.view][0] for d in decisions}
+    assert all(where[j].rollout.gpu == "H200" for j in ("long-a", "long-b", "long-c"))  # 2.5x faster decode
+    assert all(where[j].train.gpu == "H200" for j in ("big-a", "big-b", "big-c"))  # no recomputation
+    assert all(where[j].rollout.gpu == "H20" for j in ("short-a", "short-b", "short-c", "short-d"))  # roofline
+    _slos_hold(state)
+
+
+def test_a_bounded_pool_is_shared_by_every_view_that_uses_it():
+    fleet, profiles, jobs = _example()
+    pools = tuple(dataclasses.replace(p, nodes=1) if p.gpu == "H200" else p for p in fleet.pools)
+    bounded = dataclasses.replace(fleet, pools=pools)
+    state, decisions = plan_jobs(FleetPlanner(bounded, profiles), jobs)
+    assert state.nodes_in_use("H200") <= 1
+    assert all(d.view is not None for d in decisions)  # the rest found other types
+    assert any("inventory" in v.reason for d in decisions for v in d.verdicts)
+
+
+# --- the exact optimum and regrouping ----------------------------------------------------
+def _small_fleet(rng: random.Random) -> Fleet:
+    h200 = GPU_TYPES["H200"]
+    return Fleet((FleetPool("H20", "H20", 1.85, 148.0, 4.0, 1024.0, roles=(ROLLOUT,)),
+                  FleetPool("H800", "H800", 5.28, 989.5, 3.35, 1024.0),
+                  FleetPool("H200", "H200", h200[2], h200[0], h200[1], 1024.0, roles=(TRAIN,))),
+                 max_group_size=rng.choice([2, 3]))
+
+
+def _random_jobs(rng: random.Random, n: int) -> tuple[list[Job], Profiles]:
+    jobs, table = [], {}
+    for i in range(n):
+        jobs.append(Job(f"j{i}", float(rng.randint(30, 300)), float(rng.randint(30, 300)),
+                        8, rng.choice([8, 8, 16]), mem_roll_gb=rng.choice([100.0, 400.0]),
+                        mem_train_gb=rng.choice([100.0, 400.0]), slo=round(rng.uniform(1.0, 2.2), 3),
+                        model="7B", arrival_s=float(i)))
+        if rng.random() < 0.5:
+            table[(f"j{i}", "H200")] = (None, round(jobs[-1].t_train_s * rng.uniform(0.4, 1.1), 1))
+    return jobs, Profiles(table)
+
+
+def _fleet_brute_force(fleet: Fleet, profiles: Profiles, jobs: list[Job], space) -> float:
+    colocating = {fleet.colocation_view(p) for p in fleet.pools}
+
+    def block(members: list[Job]) -> float:
+        best = float("inf")
+        for view in fleet.views():
+            moved = [translate(fleet, profiles, j, view) for j in members]
+            if any(m is None for m in moved):
+                continue
+            sigma = sum(m.t_solo / j.t_solo for j, m in zip(members, moved)) / len(members)
+            here = dataclasses.replace(space, colocation=space.colocation and view.name in colocating)
+            best = min(best, sigma * _block_cost(view.cluster, moved, here))
+        return best
+
+    return cheapest_partition(sorted(jobs, key=lambda j: j.arrival_s), block, key=lambda j: j.job_id)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 3), full=st.booleans())
+def test_the_fleet_optimum_matches_a_brute_force_over_views_and_partitions(seed, n, full):
+    rng = random.Random(seed)
+    fleet = _small_fleet(rng)
+    jobs, profiles = _random_jobs(rng, n)
+    space = FULL_SPACE if full else PAPER_SPACE
+    solution = solve_fleet(fleet, jobs, profiles, space, robust=True)
+    assert solution.objective == pytest.approx(_fleet_brute_force(fleet, profiles, jobs, space), rel=1e-9)
+    assert solution.state.effective_cost_per_hour() == pytest.approx(solution.objective, rel=1e-9)
+    _slos_hold(solution.state)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(3, 5))
+def test_the_fleet_planner_and_its_regrouping_never_beat_the_optimum_and_regrouping_never_costs(seed, n):
+    rng = random.Random(seed)
+    fleet = _small_fleet(rng)
+    jobs, profiles = _random_jobs(rng, n)
+    optimum = solve_fleet(fleet, jobs, profiles, PAPER_SPACE).objective
+    state, _ = plan_jobs(FleetPlanner(fleet, profiles), jobs)
+    greedy = state.effective_cost_per_hour()
+    result = improve_fleet(state, PAPER_SPACE)
+    assert optimum <= result.cost_after * (1 + 1e-9) <= greedy * (1 + 1e-9) + 1e-9
+    assert state.effective_cost_per_hour() == pytest.approx(result.cost_after)
+    assert sorted(state.originals) == sorted(j.job_id for j in jobs)
+    _slos_hold(state)
+
+
+def test_on_a_two_pool_fleet_the_optimum_is_the_exact_solver_s():
+    jobs, _ = load_trace("production", Cluster())
+    for space in (PAPER_SPACE, FULL_SPACE):
+        ours = solve_fleet(fleet_of(Cluster()), jobs[:7], space=space).objective
+        assert ours == pytest.approx(solve(Cluster(), jobs[:7], space=space).objective, rel=1e-12)
+
+
+def test_confined_to_one_view_the_optimum_is_never_cheaper_than_on_the_whole_fleet():
+    fleet, profiles, jobs = _example()
+    whole = solve_fleet(fleet, jobs[:6], profiles).objective
+    for view in ("H20/H800", "H200/H200"):
+        assert solve_fleet(fleet, jobs[:6], profiles, only=(view,)).objective >= whole * (1 - 1e-12)
+
+
+# --- baselines and the savings ------------------------------------------------------------
+def test_the_fleet_plan_beats_every_fixed_type_assignment_and_every_baseline_on_the_example():
+    fleet, profiles, jobs = _example()
+    planner = FleetPlanner(fleet, profiles)
+    rows = alternatives(planner, jobs, lambda s: improve_fleet(s))
+    ours = rows[0]
+    assert ours.kind == "fleet" and not ours.misses
+    others = [r for r in rows[1:] if not r.misses]
+    assert {r.kind for r in others} == {"fixed-view", "solo-d", "co-located", "gavel+"}
+    assert all(ours.effective_cost < r.effective_cost for r in others)
+    best_fixed = min(r.effective_cost for r in others if r.kind == "fixed-view")
+    assert ours.effective_cost < 0.95 * best_fixed  # the type choice is worth more than noise here
+    # H20 cannot train any of these jobs within its SLO (6.7x fewer TFLOPS than H800)
+    assert all(len(r.misses) == len(jobs) for r in rows if r.name.endswith("/H20") or r.name.endswith("on H20"))
+
+
+def test_gavel_takes_each_job_s_cheapest_feasible_alone_option():
+    fleet, profiles, jobs = _example()
+    rows = alternatives(FleetPlanner(fleet, profiles), jobs)
+    alone = [r for r in rows if r.kind in ("solo-d", "co-located")]
+    gavel = next(r for r in rows if r.kind == "gavel+")
+    assert gavel.effective_cost <= min(r.effective_cost for r in alone if not r.misses) + 1e-9
+
+
+# --- the roofline rule against the production trace -------------------------------------------
+def test_the_roofline_check_reports_the_trace_s_own_errors():
+    jobs, _ = load_trace("production", None)
+    check = roofline_check(jobs, fleet_of(Cluster()), ROLLOUT)
+    errors = [j.t_roll_s * 4.0 / 3.35 / j.t_roll_colo_s - 1 for j in jobs]
+    assert check.rows == 200
+    assert check.worst == pytest.approx(max(errors, key=abs))
+    assert check.mean_abs == pytest.approx(sum(abs(e) for e in errors) / len(errors))
+    assert check.by_model["7B_8k"] == pytest.approx(0.0, abs=0.01)
+    with pytest.raises(SpecError):
+        roofline_check([Job("x", 1.0, 1.0)], fleet_of(Cluster()), TRAIN)
+
+
+# --- the command ----------------------------------------------------------------------------------
+def test_fleet_plan_prints_the_type_choices_and_the_saving_and_writes_json(tmp_path):
+    out = tmp_path / "plan.json"
+    result = runner.invoke(app, ["fleet", "plan", "--jobs", str(EXAMPLE / "jobs.csv"),
+                                 "--cluster", str(EXAMPLE / "three_types.yaml"),
+                                 "--profiles", str(EXAMPLE / "profiles.csv"), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "best fixed-type assignment" in result.output and "% less" in result.output
+    data = json.loads(out.read_text())
+    gpus = {j: (g["rollout_gpu"], g["train_gpu"]) for g in data["groups"] for j in g["jobs"]}
+    assert gpus["long-a"][0] == "H200" and gpus["big-a"][1] == "H200"
+    assert data["effective_cost_per_hour"] < min(a["effective_cost_per_hour"] for a in data["alternatives"]
+                                                 if a["kind"] == "fixed-view" and not a["misses"])
+    assert sorted(j for g in data["groups"] for j in g["jobs"]) == sorted(j.job_id for j in read_trace(
+        EXAMPLE / "jobs.csv"))
+
+
+def test_fleet_plan_names_a_bad_field_and_changes_nothing(tmp_path):
+    bad = tmp_path / "f.yaml"
+    bad.write_text("pools:\n  - {gpu: H20}\n  - {gpu: H800, tb_per_s: fast}\n")
+    out = tmp_path / "plan.json"
+    result = runner.invoke(app, ["fleet", "plan", "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster", str(bad),
+                                 "--json", str(out)])
+    assert result.exit_code == 2 and "pools[1].tb_per_s" in result.output
+    assert not out.exists()
+
+
+def test_fleet_roofline_prints_the_error_per_model():
+    result = runner.invoke(app, ["fleet", "roofline"])
+    assert result.exit_code == 0, result.output
+    assert "8B_32k" in result.output and "median |error|" in result.output
