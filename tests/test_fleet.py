@@ -19,16 +19,19 @@ from typer.testing import CliRunner
 
 from partitions import cheapest_partition
 from rollmux.cli import app
-from rollmux.errors import SpecError, TraceFormatError
+from rollmux.errors import CapacityError, SpecError, TraceFormatError
 from rollmux.exact import solve
 from rollmux.fleet import Fleet, FleetPool, Profiles, fleet_of, load_profiles, roofline_check, translate
 from rollmux.fleet_exact import improve_fleet, solve_fleet
 from rollmux.fleet_file import fleet_from_dict, load_fleet
-from rollmux.fleet_planner import FleetPlanner, alternatives, plan_jobs
+from rollmux.fleet_planner import FleetPlanner, alone_options, alternatives, plan_jobs
 from rollmux.intra import analyze
 from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
 from rollmux.planner import FULL_SPACE, PAPER_SPACE, SLO_EPS, Planner
+from rollmux.policies import make_policy
+from rollmux.policies.fleet import FleetAlone, FleetRollMux, fleet_policies
+from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
 from rollmux.traces.format import read_trace
 from test_placement_space import _block_cost
@@ -156,6 +159,16 @@ def test_a_legacy_fleet_translates_every_job_to_itself():
 
 
 # --- the planner ------------------------------------------------------------------------
+def _unprefixed(placement):
+    """A fleet placement with its view's prefix taken off every id."""
+    if placement is None:
+        return None
+    strip = (lambda ids: tuple(i.split(":", 1)[1] for i in ids))
+    return dataclasses.replace(placement, group_id=placement.group_id and placement.group_id.split(":", 1)[1],
+                               rollout_nodes=strip(placement.rollout_nodes), train_nodes=strip(placement.train_nodes),
+                               new_rollout=strip(placement.new_rollout), new_train=strip(placement.new_train))
+
+
 @pytest.mark.parametrize("space", [PAPER_SPACE, FULL_SPACE])
 def test_on_a_two_pool_fleet_the_fleet_planner_decides_as_the_planner(space):
     jobs, _ = load_trace("production", Cluster())
@@ -164,7 +177,7 @@ def test_on_a_two_pool_fleet_the_fleet_planner_decides_as_the_planner(space):
     planner, state = Planner(space=space), PlanState(Cluster())
     for job, fd in zip(jobs, decisions):
         d = planner.decide(state, job)
-        assert fd.decision.outcome == d.outcome and fd.decision.placement == d.placement, job.job_id
+        assert fd.decision.outcome == d.outcome and _unprefixed(fd.decision.placement) == d.placement, job.job_id
         if d.placement is not None:
             state.apply(job, d.placement)
     assert fleet_state.cost_per_hour() == pytest.approx(state.cost_per_hour())
@@ -351,3 +364,64 @@ def test_fleet_roofline_prints_the_error_per_model():
     result = runner.invoke(app, ["fleet", "roofline"])
     assert result.exit_code == 0, result.output
     assert "8B_32k" in result.output and "median |error|" in result.output
+
+
+# --- the simulator on a fleet ------------------------------------------------------------------
+@pytest.mark.parametrize("space, policy", [(PAPER_SPACE, "rollmux"), (FULL_SPACE, "rollmux-full")])
+def test_on_a_two_pool_fleet_the_simulator_replays_exactly_as_on_the_cluster(space, policy):
+    jobs, _ = load_trace("production", Cluster())
+    fleet = fleet_of(Cluster())
+    ours = simulate(jobs, fleet.views()[0].cluster, FleetRollMux(fleet, Profiles(), space))
+    theirs = simulate(jobs, Cluster(), make_policy(policy))
+    assert ours.total_cost == pytest.approx(theirs.total_cost, rel=1e-12)
+    assert ours.slo_attainment == theirs.slo_attainment
+    assert [j.slowdown for j in ours.jobs] == pytest.approx([j.slowdown for j in theirs.jobs], rel=1e-12)
+
+
+def test_on_the_example_fleet_rollmux_is_the_cheapest_replay_at_every_slo():
+    fleet, profiles, jobs = _example()
+    results = []
+    for policy in fleet_policies(fleet, profiles, FULL_SPACE):
+        try:
+            results.append(simulate(jobs, fleet.views()[0].cluster, policy))
+        except CapacityError:
+            assert policy.name.endswith("/H20")  # nothing trains on H20 within an SLO
+    ours = results[0]
+    assert ours.policy == "rollmux" and ours.slo_attainment == 1.0 and not ours.rejected
+    served = [r for r in results[1:] if r.slo_attainment == 1.0]
+    assert {r.policy for r in served} >= {"gavel+", "co-located on H200", "rollmux on H20/H800"}
+    assert all(ours.total_cost < r.total_cost for r in results[1:])
+    # a phase runs for its time on its group's types: the slowest types make the longest runs
+    slow = next(r for r in results if r.policy == "solo-d on H20/H20")
+    assert slow.slo_attainment == 0.0 and slow.span_s > 4 * ours.span_s
+
+
+def test_gavel_over_types_runs_each_job_on_its_cheapest_option_that_meets_its_slo():
+    fleet, profiles, jobs = _example()
+    result = simulate(jobs, fleet.views()[0].cluster, FleetAlone(fleet, profiles, "gavel+", gavel=True))
+    assert result.slo_attainment == 1.0
+    for job in jobs:
+        options = [o for o in alone_options(fleet, profiles, job) if o.feasible]
+        best = min(options, key=lambda o: o.effective_cost)
+        placed = next(j for j in result.jobs if j.job_id == job.job_id)
+        assert placed.group_id.split(":", 1)[0] == best.view, job.job_id
+
+
+def test_fleet_simulate_prints_every_policy_and_writes_json(tmp_path):
+    out = tmp_path / "sim.json"
+    result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"),
+                                 "--cluster", str(EXAMPLE / "three_types.yaml"),
+                                 "--profiles", str(EXAMPLE / "profiles.csv"), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "gavel+" in result.output and "serve no job" in result.output
+    data = json.loads(out.read_text())
+    ours = data["policies"]["rollmux"]
+    assert ours["slo_attainment"] == 1.0
+    assert all(ours["total_cost"] < p["total_cost"] for name, p in data["policies"].items() if name != "rollmux")
+
+
+def test_fleet_simulate_refuses_bounded_pools(tmp_path):
+    bounded = tmp_path / "f.yaml"
+    bounded.write_text("pools:\n  - {gpu: H20}\n  - {gpu: H800, nodes: 2}\n")
+    result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster", str(bounded)])
+    assert result.exit_code == 2 and "bounded" in result.output

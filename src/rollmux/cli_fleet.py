@@ -1,9 +1,10 @@
-"""``rollmux fleet``: plan on a fleet of several GPU types, and check the roofline rule.
+"""``rollmux fleet``: plan and simulate on a fleet of several GPU types, and check the roofline rule.
 
 ``fleet plan`` places a trace's jobs (all present at once) on the fleet's views, improves
 the plan by regrouping, and compares it, as effective $/h (``rollmux.fleet_planner``),
 with every fixed-type assignment and the no-sharing baselines; ``--optimal`` adds the
-exact optimum (up to about 10 jobs). ``fleet roofline`` reports how far the roofline
+exact optimum (up to about 10 jobs). ``fleet simulate`` replays a trace on the fleet
+under RollMux and every baseline over types (``rollmux.policies.fleet``). ``fleet roofline`` reports how far the roofline
 rule of ``rollmux.fleet`` is from a trace's own co-located timings.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rollmux.cli_choices import SPACES, SpaceName
+from rollmux.cli_choices import SPACES, DurationModel, SpaceName
 from rollmux.errors import RollMuxError
 
 fleet_app = typer.Typer(no_args_is_help=True, help="Plan on a fleet of several GPU types (docs/fleet.md).")
@@ -166,6 +167,85 @@ def _alternatives_table(rows, fleet_cost: float, best_fixed, optimum) -> Table:
                       str(len(r.misses)) if r.misses else "0")
     table.caption = "a plan that cannot serve some job (too slow for its SLO on those types) counts only the rest"
     return table
+
+
+@fleet_app.command("simulate")
+def simulate(
+    jobs: str = typer.Option(..., "--jobs", help="Job-trace CSV or a builtin trace, replayed in virtual time."),
+    cluster: Optional[Path] = FLEET_OPTION,
+    profiles: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, readable=True,
+                                            help="Profile CSV (job_id,gpu,t_roll_s,t_train_s)."),
+    space: SpaceName = typer.Option("full", help="Placement space of RollMux inside each view (full: also "
+                                                 "training scaling and co-location, which the baselines use)."),
+    duration_model: DurationModel = typer.Option("worst", help="Phase durations: worst (the profiles), or drawn."),
+    seed: int = typer.Option(0, help="Seed of drawn durations."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every policy's summary as JSON here."),
+) -> None:
+    """Replay a trace on the fleet under RollMux (each job's types chosen), RollMux on each
+    fixed pair of types, solo-d on each pair, co-located on each type, and Gavel+ over
+    types; compare what each run cost and the SLOs it kept."""
+    from rollmux.errors import CapacityError
+    from rollmux.fleet import load_profiles
+    from rollmux.fleet_file import load_fleet
+    from rollmux.policies.fleet import fleet_policies
+    from rollmux.report.paths import check_writable
+    from rollmux.report.progress import progress_reporter
+    from rollmux.sim.engine import simulate as run
+    from rollmux.traces.builtin import load_trace
+
+    try:
+        if json_path is not None:
+            check_writable(json_path, "--json")
+        fleet = load_fleet(cluster)
+        bounded = [p.name for p in fleet.pools if p.nodes is not None]
+        if bounded:
+            raise RollMuxError(f"--cluster: pools {bounded} are bounded; fleet simulate replays unbounded "
+                               "(pay-per-use) pools only")
+        measured = load_profiles(profiles, fleet) if profiles is not None else None
+        trace, _ = load_trace(jobs, None)
+        policies = fleet_policies(fleet, measured, SPACES[space.value])
+    except (RollMuxError, OSError, ValueError) as err:
+        _fail(err)
+    if not trace:
+        _fail(RollMuxError(f"--jobs {jobs}: the trace holds no jobs"))
+    results, none = [], []
+    for policy in policies:
+        with progress_reporter(console, policy.name, len(trace)) as update:
+            try:
+                results.append(run(trace, fleet.views()[0].cluster, policy, duration_model.value, seed,
+                                   progress=update))
+            except CapacityError:
+                none.append(policy.name)
+    ours = results[0]
+    table = Table(title=f"{len(trace)} jobs on {len(fleet.pools)} GPU types, {duration_model.value} durations")
+    for column in ("policy", "total $", "x rollmux", "$/h", "SLO met", "never ran", "span h"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for r in results:
+        table.add_row(escape(r.policy), f"{r.total_cost:,.0f}", f"{r.total_cost / ours.total_cost:.3f}",
+                      f"{r.cost_per_hour:,.2f}", f"{100 * r.slo_attainment:.1f}%", str(len(r.rejected)),
+                      f"{r.span_s / 3600:.1f}")
+    table.caption = ("total $ is the whole replay (the same work for every policy); a job too slow for its SLO on a "
+                     "policy's types still runs there and misses it")
+    console.print(table)
+    if none:
+        console.print(f"serve no job (too slow for every SLO on those types): {escape(', '.join(none))}",
+                      highlight=False)
+    cheaper = [r for r in results[1:] if r.total_cost < ours.total_cost and r.slo_attainment >= ours.slo_attainment]
+    if cheaper:
+        console.print(f"[yellow]cheaper than rollmux at no fewer SLOs: {escape(', '.join(r.policy for r in cheaper))}"
+                      "[/yellow]")
+    if json_path is not None:
+        import json
+
+        payload = {"space": space.value, "duration_model": duration_model.value, "seed": seed,
+                   "policies": {r.policy: {k: v for k, v in r.summary().items() if k != "jobs"} for r in results},
+                   "serve_no_job": none}
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(payload, indent=1))
+        except OSError as err:
+            _fail(RollMuxError(f"--json {json_path}: {err.strerror or err}"))
+        console.print(f"wrote {escape(str(json_path))}")
 
 
 @fleet_app.command("roofline")

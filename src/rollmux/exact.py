@@ -421,21 +421,23 @@ def _take(classes: list[list[int]], need: int) -> Iterator[tuple[int, ...]]:
             yield tuple(head[:c]) + rest
 
 
-def placements_of(cluster: Cluster, ordered: list[Job], blocks: list[tuple[int, Fit]]) -> list[tuple[Job, Placement]]:
-    """Placements that rebuild the chosen groups in a fresh, unbounded ``PlanState``.
+def placements_of(cluster: Cluster, ordered: list[Job], blocks: list[tuple[int, Fit]],
+                  prefix: str = "") -> list[tuple[Job, Placement]]:
+    """Placements that rebuild the chosen groups in a fresh, unbounded ``PlanState`` (of
+    that ``prefix``).
 
     Local node index x of pool p in a group gets the next global id the state would mint
     (``R<m>``/``T<m>``) when a member first uses it; that member's placement lists it as new.
     """
     minted = {ROLLOUT: 0, TRAIN: 0}
-    prefix = {ROLLOUT: "R", TRAIN: "T"}
+    node_prefix = {ROLLOUT: f"{prefix}R", TRAIN: f"{prefix}T"}
     out: list[tuple[Job, Placement]] = []
     for number, (mask, fit) in enumerate(blocks):
         names: dict[str, dict[int, str]] = {ROLLOUT: {}, TRAIN: {}}
         members = [ordered[i] for i in range(len(ordered)) if mask >> i & 1]
         group_id = None  # the first member opens the group; PlanState names it g<number>
         if fit.colocated:
-            ids_t = tuple(f"{prefix[TRAIN]}{minted[TRAIN] + x}" for x in range(fit.train))
+            ids_t = tuple(f"{node_prefix[TRAIN]}{minted[TRAIN] + x}" for x in range(fit.train))
             minted[TRAIN] += fit.train
             out.append((members[0], Placement.colocated_on(ids_t)))
             continue
@@ -446,11 +448,11 @@ def placements_of(cluster: Cluster, ordered: list[Job], blocks: list[tuple[int, 
                 fresh = []
                 for x in idx:
                     if x not in names[pool]:
-                        names[pool][x] = f"{prefix[pool]}{minted[pool]}"
+                        names[pool][x] = f"{node_prefix[pool]}{minted[pool]}"
                         minted[pool] += 1
                         fresh.append(names[pool][x])
                 ids[pool] = tuple(names[pool][x] for x in idx)
                 new[pool] = tuple(fresh)
             out.append((job, Placement(group_id, ids[ROLLOUT], ids[TRAIN], new[ROLLOUT], new[TRAIN])))
-            group_id = f"g{number}"
+            group_id = f"{prefix}g{number}"
     return out

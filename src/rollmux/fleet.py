@@ -119,8 +119,9 @@ class Fleet:
         seen: set[str] = set()
         for i, pool in enumerate(self.pools):
             pool.validate(f"pools[{i}]")
-            if not pool.name or pool.name in seen or "/" in pool.name:
-                raise SpecError(f"pools[{i}].name", pool.name, "a non-empty name without '/', unique in the fleet")
+            if not pool.name or pool.name in seen or "/" in pool.name or ":" in pool.name:
+                raise SpecError(f"pools[{i}].name", pool.name, "a non-empty name without '/' or ':', unique in the "
+                                "fleet")
             seen.add(pool.name)
         for side, gpu in zip(ROLES, self.reference):
             if gpu not in self.figures():
@@ -198,13 +199,14 @@ class Profiles:
         return self.phase_s(fleet, job, TRAIN, gpu)[0]
 
 
-def translate(fleet: Fleet, profiles: Profiles, job: Job, view: View) -> Job | None:
+def translate(fleet: Fleet, profiles: Profiles, job: Job, view: View, strict: bool = True) -> Job | None:
     """``job`` as the planner of ``view`` sees it (module contract), or None when even
     alone on the view's types it would miss its SLO (slo_v < 1). A job that only runs
     co-located keeps its profile (measured co-located on the reference training type)
-    and is offered only on a pool of that type."""
+    and is offered only on a pool of that type. With ``strict=False`` there is no None:
+    the job as it runs there, slo_v < 1 included (a baseline that puts it there anyway)."""
     if job.colocate:
-        if view.train.gpu != fleet.reference[1] or view.name != fleet.colocation_view(view.train):
+        if strict and (view.train.gpu != fleet.reference[1] or view.name != fleet.colocation_view(view.train)):
             return None
         return dataclasses.replace(job, iterations=job.solo_iterations(), duration_s=None)
     t_roll = profiles.phase_s(fleet, job, ROLLOUT, view.rollout.gpu)[0]
@@ -215,7 +217,7 @@ def translate(fleet: Fleet, profiles: Profiles, job: Job, view: View) -> Job | N
         t_train_colo_s=profiles.colocated_train_s(fleet, job, view.train.gpu),
         iterations=job.solo_iterations(), duration_s=None)
     slo = job.slo if moved.t_solo == job.t_solo else job.slo * job.t_solo / moved.t_solo
-    if slo < 1.0:
+    if slo < 1.0 and strict:
         return None
     return dataclasses.replace(moved, slo=slo)
 

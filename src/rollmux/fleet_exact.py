@@ -95,11 +95,8 @@ def solve_fleet(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles | None = N
         if not mine:
             continue
         translated = [m if m is not None else ordered[i] for i, m in enumerate(moved[view.name])]
-        for job, placement in placements_of(view.cluster, translated, [(b, fits[b]) for b in mine]):
-            state.views[view.name][1].apply(job, placement)
-            original = next(o for o in ordered if o.job_id == job.job_id)
-            state.originals[job.job_id] = original
-            state.job_view[job.job_id] = view.name
+        for job, placement in placements_of(view.cluster, translated, [(b, fits[b]) for b in mine], f"{view.name}:"):
+            state.apply(next(o for o in ordered if o.job_id == job.job_id), placement)
     stats = ExactStats(len(ordered), counter.searched, counter.skipped, counter.analyze_calls,
                        time.perf_counter() - start)
     return FleetSolution(state.cost_per_hour(), objective, state, stats)

@@ -39,13 +39,15 @@ regrouping (``rollmux.improve``) and the simulator run on two-pool clusters only
 from __future__ import annotations
 
 import statistics
+from collections import ChainMap
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from rollmux import colocation
 from rollmux.fleet import Fleet, Profiles, View, speed_factor, translate
 from rollmux.model import ROLLOUT, TRAIN, Group, Job
-from rollmux.plan_state import PlanState
+from rollmux.intra import GroupAnalysis
+from rollmux.plan_state import Placement, PlanState, Release
 from rollmux.planner import COLOCATE, OUTCOME, PAPER_SPACE, SLO_EPS, Decision, Planner, Space
 
 _COST_TOL = 1e-9
@@ -89,7 +91,15 @@ class FleetDecision:
 
 @dataclass(slots=True)
 class FleetState:
-    """The plan on a fleet: one ``PlanState`` per view, the original jobs and where they are."""
+    """The plan on a fleet: one ``PlanState`` per view (ids prefixed ``<view>:``), the
+    original jobs and where they are.
+
+    It also reads like one ``PlanState`` to the simulator (``rollmux.sim.engine``):
+    ``groups`` and ``job_group`` span every view (live), ``apply`` takes a placement whose
+    ids name its view, ``release``, ``analysis``, ``cost_per_hour`` and ``gpus_in_use``
+    (per role) are the views' together. Group members hold the translated jobs, so a
+    phase takes its time on the group's types.
+    """
 
     fleet: Fleet
     profiles: Profiles = field(default_factory=Profiles)
@@ -97,10 +107,14 @@ class FleetState:
     views: dict[str, tuple[View, PlanState]] = field(default_factory=dict)
     originals: dict[str, Job] = field(default_factory=dict)
     job_view: dict[str, str] = field(default_factory=dict)
+    groups: ChainMap = field(init=False)
+    job_group: ChainMap = field(init=False)
 
     def __post_init__(self) -> None:
-        self.views = {v.name: (v, PlanState(v.cluster)) for v in self.fleet.views()
+        self.views = {v.name: (v, PlanState(v.cluster, prefix=f"{v.name}:")) for v in self.fleet.views()
                       if not self.only or v.name in self.only}
+        self.groups = ChainMap(*(state.groups for _, state in self.views.values()))
+        self.job_group = ChainMap(*(state.job_group for _, state in self.views.values()))
 
     def sigma(self, view: str, group: Group) -> float:
         """sigma(G) of the module docstring."""
@@ -124,22 +138,33 @@ class FleetState:
         return sum(state.nodes_in_use(side) for view, state in self.views.values()
                    for side in (ROLLOUT, TRAIN) if view.pool_of(side).name == pool)
 
-    def apply(self, job: Job, decision: FleetDecision) -> str:
-        """Carry out ``decision`` for ``job`` (the original, untranslated job); returns its group id."""
-        if decision.view is None or decision.decision is None or decision.decision.placement is None:
-            raise ValueError(f"job {job.job_id!r}: decision {decision.outcome!r} places nothing")
-        view, state = self.views[decision.view]
-        moved = translate(self.fleet, self.profiles, job, view)
-        gid = state.apply(moved, decision.decision.placement)
+    def gpus_in_use(self, side: str) -> int:
+        """GPUs held in the ``side`` role (rollout or train), over every view."""
+        return sum(state.gpus_in_use(side) for _, state in self.views.values())
+
+    def view_of(self, placement: Placement) -> str:
+        """The view a placement's ids name (its group's, or its first node's)."""
+        first = placement.group_id or (placement.train_nodes or placement.rollout_nodes)[0]
+        return first.split(":", 1)[0]
+
+    def analysis(self, group_id: str) -> GroupAnalysis:
+        return self.views[group_id.split(":", 1)[0]][1].analysis(group_id)
+
+    def apply(self, job: Job, placement: Placement) -> str:
+        """Pin ``job`` (the original, untranslated job) as ``placement`` says, in the view
+        its ids name, as that view's translation; returns its group id."""
+        name = self.view_of(placement)
+        view, state = self.views[name]
+        gid = state.apply(translate(self.fleet, self.profiles, job, view, strict=False), placement)
         self.originals[job.job_id] = job
-        self.job_view[job.job_id] = decision.view
+        self.job_view[job.job_id] = name
         return gid
 
-    def release(self, job_id: str) -> None:
+    def release(self, job_id: str) -> Release:
         """Unpin a departing job from its view."""
         view = self.job_view.pop(job_id)
-        self.views[view][1].release(job_id)
         del self.originals[job_id]
+        return self.views[view][1].release(job_id)
 
 
 class FleetPlanner:
@@ -258,7 +283,7 @@ def plan_jobs(planner: FleetPlanner, jobs: list[Job], explain: bool = False,
         decision = planner.decide(state, job, explain=explain)
         decisions.append(decision)
         if decision.view is not None:
-            state.apply(job, decision)
+            state.apply(job, decision.decision.placement)
     return state, decisions
 
 
@@ -293,36 +318,52 @@ def alternatives(planner: FleetPlanner, jobs: list[Job],
         rows.append(Alternative(f"rollmux on {only[0]}" if only else "rollmux (fleet)",
                                 "fixed-view" if only else "fleet", state.effective_cost_per_hour(),
                                 tuple(d.job_id for d in decisions if d.view is None)))
-    solo: dict[str, dict[str, float]] = {}  # job -> option name -> E
-    for view in fleet.views():
-        cost, misses = 0.0, []
-        for job in jobs:
-            moved = translate(fleet, profiles, job, view)
-            if moved is None or job.colocate:
-                misses.append(job.job_id)
-                continue
-            e = sum(moved.nodes(side, fleet.gpus_per_node) * view.cluster.node_price(side)
-                    for side in (ROLLOUT, TRAIN)) * speed_factor(job, moved)
-            solo.setdefault(job.job_id, {})[f"solo-d on {view.name}"] = e
-            cost += e
-        rows.append(Alternative(f"solo-d on {view.name}", "solo-d", cost, tuple(misses)))
+    options = {j.job_id: alone_options(fleet, profiles, j) for j in jobs}
+    for name, kind in [(o.name, o.kind) for o in options[jobs[0].job_id]] if jobs else []:
+        mine = [next(o for o in options[j.job_id] if o.name == name) for j in jobs]
+        rows.append(Alternative(name, kind, sum(o.effective_cost for o in mine if o.feasible),
+                                tuple(j.job_id for j, o in zip(jobs, mine) if not o.feasible)))
+    feasible = {j.job_id: [o.effective_cost for o in options[j.job_id] if o.feasible] for j in jobs}
+    rows.append(Alternative("gavel+ (cheapest alone per job)", "gavel+",
+                            sum(min(v) for v in feasible.values() if v),
+                            tuple(j for j, v in feasible.items() if not v)))
+    return rows
+
+
+@dataclass(slots=True, frozen=True)
+class AloneOption:
+    """One way to run a job alone on the fleet: solo-d on a view, or co-located on a pool
+    (in that pool's ``Fleet.colocation_view``), its E and whether it meets the SLO there."""
+
+    name: str
+    kind: str  # solo-d | co-located
+    view: str
+    effective_cost: float
+    feasible: bool
+
+
+def alone_options(fleet: Fleet, profiles: Profiles, job: Job) -> list[AloneOption]:
+    """Every alone option for ``job``: solo-d on each view (E = its nodes' $/h x its speed
+    factor; feasible when the view's translation keeps the SLO), then co-located on each
+    pool that trains (E = its training nodes' $/h x iteration / T_solo_ref; feasible when
+    that ratio is within the SLO). A job that only runs co-located is never solo-d."""
+    out = []
+    views = {v.name: v for v in fleet.views()}
+    for view in views.values():
+        moved = translate(fleet, profiles, job, view, strict=False)
+        e = sum(moved.nodes(side, fleet.gpus_per_node) * view.cluster.node_price(side)
+                for side in (ROLLOUT, TRAIN)) * speed_factor(job, moved)
+        out.append(AloneOption(f"solo-d on {view.name}", "solo-d", view.name, e,
+                               not job.colocate and translate(fleet, profiles, job, view) is not None))
     for pool in fleet.pools:
         name = fleet.colocation_view(pool)
         if name is None:
             continue
-        view = next(v for v in fleet.views() if v.name == name)
-        cost, misses = 0.0, []
-        for job in jobs:
-            moved = translate(fleet, profiles, job, view)
-            slow = None if moved is None else colocation.iteration_s(moved, view.cluster) / job.t_solo
-            if slow is None or slow > job.slo * (1 + SLO_EPS):
-                misses.append(job.job_id)
-                continue
-            e = slow * moved.nodes(TRAIN, fleet.gpus_per_node) * view.cluster.node_price(TRAIN)
-            solo.setdefault(job.job_id, {})[f"co-located on {pool.name}"] = e
-            cost += e
-        rows.append(Alternative(f"co-located on {pool.name}", "co-located", cost, tuple(misses)))
-    gavel = sum(min(solo[j.job_id].values()) for j in jobs if j.job_id in solo)
-    rows.append(Alternative("gavel+ (cheapest alone per job)", "gavel+", gavel,
-                            tuple(j.job_id for j in jobs if j.job_id not in solo)))
-    return rows
+        moved = translate(fleet, profiles, job, views[name], strict=False)
+        slow = colocation.iteration_s(moved, views[name].cluster) / job.t_solo
+        fits = colocation.node_mem_gb(moved) <= pool.host_mem_gb
+        out.append(AloneOption(f"co-located on {pool.name}", "co-located", name,
+                               slow * moved.nodes(TRAIN, fleet.gpus_per_node) * views[name].cluster.node_price(TRAIN),
+                               fits and slow <= job.slo * (1 + SLO_EPS)
+                               and (not job.colocate or translate(fleet, profiles, job, views[name]) is not None)))
+    return out

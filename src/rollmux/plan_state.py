@@ -4,6 +4,8 @@ A ``PlanState`` changes only through ``apply`` (a placement decision) and ``rele
 (a departure). Policies read it and return decisions; they never mutate it. Node ids
 come from the pool's inventory: ``R0, R1, ...`` and ``T0, T1, ...``; a bounded pool owns
 exactly ``nodes`` ids, an unbounded one mints a fresh id whenever a node is provisioned.
+With a ``prefix`` (a fleet's view, ``rollmux.fleet_planner``) every minted node id and
+group id starts with it, so the plans of several views never share an id.
 """
 from __future__ import annotations
 
@@ -77,6 +79,7 @@ class PlanState:
     cluster: Cluster
     groups: dict[str, Group] = field(default_factory=dict)
     job_group: dict[str, str] = field(default_factory=dict)
+    prefix: str = ""  # of every minted node id and group id
     _free: dict[str, list[str]] = field(default_factory=dict)
     _minted: dict[str, int] = field(default_factory=lambda: {ROLLOUT: 0, TRAIN: 0})
     _next_group: int = 0
@@ -93,7 +96,7 @@ class PlanState:
                 for i, n in enumerate(spec.node_list):
                     self._listed[n.node_id] = (pool, i, n.host_mem_gb)
             elif spec.nodes is not None:
-                ids = [f"{_PREFIX[pool]}{i}" for i in range(spec.nodes)]
+                ids = [f"{self.prefix}{_PREFIX[pool]}{i}" for i in range(spec.nodes)]
                 for i, node in enumerate(ids):
                     self._listed[node] = (pool, i, spec.host_mem_gb)
             else:
@@ -120,7 +123,7 @@ class PlanState:
             fit = [n for n in self._free[pool] if self._listed[n][2] >= mem]
             return tuple(fit[:k]) if len(fit) >= k else None
         start = self._minted[pool]
-        return tuple(f"{_PREFIX[pool]}{start + i}" for i in range(k))
+        return tuple(f"{self.prefix}{_PREFIX[pool]}{start + i}" for i in range(k))
 
     def _take(self, pool: str, ids: tuple[str, ...]) -> None:
         if pool in self._free:
@@ -154,8 +157,9 @@ class PlanState:
         if listed is not None:
             return listed[0]
         for pool in POOLS:
-            prefix = _PREFIX[pool]
-            if node.startswith(prefix) and node[1:].isdigit() and int(node[1:]) < self._minted[pool]:
+            prefix = self.prefix + _PREFIX[pool]
+            number = node[len(prefix):]
+            if node.startswith(prefix) and number.isdigit() and int(number) < self._minted[pool]:
                 return pool
         return None
 
@@ -258,7 +262,7 @@ class PlanState:
         self._take(ROLLOUT, placement.new_rollout)
         self._take(TRAIN, placement.new_train)
         if placement.group_id is None:
-            gid = f"g{self._next_group}"
+            gid = f"{self.prefix}g{self._next_group}"
             self._next_group += 1
             group = Group(gid, colocated=placement.colocated)
             self.groups[gid] = group

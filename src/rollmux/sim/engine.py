@@ -118,7 +118,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     durations = DurationModel(duration_model, seed, tail, tail_threshold)
     rollout_end: dict[str, float] = {}  # job -> end of its running rollout
     tail_token: dict[str, int] = {}  # job -> seq of its pending tail report
-    state = PlanState(cluster)
+    make_state = getattr(policy, "new_state", None)  # a fleet policy plans on its own state (rollmux.fleet_planner)
+    state = make_state() if make_state is not None else PlanState(cluster)
     executors: dict[str, GroupExecutor] = {}
     acct = Accounting()
     heap: list[tuple[float, int, int, str, str]] = []
@@ -326,8 +327,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     def start(grant: Grant, gid: str, now: float, into: list) -> None:
         """Start ``grant``'s phase at ``now``; its end event goes on the heap ``into``."""
         nonlocal seq
-        job = by_id[grant.job_id]
-        worst, overhead = worst_phase(job, grant.pool, cluster, state.groups[gid].colocated)
+        group = state.groups[gid]
+        job = group.member(grant.job_id).job  # as pinned: on a fleet, its times on the group's GPU types
+        worst, overhead = worst_phase(job, grant.pool, cluster, group.colocated)
         body = durations.draw(worst, grant.pool, grant.job_id)
         begin = now + grant.switch_s + overhead
         end = begin + body
@@ -537,5 +539,8 @@ _NOT_LIVE = (0.0, -1)
 _POOL_INDEX = {p: i for i, p in enumerate(POOLS)}
 
 
-def _group_order(gid: str) -> int:
-    return int(gid[1:])
+def _group_order(gid: str) -> tuple[int, str]:
+    """Groups in creation order (``g<n>``; on a fleet ``<view>:g<n>``, then by view): groups
+    are independent, the order only makes runs reproducible."""
+    view, _, number = gid.rpartition("g")
+    return int(number), view

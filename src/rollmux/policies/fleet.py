@@ -1,0 +1,69 @@
+"""Policies on a fleet of GPU types (``rollmux.fleet``), for the simulator.
+
+Each plans on a ``FleetState`` (``new_state``), which the simulator uses in place of a
+``PlanState``; a job's phases then take their time on its group's types, and every SLO
+is judged against the job's solo time on the reference types.
+
+* ``FleetRollMux``: the fleet planner (each job's view and group), or the same planner
+  confined to one view (a fixed-type assignment, ``only``): a job that cannot meet its
+  SLO there is rejected.
+* ``FleetAlone``: each job alone on its own nodes, by one of ``fleet_planner.alone_options``:
+  a fixed one (solo-d on a view, co-located on a pool: run there even when it misses
+  its SLO, as the two-pool baselines do), or with ``gavel=True`` each job's cheapest
+  option that meets its SLO (the cheapest overall when none does): Gavel+ over types.
+"""
+from __future__ import annotations
+
+from rollmux.fleet import Fleet, Profiles, translate
+from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options
+from rollmux.model import Job
+from rollmux.planner import PAPER_SPACE, Decision, Space
+from rollmux.policies.base import colocated_group, isolated
+
+
+class FleetRollMux:
+    def __init__(self, fleet: Fleet, profiles: Profiles, space: Space = PAPER_SPACE, only: tuple[str, ...] = (),
+                 name: str = "") -> None:
+        self.planner = FleetPlanner(fleet, profiles, space=space)
+        self.only = only
+        self.name = name or (f"rollmux on {only[0]}" if only else "rollmux")
+
+    def new_state(self) -> FleetState:
+        return self.planner.new_state(self.only)
+
+    def place(self, state: FleetState, job: Job) -> Decision:
+        d = self.planner.decide(state, job)
+        if d.decision is not None and d.decision.placement is not None:
+            return d.decision
+        return Decision(job.job_id, d.outcome, None, 0.0, (), d.reason)
+
+
+class FleetAlone:
+    def __init__(self, fleet: Fleet, profiles: Profiles, name: str, option: str = "", gavel: bool = False) -> None:
+        if not gavel and not option:
+            raise ValueError("FleetAlone: name an option (e.g. 'solo-d on H20/H800') or set gavel=True")
+        self.fleet, self.profiles, self.name, self.option, self.gavel = fleet, profiles, name, option, gavel
+
+    def new_state(self) -> FleetState:
+        return FleetState(self.fleet, self.profiles)
+
+    def place(self, state: FleetState, job: Job) -> Decision:
+        options = alone_options(self.fleet, self.profiles, job)
+        if self.gavel:
+            pick = min(options, key=lambda o: (not o.feasible, o.effective_cost))
+        else:
+            pick = next(o for o in options if o.name == self.option)
+        view, sub = state.views[pick.view]
+        moved = translate(self.fleet, self.profiles, job, view, strict=False)
+        return colocated_group(sub, moved) if pick.kind == "co-located" else isolated(sub, moved)
+
+
+def fleet_policies(fleet: Fleet, profiles: Profiles, space: Space = PAPER_SPACE) -> list:
+    """Every policy ``rollmux fleet simulate`` compares, in table order: the fleet planner,
+    the planner on each view, solo-d on each view, co-located on each pool, Gavel+."""
+    views = [v.name for v in fleet.views()]
+    sample = alone_options(fleet, profiles, Job("_", 1.0, 1.0))
+    return ([FleetRollMux(fleet, profiles, space)]
+            + [FleetRollMux(fleet, profiles, space, (v,)) for v in views]
+            + [FleetAlone(fleet, profiles, o.name, o.name) for o in sample]
+            + [FleetAlone(fleet, profiles, "gavel+", gavel=True)])
