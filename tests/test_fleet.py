@@ -146,6 +146,7 @@ def test_translation_keeps_the_deadline_or_refuses_the_view(roll, train, slo, vi
     assert moved.slo * moved.t_solo == pytest.approx(slo * job.t_solo)
     assert moved.iterations == job.solo_iterations()
     assert moved.slo >= 1.0
+    assert translate(fleet, profiles, dataclasses.replace(job, duration_s=None), v).iterations is None
 
 
 def test_a_legacy_fleet_translates_every_job_to_itself():

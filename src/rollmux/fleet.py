@@ -35,8 +35,8 @@ Co-located training on the reference training type is ``t_train_colo_s`` when gi
 
 Translation (``translate``): the job as the planner of view v sees it is the same job
 with v's phase times, its co-located times on v's training pool, a fixed iteration
-count (its solo iterations on the reference types) and the SLO rescaled so that the
-deadline is unchanged:
+count (its solo iterations on the reference types; none when it has no known length)
+and the SLO rescaled so that the deadline is unchanged:
 
     slo_v = SLO * T_solo_ref / T_solo_v      (iter_v <= slo_v * T_solo_v  <=>  iter_v <= SLO * T_solo_ref)
 
@@ -208,18 +208,24 @@ def translate(fleet: Fleet, profiles: Profiles, job: Job, view: View, strict: bo
     if job.colocate:
         if strict and (view.train.gpu != fleet.reference[1] or view.name != fleet.colocation_view(view.train)):
             return None
-        return dataclasses.replace(job, iterations=job.solo_iterations(), duration_s=None)
+        return dataclasses.replace(job, iterations=_length(job), duration_s=None)
     t_roll = profiles.phase_s(fleet, job, ROLLOUT, view.rollout.gpu)[0]
     t_train = profiles.phase_s(fleet, job, TRAIN, view.train.gpu)[0]
     moved = dataclasses.replace(
         job, t_roll_s=t_roll, t_train_s=t_train,
         t_roll_colo_s=profiles.phase_s(fleet, job, ROLLOUT, view.train.gpu)[0],
         t_train_colo_s=profiles.colocated_train_s(fleet, job, view.train.gpu),
-        iterations=job.solo_iterations(), duration_s=None)
+        iterations=_length(job), duration_s=None)
     slo = job.slo if moved.t_solo == job.t_solo else job.slo * job.t_solo / moved.t_solo
     if slo < 1.0 and strict:
         return None
     return dataclasses.replace(moved, slo=slo)
+
+
+def _length(job: Job) -> int | None:
+    """The translated job's iteration count: its solo iterations on the reference types,
+    or None (unknown, as the planner's start-up check reads it) when the job has no length."""
+    return job.solo_iterations() if job.iterations is not None or job.duration_s is not None else None
 
 
 def speed_factor(job: Job, moved: Job) -> float:
