@@ -426,3 +426,14 @@ def test_fleet_simulate_refuses_bounded_pools(tmp_path):
     bounded.write_text("pools:\n  - {gpu: H20}\n  - {gpu: H800, nodes: 2}\n")
     result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster", str(bounded)])
     assert result.exit_code == 2 and "bounded" in result.output
+
+
+def test_fleet_plan_explains_every_view_and_its_candidates():
+    result = runner.invoke(app, ["fleet", "plan", "--jobs", str(EXAMPLE / "jobs.csv"),
+                                 "--cluster", str(EXAMPLE / "three_types.yaml"),
+                                 "--profiles", str(EXAMPLE / "profiles.csv"), "--explain", "--no-improve"])
+    assert result.exit_code == 0, result.output
+    block = result.output.split("short-b ->", 1)[1].split("short-c ->", 1)[0]
+    assert "H20/H20:  slower than its SLO even alone" in block  # a view skipped, and why
+    assert "H200/H200: +$" in block and "costlier" in block  # a view's offer, and why not taken
+    assert "pack H20/H800:g0" in block and "chosen" in block  # the chosen view's own candidates

@@ -55,7 +55,8 @@ def plan(
                                                   "(training scaling and co-location; docs/placement_space.md)."),
     improve: bool = typer.Option(True, help="Regroup the plan (and each fixed-type plan) with the exact solver."),
     optimal: bool = typer.Option(False, help="Also solve for the exact optimum on the fleet (up to ~10 jobs)."),
-    explain: bool = typer.Option(False, help="List every view's verdict for each job."),
+    explain: bool = typer.Option(False, help="List every view's verdict for each job, and under it every "
+                                             "candidate that view's planner looked at."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the plan and the comparison as JSON here."),
 ) -> None:
     """Choose each job's GPU types and group, and show what that saves against every
@@ -91,6 +92,8 @@ def plan(
             for v in d.verdicts:
                 cost = _money(v.effective_cost) if v.effective_cost is not None else ""
                 console.print(f"    {escape(v.view)}: {cost} {escape(v.reason)}", highlight=False)
+                for c in v.decision.candidates if v.decision is not None else ():
+                    console.print(f"        {escape(c.describe())}", highlight=False)
     if improvement is not None:
         for move in improvement.moves:
             console.print(f"regroup {escape(move.describe())}", highlight=False)

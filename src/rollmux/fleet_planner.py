@@ -86,7 +86,9 @@ class FleetDecision:
                 "effective_marginal_cost": round(self.effective_cost, 4), "reason": self.reason,
                 "views": [{"view": v.view, "effective_marginal_cost": None if v.effective_cost is None
                            else round(v.effective_cost, 4), "reason": v.reason,
-                           "outcome": v.decision.outcome if v.decision else None} for v in self.verdicts]}
+                           "outcome": v.decision.outcome if v.decision else None,
+                           "candidates": [c.describe() for c in v.decision.candidates] if v.decision else []}
+                          for v in self.verdicts]}
 
 
 @dataclass(slots=True)
