@@ -335,11 +335,15 @@ def test_the_roofline_check_reports_the_trace_s_own_errors():
 
 
 # --- the command ----------------------------------------------------------------------------------
+def _on_example(command: str, *extra: str):
+    """``rollmux fleet <command>`` on the three-type example."""
+    return runner.invoke(app, ["fleet", command, "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster",
+                               str(EXAMPLE / "three_types.yaml"), "--profiles", str(EXAMPLE / "profiles.csv"), *extra])
+
+
 def test_fleet_plan_prints_the_type_choices_and_the_saving_and_writes_json(tmp_path):
     out = tmp_path / "plan.json"
-    result = runner.invoke(app, ["fleet", "plan", "--jobs", str(EXAMPLE / "jobs.csv"),
-                                 "--cluster", str(EXAMPLE / "three_types.yaml"),
-                                 "--profiles", str(EXAMPLE / "profiles.csv"), "--json", str(out)])
+    result = _on_example("plan", "--json", str(out))
     assert result.exit_code == 0, result.output
     assert "best fixed-type assignment" in result.output and "% less" in result.output
     data = json.loads(out.read_text())
@@ -410,9 +414,7 @@ def test_gavel_over_types_runs_each_job_on_its_cheapest_option_that_meets_its_sl
 
 def test_fleet_simulate_prints_every_policy_and_writes_json(tmp_path):
     out = tmp_path / "sim.json"
-    result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"),
-                                 "--cluster", str(EXAMPLE / "three_types.yaml"),
-                                 "--profiles", str(EXAMPLE / "profiles.csv"), "--json", str(out)])
+    result = _on_example("simulate", "--json", str(out))
     assert result.exit_code == 0, result.output
     assert "gavel+" in result.output and "serve no job" in result.output
     data = json.loads(out.read_text())
@@ -429,9 +431,7 @@ def test_fleet_simulate_refuses_bounded_pools(tmp_path):
 
 
 def test_fleet_plan_explains_every_view_and_its_candidates():
-    result = runner.invoke(app, ["fleet", "plan", "--jobs", str(EXAMPLE / "jobs.csv"),
-                                 "--cluster", str(EXAMPLE / "three_types.yaml"),
-                                 "--profiles", str(EXAMPLE / "profiles.csv"), "--explain", "--no-improve"])
+    result = _on_example("plan", "--explain", "--no-improve")
     assert result.exit_code == 0, result.output
     block = result.output.split("short-b ->", 1)[1].split("short-c ->", 1)[0]
     assert "H20/H20:  slower than its SLO even alone" in block  # a view skipped, and why

@@ -8,16 +8,16 @@ that comes from the user is escaped before Rich prints it.
 from __future__ import annotations
 
 import enum
-import json
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from rollmux.accounting import ACCOUNTINGS
+from rollmux.cli_output import console
+from rollmux.cli_output import fail as _fail
+from rollmux.cli_output import write_json as _write_json
 from rollmux.cli_service import register as register_service_commands
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.planner import TIE_BREAKS
@@ -30,7 +30,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="RollMux: multiplex RL post-training jobs across disaggregated rollout and training pools.")
 trace_app = typer.Typer(no_args_is_help=True, help="Make and convert job traces.")
 app.add_typer(trace_app, name="trace")
-console = Console(width=None if sys.stdout.isatty() else 150)
 
 TRACE_HELP = "A builtin trace (production, philly-mix) or a job-trace CSV file."
 CLUSTER_HELP = "Cluster YAML (pools, prices, host memory, inventory, switch cost); default: the paper's testbed."
@@ -56,26 +55,6 @@ def _version(value: bool) -> None:
 def _main(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                             help="Print the version and exit.")) -> None:
     pass
-
-
-def _fail(err: Exception, options: dict[str, str] | None = None) -> None:
-    """Print ``err`` and exit with status 2. A SpecError about a parameter in ``options``
-    (parameter name -> option name) is worded with the option's name."""
-    message = str(err)
-    if isinstance(err, SpecError) and not err.where and options and err.field in options:
-        message = f"{options[err.field]} {err.value!r}: expected {err.expected}"
-    console.print(f"[red]error:[/red] {escape(message)}")
-    raise typer.Exit(2)
-
-
-def _write_json(path: Path, payload) -> None:
-    """Write ``payload`` as JSON at ``path`` (the ``--json`` option), creating its folder."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(payload, indent=1))
-    except OSError as err:
-        _fail(RollMuxError(f"--json {path}: {err.strerror or err}"))
-    console.print(f"wrote {escape(str(path))}")
 
 
 def _load_cluster(path: Optional[Path]):

@@ -9,29 +9,24 @@ rule of ``rollmux.fleet`` is from a trace's own co-located timings.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from rollmux.cli_choices import SPACES, DurationModel, SpaceName
+from rollmux.cli_output import console
+from rollmux.cli_output import fail as _fail
+from rollmux.cli_output import write_json as _write_json
 from rollmux.errors import RollMuxError
 
 fleet_app = typer.Typer(no_args_is_help=True, help="Plan on a fleet of several GPU types (docs/fleet.md).")
-console = Console(width=None if sys.stdout.isatty() else 150)
 
 FLEET_OPTION = typer.Option(None, "--cluster", exists=True, dir_okay=False, readable=True,
                             help="Fleet YAML (a `pools` list of GPU types) or a two-pool cluster YAML; "
                                  "default: the paper's testbed.")
-
-
-def _fail(err: Exception) -> None:
-    console.print(f"[red]error:[/red] {escape(str(err))}")
-    raise typer.Exit(2)
 
 
 def _money(marginal: float) -> str:
@@ -109,8 +104,6 @@ def plan(
                       f"({escape(best_fixed.name)}) ${best_fixed.effective_cost:,.2f}/h: "
                       f"{100 * (1 - fleet_cost / best_fixed.effective_cost):.1f}% less", highlight=False)
     if json_path is not None:
-        import json
-
         payload = {"space": space.value, "effective_cost_per_hour": round(fleet_cost, 4),
                    "cost_per_hour": round(state.cost_per_hour(), 4),
                    "decisions": [d.to_dict() for d in decisions],
@@ -120,12 +113,7 @@ def plan(
                                      round(r.effective_cost, 4), "misses": list(r.misses)} for r in rows],
                    "best_fixed": best_fixed.name if best_fixed else None,
                    "optimum": None if optimum is None else round(optimum.objective, 4)}
-        try:
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps(payload, indent=1))
-        except OSError as err:
-            _fail(RollMuxError(f"--json {json_path}: {err.strerror or err}"))
-        console.print(f"wrote {escape(str(json_path))}")
+        _write_json(json_path, payload)
 
 
 def _groups(state) -> list[dict]:
@@ -238,17 +226,10 @@ def simulate(
         console.print(f"[yellow]cheaper than rollmux at no fewer SLOs: {escape(', '.join(r.policy for r in cheaper))}"
                       "[/yellow]")
     if json_path is not None:
-        import json
-
         payload = {"space": space.value, "duration_model": duration_model.value, "seed": seed,
                    "policies": {r.policy: {k: v for k, v in r.summary().items() if k != "jobs"} for r in results},
                    "serve_no_job": none}
-        try:
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps(payload, indent=1))
-        except OSError as err:
-            _fail(RollMuxError(f"--json {json_path}: {err.strerror or err}"))
-        console.print(f"wrote {escape(str(json_path))}")
+        _write_json(json_path, payload)
 
 
 @fleet_app.command("roofline")

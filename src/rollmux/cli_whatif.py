@@ -12,23 +12,21 @@ import csv
 import enum
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from rollmux.accounting import ACCOUNTINGS
+from rollmux.cli_output import console, fail
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.policies import KNOWN
 from rollmux.cli_choices import AccountingName, DurationModel
 from rollmux.whatif import COST_BASES, UNBOUNDED, Row
 
-console = Console(width=None if sys.stdout.isatty() else 150)
 
 #: Simulated policies (``optimal`` is a cost bound, not a simulation).
 PolicyName = enum.Enum("PolicyName", {p: p for p in KNOWN if p != "optimal"}, type=str)
@@ -44,11 +42,7 @@ EVERY_LINE, PROGRESS_S = 100, 2.0
 
 def _fail(err: Exception) -> None:
     """Print ``err`` (a SpecError about a parameter in OPTIONS worded with its option) and exit 2."""
-    message = str(err)
-    if isinstance(err, SpecError) and not err.where and err.field in OPTIONS:
-        message = f"{OPTIONS[err.field]} {err.value!r}: expected {err.expected}"
-    console.print(f"[red]error:[/red] {escape(message)}")
-    raise typer.Exit(2)
+    fail(err, OPTIONS)
 
 
 def _fmt(value: float | None, spec: str = ",.1f") -> str:

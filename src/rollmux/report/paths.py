@@ -1,6 +1,8 @@
-"""Checking, before a run starts, that the places its report goes can be written."""
+"""Checking, before a run starts, that the places its report goes can be written; and
+writing a JSON report there."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -31,3 +33,13 @@ def check_writable(path: Path, option: str, directory: bool = False) -> None:
         raise OutputPathError(option, path, f"cannot make the {kind}: {ancestor} is not a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise OutputPathError(option, path, f"cannot make the {kind}: {ancestor} is not writable")
+
+
+def write_json(path: Path, payload, option: str = "--json") -> None:
+    """Write ``payload`` as indented JSON at ``path``, making its folder; an OS error
+    raises OutputPathError naming ``option``."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=1))
+    except OSError as err:
+        raise OutputPathError(option, path, str(err.strerror or err)) from None

@@ -1,0 +1,35 @@
+"""What every ``rollmux`` command prints through: one console, errors in the command's
+words, JSON reports. User strings are escaped before Rich sees them."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from rollmux.errors import RollMuxError, SpecError
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+
+def fail(err: Exception, options: dict[str, str] | None = None) -> None:
+    """Print ``err`` and exit with status 2. A SpecError about a parameter in ``options``
+    (parameter name -> option name) is worded with the option's name."""
+    message = str(err)
+    if isinstance(err, SpecError) and not err.where and options and err.field in options:
+        message = f"{options[err.field]} {err.value!r}: expected {err.expected}"
+    console.print(f"[red]error:[/red] {escape(message)}")
+    raise typer.Exit(2)
+
+
+def write_json(path: Path, payload) -> None:
+    """Write ``payload`` as JSON at ``path`` (the ``--json`` option), creating its folder."""
+    from rollmux.report.paths import write_json as write
+
+    try:
+        write(path, payload)
+    except RollMuxError as err:
+        fail(err)
+    console.print(f"wrote {escape(str(path))}")
