@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -348,6 +349,8 @@ def test_fleet_plan_prints_the_type_choices_and_the_saving_and_writes_json(tmp_p
     assert "best fixed-type assignment" in result.output and "% less" in result.output
     data = json.loads(out.read_text())
     gpus = {j: (g["rollout_gpu"], g["train_gpu"]) for g in data["groups"] for j in g["jobs"]}
+    moved = [gid for move in data["improvement"] for side in ("before", "after") for gid in move[side]]
+    assert moved and all(re.fullmatch(r"[^:]+/[^:]+:g\d+", gid) for gid in moved)  # '<view>:g<n>', once
     assert gpus["long-a"][0] == "H200" and gpus["big-a"][1] == "H200"
     assert data["effective_cost_per_hour"] < min(a["effective_cost_per_hour"] for a in data["alternatives"]
                                                  if a["kind"] == "fixed-view" and not a["misses"])

@@ -123,7 +123,7 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
         for k in range(2, max_groups + 1):
             combos = []
             for combo in combinations(groups, k):
-                key = tuple(sorted(f"{name}:{g.group_id}:{','.join(m.job.job_id for m in g.members)}"
+                key = tuple(sorted(f"{g.group_id}:{','.join(m.job.job_id for m in g.members)}"
                                    for name, g in combo))
                 jobs = [state.originals[m.job.job_id] for _, g in combo for m in g.members]
                 if key not in tried and len(jobs) <= max_jobs:
@@ -146,7 +146,7 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
         if move is None:
             return Improvement(tuple(moves), start, state.effective_cost_per_hour(), solves, True)
         cost, combo, solution = move
-        before = tuple((f"{name}:{g.group_id}", tuple(m.job.job_id for m in g.members)) for name, g in combo)
+        before = tuple((g.group_id, tuple(m.job.job_id for m in g.members)) for _, g in combo)
         for _, g in combo:
             for m in list(g.members):
                 state.release(m.job.job_id)
@@ -157,5 +157,5 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
                 for m in g.members:
                     state.originals[m.job.job_id] = solution.state.originals[m.job.job_id]
                     state.job_view[m.job.job_id] = name
-                after.append((f"{name}:{gid}", tuple(m.job.job_id for m in g.members)))
+                after.append((gid, tuple(m.job.job_id for m in g.members)))
         moves.append(Regroup(before, tuple(after), cost, solution.objective))
