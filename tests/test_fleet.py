@@ -27,7 +27,7 @@ from rollmux.fleet_exact import improve_fleet, solve_fleet
 from rollmux.fleet_file import fleet_from_dict, load_fleet
 from rollmux.fleet_planner import FleetPlanner, alone_options, alternatives, plan_jobs
 from rollmux.intra import analyze
-from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, Job
+from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, Job, Member
 from rollmux.plan_state import PlanState
 from rollmux.planner import FULL_SPACE, PAPER_SPACE, SLO_EPS, Planner
 from rollmux.policies import make_policy
@@ -440,3 +440,22 @@ def test_fleet_plan_explains_every_view_and_its_candidates():
     assert "H20/H20:  slower than its SLO even alone" in block  # a view skipped, and why
     assert "H200/H200: +$" in block and "costlier" in block  # a view's offer, and why not taken
     assert "pack H20/H800:g0" in block and "chosen" in block  # the chosen view's own candidates
+
+
+def test_on_several_views_joining_a_group_is_charged_at_the_members_iterations():
+    fleet, profiles, jobs = _example()
+    planner = FleetPlanner(fleet, profiles)
+    assert planner.sharing_cost and not FleetPlanner(fleet_of(Cluster())).sharing_cost
+    state, _ = plan_jobs(planner, jobs[:1])
+    decision = planner.decide(state, jobs[1])  # short-b packs with short-a on H20/H800
+    assert decision.decision.outcome == "packed"
+    view, sub = state.views[decision.view]
+    group = sub.groups[decision.decision.placement.group_id]
+    moved = translate(fleet, profiles, jobs[1], view)
+    before = sub.analysis(group.group_id).iteration_s
+    after = analyze([*sub.view(group.group_id).profiles, sub.profile(
+        Member(moved, decision.decision.placement.rollout_nodes, decision.decision.placement.train_nodes))]).iteration_s
+    solo = {"short-a": jobs[0].t_solo, "short-b": jobs[1].t_solo}
+    price = group.cost_per_hour(view.cluster)
+    expected = price * (sum(after[k] / solo[k] for k in after) / 2 - before["short-a"] / solo["short-a"])
+    assert decision.effective_cost == pytest.approx(expected) and expected > 0  # sharing is not free

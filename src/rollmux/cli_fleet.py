@@ -135,7 +135,7 @@ def _groups_table(state) -> Table:
         table.add_column(column, justify="right" if "$" in column else "left")
     for g in _groups(state):
         rollout = "(on its training nodes)" if g["colocated"] else f"{g['rollout_nodes']} x {g['rollout_gpu']}"
-        table.add_row(escape(f"{g['view']}:{g['group']}"), escape(rollout),
+        table.add_row(escape(g['group']), escape(rollout),
                       escape(f"{g['train_nodes']} x {g['train_gpu']}"), escape(", ".join(g["jobs"])),
                       f"{g['cost_per_hour']:,.2f}", f"{g['effective_cost_per_hour']:,.2f}")
     table.caption = (f"${state.cost_per_hour():,.2f}/h of nodes; ${state.effective_cost_per_hour():,.2f}/h effective "

@@ -23,8 +23,8 @@ from rollmux.policies.base import colocated_group, isolated
 
 class FleetRollMux:
     def __init__(self, fleet: Fleet, profiles: Profiles, space: Space = PAPER_SPACE, only: tuple[str, ...] = (),
-                 name: str = "") -> None:
-        self.planner = FleetPlanner(fleet, profiles, space=space)
+                 name: str = "", sharing_cost: bool | None = None) -> None:
+        self.planner = FleetPlanner(fleet, profiles, space=space, sharing_cost=sharing_cost)
         self.only = only
         self.name = name or (f"rollmux on {only[0]}" if only else "rollmux")
 
