@@ -417,8 +417,9 @@ def test_gavel_over_types_runs_each_job_on_its_cheapest_option_that_meets_its_sl
 
 def test_fleet_simulate_prints_every_policy_and_writes_json(tmp_path):
     out = tmp_path / "sim.json"
-    result = _on_example("simulate", "--json", str(out))
+    result = _on_example("simulate", "--json", str(out), "--plot", str(tmp_path / "plots" / "cost.png"))
     assert result.exit_code == 0, result.output
+    assert (tmp_path / "plots" / "cost.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "gavel+" in result.output and "serve no job" in result.output
     data = json.loads(out.read_text())
     ours = data["policies"]["rollmux"]

@@ -171,6 +171,8 @@ def simulate(
     duration_model: DurationModel = typer.Option("worst", help="Phase durations: worst (the profiles), or drawn."),
     seed: int = typer.Option(0, help="Seed of drawn durations."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write every policy's summary as JSON here."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw every policy's total cost against RollMux's "
+                                                             "as a PNG here."),
 ) -> None:
     """Replay a trace on the fleet under RollMux (each job's types chosen), RollMux on each
     fixed pair of types, solo-d on each pair, co-located on each type, and Gavel+ over
@@ -187,6 +189,8 @@ def simulate(
     try:
         if json_path is not None:
             check_writable(json_path, "--json")
+        if plot is not None:
+            check_writable(plot, "--plot")
         fleet = load_fleet(cluster)
         bounded = [p.name for p in fleet.pools if p.nodes is not None]
         if bounded:
@@ -221,6 +225,11 @@ def simulate(
     if none:
         console.print(f"serve no job (too slow for every SLO on those types): {escape(', '.join(none))}",
                       highlight=False)
+    if plot is not None:
+        from rollmux.report.plots import savings
+
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        console.print(f"wrote {escape(str(savings(results, plot, ours.policy)))}")
     cheaper = [r for r in results[1:] if r.total_cost < ours.total_cost and r.slo_attainment >= ours.slo_attainment]
     if cheaper:
         console.print(f"[yellow]cheaper than rollmux at no fewer SLOs: {escape(', '.join(r.policy for r in cheaper))}"
