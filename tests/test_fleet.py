@@ -25,7 +25,7 @@ from rollmux.exact import solve
 from rollmux.fleet import Fleet, FleetPool, Profiles, fleet_of, load_profiles, roofline_check, translate
 from rollmux.fleet_exact import improve_fleet, solve_fleet
 from rollmux.fleet_file import fleet_from_dict, load_fleet
-from rollmux.fleet_planner import FleetPlanner, alone_options, alternatives, plan_jobs
+from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, alternatives, plan_jobs
 from rollmux.intra import analyze
 from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, Job, Member
 from rollmux.plan_state import PlanState
@@ -427,13 +427,25 @@ def test_fleet_simulate_prints_every_policy_and_writes_json(tmp_path):
     assert all(ours["total_cost"] < p["total_cost"] for name, p in data["policies"].items() if name != "rollmux")
 
 
-def test_fleet_simulate_refuses_bounded_pools(tmp_path):
-    bounded = tmp_path / "f.yaml"
-    bounded.write_text("pools:\n  - {gpu: H20}\n  - {gpu: H800, nodes: 2}\n")
-    result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster", str(bounded)])
-    assert result.exit_code == 2 and "bounded" in result.output
+def test_a_replay_on_bounded_pools_never_holds_more_nodes_than_a_pool_has():
+    fleet, profiles, jobs = _example()
+    bounds = {"H20": 6, "H800": 4, "H200": 3}
+    bounded = dataclasses.replace(fleet, pools=tuple(dataclasses.replace(p, nodes=bounds[p.name]) for p in fleet.pools))
 
+    class Checked(FleetState):
+        def apply(self, job, placement):
+            gid = super().apply(job, placement)
+            assert all(self.nodes_in_use(pool) <= bound for pool, bound in bounds.items()), job.job_id
+            return gid
 
+    results = {}
+    for policy in (FleetRollMux(bounded, profiles, FULL_SPACE), FleetAlone(bounded, profiles, "gavel+", gavel=True)):
+        policy.new_state = lambda policy=policy: Checked(bounded, profiles, getattr(policy, "only", ()))
+        results[policy.name] = simulate(jobs, bounded.views()[0].cluster, policy)
+    ours, gavel = results["rollmux"], results["gavel+"]
+    assert ours.slo_basis == "end-to-end" and ours.bounded == ("H20", "H800", "H200")
+    assert ours.slo_attainment == 1.0 and not ours.rejected
+    assert gavel.slo_attainment < 1.0 and gavel.mean_wait_s > 0  # alone, the jobs queue for H200 nodes
 def test_fleet_plan_explains_every_view_and_its_candidates():
     result = _on_example("plan", "--explain", "--no-improve")
     assert result.exit_code == 0, result.output

@@ -192,10 +192,6 @@ def simulate(
         if plot is not None:
             check_writable(plot, "--plot")
         fleet = load_fleet(cluster)
-        bounded = [p.name for p in fleet.pools if p.nodes is not None]
-        if bounded:
-            raise RollMuxError(f"--cluster: pools {bounded} are bounded; fleet simulate replays unbounded "
-                               "(pay-per-use) pools only")
         measured = load_profiles(profiles, fleet) if profiles is not None else None
         trace, _ = load_trace(jobs, None)
         policies = fleet_policies(fleet, measured, SPACES[space.value])
@@ -220,7 +216,10 @@ def simulate(
                       f"{r.cost_per_hour:,.2f}", f"{100 * r.slo_attainment:.1f}%", str(len(r.rejected)),
                       f"{r.span_s / 3600:.1f}")
     table.caption = ("total $ is the whole replay (the same work for every policy); a job too slow for its SLO on a "
-                     "policy's types still runs there and misses it")
+                     "policy's types still runs there and misses it"
+                     + ("; bounded pools (paid per use): a job waits for nodes, its SLO is judged end to end, and one "
+                        "that never ran costs nothing and misses it" if any(p.nodes is not None for p in fleet.pools)
+                        else ""))
     console.print(table)
     if none:
         console.print(f"serve no job (too slow for every SLO on those types): {escape(', '.join(none))}",

@@ -156,6 +156,15 @@ class FleetState:
         return sum(state.nodes_in_use(side) for view, state in self.views.values()
                    for side in (ROLLOUT, TRAIN) if view.pool_of(side).name == pool)
 
+    def bounded_pools(self) -> tuple[str, ...]:
+        """The fleet's pools with a fixed inventory (shared by every view that uses them)."""
+        return tuple(p.name for p in self.fleet.pools if p.nodes is not None)
+
+    def free_nodes(self, pool: str) -> int | None:
+        """Nodes of fleet pool ``pool`` no group holds (None: unbounded)."""
+        bound = self.fleet.pool(pool).nodes
+        return None if bound is None else bound - self.nodes_in_use(pool)
+
     def gpus_in_use(self, side: str) -> int:
         """GPUs held in the ``side`` role (rollout or train), over every view."""
         return sum(state.gpus_in_use(side) for _, state in self.views.values())
@@ -294,12 +303,17 @@ class FleetPlanner:
             if new:
                 pool = view.pool_of(side).name
                 want[pool] = want.get(pool, 0) + len(new)
-        short = []
-        for pool, count in want.items():
-            bound = self.fleet.pool(pool).nodes
-            if bound is not None and state.nodes_in_use(pool) + count > bound:
-                short.append(f"{pool} has {bound - state.nodes_in_use(pool)} free nodes, needs {count}")
-        return "; ".join(short)
+        return short_text(state, want)
+
+
+def short_text(state: FleetState, want: dict[str, int]) -> str:
+    """Which bounded fleet pools lack the new nodes ``want`` (pool -> count), as text ('' when none)."""
+    short = []
+    for pool, count in want.items():
+        free = state.free_nodes(pool)
+        if free is not None and count > free:
+            short.append(f"{pool} has {free} free nodes, needs {count}")
+    return "; ".join(short)
 
 
 def plan_jobs(planner: FleetPlanner, jobs: list[Job], explain: bool = False,

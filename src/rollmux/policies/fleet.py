@@ -11,12 +11,14 @@ is judged against the job's solo time on the reference types.
   a fixed one (solo-d on a view, co-located on a pool: run there even when it misses
   its SLO, as the two-pool baselines do), or with ``gavel=True`` each job's cheapest
   option that meets its SLO (the cheapest overall when none does): Gavel+ over types.
+  With bounded pools a job waits for its option's nodes (Gavel+: for the cheapest of
+  its options that has them free).
 """
 from __future__ import annotations
 
 from rollmux.fleet import Fleet, Profiles, translate
-from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options
-from rollmux.model import Job
+from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, short_text
+from rollmux.model import ROLLOUT, TRAIN, Job
 from rollmux.planner import PAPER_SPACE, Decision, Space
 from rollmux.policies.base import colocated_group, isolated
 
@@ -48,14 +50,27 @@ class FleetAlone:
         return FleetState(self.fleet, self.profiles)
 
     def place(self, state: FleetState, job: Job) -> Decision:
+        """The job alone on its option's nodes; Gavel+ takes, among its options that meet the
+        SLO (all of them if none does), the cheapest whose bounded pools have the nodes now,
+        and waits when none has; a fixed option waits for its nodes."""
         options = alone_options(self.fleet, self.profiles, job)
         if self.gavel:
-            pick = min(options, key=lambda o: (not o.feasible, o.effective_cost))
+            options = sorted([o for o in options if o.feasible] or options, key=lambda o: o.effective_cost)
         else:
-            pick = next(o for o in options if o.name == self.option)
-        view, sub = state.views[pick.view]
-        moved = translate(self.fleet, self.profiles, job, view, strict=False)
-        return colocated_group(sub, moved) if pick.kind == "co-located" else isolated(sub, moved)
+            options = [next(o for o in options if o.name == self.option)]
+        shortest = ""
+        for pick in options:
+            view, sub = state.views[pick.view]
+            moved = translate(self.fleet, self.profiles, job, view, strict=False)
+            decision = colocated_group(sub, moved) if pick.kind == "co-located" else isolated(sub, moved)
+            want: dict[str, int] = {}
+            for side, new in ((ROLLOUT, decision.placement.new_rollout), (TRAIN, decision.placement.new_train)):
+                want[view.pool_of(side).name] = want.get(view.pool_of(side).name, 0) + len(new)
+            short = short_text(state, want)
+            if not short:
+                return decision
+            shortest = shortest or f"{pick.name}: {short}"
+        return Decision(job.job_id, "wait", None, 0.0, (), shortest)
 
 
 def fleet_policies(fleet: Fleet, profiles: Profiles, space: Space = PAPER_SPACE) -> list:

@@ -135,7 +135,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     rejected: list[str] = []
     reasons: dict[str, str] = {}  # job -> why it was rejected, or why it waits (the head)
     short_of: dict[str, tuple[str, ...]] = {}  # job -> the pools it lacked at its last try
-    bounded = tuple(p for p in POOLS if cluster.pool(p).nodes is not None)
+    # a fleet's plan names its own bounded pools (rollmux.fleet_planner.FleetState.bounded_pools)
+    bounded = (state.bounded_pools() if make_state is not None
+               else tuple(p for p in POOLS if cluster.pool(p).nodes is not None))
     basis = END_TO_END if bounded else ITERATION
     spans: list | None = [] if record_spans else None
     sw = cluster.switch_cost
