@@ -89,7 +89,9 @@ def plan(
                 console.print(f"    {escape(v.view)}: {cost} {escape(v.reason)}", highlight=False)
                 for c in v.decision.candidates if v.decision is not None else ():
                     console.print(f"        {escape(c.describe())}", highlight=False)
-    if improvement is not None:
+    if improvement is not None and improvement.skipped:
+        console.print(f"[yellow]not regrouped: {escape(improvement.skipped)}[/yellow]")
+    elif improvement is not None:
         for move in improvement.moves:
             console.print(f"regroup {escape(move.describe())}", highlight=False)
         console.print(f"improvement: ${improvement.cost_before:,.2f}/h -> ${improvement.cost_after:,.2f}/h "
