@@ -56,7 +56,7 @@ def plan(
 ) -> None:
     """Choose each job's GPU types and group, and show what that saves against every
     fixed-type assignment and the no-sharing baselines."""
-    from rollmux.fleet import load_profiles
+    from rollmux.fleet import Profiles, load_profiles
     from rollmux.fleet_exact import improve_fleet, solve_fleet
     from rollmux.fleet_file import load_fleet
     from rollmux.fleet_planner import FleetPlanner, alternatives, plan_jobs
@@ -68,7 +68,7 @@ def plan(
         if json_path is not None:
             check_writable(json_path, "--json")
         fleet = load_fleet(cluster)
-        measured = load_profiles(profiles, fleet) if profiles is not None else None
+        measured = load_profiles(profiles, fleet) if profiles is not None else Profiles()
         trace, _ = load_trace(jobs, None)
         planner = FleetPlanner(fleet, measured, space=chosen_space)
         state, decisions = plan_jobs(planner, trace, explain=explain)
@@ -168,19 +168,18 @@ def simulate(
     cluster: Optional[Path] = FLEET_OPTION,
     profiles: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, readable=True,
                                             help="Profile CSV (job_id,gpu,t_roll_s,t_train_s)."),
-    space: SpaceName = typer.Option("full", help="Placement space of RollMux inside each view (full: also "
-                                                 "training scaling and co-location, which the baselines use)."),
     duration_model: DurationModel = typer.Option("worst", help="Phase durations: worst (the profiles), or drawn."),
     seed: int = typer.Option(0, help="Seed of drawn durations."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write every policy's summary as JSON here."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw every policy's total cost against RollMux's "
                                                              "as a PNG here."),
 ) -> None:
-    """Replay a trace on the fleet under RollMux (each job's types chosen), RollMux on each
-    fixed pair of types, solo-d on each pair, co-located on each type, and Gavel+ over
-    types; compare what each run cost and the SLOs it kept."""
+    """Replay a trace on the fleet under RollMux (each job's types chosen; in the paper's
+    placement space, and in the full one as rollmux-full), RollMux on each fixed pair of
+    types, solo-d on each pair, co-located on each type, and Gavel+ over types; compare
+    what each run cost and the SLOs it kept."""
     from rollmux.errors import CapacityError
-    from rollmux.fleet import load_profiles
+    from rollmux.fleet import Profiles, load_profiles
     from rollmux.fleet_file import load_fleet
     from rollmux.policies.fleet import fleet_policies
     from rollmux.report.paths import check_writable
@@ -194,9 +193,9 @@ def simulate(
         if plot is not None:
             check_writable(plot, "--plot")
         fleet = load_fleet(cluster)
-        measured = load_profiles(profiles, fleet) if profiles is not None else None
+        measured = load_profiles(profiles, fleet) if profiles is not None else Profiles()
         trace, _ = load_trace(jobs, None)
-        policies = fleet_policies(fleet, measured, SPACES[space.value])
+        policies = fleet_policies(fleet, measured)
     except (RollMuxError, OSError, ValueError) as err:
         _fail(err)
     if not trace:
@@ -236,7 +235,7 @@ def simulate(
         console.print(f"[yellow]cheaper than rollmux at no fewer SLOs: {escape(', '.join(r.policy for r in cheaper))}"
                       "[/yellow]")
     if json_path is not None:
-        payload = {"space": space.value, "duration_model": duration_model.value, "seed": seed,
+        payload = {"duration_model": duration_model.value, "seed": seed,
                    "policies": {r.policy: {k: v for k, v in r.summary().items() if k != "jobs"} for r in results},
                    "serve_no_job": none}
         _write_json(json_path, payload)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from rollmux.fleet import Fleet, Profiles, translate
 from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, short_text
 from rollmux.model import ROLLOUT, TRAIN, Job
-from rollmux.planner import PAPER_SPACE, Decision, Space
+from rollmux.planner import FULL_SPACE, PAPER_SPACE, Decision, Space
 from rollmux.policies.base import colocated_group, isolated
 
 
@@ -73,12 +73,14 @@ class FleetAlone:
         return Decision(job.job_id, "wait", None, 0.0, (), shortest)
 
 
-def fleet_policies(fleet: Fleet, profiles: Profiles, space: Space = PAPER_SPACE) -> list:
-    """Every policy ``rollmux fleet simulate`` compares, in table order: the fleet planner,
-    the planner on each view, solo-d on each view, co-located on each pool, Gavel+."""
+def fleet_policies(fleet: Fleet, profiles: Profiles) -> list:
+    """Every policy ``rollmux fleet simulate`` compares, in table order: the fleet planner
+    in the paper's placement space (``rollmux``) and in the full one (``rollmux-full``:
+    training scaling and co-location too), the paper-space planner on each view, solo-d
+    on each view, co-located on each pool, Gavel+."""
     views = [v.name for v in fleet.views()]
     sample = alone_options(fleet, profiles, Job("_", 1.0, 1.0))
-    return ([FleetRollMux(fleet, profiles, space)]
-            + [FleetRollMux(fleet, profiles, space, (v,)) for v in views]
+    return ([FleetRollMux(fleet, profiles), FleetRollMux(fleet, profiles, FULL_SPACE, name="rollmux-full")]
+            + [FleetRollMux(fleet, profiles, only=(v,)) for v in views]
             + [FleetAlone(fleet, profiles, o.name, o.name) for o in sample]
             + [FleetAlone(fleet, profiles, "gavel+", gavel=True)])
