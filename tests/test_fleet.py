@@ -488,3 +488,17 @@ def test_fleet_commands_run_on_a_builtin_trace_without_profiles(tmp_path):
                                      "--cluster", str(EXAMPLE / "three_types.yaml")])
         assert result.exit_code == 0, result.output
         assert "rollmux" in result.output
+
+
+def test_an_asynchronous_job_on_a_fleet_runs_alone_and_keeps_its_slo():
+    fleet, profiles, jobs = _example()
+    pipelined = dataclasses.replace(next(j for j in jobs if j.job_id == "long-a"), staleness=1)
+    trace = [pipelined if j.job_id == "long-a" else j for j in jobs]
+    for space in (PAPER_SPACE, FULL_SPACE):
+        state, decisions = plan_jobs(FleetPlanner(fleet, profiles, space=space), trace)
+        group = state.groups[state.job_group["long-a"]]
+        assert [m.job.job_id for m in group.members] == ["long-a"]  # asynchronous jobs share no group
+        assert group.members[0].job.t_solo == max(group.members[0].job.t_roll_s, group.members[0].job.t_train_s)
+        result = simulate(trace, fleet.views()[0].cluster, FleetRollMux(fleet, profiles, space))
+        assert result.slo_attainment == 1.0
+        assert next(j for j in result.jobs if j.job_id == "long-a").slowdown <= pipelined.slo

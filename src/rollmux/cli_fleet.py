@@ -54,8 +54,11 @@ def plan(
                                              "candidate that view's planner looked at."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the plan and the comparison as JSON here."),
 ) -> None:
-    """Choose each job's GPU types and group, and show what that saves against every
-    fixed-type assignment and the no-sharing baselines."""
+    """Choose each job's GPU types and group, and what that saves.
+
+    Places every job of the trace (all present at once) on the fleet's pairs of types,
+    regroups the plan exactly, and compares its effective $/h with every fixed-type
+    assignment and the no-sharing baselines (solo-d, co-located, Gavel+ over types)."""
     from rollmux.fleet import Profiles, load_profiles
     from rollmux.fleet_exact import improve_fleet, solve_fleet
     from rollmux.fleet_file import load_fleet
@@ -174,10 +177,12 @@ def simulate(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw every policy's total cost against RollMux's "
                                                              "as a PNG here."),
 ) -> None:
-    """Replay a trace on the fleet under RollMux (each job's types chosen; in the paper's
-    placement space, and in the full one as rollmux-full), RollMux on each fixed pair of
-    types, solo-d on each pair, co-located on each type, and Gavel+ over types; compare
-    what each run cost and the SLOs it kept."""
+    """Replay a trace on the fleet under RollMux and every baseline over types.
+
+    Policies: RollMux choosing each job's types (rollmux in the paper's placement space,
+    rollmux-full in the full one), RollMux on each fixed pair of types, solo-d on each
+    pair, co-located on each type, and Gavel+ over types. Prints what each run cost and
+    the SLOs it kept."""
     from rollmux.errors import CapacityError
     from rollmux.fleet import Profiles, load_profiles
     from rollmux.fleet_file import load_fleet
@@ -247,8 +252,10 @@ def roofline(
                                                           "t_train_colo_s) to check the rule against."),
     cluster: Optional[Path] = FLEET_OPTION,
 ) -> None:
-    """How far the roofline rule (rollout time ~ 1 / memory bandwidth, training time ~ 1 /
-    TFLOPS) is from the trace's own co-located phase times on the training GPU type."""
+    """How far the roofline rule is from a trace's measured co-located times.
+
+    The rule: rollout time ~ 1 / memory bandwidth, training time ~ 1 / TFLOPS. Checked
+    against the trace's own co-located phase times on the training GPU type."""
     from rollmux.fleet import roofline_check
     from rollmux.fleet_file import load_fleet
     from rollmux.model import ROLLOUT, TRAIN
