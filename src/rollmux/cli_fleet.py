@@ -4,8 +4,9 @@
 the plan by regrouping, and compares it, as effective $/h (``rollmux.fleet_planner``),
 with every fixed-type assignment and the no-sharing baselines; ``--optimal`` adds the
 exact optimum (up to about 10 jobs). ``fleet simulate`` replays a trace on the fleet
-under RollMux and every baseline over types (``rollmux.policies.fleet``). ``fleet roofline`` reports how far the roofline
-rule of ``rollmux.fleet`` is from a trace's own co-located timings.
+under RollMux and every baseline over types (``rollmux.policies.fleet``). ``fleet
+roofline`` reports how far the roofline rule of ``rollmux.fleet`` is from a trace's own
+co-located timings.
 """
 from __future__ import annotations
 
@@ -153,7 +154,8 @@ def _alternatives_table(rows, fleet_cost: float, best_fixed, optimum) -> Table:
     for column in ("plan", "effective $/h", "x fleet plan", "jobs it cannot serve"):
         table.add_column(column, justify="left" if column == "plan" else "right")
     if optimum is not None:
-        table.add_row("exact optimum (fleet)", f"{optimum.objective:,.2f}", f"{optimum.objective / fleet_cost:.3f}", "0")
+        table.add_row("exact optimum (fleet)", f"{optimum.objective:,.2f}", f"{optimum.objective / fleet_cost:.3f}",
+                      "0")
     for r in rows:
         if r.misses and not r.effective_cost:
             table.add_row(escape(r.name), "-", "-", f"all {len(r.misses)}")

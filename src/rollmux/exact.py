@@ -213,12 +213,7 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
 
     def fit_of(mask: int, budget_s: float) -> Fit | None:
         members = [ordered[i] for i in range(n) if mask >> i & 1]
-        fit = None if members[0].colocate else cheapest_group(cluster, members, min(budget_s, room[mask]), robust,
-                                                               counter, space.train_scaling)
-        if len(members) == 1 and (space.colocation or members[0].colocate):
-            colo = colocated_fit(cluster, members[0], min(budget_s, room[mask], fit.cost if fit else float("inf")))
-            fit = colo or fit
-        return fit
+        return group_fit(cluster, members, min(budget_s, room[mask]), robust, counter, space)
 
     best, fits, blocks = partition(ordered, cluster.max_group_size, fit_of)
     if budget is not None and not best < budget - _COST_TOL * max(1.0, abs(budget)):
@@ -276,6 +271,19 @@ def partition(ordered: list[Job], max_group_size: int,
     return best[full], fits, blocks
 
 
+def group_fit(cluster: Cluster, members: list[Job], budget: float, robust: bool, counter: SearchCounter,
+              space: Space, colocation: bool = True) -> Fit | None:
+    """The cheapest group for ``members`` below ``budget`` in ``space``: a disaggregated one
+    (``_cheapest_group``), or for one job its co-located fit when that is cheaper and
+    allowed (co-location in ``space``, and ``colocation`` true; a co-located-only job
+    always)."""
+    fit = None if members[0].colocate else _cheapest_group(cluster, members, budget, robust, counter,
+                                                          space.train_scaling)
+    if len(members) == 1 and colocation and (space.colocation or members[0].colocate):
+        fit = _colocated_fit(cluster, members[0], min(budget, fit.cost if fit else float("inf"))) or fit
+    return fit
+
+
 def colocatable(cluster: Cluster, job: Job) -> bool:
     """True when ``job`` may run co-located: synchronous, within its SLO, both phases' state fits a node."""
     return (not job.staleness and colocation.slowdown(job, cluster) <= job.slo * (1 + SLO_EPS)
@@ -304,7 +312,7 @@ def lower_bound(cluster: Cluster, jobs: Sequence[Job], space: Space = PAPER_SPAC
     return bound
 
 
-def colocated_fit(cluster: Cluster, job: Job, budget: float) -> Fit | None:
+def _colocated_fit(cluster: Cluster, job: Job, budget: float) -> Fit | None:
     """``job`` co-located on its own training nodes, if allowed and counted below ``budget``."""
     if not colocatable(cluster, job):
         return None
@@ -315,8 +323,8 @@ def colocated_fit(cluster: Cluster, job: Job, budget: float) -> Fit | None:
     return Fit(cost, 0, need, (((), tuple(range(need))),), colocated=True)
 
 
-def cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,
-                   counter: SearchCounter, train_scaling: bool = False) -> Fit | None:
+def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,
+                    counter: SearchCounter, train_scaling: bool = False) -> Fit | None:
     """The cheapest feasible group for ``members`` (admission order) costing < ``budget``, or None;
     with ``train_scaling`` the training side may be wider than the widest member."""
     gpn = cluster.gpus_per_node

@@ -194,7 +194,8 @@ class Profiles:
     def colocated_train_s(self, fleet: Fleet, job: Job, gpu: str) -> float:
         """Training seconds co-located on ``gpu``: the trace's ``t_train_colo_s`` on the
         reference training type when given, else the disaggregated time on ``gpu``."""
-        if gpu == fleet.reference[1] and job.t_train_colo_s is not None and (job.job_id, gpu) not in self.table:
+        measured = self.table.get((job.job_id, gpu), (None, None))[1]
+        if gpu == fleet.reference[1] and job.t_train_colo_s is not None and measured is None:
             return job.t_train_colo_s
         return self.phase_s(fleet, job, TRAIN, gpu)[0]
 
@@ -300,7 +301,8 @@ def roofline_check(jobs: list[Job], fleet: Fleet, side: str = ROLLOUT) -> Roofli
         elif side == TRAIN and job.t_train_colo_s is not None:
             errors.append((job.model, job.t_train_s / job.t_train_colo_s - 1))
     if not errors:
-        raise SpecError("trace", len(jobs), f"jobs with t_{'roll' if side == ROLLOUT else 'train'}_colo_s to check against")
+        column = "t_roll_colo_s" if side == ROLLOUT else "t_train_colo_s"
+        raise SpecError("trace", len(jobs), f"jobs with {column} to check against")
     models: dict[str, list[float]] = {}
     for model, err in errors:
         models.setdefault(model or "?", []).append(err)

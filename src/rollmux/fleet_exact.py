@@ -11,7 +11,7 @@ is never placed there). sigma(G, v) = mean over members of T_solo_v / T_solo_ref
 
 Method: the subset DP of ``rollmux.exact.partition``; the cheapest group of a subset S is
 the least over views v of sigma(S, v) times S's cheapest group in v by that view's
-$/h (``exact.cheapest_group``, searched below the budget divided by sigma(S, v), which
+$/h (``exact.group_fit``, searched below the budget divided by sigma(S, v), which
 loses nothing since sigma does not depend on the pinning), and, for one job in the
 view where its training pool offers co-location, its co-located fit. So the optimum is
 exact in the same sense as ``exact.solve``: for the arrival admission order and the
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Sequence
 
-from rollmux.exact import (DEFAULT_MAX_JOBS, ExactLimitError, ExactStats, Fit, SearchCounter, cheapest_group,
-                           colocated_fit, partition, placements_of)
+from rollmux.exact import (DEFAULT_MAX_JOBS, ExactLimitError, ExactStats, Fit, SearchCounter, group_fit, partition,
+                           placements_of)
 from rollmux.fleet import Fleet, Profiles, speed_factor, translate
 from rollmux.fleet_planner import FleetState
 from rollmux.improve import Improvement, Regroup, materialize, starts_in_time
@@ -72,17 +72,15 @@ def solve_fleet(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles | None = N
 
     def fit_of(mask: int, budget: float) -> Fit | None:
         best: Fit | None = None
+        positions = [i for i in range(len(ordered)) if mask >> i & 1]
+        originals = [ordered[i] for i in positions]
         for view in views:
-            members = [moved[view.name][i] for i in range(len(ordered)) if mask >> i & 1]
+            members = [moved[view.name][i] for i in positions]
             if any(m is None for m in members):
                 continue
-            originals = [ordered[i] for i in range(len(ordered)) if mask >> i & 1]
             sigma = statistics.fmean(speed_factor(o, m) for o, m in zip(originals, members))
             room = min(budget, best.cost if best else float("inf")) / sigma
-            fit = None if members[0].colocate else cheapest_group(view.cluster, members, room, robust, counter,
-                                                                  space.train_scaling)
-            if len(members) == 1 and view.name in colocating and (space.colocation or members[0].colocate):
-                fit = colocated_fit(view.cluster, members[0], min(room, fit.cost if fit else float("inf"))) or fit
+            fit = group_fit(view.cluster, members, room, robust, counter, space, view.name in colocating)
             if fit is not None:
                 best = Fit(fit.cost * sigma, fit.rollout, fit.train, fit.pins, fit.colocated)
                 chosen[mask] = view.name
@@ -90,13 +88,14 @@ def solve_fleet(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles | None = N
 
     objective, fits, blocks = partition(ordered, fleet.max_group_size, fit_of)
     state = FleetState(fleet, profiles, only)
+    by_id = {j.job_id: j for j in ordered}
     for view in views:
         mine = [b for b in blocks if chosen[b] == view.name]
         if not mine:
             continue
         translated = [m if m is not None else ordered[i] for i, m in enumerate(moved[view.name])]
         for job, placement in placements_of(view.cluster, translated, [(b, fits[b]) for b in mine], f"{view.name}:"):
-            state.apply(next(o for o in ordered if o.job_id == job.job_id), placement)
+            state.apply(by_id[job.job_id], placement)
     stats = ExactStats(len(ordered), counter.searched, counter.skipped, counter.analyze_calls,
                        time.perf_counter() - start)
     return FleetSolution(state.cost_per_hour(), objective, state, stats)
@@ -123,8 +122,7 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
         for k in range(2, max_groups + 1):
             combos = []
             for combo in combinations(groups, k):
-                key = tuple(sorted(f"{g.group_id}:{','.join(m.job.job_id for m in g.members)}"
-                                   for name, g in combo))
+                key = tuple(sorted(g.group_id for _, g in combo))  # ids are never reused: a group's members stay
                 jobs = [state.originals[m.job.job_id] for _, g in combo for m in g.members]
                 if key not in tried and len(jobs) <= max_jobs:
                     combos.append((sum(state.group_effective(name, g) for name, g in combo), key, combo, jobs))

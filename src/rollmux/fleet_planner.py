@@ -122,7 +122,7 @@ class FleetState:
     fleet: Fleet
     profiles: Profiles = field(default_factory=Profiles)
     only: tuple[str, ...] = ()  # the views this plan may use (empty: all of the fleet's)
-    views: dict[str, tuple[View, PlanState]] = field(default_factory=dict)
+    views: dict[str, tuple[View, PlanState]] = field(init=False)
     originals: dict[str, Job] = field(default_factory=dict)
     job_view: dict[str, str] = field(default_factory=dict)
     groups: ChainMap = field(init=False)
@@ -134,13 +134,13 @@ class FleetState:
         self.groups = ChainMap(*(state.groups for _, state in self.views.values()))
         self.job_group = ChainMap(*(state.job_group for _, state in self.views.values()))
 
-    def sigma(self, view: str, group: Group) -> float:
+    def sigma(self, group: Group) -> float:
         """sigma(G) of the module docstring."""
         return statistics.fmean(speed_factor(self.originals[m.job.job_id], m.job) for m in group.members)
 
     def group_effective(self, view: str, group: Group) -> float:
         """E(G): the group's $/h, at its co-located slowdown, times sigma(G)."""
-        return colocation.effective_cost(group, self.views[view][0].cluster) * self.sigma(view, group)
+        return colocation.effective_cost(group, self.views[view][0].cluster) * self.sigma(group)
 
     def cost_per_hour(self) -> float:
         """$/h of every node in some group, at its pool's price."""
@@ -252,7 +252,7 @@ class FleetPlanner:
         prefix = f"{note}; then " if note else ""
         if decision.placement is None:
             return ViewVerdict(name, decision, None, f"{prefix}{decision.outcome}: {decision.reason}")
-        short = self._short_pools(state, view, decision)
+        short = short_text(state, view, decision.placement)
         if short:
             return ViewVerdict(name, decision, None, f"{prefix}inventory: {short}")
         return ViewVerdict(name, decision, self._marginal(state, view, sub, job, moved, decision),
@@ -291,23 +291,16 @@ class FleetPlanner:
                              sub.profile(Member(moved, placement.rollout_nodes, placement.train_nodes))]).iteration_s
             before = group.cost_per_hour(cluster) * statistics.fmean(now[k] / solo[k] for k in now)
             return (group.cost_per_hour(cluster) + added) * statistics.fmean(after[k] / solo[k] for k in after) - before
-        factors = [speed_factor(state.originals[m.job.job_id], m.job) for m in group.members]
-        before = group.cost_per_hour(cluster) * statistics.fmean(factors)
-        return (group.cost_per_hour(cluster) + added) * statistics.fmean([*factors, factor]) - before
-
-    def _short_pools(self, state: FleetState, view: View, decision: Decision) -> str:
-        """Bounded fleet pools that lack the decision's new nodes, as text ('' when none)."""
-        placement = decision.placement
-        want: dict[str, int] = {}
-        for side, new in ((ROLLOUT, placement.new_rollout), (TRAIN, placement.new_train)):
-            if new:
-                pool = view.pool_of(side).name
-                want[pool] = want.get(pool, 0) + len(new)
-        return short_text(state, want)
+        n, cost, sigma = len(group.members), group.cost_per_hour(cluster), state.sigma(group)
+        return (cost + added) * (sigma * n + factor) / (n + 1) - cost * sigma  # sigma(G'): one member more
 
 
-def short_text(state: FleetState, want: dict[str, int]) -> str:
-    """Which bounded fleet pools lack the new nodes ``want`` (pool -> count), as text ('' when none)."""
+def short_text(state: FleetState, view: View, placement: Placement) -> str:
+    """Which bounded fleet pools lack the nodes ``placement`` adds in ``view``, as text ('' when none)."""
+    want: dict[str, int] = {}
+    for side, new in ((ROLLOUT, placement.new_rollout), (TRAIN, placement.new_train)):
+        if new:
+            want[view.pool_of(side).name] = want.get(view.pool_of(side).name, 0) + len(new)
     short = []
     for pool, count in want.items():
         free = state.free_nodes(pool)
@@ -396,8 +389,9 @@ def alone_options(fleet: Fleet, profiles: Profiles, job: Job) -> list[AloneOptio
         moved = translate(fleet, profiles, job, view, strict=False)
         e = sum(moved.nodes(side, fleet.gpus_per_node) * view.cluster.node_price(side)
                 for side in (ROLLOUT, TRAIN)) * speed_factor(job, moved)
+        # (the strict translation refuses exactly the views where slo_v < 1)
         out.append(AloneOption(f"solo-d on {view.name}", "solo-d", view.name, e,
-                               not job.colocate and translate(fleet, profiles, job, view) is not None))
+                               not job.colocate and moved.slo >= 1.0))
     for pool in fleet.pools:
         name = fleet.colocation_view(pool)
         if name is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from rollmux.fleet import Fleet, Profiles, translate
 from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, short_text
-from rollmux.model import ROLLOUT, TRAIN, Job
+from rollmux.model import Job
 from rollmux.planner import FULL_SPACE, PAPER_SPACE, Decision, Space
 from rollmux.policies.base import colocated_group, isolated
 
@@ -63,10 +63,7 @@ class FleetAlone:
             view, sub = state.views[pick.view]
             moved = translate(self.fleet, self.profiles, job, view, strict=False)
             decision = colocated_group(sub, moved) if pick.kind == "co-located" else isolated(sub, moved)
-            want: dict[str, int] = {}
-            for side, new in ((ROLLOUT, decision.placement.new_rollout), (TRAIN, decision.placement.new_train)):
-                want[view.pool_of(side).name] = want.get(view.pool_of(side).name, 0) + len(new)
-            short = short_text(state, want)
+            short = short_text(state, view, decision.placement)
             if not short:
                 return decision
             shortest = shortest or f"{pick.name}: {short}"
