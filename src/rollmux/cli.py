@@ -102,7 +102,8 @@ def simulate(
                                       "jobs to free nodes; simulator only), rollmux-regroup (also re-solves two "
                                       "groups exactly after a departure and moves their jobs; simulator only), "
                                       "rollmux-bestfit, rollmux-full and rollmux-full-regroup (the planner also "
-                                      "scales training sides and co-locates; docs/placement_space.md), solo-d, "
+                                      "scales training sides and co-locates; docs/placement_space.md), "
+                                      "rollmux-host (also co-locates a job on a group's training nodes), solo-d, "
                                       "colocated, gavel, random, most-idle, optimal "
                                       "(small traces only)."),
     duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic "

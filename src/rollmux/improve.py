@@ -115,7 +115,7 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
     solves = 0
     while True:
         move = None
-        groups = [g for g in state.groups.values() if space.colocation or not g.colocated]
+        groups = [g for g in state.groups.values() if (space.colocation or not g.colocated) and not g.hosts]
         for k in range(2, max_groups + 1):
             combos = (c for c in combinations(groups, k) if tuple(g.group_id for g in c) not in tried)
             for combo, jobs, cost in _ranked(state, combos, max_jobs, space):
@@ -252,10 +252,11 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     if _unsupported(state.cluster) or any(state.bounded(p) for p in POOLS):
         return None
     group = state.groups[group_id]
-    if (group.colocated and not space.colocation) or any(progress(m.job.job_id) is None for m in group.members):
+    if ((group.colocated and not space.colocation) or group.hosts
+            or any(progress(m.job.job_id) is None for m in group.members)):
         return None
     others = [h for h in state.groups.values() if h is not group and (space.colocation or not h.colocated)
-              and all(progress(m.job.job_id) is not None for m in h.members)]
+              and not h.hosts and all(progress(m.job.job_id) is not None for m in h.members)]
     ranked = _ranked(state, ((group, h) for h in sorted(others, key=lambda h: h.group_id)), max_jobs, space)
     best: RegroupPlan | None = None
     for pair, jobs, cost in ranked[:max_solves]:

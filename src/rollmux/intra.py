@@ -65,10 +65,14 @@ class MemberProfile:
     switch_roll: float = 0.0
     switch_train: float = 0.0
     staleness: int = 0
+    solo_s: float | None = None  # the SLO basis when not these phases' own (a hosted member: Job.t_solo)
 
     @property
     def t_solo(self) -> float:
-        """Steady-state solo iteration (``Job.t_solo``): R + T, or max(R, T) when asynchronous."""
+        """Steady-state solo iteration (``Job.t_solo``): R + T, or max(R, T) when asynchronous;
+        ``solo_s`` when given (a member whose phases here are not its profile's)."""
+        if self.solo_s is not None:
+            return self.solo_s
         if self.staleness:
             return max(self.t_roll, self.t_train)
         return self.t_roll + self.t_train

@@ -359,14 +359,28 @@ class Job:
 
 @dataclass(slots=True)
 class Member:
-    """A job pinned inside a group: the exact nodes it runs on in each pool."""
+    """A job pinned inside a group: the exact nodes it runs on in each pool.
+
+    ``hosted``: the job runs co-located inside a shared group, both phases on some of the
+    group's training nodes (``rollout_nodes`` are then those training nodes; its phases
+    take ``rollmux.colocation``'s times, switch included). Such a node holds both its
+    phases' state.
+    """
 
     job: Job
     rollout_nodes: tuple[str, ...]
     train_nodes: tuple[str, ...]
+    hosted: bool = False
 
     def nodes(self, pool: str) -> tuple[str, ...]:
         return self.rollout_nodes if pool == ROLLOUT else self.train_nodes
+
+    def mem_on(self, pool: str) -> float:
+        """GB it holds on each of its ``pool`` nodes of the group (a hosted member: both
+        phases' state on its training nodes, none on the rollout pool's)."""
+        if self.hosted:
+            return self.job.mem(ROLLOUT) + self.job.mem(TRAIN) if pool == TRAIN else 0.0
+        return self.job.mem(pool)
 
 
 @dataclass(slots=True)
@@ -393,7 +407,12 @@ class Group:
         return None
 
     def mem_used(self, node: str, pool: str) -> float:
-        return sum(m.job.mem(pool) for m in self.members if node in m.nodes(pool))
+        return sum(m.mem_on(pool) for m in self.members if node in m.nodes(pool))
+
+    @property
+    def hosts(self) -> bool:
+        """Whether a member runs co-located on the group's training nodes (``Member.hosted``)."""
+        return any(m.hosted for m in self.members)
 
     def cost_per_hour(self, cluster: Cluster) -> float:
         return (len(self.rollout_nodes) * cluster.node_price(ROLLOUT)

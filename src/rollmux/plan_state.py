@@ -22,7 +22,9 @@ _PREFIX = {ROLLOUT: "R", TRAIN: "T"}
 @dataclass(slots=True, frozen=True)
 class Placement:
     """Where a job goes: an existing group (``group_id``) or a new one (None), its nodes,
-    and how many of those nodes are newly provisioned in each pool."""
+    and how many of those nodes are newly provisioned in each pool. ``colocated``: both
+    phases on ``train_nodes`` (= ``rollout_nodes``), in a new co-located group or, with a
+    ``group_id``, hosted inside that group (``Member.hosted``)."""
 
     group_id: str | None
     rollout_nodes: tuple[str, ...]
@@ -187,12 +189,14 @@ class PlanState:
     # --- queries ------------------------------------------------------------------
     def profile(self, member: Member, colocated: bool = False) -> MemberProfile:
         """The member as the analysis sees it; a co-located member's phases are
-        ``rollmux.colocation``'s, each with its switch inside (its nodes only ever run it)."""
+        ``rollmux.colocation``'s, each with its switch inside (its nodes only ever run it).
+        A hosted member (``Member.hosted``) takes the same times, with every phase paying
+        its switch, and keeps its disaggregated solo iteration as its SLO basis."""
         job = member.job
-        if colocated:
+        if colocated or member.hosted:
             (roll, sw_r), (train, sw_t) = (colocation.phase_time(job, p, self.cluster) for p in POOLS)
             return MemberProfile(job.job_id, roll + sw_r, train + sw_t, member.rollout_nodes, member.train_nodes,
-                                 0.0, 0.0, job.staleness)
+                                 0.0, 0.0, job.staleness, job.t_solo if member.hosted else None)
         sw = self.cluster.switch_cost
         return MemberProfile(job.job_id, job.t_roll_s, job.t_train_s, member.rollout_nodes, member.train_nodes,
                              sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN), job.staleness)
@@ -224,7 +228,7 @@ class PlanState:
                 for node in group.nodes(pool):
                     on = [m for m in group.members if node in m.nodes(pool)]
                     entries.append(NodeEntry(node, tuple(sorted(m.job.job_id for m in on)),
-                                             sum(m.job.mem(pool) for m in on), self.capacity(pool, node)))
+                                             sum(m.mem_on(pool) for m in on), self.capacity(pool, node)))
                 nodes[pool] = tuple(entries)
             cached = GroupView(profiles, {m.job.job_id: m.job.slo for m in group.members}, share, nodes,
                                max(share.values(), default=0.0))
@@ -273,7 +277,8 @@ class PlanState:
         group.train_nodes.extend(placement.new_train)
         self._in_use[ROLLOUT] += len(placement.new_rollout)
         self._in_use[TRAIN] += len(placement.new_train)
-        group.members.append(Member(job, placement.rollout_nodes, placement.train_nodes))
+        hosted = placement.colocated and placement.group_id is not None  # co-located inside a shared group
+        group.members.append(Member(job, placement.rollout_nodes, placement.train_nodes, hosted))
         self.job_group[job.job_id] = gid
         self._analysis.pop(gid, None)
         self._views.pop(gid, None)

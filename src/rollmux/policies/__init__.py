@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from rollmux.accounting import OURS, CostAccounting
-from rollmux.planner import FULL_SPACE
+from rollmux.planner import FULL_SPACE, HOSTING_SPACE
 from rollmux.policies.base import Policy
 from rollmux.policies.colocated import Colocated
 from rollmux.policies.gavel import Gavel
@@ -13,7 +13,7 @@ from rollmux.policies.solo_d import SoloDisaggregated
 
 DEFAULT_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "solo-d", "colocated", "gavel", "random",
                     "most-idle")
-KNOWN = DEFAULT_POLICIES + ("rollmux-bestfit", "rollmux-full", "rollmux-full-regroup", "optimal")
+KNOWN = DEFAULT_POLICIES + ("rollmux-bestfit", "rollmux-full", "rollmux-full-regroup", "rollmux-host", "optimal")
 
 
 def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS) -> Policy:
@@ -30,6 +30,7 @@ def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS) -> 
         "rollmux-full": lambda: RollMuxPolicy("first", "rollmux-full", accounting=acct, space=FULL_SPACE),
         "rollmux-full-regroup": lambda: RollMuxPolicy("first", "rollmux-full-regroup", consolidate=True, regroup=True,
                                                       accounting=acct, space=FULL_SPACE),
+        "rollmux-host": lambda: RollMuxPolicy("first", "rollmux-host", accounting=acct, space=HOSTING_SPACE),
         "solo-d": SoloDisaggregated,
         "colocated": Colocated,
         "gavel": Gavel,

@@ -27,7 +27,8 @@ _SHORT = {ROLLOUT: "R", TRAIN: "T"}
 
 
 #: Placement outcomes beyond pack / scale rollout / new group (``rollmux.planner.OUTCOME``), short names.
-_MORE_KINDS = (("scaled-train", "T-scaled"), ("scaled-both", "RT-scaled"), ("co-located", "co-located"))
+_MORE_KINDS = (("scaled-train", "T-scaled"), ("scaled-both", "RT-scaled"), ("co-located", "co-located"),
+               ("hosted", "hosted"))
 
 
 def placement_counts(outcomes) -> str:

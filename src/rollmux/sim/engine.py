@@ -178,8 +178,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                 thaw(gid, now)
             finders[gid].reset()
         m = state.groups[gid].member(job.job_id)
-        ex.admit(job.job_id, m.rollout_nodes, m.train_nodes, now, sw.seconds(job.model, ROLLOUT),
-                 sw.seconds(job.model, TRAIN), job.staleness, None if fixed else target[job.job_id] - done[job.job_id])
+        own = 0.0 if m.hosted else 1.0  # a hosted member's phases carry their switch (colocation.phase_time)
+        ex.admit(job.job_id, m.rollout_nodes, m.train_nodes, now, own * sw.seconds(job.model, ROLLOUT),
+                 own * sw.seconds(job.model, TRAIN), job.staleness, None if fixed else target[job.job_id] - done[job.job_id])
         dirty[gid] = None
 
     def try_move(job: Job, gid: str, now: float) -> bool:
@@ -330,8 +331,10 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         """Start ``grant``'s phase at ``now``; its end event goes on the heap ``into``."""
         nonlocal seq
         group = state.groups[gid]
-        job = group.member(grant.job_id).job  # as pinned: on a fleet, its times on the group's GPU types
-        worst, overhead = worst_phase(job, grant.pool, cluster, group.colocated)
+        member = group.member(grant.job_id)
+        job = member.job  # as pinned: on a fleet, its times on the group's GPU types
+        on_train = group.colocated or member.hosted  # both phases on training nodes
+        worst, overhead = worst_phase(job, grant.pool, cluster, on_train)
         body = durations.draw(worst, grant.pool, grant.job_id)
         begin = now + grant.switch_s + overhead
         end = begin + body
@@ -349,7 +352,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                 seq += 1
         if grant.pool == ROLLOUT:
             rollout_end[grant.job_id] = end
-        pool = TRAIN if state.groups[gid].colocated else grant.pool
+        pool = TRAIN if on_train else grant.pool
         acct.busy[pool] += body * len(grant.nodes) * gpn
         if skip:
             gbusy[gid][_POOL_INDEX[pool]] += body * len(grant.nodes) * gpn
@@ -472,7 +475,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                     else:  # the same idle GPUs in the tail, nobody to hand them to
                         freed = max(0, job.nodes(ROLLOUT, gpn) * gpn - max(1, job.tail_gpus()))
                     if freed:
-                        acct.busy[TRAIN if state.groups[gid].colocated else ROLLOUT] -= (
+                        on_train = state.groups[gid].colocated or state.groups[gid].member(job_id).hosted
+                        acct.busy[TRAIN if on_train else ROLLOUT] -= (
                             (rollout_end[job_id] - now) * freed)
                 continue
             gid = state.job_group[job_id]
