@@ -33,6 +33,14 @@ A group with an asynchronous member (``staleness`` >= 1, rules 10-12 of
 itself, whose state then also holds each asynchronous member's counters. The kernel
 below serves all-synchronous groups only.
 
+Members that share no node, directly or through others, never wait for each other (no
+node is common, and a switch depends only on a node's own last job), so a synchronous
+group whose sharing graph falls apart is analysed one connected part at a time: each
+member's iteration is its part's, the period the longest part's (the wait of a newcomer
+and the settling of a move happen within one part), and a pool's utilization the parts'
+weighted by their nodes. Run whole, such a group repeats only once every part's
+schedule lines up, often beyond ``MAX_ITERATIONS``.
+
 Results are memoized on the group's shape (durations, pinning pattern with nodes
 renamed by first use, switch seconds): the planner asks about the same shapes again
 and again. The memo is bounded, as is the one of each pinning pattern's bit masks.
@@ -159,7 +167,8 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
             from rollmux.intra_async import simulate_async
             shape = simulate_async(key)
         else:
-            shape = _simulate(key)
+            parts = _parts(key)
+            shape = _simulate(key) if len(parts) == 1 else _joined(key, parts)
         if len(_memo) >= _MEMO_LIMIT:
             _memo.clear()
         _memo[key] = shape
@@ -179,6 +188,64 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
         _ids=ids,
         _nodes=tuple(node_index),
     )
+
+
+def _parts(key: tuple) -> list[list[int]]:
+    """The connected parts of a group's sharing graph (members joined by a common node),
+    as member indices in admission order, parts ordered by their first member."""
+    owner: dict[int, int] = {}
+    root = list(range(len(key)))
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            root[i] = root[root[i]]
+            i = root[i]
+        return i
+
+    for i, k in enumerate(key):
+        for x in (*k[2], *k[3]):
+            j = owner.setdefault(x, i)
+            root[find(i)] = find(j)
+    parts: dict[int, list[int]] = {}
+    for i in range(len(key)):
+        parts.setdefault(find(i), []).append(i)
+    return list(parts.values())
+
+
+def _joined(key: tuple, parts: list[list[int]]) -> _Shape:
+    """A disconnected group's shape from its parts' (see the module contract). Each part is
+    analysed under its own key (nodes renamed by first use, so equal parts share the memo);
+    the window holds one period of every part, each from its own start (t0 = 0)."""
+    n = len(key)
+    iteration = [0.0] * n
+    period = 0.0
+    busy = [0.0, 0.0]  # utilization x nodes, per pool
+    sizes = [0, 0]
+    window = []
+    for part in parts:
+        rename: dict[int, int] = {}
+        sub = tuple((*key[i][:2], tuple(rename.setdefault(x, len(rename)) for x in key[i][2]),
+                     tuple(rename.setdefault(x, len(rename)) for x in key[i][3]), *key[i][4:]) for i in part)
+        shape = _memo.get(sub)
+        if shape is None:
+            shape = _simulate(sub)
+            if len(_memo) >= _MEMO_LIMIT:
+                _memo.clear()
+            _memo[sub] = shape
+        back = {str(v): str(k) for k, v in rename.items()}
+        for local, i in enumerate(part):
+            iteration[i] = shape.iteration_s[local]
+        period = max(period, shape.period)
+        pins = tuple(map(_pins, sub))
+        pool_sizes = (_layouts.get(pins) or _layout(pins)).pool_sizes
+        for p in range(2):
+            busy[p] += shape.utilization[p] * pool_sizes[p]
+            sizes[p] += pool_sizes[p]
+        window += [(part[i], pool, tuple(back[x] for x in nodes), s - shape.t0, sw, e - shape.t0)
+                   for i, pool, nodes, s, sw, e in shape.window]
+    util = (busy[0] / sizes[0] if sizes[0] else 0.0, busy[1] / sizes[1] if sizes[1] else 0.0)
+    window.sort(key=itemgetter(3))
+    return _Shape(period, tuple(iteration), util, window, 0)
 
 
 class _Layout(NamedTuple):
