@@ -1,10 +1,12 @@
-"""``rollmux whatif``: capacity planning over a grid of cluster configurations.
+"""``rollmux whatif``: capacity planning over a grid of cluster or fleet configurations.
 
 ``register(app)`` adds the command to a Typer app. Like the other commands: choices are
-typer enums, output paths are checked before any work, errors name the command's
+typer enums (policy names: checked against the cluster's or fleet's), output paths are checked before any work, errors name the command's
 options and exit with status 2, user strings are escaped before Rich prints them. When
 targets are given and no configuration meets them, the outputs are still written and
-the exit status is 1.
+the exit status is 1. ``--cluster`` may be a fleet file (a ``pools`` list, docs/fleet.md):
+its fields vary as ``pools[NAME or INDEX].FIELD``, its policies are those of
+``rollmux fleet simulate`` (``whatif_fleet``), ``--profiles`` gives measured phase times.
 """
 from __future__ import annotations
 
@@ -23,17 +25,18 @@ from rich.table import Table
 from rollmux.accounting import ACCOUNTINGS
 from rollmux.cli_output import console, fail
 from rollmux.errors import RollMuxError, SpecError
+from rollmux.fleet import Profiles
 from rollmux.policies import KNOWN
 from rollmux.cli_choices import AccountingName, DurationModel
-from rollmux.whatif import COST_BASES, UNBOUNDED, Row
+from rollmux.whatif import COST_BASES, FLEET, UNBOUNDED, Row
 
 
-#: Simulated policies (``optimal`` is a cost bound, not a simulation).
-PolicyName = enum.Enum("PolicyName", {p: p for p in KNOWN if p != "optimal"}, type=str)
+#: Simulated policies on a two-pool cluster (``optimal`` is a cost bound, not a simulation).
+SIMULATED = tuple(p for p in KNOWN if p != "optimal")
 CostBasis = enum.Enum("CostBasis", {b: b for b in COST_BASES}, type=str)
 
 #: Parameters that SpecError names, and the options that set them.
-OPTIONS = {"vary": "--vary", "trace": "--trace"}
+OPTIONS = {"vary": "--vary", "trace": "--trace", "policy": "--policy", "accounting": "--accounting"}
 #: Above this many rows the table shows the frontier and the chosen row only.
 TABLE_ROWS = 60
 #: With more runs than this, progress lines come at most every PROGRESS_S seconds.
@@ -82,11 +85,12 @@ class _Progress:
 
 
 def _table(rows: list[Row], fields: list[str], marks: dict[int, str], basis: str, with_policy: bool) -> Table:
+    """The runs as a table; a fleet pool's field heads its column on two lines (``pools[H200]`` / ``.nodes``)."""
     shown = [r for r in rows if len(rows) <= TABLE_ROWS or id(r) in marks]
     title = f"whatif: {len(rows)} runs" + ("" if len(shown) == len(rows) else
                                            f", the frontier and the chosen one shown ({len(shown)})")
     table = Table(title=title)
-    cols = [escape(f) for f in fields] + (["policy"] if with_policy else []) + [
+    cols = [escape(f.replace("].", "]\n.")) for f in fields] + (["policy"] if with_policy else []) + [
         "$/h owned", "$/h used", f"total $ {basis}", "p50 wait h", "p95 wait h", "makespan h", "SLO met",
         "limits", "note"]
     for i, col in enumerate(cols):
@@ -149,18 +153,66 @@ def _csv_text(rows: list[Row], fields: list[str], marks: dict[int, str]) -> str:
     return out.getvalue()
 
 
+def _base(cluster: Path | None) -> dict:
+    """The dict ``--vary`` changes: a fleet file's (``whatif_fleet.fleet_dict``) or a
+    two-pool cluster file's (``cluster_to_dict``; none: the default cluster)."""
+    from rollmux.cluster_file import cluster_from_dict, cluster_to_dict, load_cluster, read_mapping
+    from rollmux.whatif_fleet import fleet_dict
+
+    if cluster is None:
+        return cluster_to_dict(load_cluster(None))
+    raw = read_mapping(cluster, "cluster")
+    try:
+        return fleet_dict(raw) if FLEET in raw else cluster_to_dict(cluster_from_dict(raw))
+    except SpecError as err:
+        raise RollMuxError(f"--cluster {cluster}: {err}") from None
+
+
+def _check_policies(names: list[str], base: dict, profiles: Profiles | None) -> None:
+    """SpecError("policy", ...) for a name that is not a policy of ``base`` (a fleet's, or
+    a two-pool cluster's simulated ones), listing the valid names."""
+    from rollmux.whatif_fleet import policy_names
+
+    valid = policy_names(base, profiles) if FLEET in base else SIMULATED
+    for name in names:
+        if name not in valid:
+            raise SpecError("policy", name, f"one of {', '.join(valid)}")
+
+
+def _profiles(path: Path | None, base: dict) -> Profiles | None:
+    """The measured phase times of ``--profiles`` for the fleet ``base`` (None: not given)."""
+    from rollmux.fleet import load_profiles
+    from rollmux.whatif import build
+
+    if path is None:
+        return None
+    if FLEET not in base:
+        raise RollMuxError(f"--profiles {path}: measured phase times per GPU type are for a fleet file "
+                           "(--cluster with a `pools` list)")
+    return load_profiles(path, build(base))
+
+
 def whatif(
     trace: str = typer.Option("production", help="A builtin trace (production, philly-mix) or a job-trace CSV file."),
     cluster: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, readable=True,
-                                           help="The base cluster YAML that --vary changes; default: the "
-                                                "paper's testbed (both pools unbounded)."),
+                                           help="The base cluster YAML that --vary changes: a two-pool cluster "
+                                                "file or a fleet file (a `pools` list of GPU types); default: "
+                                                "the paper's testbed (both pools unbounded)."),
+    profiles: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, readable=True,
+                                            help="Fleets: profile CSV (job_id,gpu,t_roll_s,t_train_s), measured "
+                                                 "phase seconds per GPU type; the roofline rule fills the rest."),
     vary: list[str] = typer.Option(..., "--vary",
                                    help="FIELD=VALUES, repeatable: an inclusive range lo:hi:step "
                                         "(train.nodes=10:20:2) or a comma list (rollout.nodes=8,12,unbounded). "
                                         "FIELD: a numeric field of the cluster file (nodes, price_per_gpu_hour, "
                                         "host_mem_gb of rollout/train, gpus_per_node, max_group_size, "
-                                        "switch_cost_s in seconds). The grid is every combination."),
-    policy: list[PolicyName] = typer.Option(["rollmux"], "--policy", help="Policy to simulate; repeatable."),
+                                        "switch_cost_s in seconds); of a fleet, pools[NAME or INDEX].nodes / "
+                                        ".price_per_gpu_hour / .host_mem_gb (pools[H200].nodes=0,2,unbounded). "
+                                        "The grid is every combination."),
+    policy: list[str] = typer.Option(["rollmux"], "--policy", "--policies",
+                                     help="Policy to simulate; repeatable. A two-pool cluster: "
+                                          f"{', '.join(SIMULATED)}. A fleet: the policies of `rollmux fleet "
+                                          "simulate` (rollmux, rollmux-full, 'rollmux on H20/H800', gavel+, ...)."),
     address: Optional[str] = typer.Option(None, help="An existing Ray cluster (ray.init address); default: "
                                                      "a local Ray instance."),
     workers: Optional[int] = typer.Option(None, min=1, help="CPUs of the local Ray instance (default: the "
@@ -182,13 +234,13 @@ def whatif(
     """Capacity planning: simulate the trace on every cluster of a grid (in parallel on Ray),
     then pick the cheapest configuration meeting a p95-wait / SLO target and show the
     cost vs p95-wait Pareto frontier."""
-    from rollmux.cluster_file import cluster_to_dict, load_cluster
     from rollmux.report.paths import check_writable
     from rollmux.traces.builtin import load_trace
     from rollmux.whatif import choose, frontier, grid, parse_vary, qualifies
+    from rollmux.whatif_fleet import check_accounting
     from rollmux.whatif_ray import run_grid
 
-    names = [p.value for p in policy]
+    names = list(policy)
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         _fail(RollMuxError(f"--policy {', '.join(twice)}: given twice"))
@@ -199,10 +251,11 @@ def whatif(
         for path, option in ((json_path, "--json"), (csv_path, "--csv"), (plot, "--plot")):
             if path is not None:
                 check_writable(path, option)
-        try:
-            base = cluster_to_dict(load_cluster(cluster))
-        except SpecError as err:
-            raise RollMuxError(f"--cluster {cluster}: {err}") from None
+        base = _base(cluster)
+        measured = _profiles(profiles, base)
+        _check_policies(names, base, measured)
+        if FLEET in base:
+            check_accounting(acct)
         varies = [parse_vary(spec, base) for spec in vary]
         configs = grid(varies)
         jobs, info = load_trace(trace, None, seed)
@@ -219,7 +272,7 @@ def whatif(
     started = time.perf_counter()
     try:
         rows = run_grid(jobs, base, configs, names, seed=seed, duration_model=duration_model.value,
-                        accounting=acct, address=address, num_cpus=workers,
+                        accounting=acct, address=address, num_cpus=workers, profiles=measured,
                         on_row=_Progress(basis, with_policy))
     except RollMuxError as err:
         _fail(err)

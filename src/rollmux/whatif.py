@@ -13,20 +13,29 @@ Contract
   Integer fields (node counts, ``gpus_per_node``, ``max_group_size``) take integers
   only; every value must be finite, listed once and accepted by the cluster file. Any
   other spec raises ``SpecError("vary", spec, expected)``.
+* A fleet (``base`` with a ``pools`` list, ``whatif_fleet.fleet_dict``): FIELD is
+  ``pools[P].{nodes,price_per_gpu_hour,host_mem_gb}``, P a pool's index or name (an
+  integer is an index), or ``gpus_per_node``, ``max_group_size`` and ``switch_cost_s``
+  as above. The parsed field is canonical, ``pools[NAME].LEAF``, whichever form the spec
+  used, so one field given in both forms is "varied twice"; values must be accepted by
+  the fleet file (``fleet_file.fleet_from_dict``).
 * ``grid(varies)``: the cartesian product, one ``{field: value}`` per configuration, in
   the order the specs and their values were given (the last spec varies fastest).
   Fields varied twice, or more than ``MAX_CONFIGS`` configurations, raise SpecError
   before anything is built.
 * ``run_config(...)`` simulates one configuration under one policy and returns a Row; a
   configuration the trace cannot run on (CapacityError, or a job the cluster cannot
-  take) is a Row with ``error`` set, not an exception.
+  take) is a Row with ``error`` set, not an exception. A fleet runs under the policy of
+  ``policies.fleet.fleet_policies`` with that name, with ``profiles``
+  (``whatif_fleet.run_fleet_config``).
 * Waits: a job that never ran waits forever (``inf``); percentiles are nearest-rank, so
   ``p95_wait_h`` is ``inf`` when more than 5% of the jobs never ran.
 * Cost bases: ``used`` is the pay-per-use cost (allocated nodes only,
   ``PolicyResult.used_cost``); ``owned`` charges every node of a bounded pool for the
   whole run (nodes x node price x makespan) plus an unbounded pool's used cost
   (``rollmux.sim.metrics.owned_cost``, what ``pricing: owned`` in a cluster file charges):
-  what the inventory costs to hold until the last job leaves. Both $/h divide by the same hours,
+  what the inventory costs to hold until the last job leaves (a fleet: the same per
+  fleet pool, ``whatif_fleet.fleet_owned_cost``). Both $/h divide by the same hours,
   the trace's solo span (``PolicyResult.cost_per_hour``), so owned >= used.
 * ``qualifies``: the row ran (no error), every job ran, and it meets the given targets
   (``p95_wait_h <= max_p95_wait_h``, ``slo_met >= min_slo``). ``choose``: the cheapest
@@ -45,13 +54,17 @@ from dataclasses import asdict, dataclass
 from rollmux.accounting import CostAccounting
 from rollmux.cluster_file import cluster_from_dict
 from rollmux.errors import RollMuxError, SpecError
+from rollmux.fleet import Profiles
 from rollmux.model import POOLS, Job
-from rollmux.sim.metrics import owned_cost
+from rollmux.sim.metrics import PolicyResult, owned_cost
 
 MAX_CONFIGS = 10_000
 UNBOUNDED = "unbounded"
 COST_BASES = ("owned", "used")
 _INT = re.compile(r"[+-]?\d+")
+FLEET = "pools"  # the key that makes a base dict a fleet
+_POOL_FIELD = re.compile(r"pools\[(.+)\]\.([^.\]]+)")
+_POOL_LEAVES = ("nodes", "price_per_gpu_hour", "host_mem_gb")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +77,11 @@ class Vary:
 
 
 def variable_fields(base: dict) -> dict[str, type]:
-    """The fields of a cluster dict (``cluster_to_dict``) that may vary, and their type."""
+    """The fields of a cluster dict (``cluster_to_dict``) or fleet dict (``fleet_dict``)
+    that may vary, canonical names, and their type."""
     fields: dict[str, type] = {"gpus_per_node": int, "max_group_size": int}
-    for pool in POOLS:
+    pools = [f"pools[{p['name']}]" for p in base[FLEET]] if FLEET in base else list(POOLS)
+    for pool in pools:
         fields[f"{pool}.price_per_gpu_hour"] = float
         fields[f"{pool}.host_mem_gb"] = float
         fields[f"{pool}.nodes"] = int
@@ -78,16 +93,54 @@ def variable_fields(base: dict) -> dict[str, type]:
     return fields
 
 
+def _parent(base: dict, field: str) -> tuple[dict, str]:
+    """The mapping of ``base`` holding the canonical ``field``, and the key in it."""
+    if field.startswith(f"{FLEET}["):
+        name, _, leaf = field[len(FLEET) + 1:].rpartition("].")
+        return next(p for p in base[FLEET] if p["name"] == name), leaf
+    *path, leaf = field.split(".")
+    node = base
+    for key in path:
+        node = node[key]
+    return node, leaf
+
+
 def with_values(base: dict, values: dict) -> dict:
-    """A copy of the cluster dict ``base`` with each dotted field set to its value."""
+    """A copy of the cluster or fleet dict ``base`` with each canonical field set to its value."""
     out = copy.deepcopy(base)
     for field, value in values.items():
-        *path, leaf = field.split(".")
-        node = out
-        for key in path:
-            node = node[key]
+        node, leaf = _parent(out, field)
         node[leaf] = value
     return out
+
+
+def build(data: dict):
+    """The Cluster (a two-pool dict) or Fleet (a dict with ``pools``) that ``data`` describes;
+    SpecError when the file would not accept it."""
+    if FLEET in data:
+        from rollmux.fleet_file import fleet_from_dict
+
+        return fleet_from_dict(data)
+    return cluster_from_dict(data)
+
+
+def _canonical(field: str, spec: str, base: dict) -> str:
+    """A fleet's ``pools[INDEX].LEAF`` or ``pools[NAME].LEAF`` as ``pools[NAME].LEAF``;
+    other fields as given."""
+    match = _POOL_FIELD.fullmatch(field)
+    if FLEET not in base or match is None:
+        return field
+    key, leaf = match.groups()
+    names = [p["name"] for p in base[FLEET]]
+    if _INT.fullmatch(key):
+        if not 0 <= int(key) < len(names):
+            raise SpecError("vary", spec, f"a pool index 0..{len(names) - 1} or a pool name ({', '.join(names)})")
+        key = names[int(key)]
+    elif key not in names:
+        raise SpecError("vary", spec, f"a pool name ({', '.join(names)}) or index 0..{len(names) - 1}")
+    if leaf not in _POOL_LEAVES:
+        raise SpecError("vary", spec, f"a pool field: one of {', '.join(_POOL_LEAVES)}")
+    return f"{FLEET}[{key}].{leaf}"
 
 
 def _number(text: str, kind: type, spec: str) -> int | float:
@@ -121,15 +174,20 @@ def _range(text: str, kind: type, spec: str) -> tuple[int | float, ...]:
 
 
 def parse_vary(spec: str, base: dict) -> Vary:
-    """Parse one ``FIELD=VALUES`` spec against the cluster dict ``base``; see the module contract."""
+    """Parse one ``FIELD=VALUES`` spec against the cluster or fleet dict ``base``; see the module contract."""
     field, sep, text = spec.partition("=")
     field, text = field.strip(), text.strip()
     fields = variable_fields(base)
     if not sep or not field or not text:
-        raise SpecError("vary", spec, "FIELD=VALUES, e.g. train.nodes=10:20:2 or rollout.nodes=8,12,unbounded")
+        example = "pools[H200].nodes=0:4:2 or pools[0].nodes=2,unbounded" if FLEET in base else \
+            "train.nodes=10:20:2 or rollout.nodes=8,12,unbounded"
+        raise SpecError("vary", spec, f"FIELD=VALUES, e.g. {example}")
+    field = _canonical(field, spec, base)
     if field not in fields:
-        raise SpecError("vary", spec, f"a numeric cluster field: one of {', '.join(fields)}")
-    if field.endswith(".nodes") and isinstance(base[field.split(".")[0]]["nodes"], list):
+        raise SpecError("vary", spec, f"a numeric {'fleet' if FLEET in base else 'cluster'} field: one of "
+                                      f"{', '.join(fields)}")
+    parent, leaf = _parent(base, field)
+    if leaf == "nodes" and isinstance(parent["nodes"], list):
         raise SpecError("vary", spec, "a pool given as a node count or null: the cluster file lists "
                                       f"{field.split('.')[0]}'s real nodes")
     kind = fields[field]
@@ -146,9 +204,10 @@ def parse_vary(spec: str, base: dict) -> Vary:
             raise SpecError("vary", spec, "each value listed once")
     for value in values:
         try:
-            cluster_from_dict(with_values(base, {field: value}))
+            build(with_values(base, {field: value}))
         except SpecError as err:
-            raise SpecError("vary", spec, f"values the cluster file accepts ({err})") from None
+            raise SpecError("vary", spec, f"values the {'fleet' if FLEET in base else 'cluster'} file accepts "
+                                          f"({err})") from None
     return Vary(spec, field, values)
 
 
@@ -210,8 +269,13 @@ def nearest_rank(values: list[float], q: float) -> float:
 
 
 def run_config(jobs: list[Job], base: dict, values: dict, policy: str, seed: int, duration_model: str,
-               accounting: CostAccounting) -> Row:
-    """Simulate ``jobs`` on ``base`` with ``values`` set, under ``policy``; see the module contract."""
+               accounting: CostAccounting, profiles: Profiles | None = None) -> Row:
+    """Simulate ``jobs`` on ``base`` with ``values`` set, under ``policy``; see the module contract.
+    ``profiles``: a fleet's measured phase times (none: the trace's and the roofline rule)."""
+    if FLEET in base:
+        from rollmux.whatif_fleet import run_fleet_config
+
+        return run_fleet_config(jobs, base, values, policy, seed, duration_model, profiles, accounting)
     from rollmux.policies import make_policy
     from rollmux.sim.engine import simulate
 
@@ -223,9 +287,13 @@ def run_config(jobs: list[Job], base: dict, values: dict, policy: str, seed: int
                           accounting=accounting)
     except RollMuxError as err:
         return Row(values, policy, error=str(err))
+    return result_row(values, policy, result, owned_cost(cluster, result.span_s, result.gpu_seconds))
+
+
+def result_row(values: dict, policy: str, result: PolicyResult, owned: float) -> Row:
+    """The Row of a finished replay ``result`` whose owned cost is ``owned`` $."""
     hours = result.reference_span_s / 3600.0
     waits = [j.wait_s / 3600.0 for j in result.jobs] + [math.inf] * len(result.rejected)
-    owned = owned_cost(cluster, result.span_s, result.gpu_seconds)
     used = result.used_cost
     return Row(values, policy, cost_per_hour=used / hours if hours > 0 else 0.0, total_cost=used,
                owned_per_hour=owned / hours if hours > 0 else 0.0, owned_total=owned, hours=hours,
