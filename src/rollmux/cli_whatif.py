@@ -291,7 +291,8 @@ def whatif(
     qualifying = [r for r in rows if qualifies(r, max_p95_wait_h, min_slo)]
     why = (_why(chosen, qualifying, front, basis, targets, with_policy) if chosen is not None
            else f"no configuration meets the targets ({targets})")
-    console.print(f"{len(rows)} runs in {wall:.1f} s; frontier: {len(front)} configurations")
+    console.print(f"{len(rows)} run{'s' * (len(rows) != 1)} in {wall:.1f} s; frontier: {len(front)} "
+                  f"configuration{'s' * (len(front) != 1)}")
     console.print(("[bold]" if chosen else "[yellow]") + escape(why) + ("[/bold]" if chosen else "[/yellow]"))
     if json_path is not None:
         index = {id(r): i for i, r in enumerate(rows)}
