@@ -13,7 +13,8 @@ of a bounded pool over the whole run. When the trace has asynchronous jobs
 (``kind_lines``): SLO attainment and mean slowdown of the sync and the async jobs.
 When some job scores on the shared reward service (``Job.reward_s`` > 0) the caption
 says what the reward stage cost each policy (``reward_line``): it is already inside
-``$/h`` and ``total $``.
+``$/h`` and ``total $``. A policy whose jobs ran under several kinds of placement gets a
+line with each kind's share of the node cost (``cost_lines``).
 """
 from __future__ import annotations
 
@@ -44,6 +45,18 @@ def placement_lines(results: list[PolicyResult]) -> list[str]:
                                                  if r.outcomes.get(k))
              for r in results if any(r.outcomes.get(k) for k, _ in _MORE_KINDS)]
     return ["other placements: " + "; ".join(parts)] if parts else []
+
+
+def cost_lines(results: list[PolicyResult]) -> list[str]:
+    """One caption line per policy whose jobs ran under two or more kinds of placement:
+    each kind's share of the node cost (``PolicyResult.cost_by_placement``: a group's
+    $/h split equally among its members at every instant)."""
+    lines = []
+    for r in results:
+        if len(r.cost_by_placement) > 1:
+            lines.append(f"{escape(r.policy)} cost by placement: " + ", ".join(
+                f"{escape(kind)} {100 * k['share']:.1f}% ({k['jobs']} jobs)" for kind, k in r.cost_by_placement.items()))
+    return lines
 
 
 def simulate_table(results: list[PolicyResult], reference: str = "rollmux", accounting: str = "ours") -> Table:
@@ -88,7 +101,7 @@ def simulate_table(results: list[PolicyResult], reference: str = "rollmux", acco
         table.caption = ("SLO met e2e: (wait + run) / solo run time <= SLO; a job that never ran misses it. "
                          "wait h: mean hours from arrival to placement. makespan h: first arrival to the last job's end. R/T binds: share of the run in which a "
                          "job waited because the rollout / training pool lacked free nodes.")
-    kinds = kind_lines(results) + reward_line(results) + placement_lines(results)
+    kinds = kind_lines(results) + reward_line(results) + placement_lines(results) + cost_lines(results)
     if kinds:
         table.caption = "\n".join(([table.caption] if table.caption else []) + kinds)
     return table

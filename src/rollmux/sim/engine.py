@@ -91,8 +91,8 @@ from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
 from rollmux.policies.base import Policy
 from rollmux.sim.durations import DurationModel
-from rollmux.sim.metrics import (END_TO_END, ITERATION, Accounting, JobOutcome, PolicyResult, bill_reward, finish,
-                                 owned_cost, solo_span_s)
+from rollmux.sim.metrics import (END_TO_END, ITERATION, Accounting, CostShares, JobOutcome, PolicyResult, bill_reward,
+                                 finish, owned_cost, solo_span_s)
 from rollmux.sim.periodic import Cycle, CycleFinder, signature
 
 _END, _ARRIVE, _MIGRATE, _TAIL, _DEPART = 0, 1, 2, 3, 4
@@ -120,6 +120,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     tail_token: dict[str, int] = {}  # job -> seq of its pending tail report
     make_state = getattr(policy, "new_state", None)  # a fleet policy plans on its own state (rollmux.fleet_planner)
     state = make_state() if make_state is not None else PlanState(cluster)
+    shares = CostShares() if make_state is None else None  # (a fleet's groups are priced per view)
+    kind_of: dict[str, str] = {}  # job -> the placement it runs under (its cost share's kind)
     executors: dict[str, GroupExecutor] = {}
     acct = Accounting()
     heap: list[tuple[float, int, int, str, str]] = []
@@ -166,6 +168,16 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     pending: dict[str, dict] = {}  # job -> its regrouping: {"group": solver Group, "waiting": job ids}
     dirty: dict[str, None] = {}  # groups touched at the current instant, in touch order
 
+    def settle(gid: str | None, now: float) -> None:
+        if shares is not None and gid is not None:
+            shares.settle(gid, now)
+
+    def track(gid: str, now: float) -> None:
+        group = state.groups.get(gid) if shares is not None else None
+        if group is not None:
+            shares.track(gid, now, group.cost_per_hour(cluster), [(m.job.job_id, kind_of[m.job.job_id])
+                                                                  for m in group.members])
+
     def admit(job: Job, now: float) -> None:
         gid = state.job_group[job.job_id]
         ex = executors.get(gid)
@@ -194,9 +206,13 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         ex = executors[gid]
         ex.finish(job.job_id, now, requeue=False)
         ex.remove(job.job_id)
+        settle(gid, now)
+        settle(decision.placement.group_id, now)
         if state.release(job.job_id).group_closed:
             del executors[gid]
-        state.apply(job, decision.placement)
+        track(gid, now)
+        kind_of[job.job_id] = "repacked"
+        track(state.apply(job, decision.placement), now)
         place_waiting(now)
         outcomes["repacked"] += 1
         moving.add(job.job_id)
@@ -233,15 +249,19 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         ex = executors[gid]
         ex.finish(job_id, now, requeue=False)
         ex.remove(job_id)
+        settle(gid, now)
         if state.release(job_id).group_closed:
             del executors[gid]
         else:
             dirty[gid] = None
+            track(gid, now)
         moving.add(job_id)
         outcomes["regrouped"] += 1
         entry["waiting"].discard(job_id)
         if not entry["waiting"]:
-            materialize(state, entry["group"])
+            for m in entry["group"].members:
+                kind_of[m.job.job_id] = "regrouped"
+            track(materialize(state, entry["group"]), now)
             for m in entry["group"].members:  # same instant, admission order
                 heapq.heappush(heap, (now + migration_s, _MIGRATE, seq, m.job.job_id, ""))
                 seq += 1
@@ -266,7 +286,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         if decision.outcome == "rejected":
             rejected.append(job.job_id)
             return True
-        state.apply(job, decision.placement)
+        settle(decision.placement.group_id, now)
+        kind_of[job.job_id] = decision.outcome
+        track(state.apply(job, decision.placement), now)
         admit(job, now)
         if repack is not None and decision.outcome == "new-group":
             offer.update(j for j in state.job_group if j != job.job_id and not by_id[j].staleness)  # new room
@@ -284,7 +306,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             for pool in ex.running_pools(job_id):
                 ex.finish(job_id, now, requeue=False, pool=pool)
         ex.remove(job_id)
+        settle(gid, now)
         release = state.release(job_id)
+        track(gid, now)
         if release.group_closed:
             del executors[gid]
             if skip:
@@ -523,6 +547,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     result = finish(name, acct, finished, outcomes, events, time.perf_counter() - started, spans, rejected,
                     departure_span_s(jobs) if fixed else solo_span_s(jobs))
     result.accounting = accounting.name
+    if shares is not None:
+        shares.close(acct.last_t)
+        result.cost_by_placement = shares.table()
     if cluster.pricing == "owned":
         result.pricing, result.total_cost = "owned", owned_cost(cluster, result.span_s, result.gpu_seconds)
     result.slo_basis, result.bounded, result.reject_reasons = basis, bounded, {k: reasons[k] for k in rejected}

@@ -187,6 +187,49 @@ class Accounting:
             self.series.append((t, rate, gpus_r, gpus_t))
 
 
+class CostShares:
+    """Each group's node cost split among its members, summed per placement kind.
+
+    At every instant a group's $/h (its nodes at their pool's price) is split equally
+    among the jobs pinned to it, and each job's share is counted under the kind of
+    placement that put it there: the planner's outcome on arrival (``packed``,
+    ``new-group``, ``scaled``, ``co-located``, ...), or ``repacked`` / ``regrouped``
+    from a move on. Summed over kinds it is the replay's pay-per-use node cost. The
+    caller calls ``settle`` before it changes a group's membership or nodes and
+    ``track`` after, both at the instant of the change."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, tuple[float, float, tuple[tuple[str, str], ...]]] = {}  # gid -> (since, $/h, (job, kind))
+        self.cost: dict[str, float] = {}  # kind -> $
+        self.jobs: dict[str, set[str]] = {}  # kind -> jobs that ran under it
+
+    def settle(self, group_id: str, now: float) -> None:
+        """Charge ``group_id``'s members for its cost since it last changed."""
+        entry = self._open.pop(group_id, None)
+        if entry is None:
+            return
+        since, rate, members = entry
+        share = rate * (now - since) / 3600.0 / len(members)
+        for job_id, kind in members:
+            self.cost[kind] = self.cost.get(kind, 0.0) + share
+            self.jobs.setdefault(kind, set()).add(job_id)
+
+    def track(self, group_id: str, now: float, rate: float, members: list[tuple[str, str]]) -> None:
+        """From ``now`` on, ``group_id`` costs ``rate`` $/h, shared by ``members`` (job, kind)."""
+        if members:
+            self._open[group_id] = (now, rate, tuple(members))
+
+    def close(self, now: float) -> None:
+        for group_id in list(self._open):
+            self.settle(group_id, now)
+
+    def table(self) -> dict[str, dict]:
+        """kind -> {"jobs": jobs that ran under it, "cost": $, "share": of the node cost}."""
+        total = sum(self.cost.values())
+        return {kind: {"jobs": len(self.jobs[kind]), "cost": cost, "share": cost / total if total > 0 else 0.0}
+                for kind, cost in sorted(self.cost.items(), key=lambda kv: -kv[1])}
+
+
 @dataclass(slots=True)
 class PolicyResult:
     policy: str
@@ -219,6 +262,7 @@ class PolicyResult:
     used_cost: float = 0.0  # the pay-per-use cost (nodes while groups hold them), whatever the pricing
     async_ids: frozenset[str] = frozenset()  # the trace's asynchronous jobs (for ``per_kind``)
     reward_cost: float = 0.0  # $ of the shared reward pool (in total_cost and used_cost; ``bill_reward``)
+    cost_by_placement: dict[str, dict] = field(default_factory=dict)  # ``CostShares.table`` ({} if not kept)
 
     @property
     def reward_cost_per_hour(self) -> float:
@@ -324,6 +368,7 @@ class PolicyResult:
             "train_bubble": self.bubble(TRAIN),
             "per_kind": self.per_kind(),
             "placements": dict(self.outcomes),
+            "cost_by_placement": self.cost_by_placement,
             "events": self.events,
             "wall_s": self.wall_s,
             "note": self.note,
