@@ -184,3 +184,16 @@ def test_a_headless_browser_renders_the_report(page, tmp_path):
     assert pixels.shape[:2] == (2000, 1200)
     colours = {tuple(p) for p in (pixels[::4, ::4, :3] * 255).astype(int).reshape(-1, 3)}
     assert len(colours) > 50, "the screenshot is (nearly) blank"
+
+
+def test_html_splits_rollmux_cost_by_placement(page, results):
+    """rollmux's jobs were packed and opened groups here: its row gives each kind's share,
+    dollars and jobs; solo-d (one kind) gets no row."""
+    _, text = page
+    table = text.split("<h3>Cost by placement</h3>", 1)[1].split("</table>", 1)[0]
+    split = results[0].cost_by_placement
+    assert len(split) > 1
+    for kind, k in split.items():
+        assert f"<th>{kind}</th>" in table
+        assert f"{100 * k['share']:.1f}% (${k['cost']:,.0f}, {k['jobs']} jobs)" in table
+    assert "<td class=\"text\">rollmux</td>" in table and "solo-d" not in table

@@ -11,7 +11,9 @@ URI, no script, no external URL. It holds
   the reference policy ("rollmux" when present, else the first), then per policy $/h,
   total $ (with a "reward $" column, the shared reward pool's per-use bill already inside
   total $, when some job scores on it), cost against the reference, SLO attainment on the policy's basis, jobs that
-  never ran, the bubble of each pool, the mean wait and the placements;
+  never ran, the bubble of each pool, the mean wait and the placements; and, for the
+  policies whose jobs ran under two or more kinds of placement, each kind's share of
+  the node cost (``PolicyResult.cost_by_placement``);
 * figures (``rollmux.report.plots``): each policy's total cost against the reference's;
   cost over time, a policy that misses any SLO dashed and marked "(misses SLOs)"; GPUs
   in use per pool with the capacity of a bounded pool (nodes x GPUs per node); the
@@ -186,7 +188,31 @@ def _summary(results: list[PolicyResult], shown: list[PolicyResult], cluster: Cl
             "shown (per-iteration slowdown, or end to end: (wait + run) / solo run time); a job that never ran "
             "misses it. Bubble: idle share of the pool's allocated GPU time."
             + (" reward $: what the shared reward pool billed (per use, by completed iterations), included in "
-               "$/h and total $." if reward else "") + "</p>")
+               "$/h and total $." if reward else "") + "</p>" + _cost_by_placement(shown))
+
+
+def _cost_by_placement(shown: list[PolicyResult]) -> str:
+    """The table of each policy's node cost by kind of placement, for the policies whose jobs
+    ran under two or more kinds (``PolicyResult.cost_by_placement``); empty when none did."""
+    split = [r for r in shown if len(r.cost_by_placement) > 1]
+    if not split:
+        return ""
+    kinds: list[str] = []
+    for r in split:
+        kinds += [k for k in r.cost_by_placement if k not in kinds]
+    ths = "".join(f"<th{_class('text' if h == 'policy' else '')}>{escape(h)}</th>" for h in ["policy"] + kinds)
+    rows = []
+    for r in split:
+        cells = [f"<td class=\"text\">{escape(r.policy)}</td>"]
+        for kind in kinds:
+            k = r.cost_by_placement.get(kind)
+            cells.append("<td>-</td>" if k is None else
+                         f"<td>{_pct(k['share'])} (${k['cost']:,.0f}, {k['jobs']} jobs)</td>")
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return (f"<h3>Cost by placement</h3><table><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            "<p class=\"note\">At every instant a group's node cost is shared equally by its members; a "
+            "member's share counts under the placement it got on arrival, or repacked / regrouped once it "
+            "was moved. The kinds add up to the policy's node cost.</p>")
 
 
 _TEXT_COLUMNS = ("job_id", "slo_basis", "outcome", "group_id", "reason")
