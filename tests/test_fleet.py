@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import re
 from pathlib import Path
@@ -430,6 +431,29 @@ def test_fleet_simulate_prints_every_policy_and_writes_json(tmp_path):
     assert ours["slo_attainment"] == 1.0
     assert all(ours["total_cost"] < p["total_cost"] for name, p in data["policies"].items() if name != "rollmux-full")
     assert "cheaper than rollmux at no fewer SLOs: rollmux-full" in result.output
+
+
+def test_fleet_cost_splits_by_placement_and_gpu_types():
+    """Each kind names its view; the kinds add up to the replay's node cost at each view's prices,
+    and the jobs under each view are the jobs placed there."""
+    fleet, profiles, jobs = _example()
+    result = simulate(jobs, fleet.views()[0].cluster, FleetRollMux(fleet, profiles, FULL_SPACE))
+    split = result.cost_by_placement
+    assert math.isclose(sum(k["cost"] for k in split.values()), result.used_cost, rel_tol=1e-9)
+    views = {v.name for v in fleet.views()}
+    per_view: dict[str, int] = {}
+    for kind, k in split.items():
+        outcome, view = kind.split(" on ", 1)
+        assert view in views and outcome in result.outcomes
+        per_view[view] = per_view.get(view, 0) + k["jobs"]
+    placed: dict[str, int] = {}
+    for j in result.jobs:
+        view = j.group_id.split(":", 1)[0]
+        placed[view] = placed.get(view, 0) + 1
+    assert per_view == placed
+    printed = _on_example("simulate")
+    assert printed.exit_code == 0, printed.output
+    assert "rollmux-full cost by placement: " in printed.output and " on H20/H200 " in printed.output
 
 
 def test_a_replay_on_bounded_pools_never_holds_more_nodes_than_a_pool_has():

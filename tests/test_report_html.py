@@ -195,5 +195,5 @@ def test_html_splits_rollmux_cost_by_placement(page, results):
     assert len(split) > 1
     for kind, k in split.items():
         assert f"<th>{kind}</th>" in table
-        assert f"{100 * k['share']:.1f}% (${k['cost']:,.0f}, {k['jobs']} jobs)" in table
+        assert f"{100 * k['share']:.1f}% (${k['cost']:,.0f}, {k['jobs']} job{'s' * (k['jobs'] != 1)})" in table
     assert "<td class=\"text\">rollmux</td>" in table and "solo-d" not in table

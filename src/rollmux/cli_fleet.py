@@ -184,13 +184,14 @@ def simulate(
     Policies: RollMux choosing each job's types (rollmux in the paper's placement space,
     rollmux-full in the full one), RollMux on each fixed pair of types, solo-d on each
     pair, co-located on each type, and Gavel+ over types. Prints what each run cost and
-    the SLOs it kept."""
+    the SLOs it kept, and how RollMux's cost splits by kind of placement and GPU types."""
     from rollmux.errors import CapacityError
     from rollmux.fleet import Profiles, load_profiles
     from rollmux.fleet_file import load_fleet
     from rollmux.policies.fleet import fleet_policies
     from rollmux.report.paths import check_writable
     from rollmux.report.progress import progress_reporter
+    from rollmux.report.tables import cost_lines
     from rollmux.sim.engine import simulate as run
     from rollmux.traces.builtin import load_trace
 
@@ -229,6 +230,8 @@ def simulate(
                         "that never ran costs nothing and misses it" if any(p.nodes is not None for p in fleet.pools)
                         else ""))
     console.print(table)
+    for line in cost_lines([r for r in results if r.policy in ("rollmux", "rollmux-full")]):
+        console.print(line, highlight=False)
     if none:
         console.print(f"serve no job (too slow for every SLO on those types): {escape(', '.join(none))}",
                       highlight=False)

@@ -146,6 +146,14 @@ class FleetState:
         """$/h of every node in some group, at its pool's price."""
         return sum(state.cost_per_hour() for _, state in self.views.values())
 
+    def group_cost_per_hour(self, group_id: str) -> float:
+        """One group's $/h at its view's prices."""
+        return self.views[group_id.split(":", 1)[0]][1].group_cost_per_hour(group_id)
+
+    def placement_kind(self, job_id: str, outcome: str) -> str:
+        """The outcome and the GPU types (view) of placed job ``job_id``: "packed on H20/H800"."""
+        return f"{outcome} on {self.job_view[job_id]}"
+
     def effective_cost_per_hour(self) -> float:
         """What the fleet planner minimises: the sum of E(G) over groups."""
         return sum(self.group_effective(name, g) for name, (_, state) in self.views.items()

@@ -235,6 +235,15 @@ class PlanState:
             self._views[group_id] = cached
         return cached
 
+    def group_cost_per_hour(self, group_id: str) -> float:
+        """One group's $/h: its nodes at their pool's price."""
+        return self.groups[group_id].cost_per_hour(self.cluster)
+
+    def placement_kind(self, job_id: str, outcome: str) -> str:
+        """How a report names the placement ``outcome`` of placed job ``job_id`` (the outcome;
+        a fleet's plan adds the GPU types)."""
+        return outcome
+
     def cost_per_hour(self) -> float:
         """The plan's $/h: every node in some group at its pool's price (O(1): the in-use counts)."""
         return sum(self._in_use[p] * self.cluster.node_price(p) for p in POOLS)

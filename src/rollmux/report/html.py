@@ -207,7 +207,7 @@ def _cost_by_placement(shown: list[PolicyResult]) -> str:
         for kind in kinds:
             k = r.cost_by_placement.get(kind)
             cells.append("<td>-</td>" if k is None else
-                         f"<td>{_pct(k['share'])} (${k['cost']:,.0f}, {k['jobs']} jobs)</td>")
+                         f"<td>{_pct(k['share'])} (${k['cost']:,.0f}, {k['jobs']} job{'s' * (k['jobs'] != 1)})</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     return (f"<h3>Cost by placement</h3><table><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
             "<p class=\"note\">At every instant a group's node cost is shared equally by its members; a "

@@ -55,8 +55,12 @@ def cost_lines(results: list[PolicyResult]) -> list[str]:
     for r in results:
         if len(r.cost_by_placement) > 1:
             lines.append(f"{escape(r.policy)} cost by placement: " + ", ".join(
-                f"{escape(kind)} {100 * k['share']:.1f}% ({k['jobs']} jobs)" for kind, k in r.cost_by_placement.items()))
+                f"{escape(kind)} {100 * k['share']:.1f}% ({_jobs(k['jobs'])})" for kind, k in r.cost_by_placement.items()))
     return lines
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job" + "s" * (n != 1)
 
 
 def simulate_table(results: list[PolicyResult], reference: str = "rollmux", accounting: str = "ours") -> Table:

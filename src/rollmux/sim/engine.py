@@ -120,7 +120,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     tail_token: dict[str, int] = {}  # job -> seq of its pending tail report
     make_state = getattr(policy, "new_state", None)  # a fleet policy plans on its own state (rollmux.fleet_planner)
     state = make_state() if make_state is not None else PlanState(cluster)
-    shares = CostShares() if make_state is None else None  # (a fleet's groups are priced per view)
+    shares = CostShares()
     kind_of: dict[str, str] = {}  # job -> the placement it runs under (its cost share's kind)
     executors: dict[str, GroupExecutor] = {}
     acct = Accounting()
@@ -169,14 +169,14 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     dirty: dict[str, None] = {}  # groups touched at the current instant, in touch order
 
     def settle(gid: str | None, now: float) -> None:
-        if shares is not None and gid is not None:
+        if gid is not None:
             shares.settle(gid, now)
 
     def track(gid: str, now: float) -> None:
-        group = state.groups.get(gid) if shares is not None else None
+        group = state.groups.get(gid)
         if group is not None:
-            shares.track(gid, now, group.cost_per_hour(cluster), [(m.job.job_id, kind_of[m.job.job_id])
-                                                                  for m in group.members])
+            shares.track(gid, now, state.group_cost_per_hour(gid), [(m.job.job_id, kind_of[m.job.job_id])
+                                                                    for m in group.members])
 
     def admit(job: Job, now: float) -> None:
         gid = state.job_group[job.job_id]
@@ -211,8 +211,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         if state.release(job.job_id).group_closed:
             del executors[gid]
         track(gid, now)
-        kind_of[job.job_id] = "repacked"
-        track(state.apply(job, decision.placement), now)
+        to = state.apply(job, decision.placement)
+        kind_of[job.job_id] = state.placement_kind(job.job_id, "repacked")
+        track(to, now)
         place_waiting(now)
         outcomes["repacked"] += 1
         moving.add(job.job_id)
@@ -259,9 +260,10 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         outcomes["regrouped"] += 1
         entry["waiting"].discard(job_id)
         if not entry["waiting"]:
+            gid = materialize(state, entry["group"])
             for m in entry["group"].members:
-                kind_of[m.job.job_id] = "regrouped"
-            track(materialize(state, entry["group"]), now)
+                kind_of[m.job.job_id] = state.placement_kind(m.job.job_id, "regrouped")
+            track(gid, now)
             for m in entry["group"].members:  # same instant, admission order
                 heapq.heappush(heap, (now + migration_s, _MIGRATE, seq, m.job.job_id, ""))
                 seq += 1
@@ -287,8 +289,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             rejected.append(job.job_id)
             return True
         settle(decision.placement.group_id, now)
-        kind_of[job.job_id] = decision.outcome
-        track(state.apply(job, decision.placement), now)
+        gid = state.apply(job, decision.placement)
+        kind_of[job.job_id] = state.placement_kind(job.job_id, decision.outcome)
+        track(gid, now)
         admit(job, now)
         if repack is not None and decision.outcome == "new-group":
             offer.update(j for j in state.job_group if j != job.job_id and not by_id[j].staleness)  # new room
@@ -547,9 +550,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     result = finish(name, acct, finished, outcomes, events, time.perf_counter() - started, spans, rejected,
                     departure_span_s(jobs) if fixed else solo_span_s(jobs))
     result.accounting = accounting.name
-    if shares is not None:
-        shares.close(acct.last_t)
-        result.cost_by_placement = shares.table()
+    shares.close(acct.last_t)
+    result.cost_by_placement = shares.table()
     if cluster.pricing == "owned":
         result.pricing, result.total_cost = "owned", owned_cost(cluster, result.span_s, result.gpu_seconds)
     result.slo_basis, result.bounded, result.reject_reasons = basis, bounded, {k: reasons[k] for k in rejected}
