@@ -24,15 +24,20 @@ def _ticks(seconds: float) -> int:
     return round(seconds * TICKS_PER_S)
 
 
-def oracle(key: tuple) -> _Shape:
-    """The steady state found by running ``GroupExecutor`` itself."""
+def oracle(key: tuple, train_first: int = 0) -> _Shape:
+    """The steady state found by running ``GroupExecutor`` itself; a member whose bit of
+    ``train_first`` is set starts queued for training (``GroupExecutor.restore``)."""
     n = len(key)
     ex = GroupExecutor()
     ids = [str(i) for i in range(n)]
     index = {job_id: i for i, job_id in enumerate(ids)}
     push, pop = heapq.heappush, heapq.heappop
     for i, (_, _, r, t, sr, st_) in enumerate(key):
-        ex.admit(ids[i], tuple(str(x) for x in r), tuple(str(x) for x in t), 0, _ticks(sr), _ticks(st_))
+        nodes = (tuple(str(x) for x in r), tuple(str(x) for x in t))
+        if train_first >> i & 1:
+            ex.restore(ids[i], i, *nodes, _ticks(sr), _ticks(st_), (TRAIN, 0), None)
+        else:
+            ex.admit(ids[i], *nodes, 0, _ticks(sr), _ticks(st_))
     dur = [{ROLLOUT: _ticks(k[0]), TRAIN: _ticks(k[1])} for k in key]
     pool_nodes = {pool: {x for k in key for x in (k[2] if pool == ROLLOUT else k[3])} for pool in POOLS}
     anchor = max(range(n), key=lambda i: (dur[i][ROLLOUT] + dur[i][TRAIN], -i))
@@ -118,8 +123,8 @@ def key_of(members: list[MemberProfile]) -> tuple:
     return tuple(parts)
 
 
-def assert_same(key: tuple) -> _Shape:
-    want, got = oracle(key), intra._simulate(key)
+def assert_same(key: tuple, train_first: int = 0) -> _Shape:
+    want, got = oracle(key, train_first), intra._simulate(key, train_first)
     assert got.period == want.period
     assert got.iteration_s == want.iteration_s
     assert got.utilization == want.utilization
@@ -156,6 +161,49 @@ def members(draw):
 @given(members())
 def test_kernel_matches_group_executor(group):
     assert_same(key_of(group))
+
+
+@settings(max_examples=200, deadline=None)
+@given(members(), st.integers(0, 31))
+def test_kernel_matches_group_executor_from_any_start(group, train_first):
+    """Members ready for training instead of rollout at the start (``worst_start``'s starts)."""
+    assert_same(key_of(group), train_first & ((1 << len(group)) - 1))
+
+
+def test_worst_start_is_the_slowest_start_of_each_part():
+    """Two members on one node pair, and one alone: the pair's worst over its four starts,
+    computed here from the kernel directly; the lone member runs solo whatever the start."""
+    a, b = profile(30, 20, ["r0"], ["t0"], 3, 2, "a"), profile(25, 15, ["r0"], ["t0"], 4.5, 1, "b")
+    lone = profile(10, 40, ["r1"], ["t1"], 1, 1, "c")
+    worst = intra.worst_start([a, lone, b])
+    pair = key_of([a, b])
+    shapes = [intra._simulate(pair, mask) for mask in range(4)]
+    assert worst == {"a": max(s.iteration_s[0] for s in shapes), "b": max(s.iteration_s[1] for s in shapes),
+                     "c": 50.0}
+    assert worst["a"] >= intra.analyze([a, lone, b]).iteration_s["a"]
+    with pytest.raises(ValueError, match="synchronous"):
+        intra.worst_start([MemberProfile("s", 10, 10, ("r0",), ("t0",), staleness=1)])
+
+
+def test_a_group_can_settle_into_a_slower_schedule_from_another_start():
+    """The reason for ``worst_start``: job93's group in the production replay of
+    ``rollmux-full`` (7B_8k members and a 2 + 2-node 32B_8k gang that bridges two training
+    nodes). All ready for rollout, the group settles at 320.8 s for job93 (SLO 1.326 x
+    246.6 s = 327.0 s allowed); from another start it settles at 357.8 s, and job93 ran
+    at 1.346 in the replay."""
+    b7, b32 = (133.8, 112.8), (267.6, 271.3)
+    group = [profile(*b7, ["R41"], ["T40"], 0.9, 4.1, "job90"),
+             profile(*b32, ["R44", "R45"], ["T40", "T41"], 1.7, 5.9, "job92"),
+             profile(*b7, ["R46"], ["T41"], 0.9, 4.1, "job93"),
+             profile(*b7, ["R41"], ["T43"], 0.9, 4.1, "job98"),
+             profile(*b7, ["R46"], ["T43"], 0.9, 4.1, "job99")]
+    base = intra.analyze(group).iteration_s
+    worst = intra.worst_start(group)
+    assert round(base["job93"], 1) == 320.8 <= 1.326 * 246.6
+    assert round(worst["job93"], 1) == 357.8 > 1.326 * 246.6
+    assert worst["job92"] > base["job92"] and all(worst[k] >= base[k] for k in base)
+    for mask in (1, 7, 21, 31):  # a few of the other starts, against GroupExecutor itself
+        assert_same(key_of(group), mask)
 
 
 def test_single_member_runs_solo():

@@ -84,6 +84,9 @@ Beyond the paper (``space``, ``rollmux.planner.Space``)
   ``lower_bound`` then counts only the jobs that cannot be co-located: the others may
   hold no rollout node, and a co-located job may count less than its nodes' price
   (s_j < 1 when the trace gives fast co-located times).
+* ``all_starts`` (on in ``FULL_SPACE``): a group, and with ``robust=True`` each subset,
+  must also meet every SLO from each of its starts (``intra.worst_start``), as the planner
+  checks there ("Every start" in ``rollmux.planner``).
 The planner's choices in the same space lie in the search space as before, so the
 planner never beats this optimum either.
 
@@ -103,7 +106,7 @@ from typing import Callable, Iterator, Sequence
 
 from rollmux import colocation
 from rollmux.errors import RollMuxError
-from rollmux.intra import MemberProfile, analyze
+from rollmux.intra import MemberProfile, analyze, worst_start
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import PAPER_SPACE, SLO_EPS, Space
@@ -278,7 +281,7 @@ def group_fit(cluster: Cluster, members: list[Job], budget: float, robust: bool,
     allowed (co-location in ``space``, and ``colocation`` true; a co-located-only job
     always)."""
     fit = None if members[0].colocate else _cheapest_group(cluster, members, budget, robust, counter,
-                                                          space.train_scaling)
+                                                          space.train_scaling, space.all_starts)
     if len(members) == 1 and colocation and (space.colocation or members[0].colocate):
         fit = _colocated_fit(cluster, members[0], min(budget, fit.cost if fit else float("inf"))) or fit
     return fit
@@ -324,9 +327,10 @@ def _colocated_fit(cluster: Cluster, job: Job, budget: float) -> Fit | None:
 
 
 def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,
-                    counter: SearchCounter, train_scaling: bool = False) -> Fit | None:
+                    counter: SearchCounter, train_scaling: bool = False, all_starts: bool = False) -> Fit | None:
     """The cheapest feasible group for ``members`` (admission order) costing < ``budget``, or None;
-    with ``train_scaling`` the training side may be wider than the widest member."""
+    with ``train_scaling`` the training side may be wider than the widest member; with
+    ``all_starts`` every SLO is checked from every start too (``intra.worst_start``)."""
     gpn = cluster.gpus_per_node
     price = {pool: cluster.node_price(pool) for pool in POOLS}
     cap = {pool: cluster.pool(pool).host_mem_gb for pool in POOLS}
@@ -360,18 +364,24 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
                                           tuple(f"R{x}" for x in roll[i]), tuple(f"T{x}" for x in train[i]),
                                           switch[i][0], switch[i][1], j.staleness)
                             for i, j in enumerate(members)]
-                if _meets_slo(profiles, members, counter) and (not robust or all(
-                        _meets_slo([profiles[i] for i in keep], [members[i] for i in keep], counter)
+                if _meets_slo(profiles, members, counter, all_starts) and (not robust or all(
+                        _meets_slo([profiles[i] for i in keep], [members[i] for i in keep], counter, all_starts)
                         for size in range(len(members) - 1, 1, -1)
                         for keep in combinations(range(len(members)), size))):
                     return Fit(cost, r, t, tuple(zip(roll, train)))
     return None
 
 
-def _meets_slo(profiles: list[MemberProfile], jobs: list[Job], counter: SearchCounter) -> bool:
+def _meets_slo(profiles: list[MemberProfile], jobs: list[Job], counter: SearchCounter,
+               all_starts: bool = False) -> bool:
     counter.analyze_calls += 1
     a = analyze(profiles)
-    return all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in jobs)
+    if not all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in jobs):
+        return False
+    if not all_starts or any(p.staleness for p in profiles):
+        return True
+    worst = worst_start(profiles)
+    return all(worst[p.job_id] <= j.slo * p.t_solo * (1 + SLO_EPS) for p, j in zip(profiles, jobs))
 
 
 def _pinnings(demand: list[_Demand], k: int, cap: float) -> Iterator[tuple[tuple[int, ...], ...]]:

@@ -27,6 +27,10 @@ If no repeat is found within
 ``MAX_ITERATIONS`` iterations of the anchor (or the anchor stops being served), each
 member's rate is measured over the second half of the run instead.
 
+``worst_start`` runs the same kernel from the group's other extreme starts (each member
+ready for rollout or for training, all at once) and reports each member's slowest steady
+iteration: the schedule a group settles into can depend on where it starts.
+
 A group with an asynchronous member (``staleness`` >= 1, rules 10-12 of
 ``rollmux.execution``) is analysed by ``rollmux.intra_async`` instead: the same search
 (anchor, snapshots, integer ticks, limits, window, fallback) run by ``GroupExecutor``
@@ -190,6 +194,45 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
     )
 
 
+def worst_start(members: Sequence[MemberProfile]) -> dict[str, float]:
+    """Each member's slowest steady iteration over the group's starts: every member ready
+    at the same instant, each for rollout or for training (2^n starts; ``analyze`` runs
+    the one with all ready for rollout).
+
+    The rule is deterministic, but the periodic schedule it settles into depends on where
+    it starts: a group whose membership changes mid-rotation starts from its members'
+    phases at that moment, not from all of them ready for rollout. These starts are
+    the extreme ones (each member just before one of its phases); the result bounds
+    every schedule reachable from them, not every schedule. Synchronous members only (an
+    asynchronous group is analysed by ``rollmux.intra_async``); a group falling into parts
+    is taken part by part, and a member alone in its part has one schedule."""
+    if any(m.staleness for m in members):
+        raise ValueError("worst_start takes synchronous members only")
+    node_index: dict[str, int] = {}
+    key = []
+    for m in members:
+        r = tuple(node_index.setdefault(x, len(node_index)) for x in m.rollout_nodes)
+        t = tuple(node_index.setdefault(x, len(node_index)) for x in m.train_nodes)
+        key.append((m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train))
+    key = tuple(key)
+    worst = [0.0] * len(key)
+    for part in _parts(key):
+        rename: dict[int, int] = {}
+        sub = tuple((*key[i][:2], tuple(rename.setdefault(x, len(rename)) for x in key[i][2]),
+                     tuple(rename.setdefault(x, len(rename)) for x in key[i][3]), *key[i][4:]) for i in part)
+        for mask in range(1 << len(part) if len(part) > 1 else 1):
+            memo_key = (sub, mask) if mask else sub  # (all ready for rollout: ``analyze``'s own entry)
+            shape = _memo.get(memo_key)
+            if shape is None:
+                shape = _simulate(sub, mask)
+                if len(_memo) >= _MEMO_LIMIT:
+                    _memo.clear()
+                _memo[memo_key] = shape
+            for local, i in enumerate(part):
+                worst[i] = max(worst[i], shape.iteration_s[local])
+    return {m.job_id: w for m, w in zip(members, worst)}
+
+
 def _parts(key: tuple) -> list[list[int]]:
     """The connected parts of a group's sharing graph (members joined by a common node),
     as member indices in admission order, parts ordered by their first member."""
@@ -297,8 +340,12 @@ def _layout(pins: tuple) -> _Layout:
                    (pool_masks[0].bit_count(), pool_masks[1].bit_count()))
 
 
-def _simulate(key: tuple) -> _Shape:
+def _simulate(key: tuple, train_first: int = 0) -> _Shape:
     """Run the rule in integer microsecond ticks, so that a repeated state is seen exactly.
+
+    Every member is ready at 0: for rollout, or for training when its bit of
+    ``train_first`` is set (bit i: member i), as ``GroupExecutor.restore`` with a member
+    queued for training would have it.
 
     A specialised copy of ``GroupExecutor`` (checked against it by
     tests/test_intra_kernel.py): member i is job ``str(i)``, admitted i-th, so FCFS ties
@@ -334,7 +381,7 @@ def _simulate(key: tuple) -> _Shape:
     horizon = (step_limit + 2) * (max(length) + max(switch) + 1)
     train = 1 << (horizon.bit_length() + shift)
     requeue = [train + 1, -1] * n
-    queue = list(range(0, 2 * n, 2))
+    queue = sorted(train + 2 * i + 1 if train_first >> i & 1 else 2 * i for i in range(n))
     running: list[int] = []
     spans: list[tuple[int, str, tuple[str, ...], int, int, int]] = []
     append = spans.append
