@@ -113,14 +113,8 @@ def _fallback(spans, now, n, dur, pool_nodes) -> _Shape:
 
 
 def key_of(members: list[MemberProfile]) -> tuple:
-    """The memo key, built as ``intra.analyze`` builds it (nodes numbered by first use)."""
-    node_index: dict[str, int] = {}
-    parts = []
-    for m in members:
-        r = tuple(node_index.setdefault(x, len(node_index)) for x in m.rollout_nodes)
-        t = tuple(node_index.setdefault(x, len(node_index)) for x in m.train_nodes)
-        parts.append((m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train))
-    return tuple(parts)
+    """The memo key, as ``intra.analyze`` builds it (nodes numbered by first use)."""
+    return intra.sync_key(members)
 
 
 def assert_same(key: tuple, train_first: int = 0) -> _Shape:

@@ -8,11 +8,9 @@ import random
 
 import pytest
 import ray
-import typer
 from typer.testing import CliRunner
 
 from rollmux.accounting import OURS
-from rollmux.cli_whatif import register
 from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
 from rollmux.errors import SpecError
 from rollmux.model import Cluster
@@ -22,6 +20,7 @@ from rollmux.traces.format import read_trace, write_trace
 from rollmux.traces.generate import generate
 from rollmux.whatif import MAX_CONFIGS, Row, choose, frontier, grid, nearest_rank, parse_vary, qualifies, run_config
 from rollmux.whatif_ray import run_grid
+from whatif_app import whatif_app
 
 BASE = cluster_to_dict(Cluster())
 BOUNDED = {"rollout": {"nodes": 4}, "train": {"nodes": 4}}
@@ -175,17 +174,6 @@ def test_grid_on_ray_equals_serial_simulations(small):
             assert row.owned_total == pytest.approx(held) and row.owned_per_hour >= row.cost_per_hour
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _main() -> None:
-        pass
-
-    register(app)
-    return app
-
-
 def test_command_end_to_end(small, tmp_path):
     path, base = small
     cluster = tmp_path / "cluster.yaml"
@@ -194,7 +182,7 @@ def test_command_end_to_end(small, tmp_path):
     args = ["whatif", "--trace", str(path), "--cluster", str(cluster), "--vary", VARY[0], "--vary", VARY[1],
             "--workers", "2", "--max-p95-wait-h", "1000", "--json", str(out / "w.json"), "--csv",
             str(out / "w.csv"), "--plot", str(out / "f.png")]
-    result = CliRunner().invoke(_app(), args)
+    result = CliRunner().invoke(whatif_app(), args)
     assert result.exit_code == 0, result.output
     assert not ray.is_initialized()
     assert "[4/4]" in result.output and "ETA" in result.output and "chosen: train.nodes=2" in result.output
@@ -216,7 +204,7 @@ def test_no_configuration_meeting_the_target_exits_1(small, tmp_path, monkeypatc
     rows = [Row({"train.nodes": 1}, "rollmux", cost_per_hour=1.0, owned_per_hour=2.0, total_cost=3.0,
                 owned_total=4.0, hours=1.0, p50_wait_h=1.0, p95_wait_h=9.0, makespan_h=2.0, slo_met=1.0)]
     monkeypatch.setattr("rollmux.whatif_ray.run_grid", lambda *a, **k: rows)
-    result = CliRunner().invoke(_app(), ["whatif", "--trace", str(path), "--vary", "train.nodes=1",
+    result = CliRunner().invoke(whatif_app(), ["whatif", "--trace", str(path), "--vary", "train.nodes=1",
                                          "--max-p95-wait-h", "2"])
     assert result.exit_code == 1
     assert "no configuration meets the targets (every job ran, p95 wait <= 2 h)" in result.output
@@ -236,12 +224,12 @@ def test_command_errors_name_the_option(args, message, tmp_path):
     (tmp_path / "file").write_text("")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     message = message.replace("{tmp}", str(tmp_path))
-    result = CliRunner().invoke(_app(), ["whatif", *args])
+    result = CliRunner().invoke(whatif_app(), ["whatif", *args])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert not ray.is_initialized()
 
 
 def test_choices_are_checked_by_typer():
-    result = CliRunner().invoke(_app(), ["whatif", "--vary", "train.nodes=1", "--policy", "optimal"])
+    result = CliRunner().invoke(whatif_app(), ["whatif", "--vary", "train.nodes=1", "--policy", "optimal"])
     assert result.exit_code == 2 and "optimal" in result.output

@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 import ray
-import typer
 from typer.testing import CliRunner
 
 from rollmux.accounting import OURS
-from rollmux.cli_whatif import register
 from rollmux.cluster_file import cluster_to_dict, read_mapping
 from rollmux.errors import SpecError
 from rollmux.fleet import load_profiles
@@ -24,6 +22,7 @@ from rollmux.traces.format import read_trace
 from rollmux.whatif import choose, frontier, grid, nearest_rank, parse_vary, run_config, variable_fields, with_values
 from rollmux.whatif_fleet import fleet_dict, fleet_policy, policy_names, run_fleet_config
 from rollmux.whatif_ray import run_grid
+from whatif_app import whatif_app
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fleet"
 FLEET_FILE, JOBS, PROFILES = EXAMPLE / "three_types.yaml", EXAMPLE / "jobs.csv", EXAMPLE / "profiles.csv"
@@ -166,17 +165,6 @@ def test_grid_on_ray_equals_serial_runs(trace):
     assert [r.to_dict() for r in rows] == [r.to_dict() for r in serial]
 
 
-def _app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _main() -> None:
-        pass
-
-    register(app)
-    return app
-
-
 def _serial_grid(jobs, base, configs, policies, *, seed=0, duration_model="worst", accounting=OURS, profiles=None,
                  on_row=None, **_):
     """``run_grid`` without Ray (the Ray path is checked against it above)."""
@@ -196,7 +184,7 @@ def test_command_on_a_fleet(trace, tmp_path, monkeypatch):
     args = ["whatif", "--trace", str(JOBS), "--cluster", str(FLEET_FILE), "--profiles", str(PROFILES),
             "--vary", VARY[0], "--vary", VARY[1], "--policies", "rollmux", "--policy", "gavel+", "--json", str(out),
             "--csv", str(tmp_path / "w.csv")]
-    result = CliRunner().invoke(_app(), args)
+    result = CliRunner().invoke(whatif_app(), args)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "10 jobs; 4 configurations x 2 policies = 8 runs" in text and "whatif: 8 runs" in text
@@ -224,7 +212,7 @@ def test_command_on_a_fleet(trace, tmp_path, monkeypatch):
     (["--vary", "pools[0].nodes=1"], "--vary 'pools[0].nodes=1': expected a numeric cluster field"),
 ])
 def test_command_misuse_on_fleets_and_clusters(args, message):
-    result = CliRunner().invoke(_app(), ["whatif", "--trace", str(JOBS), *args])
+    result = CliRunner().invoke(whatif_app(), ["whatif", "--trace", str(JOBS), *args])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert not ray.is_initialized()

@@ -194,6 +194,18 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
     )
 
 
+def sync_key(members: Sequence[MemberProfile]) -> tuple:
+    """The memo key of synchronous ``members`` as ``analyze`` builds it: per member its
+    durations, its nodes numbered by first use, and its switch seconds."""
+    node_index: dict[str, int] = {}
+    key = []
+    for m in members:
+        r = tuple(node_index.setdefault(x, len(node_index)) for x in m.rollout_nodes)
+        t = tuple(node_index.setdefault(x, len(node_index)) for x in m.train_nodes)
+        key.append((m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train))
+    return tuple(key)
+
+
 def worst_start(members: Sequence[MemberProfile]) -> dict[str, float]:
     """Each member's slowest steady iteration over the group's starts: every member ready
     at the same instant, each for rollout or for training (2^n starts; ``analyze`` runs
@@ -208,13 +220,7 @@ def worst_start(members: Sequence[MemberProfile]) -> dict[str, float]:
     is taken part by part, and a member alone in its part has one schedule."""
     if any(m.staleness for m in members):
         raise ValueError("worst_start takes synchronous members only")
-    node_index: dict[str, int] = {}
-    key = []
-    for m in members:
-        r = tuple(node_index.setdefault(x, len(node_index)) for x in m.rollout_nodes)
-        t = tuple(node_index.setdefault(x, len(node_index)) for x in m.train_nodes)
-        key.append((m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train))
-    key = tuple(key)
+    key = sync_key(members)
     worst = [0.0] * len(key)
     for part in _parts(key):
         rename: dict[int, int] = {}
