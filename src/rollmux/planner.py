@@ -745,12 +745,11 @@ class Planner:
         a = analyze(members)
         worst = max(a.slowdown.values())
         miss = _slo_miss(a, slo)
-        starts = self.space.all_starts and not any(m.staleness for m in members)
-        if not miss and starts:
-            miss = _start_miss(members, slo)
-        if not miss and self.accounting.whole_run_slo_checks:
-            miss = (_startup_miss(a, [m.job for m in opt.group.members] + [job])
-                    or _departure_miss(members, slo, starts))
+        whole_run = self.accounting.whole_run_slo_checks
+        if not miss and whole_run:
+            miss = _startup_miss(a, [m.job for m in opt.group.members] + [job]) or _departure_miss(members, slo)
+        if not miss and self.space.all_starts and not any(m.staleness for m in members):  # last: the dearest
+            miss = _start_miss(members, slo) or (whole_run and _departure_miss(members, slo, all_starts=True))
         if miss:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected", miss, worst)
         n_roll = len(opt.group.rollout_nodes) + len(opt.placement.new_rollout)
