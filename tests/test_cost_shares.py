@@ -49,6 +49,7 @@ def test_the_kinds_add_up_to_the_node_cost(policy):
     assert math.isclose(sum(k["cost"] for k in table.values()), result.used_cost - result.reward_cost, rel_tol=1e-9)
     assert math.isclose(sum(k["share"] for k in table.values()), 1.0)
     assert set(table) <= set(result.outcomes)  # every kind is a placement the policy made
+    assert result.pool_gpu_seconds == pytest.approx(result.gpu_seconds)  # two pools: per role
     if policy == "rollmux-regroup":
         assert result.outcomes["regrouped"] and table["regrouped"]["cost"] > 0
 

@@ -440,6 +440,11 @@ def test_fleet_cost_splits_by_placement_and_gpu_types():
     result = simulate(jobs, fleet.views()[0].cluster, FleetRollMux(fleet, profiles, FULL_SPACE))
     split = result.cost_by_placement
     assert math.isclose(sum(k["cost"] for k in split.values()), result.used_cost, rel_tol=1e-9)
+    # the GPU-seconds each fleet pool held, at its price, are the same node cost
+    price = {p.name: p.price_per_gpu_hour for p in fleet.pools}
+    assert set(result.pool_gpu_seconds) == set(price)
+    assert math.isclose(sum(s * price[p] / 3600 for p, s in result.pool_gpu_seconds.items()), result.used_cost,
+                        rel_tol=1e-9)
     views = {v.name for v in fleet.views()}
     per_view: dict[str, int] = {}
     for kind, k in split.items():

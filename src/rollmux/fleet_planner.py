@@ -150,6 +150,10 @@ class FleetState:
         """One group's $/h at its view's prices."""
         return self.views[group_id.split(":", 1)[0]][1].group_cost_per_hour(group_id)
 
+    def gpus_by_pool(self) -> dict[str, int]:
+        """GPUs held per fleet pool (by name), over every view that uses it."""
+        return {p.name: self.nodes_in_use(p.name) * self.fleet.gpus_per_node for p in self.fleet.pools}
+
     def placement_kind(self, job_id: str, outcome: str) -> str:
         """The outcome and the GPU types (view) of placed job ``job_id``: "packed on H20/H800"."""
         return f"{outcome} on {self.job_view[job_id]}"

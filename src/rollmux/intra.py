@@ -173,9 +173,7 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
         else:
             parts = _parts(key)
             shape = _simulate(key) if len(parts) == 1 else _joined(key, parts)
-        if len(_memo) >= _MEMO_LIMIT:
-            _memo.clear()
-        _memo[key] = shape
+        _remember(key, shape)
     ids = tuple(m.job_id for m in members)
     iteration = dict(zip(ids, shape.iteration_s))
     tc = t_cycle(members)
@@ -223,20 +221,38 @@ def worst_start(members: Sequence[MemberProfile]) -> dict[str, float]:
     key = sync_key(members)
     worst = [0.0] * len(key)
     for part in _parts(key):
-        rename: dict[int, int] = {}
-        sub = tuple((*key[i][:2], tuple(rename.setdefault(x, len(rename)) for x in key[i][2]),
-                     tuple(rename.setdefault(x, len(rename)) for x in key[i][3]), *key[i][4:]) for i in part)
+        sub, _ = _part_key(key, part)
         for mask in range(1 << len(part) if len(part) > 1 else 1):
-            memo_key = (sub, mask) if mask else sub  # (all ready for rollout: ``analyze``'s own entry)
-            shape = _memo.get(memo_key)
-            if shape is None:
-                shape = _simulate(sub, mask)
-                if len(_memo) >= _MEMO_LIMIT:
-                    _memo.clear()
-                _memo[memo_key] = shape
+            shape = _simulated(sub, mask)
             for local, i in enumerate(part):
                 worst[i] = max(worst[i], shape.iteration_s[local])
     return {m.job_id: w for m, w in zip(members, worst)}
+
+
+def _remember(memo_key: tuple, shape: "_Shape") -> None:
+    if len(_memo) >= _MEMO_LIMIT:
+        _memo.clear()
+    _memo[memo_key] = shape
+
+
+def _simulated(key: tuple, train_first: int = 0) -> "_Shape":
+    """``_simulate`` of a connected group's key, memoized (all ready for rollout under the
+    key itself, as ``analyze`` stores it; another start under (key, start))."""
+    memo_key = (key, train_first) if train_first else key
+    shape = _memo.get(memo_key)
+    if shape is None:
+        shape = _simulate(key, train_first)
+        _remember(memo_key, shape)
+    return shape
+
+
+def _part_key(key: tuple, part: list[int]) -> tuple[tuple, dict[int, int]]:
+    """The key of the members ``part`` of group ``key`` alone, its nodes renamed by first
+    use (so that equal parts share the memo), and the renaming (old index -> new)."""
+    rename: dict[int, int] = {}
+    sub = tuple((*key[i][:2], tuple(rename.setdefault(x, len(rename)) for x in key[i][2]),
+                 tuple(rename.setdefault(x, len(rename)) for x in key[i][3]), *key[i][4:]) for i in part)
+    return sub, rename
 
 
 def _parts(key: tuple) -> list[list[int]]:
@@ -272,15 +288,8 @@ def _joined(key: tuple, parts: list[list[int]]) -> _Shape:
     sizes = [0, 0]
     window = []
     for part in parts:
-        rename: dict[int, int] = {}
-        sub = tuple((*key[i][:2], tuple(rename.setdefault(x, len(rename)) for x in key[i][2]),
-                     tuple(rename.setdefault(x, len(rename)) for x in key[i][3]), *key[i][4:]) for i in part)
-        shape = _memo.get(sub)
-        if shape is None:
-            shape = _simulate(sub)
-            if len(_memo) >= _MEMO_LIMIT:
-                _memo.clear()
-            _memo[sub] = shape
+        sub, rename = _part_key(key, part)
+        shape = _simulated(sub)
         back = {str(v): str(k) for k, v in rename.items()}
         for local, i in enumerate(part):
             iteration[i] = shape.iteration_s[local]

@@ -239,6 +239,10 @@ class PlanState:
         """One group's $/h: its nodes at their pool's price."""
         return self.groups[group_id].cost_per_hour(self.cluster)
 
+    def gpus_by_pool(self) -> dict[str, int]:
+        """GPUs held per pool, by pool role (a fleet's plan names its GPU types)."""
+        return {pool: self.gpus_in_use(pool) for pool in POOLS}
+
     def placement_kind(self, job_id: str, outcome: str) -> str:
         """How a report names the placement ``outcome`` of placed job ``job_id`` (the outcome;
         a fleet's plan adds the GPU types)."""

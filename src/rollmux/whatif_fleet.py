@@ -17,8 +17,8 @@ Contract
   accounting other than ``OURS`` SpecError("accounting", ...) (``check_accounting``).
 * Owned cost (``fleet_owned_cost``): every node of each bounded pool at its price for the
   whole makespan, plus each unbounded pool's used cost: its nodes held by some group,
-  integrated over the replay (``pool_gpu_seconds``). Per pool, the used cost of all pools
-  together is the replay's node cost (``PolicyResult.used_cost`` less the reward bill).
+  integrated over the replay (``PolicyResult.pool_gpu_seconds``). Per pool, the used cost of
+  all pools together is the replay's node cost (``PolicyResult.used_cost`` less the reward bill).
 """
 from __future__ import annotations
 
@@ -26,9 +26,7 @@ from rollmux.accounting import OURS, CostAccounting
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.fleet import Fleet, Profiles
 from rollmux.fleet_file import fleet_from_dict
-from rollmux.fleet_planner import FleetState
 from rollmux.model import Job
-from rollmux.sim.metrics import PolicyResult
 from rollmux.whatif import Row, result_row, with_values
 
 
@@ -71,56 +69,6 @@ def check_accounting(accounting: CostAccounting) -> None:
                                                        "replayed under this project's accounting)")
 
 
-class _LoggedState:
-    """A FleetState as the simulator sees it, logging after each ``apply`` and ``release``
-    (job id, whether it arrived, nodes held per fleet pool). Everything else is the state's."""
-
-    def __init__(self, state: FleetState, log: list) -> None:
-        self._state, self._log = state, log
-
-    def __getattr__(self, name: str):
-        return getattr(self._state, name)
-
-    def _note(self, job_id: str, arrived: bool) -> None:
-        self._log.append((job_id, arrived, {p.name: self._state.nodes_in_use(p.name) for p in self._state.fleet.pools}))
-
-    def apply(self, job: Job, placement):
-        gid = self._state.apply(job, placement)
-        self._note(job.job_id, True)
-        return gid
-
-    def release(self, job_id: str):
-        out = self._state.release(job_id)
-        self._note(job_id, False)
-        return out
-
-
-class _Logged:
-    """A fleet policy whose plan is a ``_LoggedState`` writing into ``log``."""
-
-    def __init__(self, policy, log: list) -> None:
-        self.policy, self.log, self.name = policy, log, policy.name
-
-    def new_state(self) -> _LoggedState:
-        return _LoggedState(self.policy.new_state(), self.log)
-
-    def place(self, state, job: Job):
-        return self.policy.place(state, job)
-
-
-def pool_gpu_seconds(log: list, result: PolicyResult, gpus_per_node: int) -> dict[str, float]:
-    """GPU-seconds each fleet pool's nodes were held, from a ``_LoggedState`` log: a job is
-    applied at its ``placed_s`` and released at its ``end_s`` (``result.jobs``), and the
-    nodes held after one entry hold until the next."""
-    when = {o.job_id: (o.placed_s, o.end_s) for o in result.jobs}
-    out: dict[str, float] = {}
-    for (job, arrived, held), (nxt, nxt_arrived, _) in zip(log, log[1:]):
-        dt = when[nxt][0 if nxt_arrived else 1] - when[job][0 if arrived else 1]
-        for pool, nodes in held.items():
-            out[pool] = out.get(pool, 0.0) + nodes * gpus_per_node * dt
-    return out
-
-
 def fleet_owned_cost(fleet: Fleet, span_s: float, gpu_seconds: dict[str, float]) -> float:
     """$ of holding every node of each bounded pool for ``span_s`` seconds, plus each
     unbounded pool's held GPU-seconds (fleet pool name -> seconds) at its price."""
@@ -143,11 +91,10 @@ def run_fleet_config(jobs: list[Job], base: dict, values: dict, policy: str, see
         fleet = fleet_from_dict(with_values(base, values))
     except SpecError as err:
         return Row(values, policy, error=str(err))
-    log: list = []
-    logged = _Logged(fleet_policy(fleet, profiles, policy), log)
+    chosen = fleet_policy(fleet, profiles, policy)  # an unknown name is the caller's error, not a row's
     try:
-        result = simulate(jobs, fleet.views()[0].cluster, logged, duration_model, seed)
+        result = simulate(jobs, fleet.views()[0].cluster, chosen, duration_model, seed)
     except RollMuxError as err:
         return Row(values, policy, error=str(err))
-    owned = fleet_owned_cost(fleet, result.span_s, pool_gpu_seconds(log, result, fleet.gpus_per_node))
+    owned = fleet_owned_cost(fleet, result.span_s, result.pool_gpu_seconds)
     return result_row(values, policy, result, owned)

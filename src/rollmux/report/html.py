@@ -43,7 +43,7 @@ from rollmux.errors import ReportError
 from rollmux.model import POOLS, Cluster
 from rollmux.report import plots
 from rollmux.report.jobs_csv import COLUMNS, job_rows
-from rollmux.report.tables import placement_counts
+from rollmux.report.tables import job_count, placement_counts
 from rollmux.sim.metrics import PolicyResult
 
 ROW_CAP = 2000
@@ -207,7 +207,7 @@ def _cost_by_placement(shown: list[PolicyResult]) -> str:
         for kind in kinds:
             k = r.cost_by_placement.get(kind)
             cells.append("<td>-</td>" if k is None else
-                         f"<td>{_pct(k['share'])} (${k['cost']:,.0f}, {k['jobs']} job{'s' * (k['jobs'] != 1)})</td>")
+                         f"<td>{_pct(k['share'])} (${k['cost']:,.0f}, {job_count(k['jobs'])})</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     return (f"<h3>Cost by placement</h3><table><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
             "<p class=\"note\">At every instant a group's node cost is shared equally by its members; a "

@@ -55,11 +55,12 @@ def cost_lines(results: list[PolicyResult]) -> list[str]:
     for r in results:
         if len(r.cost_by_placement) > 1:
             lines.append(f"{escape(r.policy)} cost by placement: " + ", ".join(
-                f"{escape(kind)} {100 * k['share']:.1f}% ({_jobs(k['jobs'])})" for kind, k in r.cost_by_placement.items()))
+                f"{escape(kind)} {100 * k['share']:.1f}% ({job_count(k['jobs'])})" for kind, k in r.cost_by_placement.items()))
     return lines
 
 
-def _jobs(n: int) -> str:
+def job_count(n: int) -> str:
+    """"1 job", "2 jobs"."""
     return f"{n} job" + "s" * (n != 1)
 
 

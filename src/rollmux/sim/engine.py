@@ -528,7 +528,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             ex.finish(job_id, now, pool=pool)
             dirty[gid] = None
         if changed:
-            acct.set_level(now, state.cost_per_hour(), state.gpus_in_use(ROLLOUT), state.gpus_in_use(TRAIN))
+            acct.set_level(now, state.cost_per_hour(), state.gpus_in_use(ROLLOUT), state.gpus_in_use(TRAIN),
+                           state.gpus_by_pool())
             acct.set_queue(now, len(waiting), short_of.get(waiting[0], ()) if waiting else ())
             if progress is not None:
                 progress(arrived)

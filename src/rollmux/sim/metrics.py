@@ -147,6 +147,8 @@ class Accounting:
     queue_job_s: float = 0.0
     binding_s: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in POOLS})
     waited_on_s: dict[str, float] = field(default_factory=lambda: {p: 0.0 for p in POOLS})
+    pool_gpus: dict[str, int] = field(default_factory=dict)  # GPUs held per named pool (a fleet's types)
+    pool_gpu_seconds: dict[str, float] = field(default_factory=dict)
 
     def advance(self, t: float) -> None:
         if self.t0 is None:
@@ -156,6 +158,8 @@ class Accounting:
             self.total_cost += self.rate * dt / 3600.0
             for p in POOLS:
                 self.gpu_seconds[p] += self.gpus[p] * dt
+            for p, n in self.pool_gpus.items():
+                self.pool_gpu_seconds[p] = self.pool_gpu_seconds.get(p, 0.0) + n * dt
             if self.queue:
                 self.queue_job_s += self.queue * dt
                 for p in self.short:
@@ -174,7 +178,10 @@ class Accounting:
         else:
             self.queue_series.append((t, waiting))
 
-    def set_level(self, t: float, rate: float, gpus_r: int, gpus_t: int) -> None:
+    def set_level(self, t: float, rate: float, gpus_r: int, gpus_t: int, pools: dict[str, int] | None = None) -> None:
+        """From ``t`` on: ``rate`` $/h, GPUs held per role, and per named pool (``pools``)."""
+        if pools is not None:
+            self.pool_gpus = pools
         if rate == self.rate and gpus_r == self.gpus[ROLLOUT] and gpus_t == self.gpus[TRAIN]:
             return
         self.rate = rate
@@ -262,7 +269,8 @@ class PolicyResult:
     used_cost: float = 0.0  # the pay-per-use cost (nodes while groups hold them), whatever the pricing
     async_ids: frozenset[str] = frozenset()  # the trace's asynchronous jobs (for ``per_kind``)
     reward_cost: float = 0.0  # $ of the shared reward pool (in total_cost and used_cost; ``bill_reward``)
-    cost_by_placement: dict[str, dict] = field(default_factory=dict)  # ``CostShares.table`` ({} if not kept)
+    cost_by_placement: dict[str, dict] = field(default_factory=dict)  # ``CostShares.table``
+    pool_gpu_seconds: dict[str, float] = field(default_factory=dict)  # GPU-seconds held per named pool
 
     @property
     def reward_cost_per_hour(self) -> float:
@@ -428,4 +436,4 @@ def finish(policy: str, acct: Accounting, jobs: list[JobOutcome], outcomes: Coun
                         acct.series, events, wall_s, spans, rejected, reference_span_s=reference_span_s,
                         queue_series=acct.queue_series, queue_job_s=acct.queue_job_s,
                         binding_s=dict(acct.binding_s), waited_on_s=dict(acct.waited_on_s),
-                        used_cost=acct.total_cost)
+                        used_cost=acct.total_cost, pool_gpu_seconds=dict(acct.pool_gpu_seconds))
