@@ -164,6 +164,23 @@ def test_kernel_matches_group_executor_from_any_start(group, train_first):
     assert_same(key_of(group), train_first & ((1 << len(group)) - 1))
 
 
+@settings(max_examples=150, deadline=None)
+@given(members())
+def test_starts_that_join_an_earlier_run_settle_where_it_did(group):
+    """``worst_start`` shares one ``joins`` map among a key's starts: a run that reaches a
+    state an earlier start passed through stops there with that start's steady state. It
+    must be the steady state the run finds on its own (same period, iteration times and
+    utilizations), fallbacks included (a run joins only where it would see the repeat
+    within its limits)."""
+    key = key_of(group)
+    joins: dict = {}
+    for mask in range(1 << len(group)):
+        alone, shared = intra._simulate(key, mask), intra._simulate(key, mask, joins)
+        assert shared.iteration_s == alone.iteration_s
+        assert shared.period == alone.period
+        assert shared.utilization == alone.utilization
+
+
 def test_worst_start_is_the_slowest_start_of_each_part():
     """Two members on one node pair, and one alone: the pair's worst over its four starts,
     computed here from the kernel directly; the lone member runs solo whatever the start."""

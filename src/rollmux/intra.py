@@ -222,8 +222,9 @@ def worst_start(members: Sequence[MemberProfile]) -> dict[str, float]:
     worst = [0.0] * len(key)
     for part in _parts(key):
         sub, _ = _part_key(key, part)
+        joins: dict[tuple, tuple] = {}  # snapshot state -> the steady state it leads to, and when
         for mask in range(1 << len(part) if len(part) > 1 else 1):
-            shape = _simulated(sub, mask)
+            shape = _simulated(sub, mask, joins)
             for local, i in enumerate(part):
                 worst[i] = max(worst[i], shape.iteration_s[local])
     return {m.job_id: w for m, w in zip(members, worst)}
@@ -235,13 +236,14 @@ def _remember(memo_key: tuple, shape: "_Shape") -> None:
     _memo[memo_key] = shape
 
 
-def _simulated(key: tuple, train_first: int = 0) -> "_Shape":
+def _simulated(key: tuple, train_first: int = 0, joins: dict | None = None) -> "_Shape":
     """``_simulate`` of a connected group's key, memoized (all ready for rollout under the
-    key itself, as ``analyze`` stores it; another start under (key, start))."""
+    key itself, as ``analyze`` stores it; another start under (key, start)). ``joins`` as
+    ``_simulate``'s, shared by the starts of one key."""
     memo_key = (key, train_first) if train_first else key
     shape = _memo.get(memo_key)
     if shape is None:
-        shape = _simulate(key, train_first)
+        shape = _simulate(key, train_first, joins)
         _remember(memo_key, shape)
     return shape
 
@@ -355,12 +357,22 @@ def _layout(pins: tuple) -> _Layout:
                    (pool_masks[0].bit_count(), pool_masks[1].bit_count()))
 
 
-def _simulate(key: tuple, train_first: int = 0) -> _Shape:
+def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _Shape:
     """Run the rule in integer microsecond ticks, so that a repeated state is seen exactly.
 
     Every member is ready at 0: for rollout, or for training when its bit of
     ``train_first`` is set (bit i: member i), as ``GroupExecutor.restore`` with a member
     queued for training would have it.
+
+    ``joins``, when given, maps snapshot states of earlier runs of the same key (other
+    starts) to the steady state each run found, with the snapshots and steps from that
+    state to the repeat that this run would see (the first state it meets twice: the
+    cycle's entry if the state is before the cycle, else the state itself). The rule is
+    deterministic, so a run that reaches one of those states would settle into the same
+    steady state; if it would also see the repeat within its limits, it stops there and
+    returns that steady state: the same period, iteration times and utilizations as
+    running on (window and ``t0`` are the earlier run's). A run that finds a repeat adds
+    its states; one that falls back adds none.
 
     A specialised copy of ``GroupExecutor`` (checked against it by
     tests/test_intra_kernel.py): member i is job ``str(i)``, admitted i-th, so FCFS ties
@@ -401,7 +413,7 @@ def _simulate(key: tuple, train_first: int = 0) -> _Shape:
     spans: list[tuple[int, str, tuple[str, ...], int, int, int]] = []
     append = spans.append
     push, pop = heapq.heappush, heapq.heappop
-    seen: dict[tuple, tuple[int, int, int]] = {}
+    seen: dict[tuple, tuple[int, int, int, int, int]] = {}  # state -> now, spans marks, snapshot, step
     busy = last = now = starts0 = 0
     snap_step = -1
     for step in range(step_limit + 1):
@@ -441,9 +453,13 @@ def _simulate(key: tuple, train_first: int = 0) -> _Shape:
         if snap_step == step and (last or not mask[anchor]):
             rel = (now << shift).__rsub__
             state = (*sorted(map(rel, running)), None, *map(rel, queue), last)
+            if joins is not None and state in joins:
+                shape, snaps_left, steps_left = joins[state]
+                if starts0 + snaps_left - 1 <= MAX_ITERATIONS and step + steps_left <= step_limit:
+                    return shape
             prev = seen.get(state)
             if prev is not None:
-                t0, span0, mark0 = prev
+                t0, span0, mark0, snap0, step0 = prev
                 # running phases match, so each member ended as many trainings as it started
                 iters = [0] * n
                 for span in spans[mark0:]:
@@ -451,8 +467,13 @@ def _simulate(key: tuple, train_first: int = 0) -> _Shape:
                         iters[span[0]] += 1
                 while first > span0 and spans[first - 1][3] == now:  # a zero-length phase ran at now
                     first -= 1
-                return _finish(now - t0, iters, spans[span0:first], t0, length, layout)
-            seen[state] = (now, first, len(spans))
+                shape = _finish(now - t0, iters, spans[span0:first], t0, length, layout)
+                if joins is not None:
+                    for x, (*_, snap, at) in seen.items():
+                        joins[x] = ((shape, starts0 - snap, step - at) if snap < snap0 else
+                                    (shape, starts0 - snap0, step - step0))
+                return shape
+            seen[state] = (now, first, len(spans), starts0, step)
             if starts0 > MAX_ITERATIONS:
                 break
     return _fallback(spans, now, n, length, layout)
