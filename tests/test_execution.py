@@ -60,6 +60,27 @@ def test_busy_phase_does_not_block_a_later_ready_phase_on_free_nodes():
     assert granted == ["B", "C"]
 
 
+def test_waiting_gang_reserves_its_free_nodes():
+    """Rule 3's reservation: G trains on T0 + T1; A holds T0. B becomes ready for T1
+    after G and waits although T1 is free, so G starts as soon as A's training ends.
+    Without the reservation B would start on T1, and one-node members taking turns on
+    T0 and T1 could keep G waiting for ever (the full Philly trace's job 101984)."""
+    ex = GroupExecutor()
+    ex.admit("A", ("RA",), ("T0",), 0.0)
+    ex.admit("G", ("RG",), ("T0", "T1"), 0.0)
+    ex.admit("B", ("RB",), ("T1",), 0.0)
+    assert [g.job_id for g in ex.dispatch(0.0)] == ["A", "G", "B"]  # three rollouts
+    ex.finish("A", 1.0)
+    assert [(g.job_id, g.pool) for g in ex.dispatch(1.0)] == [("A", TRAIN)]
+    ex.finish("G", 2.0)
+    assert ex.dispatch(2.0) == []  # G waits for T0
+    ex.finish("B", 3.0)
+    assert ex.dispatch(3.0) == [] and ex.queued(TRAIN) == ["G", "B"]  # B waits behind G: T1 is reserved
+    ex.finish("A", 5.0)
+    assert [(g.job_id, g.pool, g.nodes) for g in ex.dispatch(5.0)] == [("A", ROLLOUT, ("RA",)),
+                                                                       ("G", TRAIN, ("T0", "T1"))]
+
+
 def test_fcfs_by_ready_time_then_admission_order():
     ex = GroupExecutor()
     ex.admit("A", ("R0",), ("T0",), 5.0)

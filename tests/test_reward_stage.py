@@ -108,10 +108,11 @@ def test_the_reward_cost_is_the_sum_of_iterations_times_seconds_times_price_for_
 # --- defaults change nothing --------------------------------------------------------------------
 
 #: The production trace's figures before the reward stage existed (commit 332ad03; rollmux's
-#: re-taken when the analysis split disconnected groups into their parts).
+#: re-taken when the analysis split disconnected groups into their parts, and when the
+#: execution rule started reserving a waiting phase's nodes).
 BEFORE = {
-    "rollmux": (245155.14624668946, 662.2600415699753, 1.0, {"new-group": 54, "scaled": 42, "packed": 104},
-                1336587.0000000526, 5729, 0.2962138349749688, 0.3254859063940132, 111920059.30000325),
+    "rollmux": (245157.01020891202, 662.2650768617809, 1.0, {"new-group": 54, "scaled": 42, "packed": 104},
+                1336587.0000000526, 5721, 0.2962133529493446, 0.325493388243036, 111920148.10000329),
     "solo-d": (354148.0633422488, 956.6925872931012, 1.0, {"new-group": 200}, 1332646.5000000242, 1398,
                0.44372551826452256, 0.5562744817355569, 109577355.40000169),
     "colocated": (259407.09343999115, 700.7601313506382, 0.98, {"new-group": 200}, 1350241.500000024, 1006,

@@ -84,7 +84,7 @@ Beyond the paper (``space``, ``rollmux.planner.Space``)
   ``lower_bound`` then counts only the jobs that cannot be co-located: the others may
   hold no rollout node, and a co-located job may count less than its nodes' price
   (s_j < 1 when the trace gives fast co-located times).
-* ``all_starts`` (on in ``FULL_SPACE``): a group, and with ``robust=True`` each subset,
+* ``all_starts`` (on in every space unless turned off): a group, and with ``robust=True`` each subset,
   must also meet every SLO from each of its starts (``intra.worst_start``), as the planner
   checks there ("Every start" in ``rollmux.planner``).
 The planner's choices in the same space lie in the search space as before, so the

@@ -13,8 +13,15 @@ The rule
    at once. A co-located member is pinned to the same nodes in both pools, so its two
    phases exclude each other through those nodes.
 3. Ready phases are served first come, first served per pool: ordered by the time they
-   became ready, ties broken by admission order in the group. A ready phase whose nodes
-   are busy does not block a later ready phase whose nodes are free (no reservation).
+   became ready, ties broken by admission order in the group. A ready phase that cannot
+   start *reserves* its nodes for the rest of the pass: a later phase (in the pass order
+   of rule 4) that needs any of them waits too, even if its own nodes are free. A later
+   phase on other nodes still starts. So a phase waits only for the phases running on
+   its nodes and those served before it, never for phases that arrived after it: without
+   the reservation, a member pinned to several nodes could wait for ever while members
+   pinned to some of them took turns keeping one busy (on the full Philly trace a
+   4 + 4-node job with three one-node jobs on its training nodes waited 1,479 s for a
+   34 s training and ran at 2.06x against an SLO of 1.70).
 4. Same-instant order: the caller first applies every phase completion at instant t
    (the order among them does not matter, because the queue order above is total),
    then calls ``dispatch(t)`` once. ``dispatch`` serves the rollout queue, then the
@@ -416,6 +423,7 @@ class GroupExecutor:
         busy = self._busy
         last = self._last
         members = self._members
+        held: set[str] = set()  # nodes of the entries that could not start, in this pass
         for pool in POOLS:
             queue = self._queues[pool]
             if not queue:
@@ -427,10 +435,11 @@ class GroupExecutor:
                 free = slot.running is None
                 if free:
                     for n in nodes:
-                        if n in busy:
+                        if n in busy or n in held:
                             free = False
                             break
                 if not free:
+                    held.update(nodes)
                     kept.append(entry)
                     continue
                 job_id = slot.job_id

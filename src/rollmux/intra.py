@@ -430,10 +430,12 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _S
                     break
                 e = pop(running)
         first = len(spans)
-        for e in queue[:]:  # dispatch: rollout queue, then training queue, FCFS, no blocking
+        held = 0
+        for e in queue[:]:  # dispatch: rollout queue, then training queue, FCFS, reserving
             s = e & low
             m = mask[s]
-            if busy & m:
+            if (busy | held) & m:
+                held |= m
                 continue
             busy |= m
             queue.remove(e)

@@ -122,8 +122,8 @@ Placement space beyond the paper (``Space``; ``FULL_SPACE``: training scaling an
   necessary conditions: a hosted member's iteration is at least the sum of its
   co-located phases, not T_solo (``_least_iteration``), and the turn-taking bounds skip
   it (its rollout and training share nodes). One guard (``_gang_over_hosted``): no
-  member may train on a hosted member's nodes and others at once (a gang can starve
-  there, a transient the analysis does not see). Consolidation and regrouping never move
+  member may train on a hosted member's nodes and others at once (kept as the cheaper
+  choice; see its docstring). Consolidation and regrouping never move
   a hosted member and leave groups that host one as they are (the exact solver does not
   search hosting).
 * a job that only runs co-located (``Job.colocate``: veRL's hybrid engine) gets the
@@ -142,8 +142,8 @@ takes the one whose group ends up with the highest cost-weighted utilization
 it never changes the choice. If nothing is feasible because a bounded pool has no free
 node, the job waits; if the job can never fit the inventory, it is rejected.
 
-Every start (``Space.all_starts``; on in ``FULL_SPACE``)
-------------------------------------------------------
+Every start (``Space.all_starts``; on in every space, off under the paper's accounting)
+------------------------------------------------------------------------------------
 ``analyze`` runs the execution rule from one start: every member ready for rollout at
 once. The rule is deterministic, but the periodic schedule it settles into can depend on
 the start, and a group whose membership changes starts from wherever its members are.
@@ -155,9 +155,14 @@ over the 2^n starts in which every member is ready at once, each for rollout or 
 training (``intra.worst_start``), for the group and for every subset the departure
 constraint checks. These starts are the extreme ones (each member just before one of its
 phases); the check bounds every schedule reachable from them, not every schedule. It runs
-last, on candidates that pass everything else. In the paper's space the builtin traces
-gave no candidate it rejects (production, philly-mix), so it is off there and the
-default planner's decisions and latency are unchanged.
+last, on candidates that pass everything else. Since the execution rule reserves a
+waiting phase's nodes (``rollmux.execution``, rule 3), job93's group has one schedule from
+every start, but others do not: in the paper's space, ``rollmux-regroup`` on production
+regrouped job13 (SLO 1.179, T_solo 1,447.5 s) with two 2 + 2-node gangs bridging its
+training node and another one's; all ready for rollout that group settles at 1,672.4 s
+per iteration for job13, from other starts at 2,236.0 s, and job13 ran at 1.32. So the
+check is on in the paper's space too (``Space().all_starts``). The paper's accounting
+(steady-state check only) leaves it out.
 
 ``Planner(accounting=PAPER)`` (``rollmux.accounting``) drops the saturation gate, keeps
 only the steady-state SLO check and gives every job one node per pool, as the authors'
@@ -230,11 +235,11 @@ class Space:
     train_scaling: bool = False
     colocation: bool = False
     hosting: bool = False
-    all_starts: bool = False  # SLO checks over every start of a group ("Every start" below)
+    all_starts: bool = True  # SLO checks over every start of a group ("Every start" below)
 
 
 PAPER_SPACE = Space()
-FULL_SPACE = Space(train_scaling=True, colocation=True, all_starts=True)
+FULL_SPACE = Space(train_scaling=True, colocation=True)
 HOSTING_SPACE = Space(hosting=True)  # the paper's space plus hosting (``rollmux-host``)
 
 
@@ -748,8 +753,8 @@ class Planner:
         whole_run = self.accounting.whole_run_slo_checks
         if not miss and whole_run:
             miss = _startup_miss(a, [m.job for m in opt.group.members] + [job]) or _departure_miss(members, slo)
-        if not miss and self.space.all_starts and not any(m.staleness for m in members):  # last: the dearest
-            miss = _start_miss(members, slo) or (whole_run and _departure_miss(members, slo, all_starts=True))
+        if not miss and whole_run and self.space.all_starts and not any(m.staleness for m in members):  # last
+            miss = _start_miss(members, slo) or _departure_miss(members, slo, all_starts=True)
         if miss:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected", miss, worst)
         n_roll = len(opt.group.rollout_nodes) + len(opt.placement.new_rollout)
@@ -782,14 +787,16 @@ def _gang_over_hosted(members: list[MemberProfile]) -> str:
     """Hosting's guard: no member's training may span a hosted member's nodes and others.
 
     A hosted member runs both phases on its nodes, back to back; a member whose training
-    needs those nodes and another one at once can then wait for all of them to be free
-    together while the dispatch, which never blocks, keeps starting the hosted phases
-    whenever one of them is free. The analysis, started from every member ready, may find
-    a good periodic schedule that a group reaching the same membership mid-rotation never
-    enters: on the production trace a 2 + 2-node job with single-node jobs hosted on each
-    of its training nodes ran one iteration in 43,373 s instead of the analysed 803 s.
-    So a member (hosted or not) whose training nodes meet a hosted member's must have
-    them all among that member's nodes."""
+    needs those nodes and another one at once waits for all of them to be free together.
+    Before the execution rule reserved a waiting phase's nodes (rule 3), the dispatch kept
+    starting the hosted phases whenever one of those nodes was free: on the production
+    trace a 2 + 2-node job with single-node jobs hosted on each of its training nodes ran
+    one iteration in 43,373 s instead of the analysed 803 s. The reservation bounds that
+    wait, and the check of every start covers the schedules it leads to; the guard stays
+    because it is cheaper: without it ``rollmux-host`` cost $686.1/h on production
+    instead of $661.6/h, and $474.0/h on philly-mix instead of $473.1/h, every SLO met
+    either way (2026-11-26). So a member (hosted or not) whose training nodes meet a
+    hosted member's must have them all among that member's nodes."""
     for h in members:
         if h.rollout_nodes != h.train_nodes:
             continue
@@ -847,8 +854,8 @@ def _turn_class_miss(members: list[MemberProfile], slo: dict[str, float], jobs: 
     other B in K runs one training phase (and the same for rollout phases). The proof of
     ``_shared_pair_miss`` carries over, whatever the other members do: let A's training
     end at t1. At t1, B is (a) queued for training: it queued before A re-queues, needs
-    exactly A's nodes, and the no-blocking FCFS dispatch takes queue entries in (ready,
-    admission) order, so B starts before A whenever A could; (b) queued for rollout since
+    exactly A's nodes, and the FCFS dispatch takes queue entries in (ready, admission)
+    order, a waiting one reserving its nodes, so B starts before A whenever A could; (b) queued for rollout since
     before t1: the same argument on the rollout queue starts B's rollout first, and A's
     rollout needs B's nodes, so it starts after B's ends; B then queues for training
     first and runs first as in (a); (c) running rollout: A's rollout starts after it
