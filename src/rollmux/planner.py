@@ -147,22 +147,20 @@ Every start (``Space.all_starts``; on in every space, off under the paper's acco
 ``analyze`` runs the execution rule from one start: every member ready for rollout at
 once. The rule is deterministic, but the periodic schedule it settles into can depend on
 the start, and a group whose membership changes starts from wherever its members are.
-On production, ``rollmux-full`` put job93 (SLO 1.326, T_solo 246.6 s) in a group of five
-that settles at 320.8 s per iteration from that start and at 357.8 s from another (its
-training-scaled 32B member bridging two training nodes); job93 ran at 1.346. So with
-``all_starts`` the SLO constraint must hold for each member's slowest steady iteration
-over the 2^n starts in which every member is ready at once, each for rollout or for
-training (``intra.worst_start``), for the group and for every subset the departure
-constraint checks. These starts are the extreme ones (each member just before one of its
-phases); the check bounds every schedule reachable from them, not every schedule. It runs
-last, on candidates that pass everything else. Since the execution rule reserves a
-waiting phase's nodes (``rollmux.execution``, rule 3), job93's group has one schedule from
-every start, but others do not: in the paper's space, ``rollmux-regroup`` on production
-regrouped job13 (SLO 1.179, T_solo 1,447.5 s) with two 2 + 2-node gangs bridging its
-training node and another one's; all ready for rollout that group settles at 1,672.4 s
-per iteration for job13, from other starts at 2,236.0 s, and job13 ran at 1.32. So the
-check is on in the paper's space too (``Space().all_starts``). The paper's accounting
-(steady-state check only) leaves it out.
+In the paper's space, ``rollmux-regroup`` on production regrouped job13 (SLO 1.179,
+T_solo 1,447.5 s) with two 2 + 2-node 32B gangs bridging its training node and another
+one's: all ready for rollout that group settles at 1,672.4 s per iteration for job13,
+from other starts at 2,236.0 s, and job13 ran at 1.32 (tests/test_intra_kernel.py). So
+the SLO constraint must hold for each member's slowest steady iteration over the 2^n
+starts in which every member is ready at once, each for rollout or for training
+(``intra.worst_start``), for the group and for every subset the departure constraint
+checks. These starts are the extreme ones (each member just before one of its phases);
+the check bounds every schedule reachable from them, not every schedule. It runs last,
+on candidates that pass everything else. (The first such group, job93's under
+``rollmux-full``, settled at 320.8 s from one start and 357.8 s from another until the
+execution rule reserved a waiting phase's nodes, rule 3 of ``rollmux.execution``; since
+then it has one schedule.) The paper's accounting (steady-state check only) leaves the
+check out.
 
 ``Planner(accounting=PAPER)`` (``rollmux.accounting``) drops the saturation gate, keeps
 only the steady-state SLO check and gives every job one node per pool, as the authors'
