@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rollmux.colocation import worst_phase
 from rollmux.model import Cluster, Job, SwitchCost
 from rollmux.policies import make_policy
 from rollmux.runtime.control import PLACED, WAITING, ControlPlane, PhaseOrderError
@@ -63,10 +64,11 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
         ended.extend(changes.ended)
         for e in changes.events:
             if e["kind"] == "grant":
-                job = by_id[e["job_id"]]
-                body = job.t_roll_s if e["pool"] == "rollout" else job.t_train_s
+                group = cp.plan.groups[e["group_id"]]  # co-located: both phases on training nodes
+                on_train = group.colocated or group.member(e["job_id"]).hosted
+                body, overhead = worst_phase(by_id[e["job_id"]], e["pool"], cluster, on_train)
                 phases.append((e["job_id"], e["pool"], e["group_id"], tuple(e["nodes"]), e["at"]))
-                push(e["at"] + e["detail"]["switch_s"] + body, 0, (e["job_id"], e["pool"], e["seq"]))
+                push(e["at"] + e["detail"]["switch_s"] + overhead + body, 0, (e["job_id"], e["pool"], e["seq"]))
             elif e["kind"] == "move":
                 moves.append((e["job_id"], e["detail"]["from_group"], e["group_id"], e["at"]))
                 push(e["at"] + migration_s, 2, e["job_id"])

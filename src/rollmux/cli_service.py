@@ -47,6 +47,7 @@ class LivePolicy(str, Enum):
     rollmux = "rollmux"
     rollmux_consolidate = "rollmux-consolidate"
     rollmux_regroup = "rollmux-regroup"
+    rollmux_full = "rollmux-full"
 
 
 class PoolName(str, Enum):
@@ -114,8 +115,9 @@ def serve(
     log_file: Optional[Path] = typer.Option(None, "--log-file", help="JSON-lines log (default: stderr)."),
     policy: LivePolicy = typer.Option(LivePolicy.rollmux, "--policy",
                                       help="rollmux (Algorithm 1), rollmux-consolidate (also moves running jobs "
-                                           "into other groups when that frees nodes) or rollmux-regroup (also "
-                                           "re-solves two groups after a departure and moves their jobs), "
+                                           "into other groups when that frees nodes), rollmux-regroup (also "
+                                           "re-solves two groups after a departure and moves their jobs) or "
+                                           "rollmux-full (Algorithm 1 with training scaling and co-location), "
                                            "decision for decision as `rollmux simulate` does."),
     migration_s: float = typer.Option(300.0, "--migration-s", min=0.0,
                                       help="Pause a move is planned with until moves of that model size are "

@@ -70,6 +70,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
+from rollmux.colocation import worst_phase
 from rollmux.errors import RollMuxError
 from rollmux.execution import Grant, GroupExecutor
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec
@@ -77,7 +78,7 @@ from rollmux.improve import materialize
 from rollmux.model import model_size_column
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
-from rollmux.policies.rollmux import RollMuxPolicy
+from rollmux.policies import make_policy
 from rollmux.runtime.store import Changes, hash_token
 
 WAITING, PLACED, DONE, CANCELLED, EXPIRED = "waiting", "placed", "done", "cancelled", "expired"
@@ -85,7 +86,7 @@ LIVE_STATES = (WAITING, PLACED)
 JOB_STATES = (WAITING, PLACED, DONE, CANCELLED, EXPIRED)
 SNAPSHOT_VERSION = 3
 EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the rest in the planner's order
-LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup")
+LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "rollmux-full")
 #: A released phase longer than its profile by more than this share is flagged: the planner's
 #: SLO guarantees rest on worst-case profiles, so such a job's group may miss them.
 PROFILE_TOLERANCE = 0.10
@@ -248,8 +249,7 @@ class ControlPlane:
         if policy not in LIVE_POLICIES:
             raise ValueError(f"policy={policy!r}: the live service runs {', '.join(LIVE_POLICIES)}")
         self.cluster = cluster
-        self.policy = RollMuxPolicy("first", policy, consolidate=policy != "rollmux",
-                                    regroup=policy == "rollmux-regroup")
+        self.policy = make_policy(policy)
         if planner is not None:
             self.policy.planner = planner
         self.planner = self.policy.planner
@@ -410,6 +410,14 @@ class ControlPlane:
             self._dispatch(rec.group_id, now)
         return rec
 
+    def _phase_profile(self, rec: JobRecord, phase: str) -> float:
+        """Seconds ``rec``'s ``phase`` takes at worst where it is placed: its profile, or in a
+        co-located group (or hosted) its co-located time with the switch (``colocation``)."""
+        group = self.plan.groups.get(rec.group_id) if rec.group_id is not None else None
+        member = group.member(rec.job_id) if group is not None else None
+        on_train = member is not None and (group.colocated or member.hosted)
+        return sum(worst_phase(rec.job, phase, self.cluster, on_train))
+
     def _count_release(self, rec: JobRecord, phase: str, grant_seq: int, duration_s: float, now: float) -> None:
         """The bookkeeping of a release, synchronous or not: counters, measured times."""
         rec.last_released_seq = grant_seq
@@ -417,7 +425,7 @@ class ControlPlane:
         rec.last_released_in[phase] = grant_seq
         rec.ready_at = now
         rec.phase_max_s[phase] = max(rec.phase_max_s.get(phase, 0.0), duration_s)
-        profiled = rec.job.t_roll_s if phase == ROLLOUT else rec.job.t_train_s
+        profiled = self._phase_profile(rec, phase)
         if duration_s > profiled * (1 + PROFILE_TOLERANCE):
             rec.over_profile += 1
             self._log(now, "over-profile", rec.group_id, rec.job_id, phase, (), duration_s=duration_s,
@@ -718,7 +726,7 @@ class ControlPlane:
         jobs = [{"job_id": r.job_id, "state": r.state, "tenant": r.tenant, "group_id": r.group_id,
                  "iterations_done": r.iterations_done, "iterations": r.job.iterations,
                  "progress": r.progress, "slo": r.job.slo, "measured_slowdown": r.measured_slowdown(),
-                 "profile_s": {ROLLOUT: r.job.t_roll_s, TRAIN: r.job.t_train_s}, "measured_max_s": r.phase_max_s,
+                 "profile_s": {p: self._phase_profile(r, p) for p in POOLS}, "measured_max_s": r.phase_max_s,
                  "over_profile": r.over_profile,
                  "grant": asdict(r.grant) if r.grant else None, "reason": r.end_reason,
                  **({"grants": [asdict(g) for g in r.grants], "pipeline": r.pipeline()} if r.asynchronous else {})}
