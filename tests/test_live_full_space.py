@@ -1,7 +1,8 @@
-"""``rollmux serve --policy rollmux-full``: the live control plane in the placement space
-beyond the paper (training scaling, both-sides scaling, co-location) decides and runs
-every phase as the simulator does, through restores too, and judges a co-located
-phase against its co-located time."""
+"""``rollmux serve --policy rollmux-full`` and ``rollmux-full-regroup``: the live control
+plane in the placement space beyond the paper (training scaling, both-sides scaling,
+co-location; regrouping after departures and after arrivals that open a group) decides,
+runs and moves every phase as the simulator does, through restores too, and judges a
+co-located phase against its co-located time."""
 from __future__ import annotations
 
 import json
@@ -9,23 +10,54 @@ import json
 import pytest
 
 from rollmux import colocation
-from rollmux.model import POOLS, ROLLOUT, Cluster, Job, PoolSpec, SwitchCost
-from rollmux.runtime.control import LIVE_POLICIES, ControlPlane
+from rollmux.model import POOLS, ROLLOUT, Cluster, Group, Job, Member, PoolSpec, SwitchCost
+from rollmux.runtime.control import LIVE_POLICIES, ControlPlane, _group_from_dict, _group_to_dict
 from rollmux.traces.generate import generate
 from test_live_moves import _live_replay, _sim_record
 
 
-@pytest.mark.parametrize("seed,every", [(0, 0), (1, 0), (11, 4)])
-def test_live_full_space_is_the_simulators_phase_for_phase(seed, every):
+@pytest.mark.parametrize("policy,seed,every", [("rollmux-full", 0, 0), ("rollmux-full", 1, 0),
+                                               ("rollmux-full", 11, 4), ("rollmux-full-regroup", 0, 0),
+                                               ("rollmux-full-regroup", 3, 0), ("rollmux-full-regroup", 1, 4)])
+def test_live_full_space_is_the_simulators_phase_for_phase(policy, seed, every):
+    """Every phase (job, pool, group, nodes, start) and every move as in the simulator;
+    with ``every`` k the plane is restored from its persisted form every k steps."""
     jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
     for j in jobs:
         j.iterations, j.duration_s = j.solo_iterations(), None
     cluster = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
-    sim_phases, _, outcomes = _sim_record(jobs, cluster, 300.0, "rollmux-full")
+    sim_phases, sim_moves, outcomes = _sim_record(jobs, cluster, 300.0, policy)
     assert outcomes["co-located"] >= 1 and outcomes["scaled-train"] >= 1, "the trace must use the full space"
-    live_phases, moves = _live_replay(jobs, cluster, 300.0, "rollmux-full", restore_every=every)
+    if policy == "rollmux-full-regroup":
+        assert outcomes["regrouped"] >= 1, "the trace must regroup"
+    live_phases, live_moves = _live_replay(jobs, cluster, 300.0, policy, restore_every=every)
+    assert sorted((j, f, t) for j, f, t, _ in live_moves) == sorted(sim_moves)
     key = lambda p: (p[4], p[0], p[1])  # noqa: E731
-    assert sorted(live_phases, key=key) == sorted(sim_phases, key=key) and moves == []
+    assert sorted(live_phases, key=key) == sorted(sim_phases, key=key)
+
+
+@pytest.mark.parametrize("fault", ["cancel", "fail"])
+def test_a_full_space_regrouping_that_loses_a_member_loses_nothing_for_anyone(fault):
+    jobs = generate(14, seed=3, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    for j in jobs:
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    _live_replay(jobs, Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0)), 300.0, "rollmux-full-regroup",
+                 restore_every=4, fault=fault)
+
+
+def test_a_regrouping_into_a_colocated_group_keeps_it_colocated_through_a_restore():
+    """The plane persists a decided regrouping's new group until all its members have
+    stopped; a co-located one must come back co-located (its phases run on its training
+    nodes, at co-located times and cost)."""
+    group = Group("solver", ["T1"], ["T1"], [Member(Job("c", 100.0, 300.0, 8, 8, 100.0, 100.0, slo=1.3),
+                                                      ("T1",), ("T1",))], True)
+    back = _group_from_dict(json.loads(json.dumps(_group_to_dict(group))), {"c": _Rec(group.members[0].job)})
+    assert back.colocated and back.rollout_nodes == ["T1"] == back.train_nodes
+
+
+class _Rec:
+    def __init__(self, job: Job) -> None:
+        self.job = job
 
 
 def test_a_colocated_phase_is_judged_against_its_colocated_time():

@@ -42,7 +42,8 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
     each move acknowledged ``migration_s`` after it was decided. With ``restore_every``
     k, the plane is rebuilt from its persisted form (snapshot + departed records, through
     JSON) after every k-th step, as a restarted service would be. ``fault``: "cancel"
-    cancels the second member of the first regrouping as soon as it is decided; "fail"
+    cancels the second member (the only one, when alone) of the first regrouping as soon
+    as it is decided; "fail"
     makes the first move's acknowledgement report a failure. Returns the phases
     (job, pool, group, nodes, start) and the moves (job, from, to, time)."""
     cp = ControlPlane(cluster, policy=policy, migration_s=migration_s)
@@ -73,7 +74,8 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
                 moves.append((e["job_id"], e["detail"]["from_group"], e["group_id"], e["at"]))
                 push(e["at"] + migration_s, 2, e["job_id"])
             elif e["kind"] == "regroup" and fault == "cancel" and not faults:
-                faults.append(e["job_id"].split(",")[1])
+                members = e["job_id"].split(",")
+                faults.append(members[1] if len(members) > 1 else members[0])
                 push(e["at"], 3, faults[-1])
 
     for j in jobs:

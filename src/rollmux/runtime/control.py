@@ -86,7 +86,7 @@ LIVE_STATES = (WAITING, PLACED)
 JOB_STATES = (WAITING, PLACED, DONE, CANCELLED, EXPIRED)
 SNAPSHOT_VERSION = 3
 EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the rest in the planner's order
-LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "rollmux-full")
+LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "rollmux-full", "rollmux-full-regroup")
 #: A released phase longer than its profile by more than this share is flagged: the planner's
 #: SLO guarantees rest on worst-case profiles, so such a job's group may miss them.
 PROFILE_TOLERANCE = 0.10
@@ -255,6 +255,7 @@ class ControlPlane:
         self.planner = self.policy.planner
         self._repack = getattr(self.policy, "repack", None)
         self._regroup = getattr(self.policy, "regroup", None)
+        self._regroup_on_arrival = getattr(self.policy, "regroup_on_arrival", False)
         self.regroups: dict[str, dict] = {}  # id -> {"group": solver group, "waiting": [...], "acked": [...]}
         self._next_regroup = 0
         self.migration_s = migration_s
@@ -873,6 +874,8 @@ class ControlPlane:
         rec.end_reason = ""
         self._dirty_jobs.add(job.job_id)
         self._admit(rec, now)
+        if self._regroup_on_arrival and placement.group_id is None:  # a new group: regroup it too
+            self._plan_regroup(gid, now)
 
     def _admit(self, rec: JobRecord, now: float) -> None:
         """Admit a placed job to its group's executor (ready for rollout) and dispatch."""
@@ -1222,6 +1225,7 @@ def _explain(decision) -> list[str]:
 
 def _group_to_dict(group: Group) -> dict:
     return {"rollout_nodes": list(group.rollout_nodes), "train_nodes": list(group.train_nodes),
+            "colocated": group.colocated,
             "members": [{"job_id": m.job.job_id, "rollout_nodes": list(m.rollout_nodes),
                          "train_nodes": list(m.train_nodes)} for m in group.members]}
 
@@ -1232,7 +1236,7 @@ def _group_from_dict(d: dict, jobs: dict[str, JobRecord]) -> Group:
                for m in d["members"]]
     used = {n for m in members for n in (*m.rollout_nodes, *m.train_nodes)}
     return Group("solver", [n for n in d["rollout_nodes"] if n in used], [n for n in d["train_nodes"] if n in used],
-                 members)
+                 members, d.get("colocated", False))  # (a snapshot from before the full space has no flag)
 
 
 def _group_ord(gid: str) -> int:
