@@ -48,6 +48,7 @@ class LivePolicy(str, Enum):
     rollmux_consolidate = "rollmux-consolidate"
     rollmux_regroup = "rollmux-regroup"
     rollmux_full = "rollmux-full"
+    rollmux_full_regroup = "rollmux-full-regroup"
 
 
 class PoolName(str, Enum):
@@ -116,9 +117,11 @@ def serve(
     policy: LivePolicy = typer.Option(LivePolicy.rollmux, "--policy",
                                       help="rollmux (Algorithm 1), rollmux-consolidate (also moves running jobs "
                                            "into other groups when that frees nodes), rollmux-regroup (also "
-                                           "re-solves two groups after a departure and moves their jobs) or "
-                                           "rollmux-full (Algorithm 1 with training scaling and co-location), "
-                                           "decision for decision as `rollmux simulate` does."),
+                                           "re-solves two groups after a departure and moves their jobs), "
+                                           "rollmux-full (Algorithm 1 with training scaling and co-location) or "
+                                           "rollmux-full-regroup (the full space, regrouping after departures and "
+                                           "after arrivals that open a group), decision for decision as "
+                                           "`rollmux simulate` does."),
     migration_s: float = typer.Option(300.0, "--migration-s", min=0.0,
                                       help="Pause a move is planned with until moves of that model size are "
                                            "measured."),
