@@ -61,6 +61,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -72,6 +73,12 @@ from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, PoolSpec, SwitchCost
 PROFILE_ITERATIONS = 2
 SWITCH_ESTIMATE_S = 0.05  # per phase start, charged by the planner: warm load + grant round trip
 QUICK_ITERATIONS = 4
+#: The least SLO of a quick run's jobs. Quick phases last a tenth of a second, timed over a
+#: two-iteration profile on a loaded machine; the measured times of two jobs can then put
+#: their pair past the profiles' SLO of 2.0, the planner rightly refuses it, and the jobs
+#: run one after the other (a CI failure). Five quick runs on an idle machine planned the
+#: pair at 1.42-1.71; 3.0 leaves room for a loaded one.
+QUICK_SLO = 3.0
 TAIL_WORKERS = 2  # rollout workers per job with --tail (each stands for 8 / TAIL_WORKERS GPUs)
 GPUS_PER_NODE = 8
 
@@ -107,7 +114,7 @@ def run_demo(out_dir: Path, jobs: int = 2, minutes: float = 4.0, iterations: int
     out_dir.mkdir(parents=True, exist_ok=True)
     profiles = DEMO_PROFILES[jobs]
     if quick:
-        profiles = tuple(_shrunk(p) for p in profiles)
+        profiles = tuple(replace(_shrunk(p), slo=max(p.slo, QUICK_SLO)) for p in profiles)
         iterations = iterations or QUICK_ITERATIONS
     t_start = time.time()
     log(f"warm-up: supervised pretraining of {len(profiles)} policies")
@@ -389,17 +396,21 @@ def _span_dicts(runs: dict) -> list[dict]:
 
 def handoffs(spans: list[dict]) -> dict:
     """The long-tail hand-offs of a run: each rollout granted as a slice (``share`` < 1),
-    with its donor (the rollout on the same node whose tail stretch covers the slice's
-    start), the share, and the seconds it ran as a slice (until it grew to the whole node
-    or ended)."""
+    with its donor, the share, and the seconds it ran as a slice (until it grew to the
+    whole node or ended). The donor is the latest rollout of another job on one of the
+    slice's nodes to start before it: the slice was granted in that rollout's tail, and
+    no other rollout starts on those nodes in between. (Spans are timed by the jobs
+    themselves; the donor's may end before the recipient, which polls for its grant,
+    records its start.)"""
     slices = []
     for s in spans:
         if s["pool"] != "rollout" or s["share"] >= 1.0:
             continue
         grown = [a for a, _b, _g, sg in s["segments"] if sg >= GPUS_PER_NODE]
         until = min(grown) if grown else s["end"]
-        donor = next((d for d in spans if d["pool"] == "rollout" and d["job_id"] != s["job_id"]
-                      and set(d["nodes"]) & set(s["nodes"]) and d["start"] <= s["start"] <= d["end"]), None)
+        donor = max((d for d in spans if d["pool"] == "rollout" and d["job_id"] != s["job_id"]
+                     and set(d["nodes"]) & set(s["nodes"]) and d["start"] <= s["start"]),
+                    key=lambda d: d["start"], default=None)
         tail_at = None
         if donor is not None:
             tail_at = next((a for a, _b, _g, sg in donor["segments"] if sg < GPUS_PER_NODE), None)
@@ -435,6 +446,4 @@ def gpu_peak(spans: list[dict]) -> dict:
 
 def _shrunk(profile):
     """A lighter copy of a profile for quick runs: a quarter of the prompts (at least 4)."""
-    from dataclasses import replace
-
     return replace(profile, prompts=max(4, profile.prompts // 4))
