@@ -50,6 +50,13 @@ Contract
   gets its move directive; the group admits them together, in the solver's order, once
   all have acknowledged. A member that departs or fails its move leaves the new group
   (the solver checked every subset of it), the others carry on.
+* The placement space beyond the paper (policies ``rollmux-full`` and
+  ``rollmux-full-regroup``, as in the simulator; ``make_policy`` builds every live
+  policy): a job may also get training nodes of its own next to a group's, or run
+  co-located on its training nodes, whose phases are judged against their co-located
+  times (``profile_s``, over-profile flags). ``rollmux-full-regroup`` also regroups a
+  group that an arrival opened, and a regrouping's co-located group stays co-located
+  while it waits for its members.
 * Long tail (the execution rule's rules 6-9): a job holding a rollout grant reports its
   fraction of responses done (``tail``); at ``tail_threshold`` or more it keeps
   ``Job.tail_gpus()`` GPUs and the freed GPUs of its nodes may go to the next queued
