@@ -6,6 +6,7 @@ co-located phase against its co-located time."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,15 +17,21 @@ from rollmux.traces.generate import generate
 from test_live_moves import _live_replay, _sim_record
 
 
+def _trace(seed: int) -> list[Job]:
+    """The parity traces of tests/test_live_moves.py: 14 jobs, each with a target."""
+    jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    for j in jobs:
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    return jobs
+
+
 @pytest.mark.parametrize("policy,seed,every", [("rollmux-full", 0, 0), ("rollmux-full", 1, 0),
                                                ("rollmux-full", 11, 4), ("rollmux-full-regroup", 0, 0),
                                                ("rollmux-full-regroup", 3, 0), ("rollmux-full-regroup", 1, 4)])
 def test_live_full_space_is_the_simulators_phase_for_phase(policy, seed, every):
     """Every phase (job, pool, group, nodes, start) and every move as in the simulator;
     with ``every`` k the plane is restored from its persisted form every k steps."""
-    jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
-    for j in jobs:
-        j.iterations, j.duration_s = j.solo_iterations(), None
+    jobs = _trace(seed)
     cluster = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
     sim_phases, sim_moves, outcomes = _sim_record(jobs, cluster, 300.0, policy)
     assert outcomes["co-located"] >= 1 and outcomes["scaled-train"] >= 1, "the trace must use the full space"
@@ -38,10 +45,7 @@ def test_live_full_space_is_the_simulators_phase_for_phase(policy, seed, every):
 
 @pytest.mark.parametrize("fault", ["cancel", "fail"])
 def test_a_full_space_regrouping_that_loses_a_member_loses_nothing_for_anyone(fault):
-    jobs = generate(14, seed=3, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
-    for j in jobs:
-        j.iterations, j.duration_s = j.solo_iterations(), None
-    _live_replay(jobs, Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0)), 300.0, "rollmux-full-regroup",
+    _live_replay(_trace(3), Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0)), 300.0, "rollmux-full-regroup",
                  restore_every=4, fault=fault)
 
 
@@ -51,13 +55,9 @@ def test_a_regrouping_into_a_colocated_group_keeps_it_colocated_through_a_restor
     nodes, at co-located times and cost)."""
     group = Group("solver", ["T1"], ["T1"], [Member(Job("c", 100.0, 300.0, 8, 8, 100.0, 100.0, slo=1.3),
                                                       ("T1",), ("T1",))], True)
-    back = _group_from_dict(json.loads(json.dumps(_group_to_dict(group))), {"c": _Rec(group.members[0].job)})
+    records = {"c": SimpleNamespace(job=group.members[0].job)}  # what the function reads of a JobRecord
+    back = _group_from_dict(json.loads(json.dumps(_group_to_dict(group))), records)
     assert back.colocated and back.rollout_nodes == ["T1"] == back.train_nodes
-
-
-class _Rec:
-    def __init__(self, job: Job) -> None:
-        self.job = job
 
 
 def test_a_colocated_phase_is_judged_against_its_colocated_time():

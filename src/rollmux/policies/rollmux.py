@@ -9,6 +9,7 @@ moves all their jobs when that is cheaper (``improve.plan_regroup``).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from rollmux.accounting import OURS, CostAccounting
@@ -25,8 +26,9 @@ class RollMuxPolicy:
         self.planner = Planner(tie_break=tie_break, accounting=accounting, space=space)
         if consolidate:
             self.repack = self.planner.repack
-        if regroup:
-            self.regroup = partial(plan_regroup, one_node=accounting.one_node_per_pool, space=space)
+        if regroup:  # the exact solves check every start where the planner does (not under the paper's accounting)
+            solver_space = replace(space, all_starts=space.all_starts and accounting.whole_run_slo_checks)
+            self.regroup = partial(plan_regroup, one_node=accounting.one_node_per_pool, space=solver_space)
             # a richer space: also try to regroup a group that an arrival opened
             self.regroup_on_arrival = space != PAPER_SPACE
 

@@ -421,7 +421,7 @@ class ControlPlane:
     def _phase_profile(self, rec: JobRecord, phase: str) -> float:
         """Seconds ``rec``'s ``phase`` takes at worst where it is placed: its profile, or in a
         co-located group (or hosted) its co-located time with the switch (``colocation``)."""
-        group = self.plan.groups.get(rec.group_id) if rec.group_id is not None else None
+        group = self.plan.groups.get(rec.group_id)
         member = group.member(rec.job_id) if group is not None else None
         on_train = member is not None and (group.colocated or member.hosted)
         return sum(worst_phase(rec.job, phase, self.cluster, on_train))
