@@ -16,11 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partitions import cheapest_partition
-from rollmux.exact import ExactLimitError, lower_bound, solve
+from rollmux.exact import ExactLimitError, lower_bound, objective_lower_bound, solve
 from rollmux.intra import MemberProfile, analyze
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
-from rollmux.planner import SLO_EPS, Planner
+from rollmux.planner import SLO_EPS, Planner, Space
+from rollmux.waste import waste_per_hour
 
 MEM = {"7B": (275.7, 240.0), "14B": (445.4, 456.1), "32B": (490.3, 520.4)}  # Table 2, GB per node
 
@@ -61,9 +62,11 @@ def _slo_ok(block: list[Job], profiles: list[MemberProfile]) -> bool:
     return all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in block)
 
 
-def _block_cost(cluster: Cluster, block: list[Job], robust: bool) -> float:
+def _feasible_shapes(cluster: Cluster, block: list[Job], robust: bool):
+    """Every feasible (rollout nodes, training nodes, member profiles) of the block, rollout
+    nodes ascending; no pinning symmetry is used."""
     if len(block) > cluster.max_group_size:
-        return float("inf")
+        return
     gpn, sw = cluster.gpus_per_node, cluster.switch_cost
     need = {p: [j.nodes(p, gpn) for j in block] for p in POOLS}
     t = max(need[TRAIN])
@@ -80,13 +83,30 @@ def _block_cost(cluster: Cluster, block: list[Job], robust: bool) -> float:
                 subsets = [keep for size in range(1, len(block) + 1) if robust or size == len(block)
                            for keep in itertools.combinations(range(len(block)), size)]
                 if all(_slo_ok([block[i] for i in keep], [profiles[i] for i in keep]) for keep in subsets):
-                    return r * cluster.node_price(ROLLOUT) + t * cluster.node_price(TRAIN)
+                    yield r, t, profiles
+
+
+def _block_cost(cluster: Cluster, block: list[Job], robust: bool) -> float:
+    for r, t, _ in _feasible_shapes(cluster, block, robust):
+        return r * cluster.node_price(ROLLOUT) + t * cluster.node_price(TRAIN)
     return float("inf")
 
 
-def brute_force(cluster: Cluster, jobs: list[Job], robust: bool = False) -> float:
+def _block_waste(cluster: Cluster, block: list[Job], robust: bool) -> float:
+    """The least of node $/h minus sum_j (busy node-$ of j's solo iteration) / (its iteration)."""
+    gpn, best = cluster.gpus_per_node, float("inf")
+    for r, t, profiles in _feasible_shapes(cluster, block, robust):
+        iteration = analyze(profiles).iteration_s
+        work = sum((j.t_roll_s * j.nodes(ROLLOUT, gpn) * cluster.node_price(ROLLOUT)
+                    + j.t_train_s * j.nodes(TRAIN, gpn) * cluster.node_price(TRAIN)) / iteration[j.job_id] for j in block)
+        best = min(best, r * cluster.node_price(ROLLOUT) + t * cluster.node_price(TRAIN) - work)
+    return best
+
+
+def brute_force(cluster: Cluster, jobs: list[Job], robust: bool = False, objective: str = "cost") -> float:
     ordered = sorted(jobs, key=lambda j: (j.arrival_s, jobs.index(j)))
-    return cheapest_partition(ordered, lambda block: _block_cost(cluster, block, robust), key=lambda j: j.job_id)
+    block_value = _block_cost if objective == "cost" else _block_waste
+    return cheapest_partition(ordered, lambda block: block_value(cluster, block, robust), key=lambda j: j.job_id)
 
 
 # --- tests ---------------------------------------------------------------------------
@@ -98,6 +118,41 @@ def test_matches_brute_force(seed, n, robust):
     jobs = make_jobs(rng, n)
     expected = brute_force(cluster, jobs, robust)
     assert solve(cluster, jobs, robust=robust).cost_per_hour == pytest.approx(expected, rel=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6), st.integers(2, 4), st.booleans())
+def test_waste_objective_matches_brute_force(seed, n, robust):
+    rng = random.Random(seed)
+    cluster = make_cluster(rng)
+    jobs = make_jobs(rng, n)
+    space = Space(all_starts=False)  # the brute force checks the analysed steady state only
+    expected = brute_force(cluster, jobs, robust, objective="waste")
+    solution = solve(cluster, jobs, robust=robust, space=space, objective="waste")
+    assert solution.objective == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    assert waste_per_hour(solution.to_state()) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    cheapest = solve(cluster, jobs, robust=robust, space=space)
+    assert waste_per_hour(cheapest.to_state()) >= solution.objective - 1e-9
+    assert solution.cost_per_hour >= cheapest.cost_per_hour - 1e-9
+    assert objective_lower_bound(cluster, jobs, space, "waste") <= solution.objective + 1e-9
+    under = solve(cluster, jobs, robust=robust, space=space, objective="waste", budget=solution.objective + 1.0)
+    assert under is not None and under.objective == pytest.approx(solution.objective, rel=1e-9, abs=1e-9)
+    assert solve(cluster, jobs, robust=robust, space=space, objective="waste", budget=solution.objective) is None
+
+
+def test_the_cheapest_plan_is_not_the_least_wasteful():
+    """Three rollout-heavy jobs: the cheapest group shares two rollout nodes among them and
+    slows them down; a third rollout node costs $14.80/h and gives back more work than that."""
+    jobs = [Job("a", 244.0, 127.0, slo=1.699, arrival_s=0.0), Job("b", 282.0, 108.0, slo=1.693, arrival_s=1.0),
+            Job("c", 129.0, 43.0, slo=1.912, arrival_s=2.0)]
+    cluster, space = Cluster(), Space(all_starts=False)
+    cheapest = solve(cluster, jobs, robust=True, space=space)
+    leanest = solve(cluster, jobs, robust=True, space=space, objective="waste")
+    for solution in (cheapest, leanest):
+        assert [[m.job.job_id for m in g.members] for g in solution.groups] == [["a", "b", "c"]]
+    assert [len(cheapest.groups[0].rollout_nodes), len(leanest.groups[0].rollout_nodes)] == [2, 3]
+    assert leanest.cost_per_hour == pytest.approx(cheapest.cost_per_hour + cluster.node_price(ROLLOUT))
+    assert leanest.objective < waste_per_hour(cheapest.to_state()) - 1.0
 
 
 def check_feasible(cluster: Cluster, jobs: list[Job], solution, robust: bool) -> None:
@@ -171,6 +226,8 @@ def test_limits():
         solve(Cluster(rollout=PoolSpec("H20", 1.85, nodes=4)), make_jobs(rng, 2))
     with pytest.raises(ValueError, match="unique"):
         solve(Cluster(), [Job("x", 10.0, 10.0), Job("x", 10.0, 10.0)])
+    with pytest.raises(ValueError, match="objective='speed'"):
+        solve(Cluster(), make_jobs(rng, 2), objective="speed")
 
 
 @settings(max_examples=25, deadline=None)

@@ -22,6 +22,7 @@ from rollmux.intra import analyze
 from rollmux.model import POOLS, TRAIN, Cluster, Job, NodeSpec, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
 from rollmux.planner import SLO_EPS, Planner
+from rollmux.waste import waste_per_hour
 
 MEM = {"7B": (275.7, 240.0), "14B": (445.4, 456.1), "32B": (490.3, 520.4)}
 
@@ -205,3 +206,32 @@ def test_plan_regroup_leaves_bounded_pools_alone():
             Job("c", 20.0, 60.0, slo=1.5, arrival_s=2.0)]
     state = placed(cluster, jobs)
     assert plan_regroup(state, state.job_group["c"], lambda k: (100, 1e9), lambda k: 0.0) is None
+
+
+def test_plan_regroup_by_waste_takes_the_wider_group_that_slows_no_one():
+    """{a, b} on 1 + 1 nodes and {c} alone: the cheapest regrouping puts all three on two
+    rollout nodes ($71.84/h); the least wasteful pays a third rollout node ($86.64/h)
+    because on two the members lose more work per hour than the node costs."""
+    jobs = [Job("a", 244.0, 127.0, slo=1.699, arrival_s=0.0), Job("b", 282.0, 108.0, slo=1.693, arrival_s=1.0),
+            Job("c", 129.0, 43.0, slo=1.912, arrival_s=2.0)]
+    state = placed(Cluster(), jobs)
+    assert [[m.job.job_id for m in g.members] for g in state.groups.values()] == [["a", "b"], ["c"]]
+    roomy = lambda k: (100, 1e9)  # noqa: E731
+    cheap = plan_regroup(state, "g1", roomy, lambda k: 0.0)
+    lean = plan_regroup(state, "g1", roomy, lambda k: 0.0, objective="waste")
+    assert cheap.waste_before is None and cheap.gain == pytest.approx(cheap.cost_before - cheap.cost_after)
+    assert [len(p.groups[0].rollout_nodes) for p in (cheap, lean)] == [2, 3]
+    assert lean.cost_before == pytest.approx(cheap.cost_before) and lean.cost_after > cheap.cost_after
+    assert lean.waste_before == pytest.approx(waste_per_hour(state))
+    after = {}
+    for name, plan in (("cheap", cheap), ("lean", lean)):
+        copy = placed(Cluster(), jobs)
+        for gid in plan.replaced:
+            for m in list(copy.groups[gid].members):
+                copy.release(m.job.job_id)
+        for g in plan.groups:
+            materialize(copy, g)
+        check_feasible(copy, jobs)
+        after[name] = waste_per_hour(copy)
+    assert after["lean"] == pytest.approx(lean.waste_after) and lean.gain == pytest.approx(lean.waste_before - after["lean"])
+    assert after["lean"] < after["cheap"] < lean.waste_before

@@ -90,6 +90,25 @@ Beyond the paper (``space``, ``rollmux.planner.Space``)
 The planner's choices in the same space lie in the search space as before, so the
 planner never beats this optimum either.
 
+Objective (``objective``)
+-------------------------
+* ``"cost"`` (the default): Cost above, the plan's $/h (effective with co-location).
+* ``"waste"``: the plan's waste rate (``rollmux.waste``),
+
+      W = sum_G  C_G - sum_{k in G} b_k / iter_k(G)
+
+  with C_G the group's plain $/h and b_k the price of the node time one solo iteration
+  of k keeps busy; its integral over time is the part of the bill decisions can change.
+  The constraints and the search space are the same. Step 2 changes: a cheaper size
+  no longer dominates, since a wider group can slow its members less, so for subset S
+  the sizes (r, t) are walked in increasing C and stop only once
+  C(r, t) - sum_k b_k / T_solo_k reaches the best W found (iter_k >= T_solo_k in a
+  disaggregated group, so that is a lower bound of W at that size and above); every
+  feasible pinning below it is analysed and the least W kept. A co-located one-job
+  group has W = need_T * price_T - b_k / iter_colo(k). The budgets of step 2 use
+  ``objective_lower_bound``: ``lower_bound`` minus sum_k of k's largest work rate
+  (``waste.max_work_rate``), a valid bound on W.
+
 Limits. At most ``max_jobs`` jobs (default 12; ``ExactLimitError`` above). Pools are
 treated as unbounded (a bounded pool raises ``ExactLimitError``: inventory couples
 the groups and is not modelled). Exact for the arrival admission order and for
@@ -104,14 +123,15 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Callable, Iterator, Sequence
 
-from rollmux import colocation
+from rollmux import colocation, waste
 from rollmux.errors import RollMuxError
-from rollmux.intra import MemberProfile, analyze, worst_start
+from rollmux.intra import GroupAnalysis, MemberProfile, analyze, worst_start
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import PAPER_SPACE, SLO_EPS, Space
 
 DEFAULT_MAX_JOBS = 12
+OBJECTIVES = ("cost", "waste")  # what ``solve`` minimises (module docstring, "Objective")
 _BOUND_SLACK = 1e-6
 _COST_TOL = 1e-9
 
@@ -141,7 +161,8 @@ class ExactSolution:
 
     cluster: Cluster
     cost_per_hour: float  # the plan's $/h
-    objective: float      # what was minimised: ``PlanState.effective_cost_per_hour`` of the plan
+    objective: float      # what was minimised: ``PlanState.effective_cost_per_hour`` of the plan,
+    #                       or ``waste.waste_per_hour`` with objective="waste"
     groups: tuple[Group, ...]
     placements: tuple[tuple[Job, Placement], ...]
     stats: ExactStats
@@ -166,7 +187,7 @@ class _Demand:
 class Fit:
     """Cheapest feasible group for a subset: node counts and local pinnings (node indices)."""
 
-    cost: float
+    cost: float  # the objective's value for the group ($/h, effective $/h or waste $/h)
     rollout: int
     train: int
     pins: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # per member: (rollout idx, train idx)
@@ -181,15 +202,19 @@ class SearchCounter:
 
 
 def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOBS,
-          robust: bool = False, budget: float | None = None, space: Space = PAPER_SPACE) -> ExactSolution | None:
-    """Minimum-cost plan for ``jobs`` on ``cluster`` (see the module docstring).
+          robust: bool = False, budget: float | None = None, space: Space = PAPER_SPACE,
+          objective: str = "cost") -> ExactSolution | None:
+    """Minimum-cost plan for ``jobs`` on ``cluster`` (see the module docstring), or the
+    plan of least waste rate with ``objective="waste"``.
 
-    With ``budget``, only plans costing less are of interest: the result is the optimum
-    if it costs less than ``budget`` (by more than a relative 1e-9, so that rounding in
+    With ``budget``, only plans whose objective is lower are of interest: the result is the
+    optimum if it is below ``budget`` (by more than a relative 1e-9, so that rounding in
     sums never passes for a saving) and None otherwise. A group for a subset S is then
-    searched only below budget - lower_bound(J minus S) (``lower_bound``), which loses no
-    plan under the budget and skips most of the work when there is none.
+    searched only below budget - objective_lower_bound(J minus S), which loses no plan
+    under the budget and skips most of the work when there is none.
     """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r}: expected one of {OBJECTIVES}")
     start = time.perf_counter()
     cluster.validate()
     if len(jobs) > max_jobs:
@@ -212,11 +237,11 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
     if budget is not None:
         for mask in range(1, full + 1):
             rest = [ordered[i] for i in range(n) if not mask >> i & 1]
-            room[mask] = budget - lower_bound(cluster, rest, space)
+            room[mask] = budget - objective_lower_bound(cluster, rest, space, objective)
 
     def fit_of(mask: int, budget_s: float) -> Fit | None:
         members = [ordered[i] for i in range(n) if mask >> i & 1]
-        return group_fit(cluster, members, min(budget_s, room[mask]), robust, counter, space)
+        return group_fit(cluster, members, min(budget_s, room[mask]), robust, counter, space, objective=objective)
 
     best, fits, blocks = partition(ordered, cluster.max_group_size, fit_of)
     if budget is not None and not best < budget - _COST_TOL * max(1.0, abs(budget)):
@@ -227,8 +252,8 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
         state.apply(job, placement)
     stats = ExactStats(n, counter.searched, counter.skipped, counter.analyze_calls,
                        time.perf_counter() - start)
-    return ExactSolution(cluster, state.cost_per_hour(), state.effective_cost_per_hour(), tuple(state.groups.values()),
-                         tuple(placements), stats)
+    value = state.effective_cost_per_hour() if objective == "cost" else waste.waste_per_hour(state)
+    return ExactSolution(cluster, state.cost_per_hour(), value, tuple(state.groups.values()), tuple(placements), stats)
 
 
 def partition(ordered: list[Job], max_group_size: int,
@@ -275,15 +300,15 @@ def partition(ordered: list[Job], max_group_size: int,
 
 
 def group_fit(cluster: Cluster, members: list[Job], budget: float, robust: bool, counter: SearchCounter,
-              space: Space, colocation: bool = True) -> Fit | None:
-    """The cheapest group for ``members`` below ``budget`` in ``space``: a disaggregated one
-    (``_cheapest_group``), or for one job its co-located fit when that is cheaper and
-    allowed (co-location in ``space``, and ``colocation`` true; a co-located-only job
-    always)."""
+              space: Space, colocation: bool = True, objective: str = "cost") -> Fit | None:
+    """The best group for ``members`` below ``budget`` in ``space`` by ``objective``: a
+    disaggregated one (``_cheapest_group``), or for one job its co-located fit when that is
+    better and allowed (co-location in ``space``, and ``colocation`` true; a co-located-only
+    job always)."""
     fit = None if members[0].colocate else _cheapest_group(cluster, members, budget, robust, counter,
-                                                          space.train_scaling, space.all_starts)
+                                                          space.train_scaling, space.all_starts, objective)
     if len(members) == 1 and colocation and (space.colocation or members[0].colocate):
-        fit = _colocated_fit(cluster, members[0], min(budget, fit.cost if fit else float("inf"))) or fit
+        fit = _colocated_fit(cluster, members[0], min(budget, fit.cost if fit else float("inf")), objective) or fit
     return fit
 
 
@@ -315,22 +340,37 @@ def lower_bound(cluster: Cluster, jobs: Sequence[Job], space: Space = PAPER_SPAC
     return bound
 
 
-def _colocated_fit(cluster: Cluster, job: Job, budget: float) -> Fit | None:
-    """``job`` co-located on its own training nodes, if allowed and counted below ``budget``."""
+def objective_lower_bound(cluster: Cluster, jobs: Sequence[Job], space: Space = PAPER_SPACE,
+                          objective: str = "cost") -> float:
+    """A lower bound on ``objective`` for any plan of ``jobs``: ``lower_bound``, less every
+    job's largest work rate for the waste rate (module docstring, "Objective")."""
+    bound = lower_bound(cluster, jobs, space)
+    if objective == "waste":
+        bound -= sum(waste.max_work_rate(j, cluster, space.colocation or j.colocate) for j in jobs)
+    return bound
+
+
+def _colocated_fit(cluster: Cluster, job: Job, budget: float, objective: str = "cost") -> Fit | None:
+    """``job`` co-located on its own training nodes, if allowed and its objective is below ``budget``."""
     if not colocatable(cluster, job):
         return None
     need = job.nodes(TRAIN, cluster.gpus_per_node)
-    cost = colocation.slowdown(job, cluster) * need * cluster.node_price(TRAIN)
+    if objective == "cost":
+        cost = colocation.slowdown(job, cluster) * need * cluster.node_price(TRAIN)
+    else:
+        cost = need * cluster.node_price(TRAIN) - waste.iteration_value(job, cluster) / colocation.iteration_s(job, cluster)
     if cost >= budget - _COST_TOL * max(1.0, abs(budget)):
         return None
     return Fit(cost, 0, need, (((), tuple(range(need))),), colocated=True)
 
 
 def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,
-                    counter: SearchCounter, train_scaling: bool = False, all_starts: bool = False) -> Fit | None:
-    """The cheapest feasible group for ``members`` (admission order) costing < ``budget``, or None;
-    with ``train_scaling`` the training side may be wider than the widest member; with
-    ``all_starts`` every SLO is checked from every start too (``intra.worst_start``)."""
+                    counter: SearchCounter, train_scaling: bool = False, all_starts: bool = False,
+                    objective: str = "cost") -> Fit | None:
+    """The best feasible group for ``members`` (admission order) by ``objective`` below
+    ``budget``, or None: the cheapest one, or the one of least waste rate (module docstring,
+    "Objective"); with ``train_scaling`` the training side may be wider than the widest
+    member; with ``all_starts`` every SLO is checked from every start too (``intra.worst_start``)."""
     gpn = cluster.gpus_per_node
     price = {pool: cluster.node_price(pool) for pool in POOLS}
     cap = {pool: cluster.pool(pool).host_mem_gb for pool in POOLS}
@@ -341,8 +381,11 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
     t_max = sum(d.need for d in demand[TRAIN]) if train_scaling else t_min
     r_min = max(d.need for d in demand[ROLLOUT])
     r_max = sum(d.need for d in demand[ROLLOUT])
+    by_waste = objective == "waste"
+    values = [waste.iteration_value(j, cluster) for j in members] if by_waste else []
+    top_rate = sum(b / j.t_solo for b, j in zip(values, members))  # the work rate at no slowdown
     limit = budget - _COST_TOL * max(1.0, abs(budget))
-    if r_min * price[ROLLOUT] + t_min * price[TRAIN] >= limit:
+    if r_min * price[ROLLOUT] + t_min * price[TRAIN] - top_rate >= limit:
         counter.skipped += 1
         return None
     counter.searched += 1
@@ -351,9 +394,10 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
     switch = [(sw.seconds(j.model, ROLLOUT), sw.seconds(j.model, TRAIN)) for j in members]
     sizes = sorted(((r * price[ROLLOUT] + t * price[TRAIN], t, r) for r in range(r_min, r_max + 1)
                     for t in range(t_min, t_max + 1)))
+    best: Fit | None = None
     for cost, t, r in sizes:
-        if cost >= limit:
-            return None
+        if cost - top_rate >= (limit if best is None else best.cost):
+            break
         if t not in train_pins:
             train_pins[t] = list(_pinnings(demand[TRAIN], t, cap[TRAIN]))
         if not train_pins[t]:
@@ -364,24 +408,38 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
                                           tuple(f"R{x}" for x in roll[i]), tuple(f"T{x}" for x in train[i]),
                                           switch[i][0], switch[i][1], j.staleness)
                             for i, j in enumerate(members)]
-                if _meets_slo(profiles, members, counter, all_starts) and (not robust or all(
+                a = _meets_slo(profiles, members, counter, all_starts)
+                if a is None:
+                    continue
+                value = cost
+                if by_waste:
+                    value -= sum(b / a.iteration_s[j.job_id] for b, j in zip(values, members))
+                    if value >= (limit if best is None else best.cost):
+                        continue
+                if robust and not all(
                         _meets_slo([profiles[i] for i in keep], [members[i] for i in keep], counter, all_starts)
                         for size in range(len(members) - 1, 1, -1)
-                        for keep in combinations(range(len(members)), size))):
-                    return Fit(cost, r, t, tuple(zip(roll, train)))
-    return None
+                        for keep in combinations(range(len(members)), size)):
+                    continue
+                fit = Fit(value, r, t, tuple(zip(roll, train)))
+                if not by_waste:
+                    return fit  # the first feasible pinning at the cheapest size
+                best = fit
+    return best
 
 
 def _meets_slo(profiles: list[MemberProfile], jobs: list[Job], counter: SearchCounter,
-               all_starts: bool = False) -> bool:
+               all_starts: bool = False) -> GroupAnalysis | None:
+    """The group's analysis when every member meets its SLO (from every start with
+    ``all_starts``), else None."""
     counter.analyze_calls += 1
     a = analyze(profiles)
     if not all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in jobs):
-        return False
+        return None
     if not all_starts or any(p.staleness for p in profiles):
-        return True
+        return a
     worst = worst_start(profiles)
-    return all(worst[p.job_id] <= j.slo * p.t_solo * (1 + SLO_EPS) for p, j in zip(profiles, jobs))
+    return a if all(worst[p.job_id] <= j.slo * p.t_solo * (1 + SLO_EPS) for p, j in zip(profiles, jobs)) else None
 
 
 def _pinnings(demand: list[_Demand], k: int, cap: float) -> Iterator[tuple[tuple[int, ...], ...]]:

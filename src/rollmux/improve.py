@@ -36,7 +36,10 @@ says so); in a bounded pool a move must also fit the nodes K frees plus the free
 Online (``plan_regroup``, the simulator's ``rollmux-regroup``): the same move for a
 group that just lost a job and one other group, while their jobs run, with each moved
 job's whole-run SLO checked against the pause the move costs it; ``materialize`` opens
-a solver group on fresh nodes.
+a solver group on fresh nodes. Online, when jobs stay until their work is done, the
+move may instead have to lower the groups' waste rate (``objective="waste"``,
+``rollmux.waste``): with K's waste W(K) and ``exact.objective_lower_bound`` in place of
+cost(K) and ``lower_bound`` above, and the exact solves minimising waste.
 """
 from __future__ import annotations
 
@@ -44,9 +47,9 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Callable
 
-from rollmux import colocation
+from rollmux import colocation, waste
 from rollmux.errors import PlacementError
-from rollmux.exact import ExactSolution, lower_bound, solve
+from rollmux.exact import ExactSolution, objective_lower_bound, solve
 from rollmux.intra import analyze
 from rollmux.model import POOLS, Cluster, Group, Job
 from rollmux.plan_state import Placement, PlanState
@@ -136,19 +139,23 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
         moves.append(_apply(state, *move))
 
 
-def _ranked(state: PlanState, combos, max_jobs: int,
-            space: Space = PAPER_SPACE) -> list[tuple[tuple[Group, ...], list[Job], float]]:
-    """The sets of groups, with their jobs (arrival order) and (effective) cost, whose lower
-    bound leaves room for a saving; largest possible saving first, ties in the given order."""
+def _ranked(state: PlanState, combos, max_jobs: int, space: Space = PAPER_SPACE,
+            objective: str = "cost") -> list[tuple[tuple[Group, ...], list[Job], float]]:
+    """The sets of groups, with their jobs (arrival order) and their value of ``objective``
+    (effective $/h, or waste $/h), whose lower bound leaves room for a gain; largest
+    possible gain first, ties in the given order."""
     out = []
     for combo in combos:
         jobs = sorted((m.job for g in combo for m in g.members), key=lambda j: j.arrival_s)
         if len(jobs) > max_jobs:
             continue
-        cost = sum(colocation.effective_cost(g, state.cluster) for g in combo)
-        gap = cost - lower_bound(state.cluster, jobs, space)
-        if gap > _COST_TOL * cost:
-            out.append((gap, combo, jobs, cost))
+        if objective == "cost":
+            value = sum(colocation.effective_cost(g, state.cluster) for g in combo)
+        else:
+            value = sum(waste.group_waste(state, g.group_id) for g in combo)
+        gap = value - objective_lower_bound(state.cluster, jobs, space, objective)
+        if gap > _COST_TOL * max(1.0, abs(value)):
+            out.append((gap, combo, jobs, value))
     out.sort(key=lambda c: -c[0])
     return [c[1:] for c in out]
 
@@ -221,14 +228,23 @@ class RegroupPlan:
 
     replaced: tuple[str, ...]
     groups: tuple[Group, ...]
-    cost_before: float
-    cost_after: float
+    cost_before: float  # $/h of the replaced groups (effective with co-location) ...
+    cost_after: float   # ... and of the new ones
+    waste_before: float | None = None  # their waste rates ($/h, ``rollmux.waste``), when that was the objective
+    waste_after: float | None = None
+
+    @property
+    def gain(self) -> float:
+        """How much the objective falls ($/h of cost, or of waste)."""
+        if self.waste_before is not None and self.waste_after is not None:
+            return self.waste_before - self.waste_after
+        return self.cost_before - self.cost_after
 
 
 def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
                  pause_s: Callable[[str], float], max_solves: int = 8,
                  max_jobs: int = DEFAULT_MAX_JOBS, one_node: bool = False,
-                 space: Space = PAPER_SPACE) -> RegroupPlan | None:
+                 space: Space = PAPER_SPACE, objective: str = "cost") -> RegroupPlan | None:
     """Regroup ``group_id`` with one other group while jobs run (the simulator's
     ``rollmux-regroup``). Pairs are solved exactly, largest possible saving first, at most
     ``max_solves`` of them; the result is the one saving most among those whose groups
@@ -247,7 +263,10 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     on one node per pool, as the planner placed it. ``space``: the placement space of the
     solves (``rollmux.planner.Space``); with co-location in it, co-located groups take part
     and may be opened (a job's phase times follow the kind of group it is in), and costs
-    are effective ones (``colocation.effective_cost``).
+    are effective ones (``colocation.effective_cost``). ``objective``: what a move must
+    lower, the groups' $/h ("cost") or their waste rate ("waste", ``rollmux.waste``: the
+    part of the bill that decisions change when jobs stay until their work is done, so a
+    cheaper plan that slows its members more than it saves is refused).
     """
     if _unsupported(state.cluster) or any(state.bounded(p) for p in POOLS):
         return None
@@ -257,19 +276,25 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
         return None
     others = [h for h in state.groups.values() if h is not group and (space.colocation or not h.colocated)
               and not h.hosts and all(progress(m.job.job_id) is not None for m in h.members)]
-    ranked = _ranked(state, ((group, h) for h in sorted(others, key=lambda h: h.group_id)), max_jobs, space)
+    ranked = _ranked(state, ((group, h) for h in sorted(others, key=lambda h: h.group_id)), max_jobs, space,
+                     objective)
     best: RegroupPlan | None = None
-    for pair, jobs, cost in ranked[:max_solves]:
+    for pair, jobs, value in ranked[:max_solves]:
         if one_node:
             gpn = state.cluster.gpus_per_node
             jobs = [replace(j, rollout_gpus=min(j.rollout_gpus, gpn), train_gpus=min(j.train_gpus, gpn)) for j in jobs]
-        floor = 0.0 if best is None else best.cost_before - best.cost_after
-        solution = solve(_solver_cluster(state.cluster), jobs, max_jobs=max_jobs, robust=True, budget=cost - floor,
-                         space=space)
+        floor = 0.0 if best is None else best.gain
+        solution = solve(_solver_cluster(state.cluster), jobs, max_jobs=max_jobs, robust=True, budget=value - floor,
+                         space=space, objective=objective)
         if solution is None:
             continue
         if _fits(state, pair, solution) and _keeps_pace(state, solution, progress, pause_s):
-            best = RegroupPlan(tuple(g.group_id for g in pair), solution.groups, cost, solution.objective)
+            ids = tuple(g.group_id for g in pair)
+            if objective == "cost":
+                best = RegroupPlan(ids, solution.groups, value, solution.objective)
+            else:
+                best = RegroupPlan(ids, solution.groups, sum(state.group_cost_per_hour(g) for g in ids),
+                                   solution.cost_per_hour, value, solution.objective)
     return best
 
 

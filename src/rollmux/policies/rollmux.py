@@ -5,7 +5,9 @@
 one that leaves its group best utilized; ``rollmux-consolidate`` also offers running jobs
 a zero-cost move that gives nodes back (``Planner.repack``); ``rollmux-regroup`` in
 addition re-solves a group that lost a job together with one other group, exactly, and
-moves all their jobs when that is cheaper (``improve.plan_regroup``).
+moves all their jobs when that lowers the groups' waste rate (``improve.plan_regroup``,
+``rollmux.waste``: node cost less the work the jobs get done; under an accounting with
+fixed departures, where a job's stay does not depend on its speed, their $/h instead).
 """
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ class RollMuxPolicy:
             self.repack = self.planner.repack
         if regroup:  # the exact solves check every start where the planner does (not under the paper's accounting)
             solver_space = replace(space, all_starts=space.all_starts and accounting.whole_run_slo_checks)
-            self.regroup = partial(plan_regroup, one_node=accounting.one_node_per_pool, space=solver_space)
+            objective = "cost" if accounting.fixed_departures else "waste"
+            self.regroup = partial(plan_regroup, one_node=accounting.one_node_per_pool, space=solver_space,
+                                   objective=objective)
             # a richer space: also try to regroup a group that an arrival opened
             self.regroup_on_arrival = space != PAPER_SPACE
 

@@ -1,0 +1,59 @@
+"""The waste rate: what a plan pays per hour beyond the work its jobs get done.
+
+Identity. Let b_j be the price of the node time one solo iteration of job j keeps busy,
+
+    b_j = R_j * n_R(j) * price_R + T_j * n_T(j) * price_T        ($ * s / h)
+
+(n_p(j): j's nodes in pool p, its profile's phase times), and iter_j the seconds one of
+its iterations takes where it runs (``GroupAnalysis.iteration_s``). Its *work rate*
+u_j = b_j / iter_j is the value, in $/h, of the work it gets done per hour. A job that
+runs its I_j iterations accrues exactly I_j * b_j / 3600 $ of work, however fast or slow
+it ran, so over any replay in which every job finishes
+
+    node $ = sum_j I_j * b_j / 3600  +  integral over time of  W(t) dt,
+    W = sum over groups G of  (C_G - sum_{j in G} u_j)        (the waste rate, $/h)
+
+with C_G the group's node $/h. The first term is fixed by the trace; a decision can only
+change the second. A plan that costs less per hour but slows its members down (their
+u_j fall, and they hold nodes longer) can raise W: the waste rate is the quantity whose
+integral is the bill, which $/h alone is not. The identity holds for steady states (a
+group's iteration times are its analysis'); transients after a change are outside it.
+
+``b_j`` uses the job's disaggregated profile in every kind of group, so a co-located job's
+work is the same work; its iteration is the co-located one (``rollmux.colocation``).
+"""
+from __future__ import annotations
+
+from rollmux import colocation
+from rollmux.model import POOLS, ROLLOUT, Cluster, Job
+from rollmux.plan_state import PlanState
+
+
+def iteration_value(job: Job, cluster: Cluster) -> float:
+    """b_j: the $/h-seconds of node time one solo iteration of ``job`` keeps busy."""
+    gpn = cluster.gpus_per_node
+    return sum((job.t_roll_s if pool == ROLLOUT else job.t_train_s) * job.nodes(pool, gpn) * cluster.node_price(pool)
+               for pool in POOLS)
+
+
+def max_work_rate(job: Job, cluster: Cluster, colocation_allowed: bool = False) -> float:
+    """An upper bound on u_j anywhere: b_j over the fastest iteration the job can run
+    (its solo iteration, or co-located alone when that is allowed and faster)."""
+    fastest = job.t_solo
+    if colocation_allowed:
+        fastest = min(fastest, colocation.iteration_s(job, cluster))
+    return iteration_value(job, cluster) / fastest
+
+
+def group_waste(state: PlanState, group_id: str) -> float:
+    """C_G - sum of the members' work rates, at the group's analysed iteration times ($/h)."""
+    group = state.groups[group_id]
+    iteration = state.analysis(group_id).iteration_s
+    cluster = state.cluster
+    return state.group_cost_per_hour(group_id) - sum(iteration_value(m.job, cluster) / iteration[m.job.job_id]
+                                                     for m in group.members)
+
+
+def waste_per_hour(state: PlanState) -> float:
+    """W of the whole plan ($/h)."""
+    return sum(group_waste(state, gid) for gid in state.groups)
