@@ -980,7 +980,8 @@ class ControlPlane:
             self.regroups[rid] = {"group": _group_to_dict(group), "waiting": members, "stopped": [],
                                   "decided_at": now}
             self._log(now, "regroup", "", ",".join(members), "", (), regroup=rid, replaced=list(plan.replaced),
-                      cost_before=plan.cost_before, cost_after=plan.cost_after)
+                      cost_before=plan.cost_before, cost_after=plan.cost_after, waste_before=plan.waste_before,
+                      waste_after=plan.waste_after)
 
     def _stop_for_regroup(self, rec: JobRecord, now: float) -> None:
         """At its iteration boundary a regrouped job leaves its group; once every member of
