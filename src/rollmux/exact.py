@@ -101,10 +101,12 @@ Objective (``objective``)
   of k keeps busy; its integral over time is the part of the bill decisions can change.
   The constraints and the search space are the same. Step 2 changes: a cheaper size
   no longer dominates, since a wider group can slow its members less, so for subset S
-  the sizes (r, t) are walked in increasing C and stop only once
-  C(r, t) - sum_k b_k / T_solo_k reaches the best W found (iter_k >= T_solo_k in a
-  disaggregated group, so that is a lower bound of W at that size and above); every
-  feasible pinning below it is analysed and the least W kept. A co-located one-job
+  every size (r, t) is searched whose floor is below the best W found, and every
+  feasible pinning of it is analysed; the least W is kept. The floor: C - sum_k u_k
+  prices each node's idle time, and node n of pool p is busy at most a fraction 1 of the
+  time and the members at most sum_k need_p(k) * d_p(k) / T_solo_k node-equivalents in
+  all (iter_k >= T_solo_k in a disaggregated group), so
+      W(r, t) >= price_R * max(0, r - busy_R) + price_T * max(0, t - busy_T). A co-located one-job
   group has W = need_T * price_T - b_k / iter_colo(k). The budgets of step 2 use
   ``objective_lower_bound``: ``lower_bound`` minus sum_k of k's largest work rate
   (``waste.max_work_rate``), a valid bound on W.
@@ -383,9 +385,17 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
     r_max = sum(d.need for d in demand[ROLLOUT])
     by_waste = objective == "waste"
     values = [waste.iteration_value(j, cluster) for j in members] if by_waste else []
-    top_rate = sum(b / j.t_solo for b, j in zip(values, members))  # the work rate at no slowdown
+    # busy node-equivalents per pool at solo speed: W >= sum_p price_p * max(0, n_p - busy_p)
+    busy = {pool: sum(d.need * (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / j.t_solo
+                      for d, j in zip(demand[pool], members)) for pool in POOLS}
+
+    def floor(r: int, t: int) -> float:  # the least objective a group of r + t nodes can have
+        if not by_waste:
+            return r * price[ROLLOUT] + t * price[TRAIN]
+        return price[ROLLOUT] * max(0.0, r - busy[ROLLOUT]) + price[TRAIN] * max(0.0, t - busy[TRAIN])
+
     limit = budget - _COST_TOL * max(1.0, abs(budget))
-    if r_min * price[ROLLOUT] + t_min * price[TRAIN] - top_rate >= limit:
+    if floor(r_min, t_min) >= limit:
         counter.skipped += 1
         return None
     counter.searched += 1
@@ -396,8 +406,10 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
                     for t in range(t_min, t_max + 1)))
     best: Fit | None = None
     for cost, t, r in sizes:
-        if cost - top_rate >= (limit if best is None else best.cost):
-            break
+        if floor(r, t) >= (limit if best is None else best.cost):
+            if not by_waste:
+                break  # sizes come in increasing cost
+            continue
         if t not in train_pins:
             train_pins[t] = list(_pinnings(demand[TRAIN], t, cap[TRAIN]))
         if not train_pins[t]:
@@ -408,7 +420,7 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
                                           tuple(f"R{x}" for x in roll[i]), tuple(f"T{x}" for x in train[i]),
                                           switch[i][0], switch[i][1], j.staleness)
                             for i, j in enumerate(members)]
-                a = _meets_slo(profiles, members, counter, all_starts)
+                a = _meets_slo(profiles, members, counter)  # steady state first, then the cheaper test
                 if a is None:
                     continue
                 value = cost
@@ -416,6 +428,8 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
                     value -= sum(b / a.iteration_s[j.job_id] for b, j in zip(values, members))
                     if value >= (limit if best is None else best.cost):
                         continue
+                if all_starts and not _meets_slo_from_every_start(profiles, members):
+                    continue
                 if robust and not all(
                         _meets_slo([profiles[i] for i in keep], [members[i] for i in keep], counter, all_starts)
                         for size in range(len(members) - 1, 1, -1)
@@ -436,10 +450,16 @@ def _meets_slo(profiles: list[MemberProfile], jobs: list[Job], counter: SearchCo
     a = analyze(profiles)
     if not all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in jobs):
         return None
-    if not all_starts or any(p.staleness for p in profiles):
-        return a
+    return a if not all_starts or _meets_slo_from_every_start(profiles, jobs) else None
+
+
+def _meets_slo_from_every_start(profiles: list[MemberProfile], jobs: list[Job]) -> bool:
+    """Every member within its SLO from each of the group's starts (``intra.worst_start``;
+    an asynchronous group has none to check)."""
+    if any(p.staleness for p in profiles):
+        return True
     worst = worst_start(profiles)
-    return a if all(worst[p.job_id] <= j.slo * p.t_solo * (1 + SLO_EPS) for p, j in zip(profiles, jobs)) else None
+    return all(worst[p.job_id] <= j.slo * p.t_solo * (1 + SLO_EPS) for p, j in zip(profiles, jobs))
 
 
 def _pinnings(demand: list[_Demand], k: int, cap: float) -> Iterator[tuple[tuple[int, ...], ...]]:
