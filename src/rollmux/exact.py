@@ -106,8 +106,12 @@ Objective (``objective``)
   prices each node's idle time, and node n of pool p is busy at most a fraction 1 of the
   time and the members at most sum_k need_p(k) * d_p(k) / T_solo_k node-equivalents in
   all (iter_k >= T_solo_k in a disaggregated group), so
-      W(r, t) >= price_R * max(0, r - busy_R) + price_T * max(0, t - busy_T). A co-located one-job
-  group has W = need_T * price_T - b_k / iter_colo(k). The budgets of step 2 use
+
+      W(r, t) >= price_R * max(0, r - busy_R) + price_T * max(0, t - busy_T).
+
+  A pinning is checked from every start (``all_starts``) only once its W beats the best,
+  the robust subsets last. A co-located one-job group has
+  W = need_T * price_T - b_k / iter_colo(k). The budgets of step 2 use
   ``objective_lower_bound``: ``lower_bound`` minus sum_k of k's largest work rate
   (``waste.max_work_rate``), a valid bound on W.
 
@@ -420,7 +424,7 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
                                           tuple(f"R{x}" for x in roll[i]), tuple(f"T{x}" for x in train[i]),
                                           switch[i][0], switch[i][1], j.staleness)
                             for i, j in enumerate(members)]
-                a = _meets_slo(profiles, members, counter)  # steady state first, then the cheaper test
+                a = _meets_slo(profiles, members, counter)  # steady state; every start only if worth keeping
                 if a is None:
                     continue
                 value = cost
