@@ -8,7 +8,8 @@ from rollmux.model import Cluster, Job, SwitchCost
 from rollmux.plan_state import Placement, PlanState
 from rollmux.policies import make_policy
 from rollmux.sim.engine import simulate
-from rollmux.waste import group_waste, iteration_value, max_work_rate, waste_per_hour
+from rollmux.traces.generate import generate
+from rollmux.waste import WasteLedger, group_waste, iteration_value, max_work_rate, waste_per_hour
 
 CLUSTER = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
 PRICE_R, PRICE_T = CLUSTER.node_price("rollout"), CLUSTER.node_price("train")  # $14.80/h, $42.24/h
@@ -48,3 +49,22 @@ def test_node_cost_is_the_work_plus_the_waste_over_time():
     node_cost = result.used_cost - result.reward_cost
     assert node_cost == pytest.approx((PRICE_R + PRICE_T) * span_h)
     assert node_cost == pytest.approx(work + group_waste(state, gid) * span_h, rel=0.005)
+
+
+def test_the_ledger_splits_a_replays_node_cost_by_group_shape():
+    """Integrated between plan changes, the groups' $/h add up to the replay's node cost
+    exactly (the plan holds between changes), and their work at analysed iteration times
+    comes within the transients of the work the jobs' iterations are worth."""
+    jobs = generate(14, seed=3, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    ledger = WasteLedger()
+    result = simulate(jobs, CLUSTER, make_policy("rollmux-regroup"), on_change=ledger.observe)
+    node, got = ledger.totals()
+    assert node == pytest.approx(result.used_cost - result.reward_cost, rel=1e-9)
+    by_id = {j.job_id: j for j in jobs}
+    work = sum(o.iterations * iteration_value(by_id[o.job_id], CLUSTER) for o in result.jobs) / 3600
+    assert got == pytest.approx(work, rel=0.05) and got < node
+    assert sum(h for h, _, _ in ledger.by_key.values()) > 0
+    for (size, models, n_r, n_t, colocated), (hours, cost, work_k) in ledger.by_key.items():
+        assert len(models) == size and n_r >= 1 and n_t >= 1 and not colocated
+        assert cost == pytest.approx(hours * (n_r * PRICE_R + n_t * PRICE_T))  # a shape's nodes, for its hours
+        assert 0 < work_k <= cost + 1e-9  # no node is busier than all the time

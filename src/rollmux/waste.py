@@ -24,6 +24,9 @@ work is the same work; its iteration is the co-located one (``rollmux.colocation
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Callable, Hashable
+
 from rollmux import colocation
 from rollmux.model import POOLS, ROLLOUT, Cluster, Job
 from rollmux.plan_state import PlanState
@@ -57,3 +60,42 @@ def group_waste(state: PlanState, group_id: str) -> float:
 def waste_per_hour(state: PlanState) -> float:
     """W of the whole plan ($/h)."""
     return sum(group_waste(state, gid) for gid in state.groups)
+
+
+def group_shape(state: PlanState, group_id: str) -> tuple:
+    """(members, their models sorted, rollout nodes, training nodes, co-located): what
+    ``WasteLedger`` sums by unless told otherwise."""
+    group = state.groups[group_id]
+    return (len(group.members), tuple(sorted(m.job.model for m in group.members)), len(group.rollout_nodes),
+            len(group.train_nodes), group.colocated)
+
+
+@dataclass
+class WasteLedger:
+    """Where a replay's waste sits: pass ``observe`` as ``sim.engine.simulate(on_change=...)``.
+
+    Between two plan changes every group keeps its nodes and its analysed iteration times,
+    so ``by_key[k] = [hours, node $, work $]`` sums, over the groups whose ``key`` is k, the
+    group-hours, C_G dt and sum_j u_j dt. Summed over keys the node $ is the replay's node
+    cost; the work $ differs from sum_j I_j b_j / 3600 by the transients and the pauses of
+    moves, which the analysis does not see (module docstring)."""
+
+    key: Callable[[PlanState, str], Hashable] = group_shape
+    by_key: dict[Hashable, list[float]] = field(default_factory=dict)
+    _since: float = 0.0
+    _open: list[tuple[Hashable, float, float]] = field(default_factory=list)  # (key, C, U) until the next change
+
+    def observe(self, now: float, state: PlanState) -> None:
+        hours = (now - self._since) / 3600.0
+        for key, cost, work in self._open:
+            entry = self.by_key.setdefault(key, [0.0, 0.0, 0.0])
+            entry[0] += hours
+            entry[1] += cost * hours
+            entry[2] += work * hours
+        self._since = now
+        self._open = [(self.key(state, gid), state.group_cost_per_hour(gid),
+                       state.group_cost_per_hour(gid) - group_waste(state, gid)) for gid in state.groups]
+
+    def totals(self) -> tuple[float, float]:
+        """(node $, work $) over every key."""
+        return sum(v[1] for v in self.by_key.values()), sum(v[2] for v in self.by_key.values())

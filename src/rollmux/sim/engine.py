@@ -103,11 +103,14 @@ MIGRATION_S = 300.0
 def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: str = "worst", seed: int = 0,
              record_spans: bool = False, progress: Callable[[float], None] | None = None,
              migration_s: float = MIGRATION_S, tail: bool = False, tail_threshold: float = 0.8,
-             handoff: bool = True, accounting: CostAccounting = OURS, fast_forward: bool = True) -> PolicyResult:
+             handoff: bool = True, accounting: CostAccounting = OURS, fast_forward: bool = True,
+             on_change: Callable[[float, PlanState], None] | None = None) -> PolicyResult:
     """Replay ``jobs`` (validated, unique ids) under ``policy``; see the module docstring.
     ``policy`` should be made with the same ``accounting`` (``make_policy(..., accounting=)``).
     ``fast_forward=False`` replays every phase even where it could be skipped. ``progress``,
-    when given, is called with the number of jobs arrived so far whenever the plan changes."""
+    when given, is called with the number of jobs arrived so far whenever the plan changes;
+    ``on_change`` with the time and the plan itself (read it, do not change it: the plan
+    holds until the next call, so its $/h integrates to the node cost)."""
     started = time.perf_counter()
     cluster = accounting.apply_cluster(cluster)
     fixed = accounting.fixed_departures
@@ -533,6 +536,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             acct.set_queue(now, len(waiting), short_of.get(waiting[0], ()) if waiting else ())
             if progress is not None:
                 progress(arrived)
+            if on_change is not None:
+                on_change(now, state)
         for gid in sorted(dirty, key=_group_order):
             ex = executors.get(gid)
             if ex is not None:

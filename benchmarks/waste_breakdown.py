@@ -1,0 +1,74 @@
+"""Where a policy's bill goes: the work its jobs got done, and the waste, by kind of group.
+
+A replay's node cost is the price of the node time its jobs' iterations need at solo
+speed (sum_j I_j b_j / 3600, fixed by the trace) plus the integral of the waste rate W
+(``rollmux.waste``). This replays one policy on one trace, integrates each group's $/h
+and its members' work rates between plan changes (``waste.WasteLedger``), and prints:
+
+* the bill: node $, the work $ (fixed), the waste, and the $/h a given waste would need;
+* the waste by group size, then the ``--top`` group shapes (members' models, rollout and
+  training nodes, co-located or not) that waste most, each with its hours and the share
+  of its cost that bought work.
+
+The ledger counts work at analysed iteration times; what it misses (transients after
+each change, the pauses of moves) is printed as its difference from the fixed work.
+
+    python benchmarks/waste_breakdown.py [--trace production] [--policy rollmux-regroup]
+                                         [--duration-model worst] [--top 8] [--target 540]
+"""
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+from rollmux.model import Cluster
+from rollmux.policies import make_policy
+from rollmux.sim.engine import simulate
+from rollmux.traces.builtin import load_trace
+from rollmux.waste import WasteLedger, iteration_value
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", default="production")
+    ap.add_argument("--policy", default="rollmux-regroup")
+    ap.add_argument("--duration-model", default="worst", choices=("worst", "stochastic"))
+    ap.add_argument("--top", type=int, default=8, help="group shapes to list")
+    ap.add_argument("--target", type=float, default=None, help="a $/h to compare with (how much waste it allows)")
+    args = ap.parse_args()
+    jobs, _ = load_trace(args.trace)
+    cluster = Cluster()
+    ledger = WasteLedger()
+    result = simulate(jobs, cluster, make_policy(args.policy), duration_model=args.duration_model,
+                      on_change=ledger.observe)
+    node = result.used_cost - result.reward_cost
+    by_id = {j.job_id: j for j in jobs}
+    work = sum(o.iterations * iteration_value(by_id[o.job_id], cluster) for o in result.jobs) / 3600
+    hours = result.reference_span_s / 3600  # the hours $/h is counted over (the trace's solo span)
+    ledger_cost, ledger_work = ledger.totals()
+    print(f"{args.policy} on {args.trace} ({args.duration_model}): ${result.cost_per_hour:,.1f}/h over {hours:,.1f} h, "
+          f"SLO met {100 * result.slo_attainment:.1f}%")
+    print(f"node $ {node:,.0f} = work $ {work:,.0f} ({100 * work / node:.1f}%, ${work / hours:,.1f}/h) "
+          f"+ waste $ {node - work:,.0f} ({100 * (node - work) / node:.1f}%)")
+    print(f"ledger: node $ {ledger_cost:,.0f}, work $ {ledger_work:,.0f} at analysed iteration times "
+          f"(transients and pauses: ${ledger_work - work:,.0f})")
+    if args.target is not None:
+        allowed = args.target * hours - work
+        print(f"${args.target:,.1f}/h allows waste $ {allowed:,.0f}: {100 * (1 - allowed / (node - work)):.1f}% less")
+    sizes: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for key, (h, cost, got) in ledger.by_key.items():
+        for i, v in enumerate((h, cost, got)):
+            sizes[key[0]][i] += v
+    print(f"\n{'groups':<44} {'hours':>8} {'waste $':>10} {'work/cost':>10}")
+    for size in sorted(sizes):
+        h, cost, got = sizes[size]
+        print(f"{f'of {size} job' + ('s' if size > 1 else ''):<44} {h:>8,.0f} {cost - got:>10,.0f} {100 * got / cost:>9.1f}%")
+    print(f"\n{'shape (models / rollout / training nodes)':<44} {'hours':>8} {'waste $':>10} {'work/cost':>10}")
+    ranked = sorted(ledger.by_key.items(), key=lambda kv: -(kv[1][1] - kv[1][2]))
+    for (size, models, n_r, n_t, colocated), (h, cost, got) in ranked[:args.top]:
+        shape = f"{' + '.join(models)} / {n_r} / {n_t}" + (" co-located" if colocated else "")
+        print(f"{shape:<44} {h:>8,.0f} {cost - got:>10,.0f} {100 * got / cost:>9.1f}%")
+
+
+if __name__ == "__main__":
+    main()
