@@ -62,7 +62,8 @@ def main() -> None:
     print(f"\n{'groups':<44} {'hours':>8} {'waste $':>10} {'work/cost':>10}")
     for size in sorted(sizes):
         h, cost, got = sizes[size]
-        print(f"{f'of {size} job' + ('s' if size > 1 else ''):<44} {h:>8,.0f} {cost - got:>10,.0f} {100 * got / cost:>9.1f}%")
+        label = f"of {size} job" + ("s" if size > 1 else "")
+        print(f"{label:<44} {h:>8,.0f} {cost - got:>10,.0f} {100 * got / cost:>9.1f}%")
     print(f"\n{'shape (models / rollout / training nodes)':<44} {'hours':>8} {'waste $':>10} {'work/cost':>10}")
     ranked = sorted(ledger.by_key.items(), key=lambda kv: -(kv[1][1] - kv[1][2]))
     for (size, models, n_r, n_t, colocated), (h, cost, got) in ranked[:args.top]:

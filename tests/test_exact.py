@@ -98,7 +98,8 @@ def _block_waste(cluster: Cluster, block: list[Job], robust: bool) -> float:
     for r, t, profiles in _feasible_shapes(cluster, block, robust):
         iteration = analyze(profiles).iteration_s
         work = sum((j.t_roll_s * j.nodes(ROLLOUT, gpn) * cluster.node_price(ROLLOUT)
-                    + j.t_train_s * j.nodes(TRAIN, gpn) * cluster.node_price(TRAIN)) / iteration[j.job_id] for j in block)
+                    + j.t_train_s * j.nodes(TRAIN, gpn) * cluster.node_price(TRAIN)) / iteration[j.job_id]
+                   for j in block)
         best = min(best, r * cluster.node_price(ROLLOUT) + t * cluster.node_price(TRAIN) - work)
     return best
 

@@ -364,7 +364,8 @@ def _colocated_fit(cluster: Cluster, job: Job, budget: float, objective: str = "
     if objective == "cost":
         cost = colocation.slowdown(job, cluster) * need * cluster.node_price(TRAIN)
     else:
-        cost = need * cluster.node_price(TRAIN) - waste.iteration_value(job, cluster) / colocation.iteration_s(job, cluster)
+        work = waste.iteration_value(job, cluster) / colocation.iteration_s(job, cluster)
+        cost = need * cluster.node_price(TRAIN) - work
     if cost >= budget - _COST_TOL * max(1.0, abs(budget)):
         return None
     return Fit(cost, 0, need, (((), tuple(range(need))),), colocated=True)
@@ -390,12 +391,12 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
     by_waste = objective == "waste"
     values = [waste.iteration_value(j, cluster) for j in members] if by_waste else []
     # busy node-equivalents per pool at solo speed: W >= sum_p price_p * max(0, n_p - busy_p)
-    busy = {pool: sum(d.need * (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / j.t_solo
-                      for d, j in zip(demand[pool], members)) for pool in POOLS}
+    busy = dict.fromkeys(POOLS, 0.0)
+    if by_waste:
+        busy = {pool: sum(d.need * (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / j.t_solo
+                          for d, j in zip(demand[pool], members)) for pool in POOLS}
 
-    def floor(r: int, t: int) -> float:  # the least objective a group of r + t nodes can have
-        if not by_waste:
-            return r * price[ROLLOUT] + t * price[TRAIN]
+    def floor(r: int, t: int) -> float:  # the least objective a group of r + t nodes can have (cost: busy 0)
         return price[ROLLOUT] * max(0.0, r - busy[ROLLOUT]) + price[TRAIN] * max(0.0, t - busy[TRAIN])
 
     limit = budget - _COST_TOL * max(1.0, abs(budget))

@@ -145,14 +145,16 @@ def _ranked(state: PlanState, combos, max_jobs: int, space: Space = PAPER_SPACE,
     (effective $/h, or waste $/h), whose lower bound leaves room for a gain; largest
     possible gain first, ties in the given order."""
     out = []
+    values: dict[str, float] = {}  # group id -> its objective (a group is in many combos)
     for combo in combos:
         jobs = sorted((m.job for g in combo for m in g.members), key=lambda j: j.arrival_s)
         if len(jobs) > max_jobs:
             continue
-        if objective == "cost":
-            value = sum(colocation.effective_cost(g, state.cluster) for g in combo)
-        else:
-            value = sum(waste.group_waste(state, g.group_id) for g in combo)
+        for g in combo:
+            if g.group_id not in values:
+                values[g.group_id] = (colocation.effective_cost(g, state.cluster) if objective == "cost"
+                                      else waste.group_waste(state, g.group_id))
+        value = sum(values[g.group_id] for g in combo)
         gap = value - objective_lower_bound(state.cluster, jobs, space, objective)
         if gap > _COST_TOL * max(1.0, abs(value)):
             out.append((gap, combo, jobs, value))

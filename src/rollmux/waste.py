@@ -48,13 +48,15 @@ def max_work_rate(job: Job, cluster: Cluster, colocation_allowed: bool = False) 
     return iteration_value(job, cluster) / fastest
 
 
-def group_waste(state: PlanState, group_id: str) -> float:
-    """C_G - sum of the members' work rates, at the group's analysed iteration times ($/h)."""
-    group = state.groups[group_id]
+def group_work_rate(state: PlanState, group_id: str) -> float:
+    """sum of the members' work rates u_j, at the group's analysed iteration times ($/h)."""
     iteration = state.analysis(group_id).iteration_s
-    cluster = state.cluster
-    return state.group_cost_per_hour(group_id) - sum(iteration_value(m.job, cluster) / iteration[m.job.job_id]
-                                                     for m in group.members)
+    return sum(iteration_value(m.job, state.cluster) / iteration[m.job.job_id] for m in state.groups[group_id].members)
+
+
+def group_waste(state: PlanState, group_id: str) -> float:
+    """C_G - ``group_work_rate``: the group's waste rate ($/h)."""
+    return state.group_cost_per_hour(group_id) - group_work_rate(state, group_id)
 
 
 def waste_per_hour(state: PlanState) -> float:
@@ -93,8 +95,8 @@ class WasteLedger:
             entry[1] += cost * hours
             entry[2] += work * hours
         self._since = now
-        self._open = [(self.key(state, gid), state.group_cost_per_hour(gid),
-                       state.group_cost_per_hour(gid) - group_waste(state, gid)) for gid in state.groups]
+        self._open = [(self.key(state, gid), state.group_cost_per_hour(gid), group_work_rate(state, gid))
+                      for gid in state.groups]
 
     def totals(self) -> tuple[float, float]:
         """(node $, work $) over every key."""
