@@ -74,3 +74,16 @@ class FrameworkConfigError(SpecError):
     cannot run on the placement it was given. ``field`` is the dotted path of the
     framework's field (``trainer.nnodes``, ``actor_rollout_ref.rollout.name``), ``where``
     names the framework; raised before any worker, pool or job is created."""
+
+
+class DeviceUnavailableError(RollMuxError):
+    """A feature that needs a CUDA device, or a GPU library, was used where it is missing.
+
+    ``feature`` names what was asked for, ``missing`` what is absent (no CUDA device, a
+    package not installed); raised before anything is allocated.
+    """
+
+    def __init__(self, feature: str, missing: str) -> None:
+        self.feature = feature
+        self.missing = missing
+        super().__init__(f"{feature} needs {missing}")

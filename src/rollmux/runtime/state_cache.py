@@ -162,7 +162,7 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def _arena_bytes(layout: Layout) -> int:
+def arena_bytes(layout: Layout) -> int:
     """Host bytes an arena for ``layout`` maps: aligned slots, rounded up to whole pages."""
     body = sum(_round_up(_nbytes(shape, dtype), _ALIGN) for shape, dtype in layout.values())
     return _round_up(max(body, 1), mmap.PAGESIZE)
@@ -172,7 +172,7 @@ def _unpin(ptr: int) -> None:
     torch.cuda.cudart().cudaHostUnregister(ptr)
 
 
-class _HostArena:
+class HostArena:
     """One anonymous memory mapping carved into a contiguous, aligned view per slot.
 
     The mapping is page-aligned and shares its pages with nothing else, so when ``pin``
@@ -182,7 +182,7 @@ class _HostArena:
     """
 
     def __init__(self, layout: Layout, pin: bool) -> None:
-        self.nbytes = _arena_bytes(layout)
+        self.nbytes = arena_bytes(layout)
         raw = torch.frombuffer(mmap.mmap(-1, self.nbytes), dtype=torch.uint8)
         self._release = None
         if pin:
@@ -211,7 +211,7 @@ class _Entry:
     optimizer: torch.optim.Optimizer | None
     device: torch.device
     residency: Residency = Residency.DEVICE
-    arenas: list[_HostArena] = field(default_factory=list)
+    arenas: list[HostArena] = field(default_factory=list)
     host: dict[str, torch.Tensor] = field(default_factory=dict)
     # Slots moved off by the last offload/save_cold: name -> (shape, dtype, home device).
     moved: dict[str, tuple[torch.Size, torch.dtype, torch.device]] = field(default_factory=dict)
@@ -226,7 +226,7 @@ class _Entry:
         self.host = {}
 
 
-def _slots(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, torch.Tensor]:
+def state_slots(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, torch.Tensor]:
     """Every state tensor of an entry by a stable name.
 
     ``module.<name>`` for parameters and buffers, ``optim.<i>.<key>`` for the tensors in
@@ -252,7 +252,7 @@ def _resolve(device: torch.device | str) -> torch.device:
     return device
 
 
-def _synchronize(*devices: torch.device) -> None:
+def synchronize(*devices: torch.device) -> None:
     for device in {d for d in devices if d.type == "cuda"}:
         torch.cuda.synchronize(device)
 
@@ -343,7 +343,7 @@ class StateCache:
         entry = self._entry(key)
         self._expect(key, entry, "offload", (Residency.DEVICE,))
         start = time.perf_counter()
-        slots = _slots(entry.module, entry.optimizer)
+        slots = state_slots(entry.module, entry.optimizer)
         missing: Layout = {
             name: (t.shape, t.dtype)
             for name, t in slots.items()
@@ -353,16 +353,16 @@ class StateCache:
         }
         if missing:
             pin = entry.device.type == "cuda"
-            needed = _arena_bytes(missing)
+            needed = arena_bytes(missing)
             left = self.budget_bytes - self.reserved_bytes
             if needed > left:
                 raise CacheBudgetError(key, needed, left)
-            arena = _HostArena(missing, pin)
+            arena = HostArena(missing, pin)
             entry.arenas.append(arena)
             entry.host.update(arena.views)
         for name, tensor in slots.items():
             entry.host[name].copy_(tensor.detach(), non_blocking=True)
-        _synchronize(*(t.device for t in slots.values()))
+        synchronize(*(t.device for t in slots.values()))
         for param in entry.module.parameters():
             param.grad = None
         entry.moved = {name: (t.shape, t.dtype, t.device) for name, t in slots.items()}
@@ -378,13 +378,13 @@ class StateCache:
         self._expect(key, entry, "load", (Residency.HOST,))
         start = time.perf_counter()
         target = _resolve(device)
-        slots = _slots(entry.module, entry.optimizer)
+        slots = state_slots(entry.module, entry.optimizer)
         fresh: dict[str, torch.Tensor] = {}
         for name, (shape, dtype, home) in entry.moved.items():
             where = target if home == entry.device else home
             fresh[name] = torch.empty(shape, dtype=dtype, device=where)
             fresh[name].copy_(entry.host[name], non_blocking=True)
-        _synchronize(*(t.device for t in fresh.values()))
+        synchronize(*(t.device for t in fresh.values()))
         for name, tensor in fresh.items():
             slots[name].data = tensor
         entry.device = target
@@ -424,7 +424,7 @@ class StateCache:
         start = time.perf_counter()
         folder = Path(directory)
         folder.mkdir(parents=True, exist_ok=True)
-        slots = _slots(entry.module, entry.optimizer)
+        slots = state_slots(entry.module, entry.optimizer)
         if entry.residency is Residency.HOST:
             tensors = {name: entry.host[name] for name in entry.moved}
             moved = entry.moved
@@ -462,7 +462,7 @@ class StateCache:
         expected: Layout = (
             {name: (shape, dtype) for name, (shape, dtype, _) in entry.moved.items() if name.startswith("module.")}
             if entry.residency is Residency.DISK
-            else {name: (t.shape, t.dtype) for name, t in _slots(entry.module, None).items()}
+            else {name: (t.shape, t.dtype) for name, t in state_slots(entry.module, None).items()}
         )
         loaded: dict[str, torch.Tensor] = {}
         with safe_open(str(folder / TENSORS_FILE), framework="pt", device="cpu") as handle:
@@ -483,14 +483,14 @@ class StateCache:
         state_dict = None
         if entry.optimizer is not None:
             state_dict = _optimizer_state_dict(folder, loaded, entry.optimizer)
-        module_slots = _slots(entry.module, None)
+        module_slots = state_slots(entry.module, None)
         fresh = {name: loaded[name].to(target) for name in module_slots}
-        _synchronize(target)
+        synchronize(target)
         for name, tensor in fresh.items():
             module_slots[name].data = tensor
         if entry.optimizer is not None:
             entry.optimizer.load_state_dict(state_dict)
-        _synchronize(target)
+        synchronize(target)
         entry.release_host()
         entry.device = target
         entry.residency = Residency.DEVICE
