@@ -11,7 +11,7 @@ import torch
 
 from rollmux.errors import DeviceUnavailableError
 from rollmux.integrations.engine_memory import EngineMemory
-from rollmux.runtime.state_cache import CacheStateError
+from rollmux.runtime.state_cache import CacheStateError, Residency
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CACHE_BYTES = 256 << 20
@@ -58,6 +58,14 @@ def test_sleep_gives_the_memory_back_and_wake_resumes_exactly() -> None:
         assert int(cache[-1]) == 7
         assert [p.data_ptr() for p in model.parameters()] == addresses
         assert greedy(model, prompt) == expected
+    # the SDK's state hook: job.phase("rollout", state=memory) enters resident(key, device)
+    with memory.resident("job/rollout", "cuda") as record:
+        assert record is None  # it was awake
+    assert memory.residency is Residency.HOST
+    with memory.resident("job/rollout", "cuda") as record:
+        assert record.direction == "wake"
+        assert greedy(model, prompt) == expected
+    memory.wake()
     with pytest.raises(CacheStateError, match="wake"):
         memory.wake()
     handle.remove()

@@ -213,3 +213,40 @@ def test_misuse_is_refused_by_name() -> None:
         ShardedTrainerState(model, budget_bytes=-1)
     with pytest.raises(SpecError, match="optimizer"):
         ShardedTrainerState(model[0], optimizer, budget_bytes=1)
+
+
+def test_it_is_the_state_hook_of_a_job_phase(tmp_path) -> None:
+    """``job.phase("train", state=...)`` against a real control plane: the shard is loaded
+    inside the grant, trains, and is parked again when the grant ends."""
+    from loopback_server import ThreadServer
+    from rollmux import Client
+    from rollmux.model import Cluster, PoolSpec, SwitchCost
+
+    server = ThreadServer(Cluster(rollout=PoolSpec("H20", 1.85, nodes=1), train=PoolSpec("H800", 5.28, nodes=1),
+                                  switch_cost=SwitchCost("fixed")), str(tmp_path / "state.db"), "admin",
+                          lease_s=5.0, grace_s=2.0)
+    server.start()
+    try:
+        model, optimizer = plain_job()
+        reference_model, reference_optimizer = plain_job()
+        reference = [step(reference_model, reference_optimizer, i, 0, "cpu") for i in range(2)]
+        state = ShardedTrainerState(model, optimizer, budget_bytes=1 << 24)
+        state.offload()
+        job = Client(server.url, "admin").submit(
+            {"job_id": "fsdp", "t_roll_s": 0.05, "t_train_s": 0.05, "slo": 2.0, "iterations": 2})
+        job.wait_placed(5)
+        losses = []
+        for i in range(2):
+            with job.phase("rollout"):
+                assert state.residency is Residency.HOST
+            with job.phase("train", state=state, device="cpu") as phase:
+                assert phase.grant["pool"] == "train" and state.residency is Residency.DEVICE
+                losses.append(step(model, optimizer, i, 0, "cpu"))
+            assert state.residency is Residency.HOST
+        assert losses == reference
+        with pytest.raises(CacheStateError, match="device type"):
+            with state.resident("fsdp/train", "meta"):
+                pass
+        job.complete()
+    finally:
+        server.stop()

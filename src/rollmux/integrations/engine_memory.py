@@ -104,6 +104,18 @@ class EngineMemory:
         with self._saver.region(tag=f"{self.key}:cache", enable_cpu_backup=False):
             yield
 
+    @contextlib.contextmanager
+    def resident(self, key: object = None, device: object = None) -> Iterator[EngineSwitchRecord | None]:
+        """Awake for the ``with`` body, asleep after it (also on error): the state hook of the
+        SDK's ``job.phase("rollout", state=memory)``, which passes ``key`` and ``device``
+        (not used: the engine lives where it was built). Yields the wake's record, or None
+        when it was awake."""
+        record = self.wake() if self.residency is Residency.HOST else None
+        try:
+            yield record
+        finally:
+            self.sleep()
+
     def guard(self, module: torch.nn.Module) -> torch.utils.hooks.RemovableHandle:
         """Make ``module``'s forward raise CacheStateError while asleep (its pages are unmapped:
         running it would fault the device). Returns the hook's handle."""

@@ -199,11 +199,18 @@ class ShardedTrainerState:
         return self._finish("load", storages, start)
 
     @contextlib.contextmanager
-    def resident(self) -> Iterator[ShardSwitchRecord | None]:
+    def resident(self, key: object = None, device: torch.device | str | None = None
+                 ) -> Iterator[ShardSwitchRecord | None]:
         """Hold the state on the device for the ``with`` body, then park it (also on error).
 
-        Yields the load's record, or None when the state was already resident.
+        Yields the load's record, or None when the state was already resident. ``key`` and
+        ``device`` make it the state hook of the SDK's ``job.phase(name, state=...)``
+        (which passes both): the key is not used, and ``device`` must be the trainer's
+        own device type (a shard is parked and reloaded where it lives).
         """
+        if device is not None and torch.device(device).type != self.device.type:
+            raise CacheStateError(self.key, f"resident(device={str(device)!r})", self.residency,
+                                  f"the trainer's device type, {self.device.type!r}")
         record = self.load() if self.residency is Residency.HOST else None
         try:
             yield record
