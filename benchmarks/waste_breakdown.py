@@ -8,7 +8,9 @@ and its members' work rates between plan changes (``waste.WasteLedger``), and pr
 * the bill: node $, the work $ (fixed), the waste, and the $/h a given waste would need;
 * the waste by group size, then the ``--top`` group shapes (members' models, rollout and
   training nodes, co-located or not) that waste most, each with its hours and the share
-  of its cost that bought work.
+  of its cost that bought work;
+* the groups of one job by that job's SLO (to 0.1): whether the jobs left alone are the
+  ones whose SLO allows no sharing.
 
 The ledger counts work at analysed iteration times; what it misses (transients after
 each change, the pauses of moves) is printed as its difference from the fixed work.
@@ -39,8 +41,14 @@ def main() -> None:
     jobs, _ = load_trace(args.trace)
     cluster = Cluster()
     ledger = WasteLedger()
+    alone = WasteLedger(key=alone_slo)
+
+    def observe(now: float, state) -> None:
+        ledger.observe(now, state)
+        alone.observe(now, state)
+
     result = simulate(jobs, cluster, make_policy(args.policy), duration_model=args.duration_model,
-                      on_change=ledger.observe)
+                      on_change=observe)
     node = result.used_cost - result.reward_cost
     by_id = {j.job_id: j for j in jobs}
     work = sum(o.iterations * iteration_value(by_id[o.job_id], cluster) for o in result.jobs) / 3600
@@ -69,6 +77,15 @@ def main() -> None:
     for (size, models, n_r, n_t, colocated), (h, cost, got) in ranked[:args.top]:
         shape = f"{' + '.join(models)} / {n_r} / {n_t}" + (" co-located" if colocated else "")
         print(f"{shape:<44} {h:>8,.0f} {cost - got:>10,.0f} {100 * got / cost:>9.1f}%")
+    print(f"\n{'jobs alone in a group, by SLO':<44} {'hours':>8} {'waste $':>10} {'work/cost':>10}")
+    for slo, (h, cost, got) in sorted((k, v) for k, v in alone.by_key.items() if k is not None):
+        print(f"{slo:<44.1f} {h:>8,.0f} {cost - got:>10,.0f} {100 * got / cost:>9.1f}%")
+
+
+def alone_slo(state, group_id: str) -> float | None:
+    """The SLO (to 0.1) of a group's only member; None for a group of several."""
+    members = state.groups[group_id].members
+    return round(members[0].job.slo, 1) if len(members) == 1 else None
 
 
 if __name__ == "__main__":
