@@ -126,29 +126,26 @@ class EngineMemory:
 
     def sleep(self) -> EngineSwitchRecord:
         """Back up the kept tensors to the host and give every page of both kinds back."""
-        if self.residency is not Residency.DEVICE:
-            raise CacheStateError(self.key, "sleep", self.residency, "'device' (wake first)")
-        start = time.perf_counter()
-        free0 = _free_bytes()
-        self._saver.pause(f"{self.key}:weights")
-        free1 = _free_bytes()
-        self._saver.pause(f"{self.key}:cache")
-        free2 = _free_bytes()
-        self.residency = Residency.HOST
-        self.host_bytes = free1 - free0
-        return EngineSwitchRecord(self.key, "sleep", time.perf_counter() - start, free1 - free0, free2 - free1,
-                                  self.host_bytes)
+        return self._switch("sleep", self._saver.pause, Residency.DEVICE, Residency.HOST, "'device' (wake first)")
 
     def wake(self) -> EngineSwitchRecord:
         """Map both kinds again at their old addresses and restore the kept tensors."""
-        if self.residency is not Residency.HOST:
-            raise CacheStateError(self.key, "wake", self.residency, "'host' (sleep first)")
+        return self._switch("wake", self._saver.resume, Residency.HOST, Residency.DEVICE, "'host' (sleep first)")
+
+    def _switch(self, direction: str, action, before: Residency, after: Residency, expected: str
+                ) -> EngineSwitchRecord:
+        """Pause or resume the kept kind, then the dropped one, counting the device bytes
+        each gives back (sleep) or takes again (wake)."""
+        if self.residency is not before:
+            raise CacheStateError(self.key, direction, self.residency, expected)
         start = time.perf_counter()
-        free0 = _free_bytes()
-        self._saver.resume(f"{self.key}:weights")
-        free1 = _free_bytes()
-        self._saver.resume(f"{self.key}:cache")
-        free2 = _free_bytes()
-        self.residency = Residency.DEVICE
-        return EngineSwitchRecord(self.key, "wake", time.perf_counter() - start, free0 - free1, free1 - free2,
-                                  self.host_bytes)
+        sign = 1 if direction == "sleep" else -1
+        free = [_free_bytes()]
+        for kind in ("weights", "cache"):
+            action(f"{self.key}:{kind}")
+            free.append(_free_bytes())
+        self.residency = after
+        weights, cache = sign * (free[1] - free[0]), sign * (free[2] - free[1])
+        if direction == "sleep":
+            self.host_bytes = weights
+        return EngineSwitchRecord(self.key, direction, time.perf_counter() - start, weights, cache, self.host_bytes)
