@@ -265,6 +265,10 @@ def plan(
                                             "with the exact solver while that lowers the cost (rollmux.improve)."),
     improve_solves: int = typer.Option(1000, min=1, help="At most this many exact solves when improving "
                                                          "(about 1-50 ms each)."),
+    stress: int = typer.Option(0, min=0, help="Then run each group of two or more through this many perturbed "
+                                              "histories on the execution rule (staggered joins, a spell of short "
+                                              "phases, a cancel; rollmux.histories) and show where each member "
+                                              "settles against its SLO. 0: off."),
 ) -> None:
     """Place every job of a trace (in arrival order, then improved by regrouping, or
     optimally) and explain each decision."""
@@ -300,6 +304,8 @@ def plan(
     except (RollMuxError, OSError, ValueError) as err:
         _fail(err, {"trace": "--jobs"})
     result = plan_to_dict(state, waiting, decisions, improvement)
+    if stress:
+        result["stress"] = _stress(state, stress)
     for d in decisions:
         console.print(f"[bold]{escape(d.job_id)}[/bold] -> {d.outcome}"
                       + (f" {escape(d.placement.group_id)}" if d.placement and d.placement.group_id else "")
@@ -310,10 +316,42 @@ def plan(
     if improvement is not None:
         _print_improvement(improvement)
     console.print(plan_table(result))
+    if stress:
+        _print_stress(result["stress"], stress)
     if waiting:
         console.print(f"[yellow]waiting: {escape(', '.join(waiting))}[/yellow]")
     if json_path is not None:
         _write_json(json_path, result)
+
+
+def _stress(state, histories: int) -> list[dict]:
+    """Each member's worst settled slowdown over ``histories`` perturbed histories."""
+    from rollmux.histories import stress_plan
+
+    worst: dict[str, dict] = {}
+    with console.status(f"stress: {histories} histories per group"):
+        for m in stress_plan(state, histories):
+            row = worst.get(m.job_id)
+            if row is None or m.slowdown > row["settled"]:
+                worst[m.job_id] = {"group": m.group_id, "job_id": m.job_id, "slo": m.slo,
+                                   "analysed": round(m.analysed, 4), "settled": round(m.slowdown, 4),
+                                   "history": m.history, "missed": m.missed}
+    return sorted(worst.values(), key=lambda r: (r["group"], r["job_id"]))
+
+
+def _print_stress(rows: list[dict], histories: int) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"stress: the worst of {histories} histories per group (rollmux.histories)")
+    for column in ("group", "job", "SLO", "analysed", "settled", "history", ""):
+        table.add_column(column, justify="left" if column in ("group", "job", "") else "right")
+    for r in rows:
+        table.add_row(escape(r["group"]), escape(r["job_id"]), f"{r['slo']:.3f}", f"{r['analysed']:.3f}",
+                      f"{r['settled']:.3f}", str(r["history"]), "[red]above its SLO[/red]" if r["missed"] else "ok")
+    console.print(table)
+    missed = sum(r["missed"] for r in rows)
+    console.print(f"{missed} of {len(rows)} members in shared groups settled above their SLO in some history"
+                  if rows else "stress: no group of two or more jobs")
 
 
 def _improve(state, max_solves: int, space):

@@ -9,11 +9,11 @@ case for a while. A member leaves mid-phase (a cancel). Under the same worst-cas
 durations, such a state can settle into another periodic schedule, one the check never
 saw.
 
-``check_planner`` plans random jobs (``traces.generate``) with a planner of the given
-space. It runs every group of two or more through ``histories`` perturbed histories on
-``GroupExecutor``, the reference rule (``steady_slowdowns``). Then it reports each member
-whose mean iteration over its last ``MEASURED`` iterations, once the perturbations are
-over, exceeds its SLO. Nothing here is a proof: a clean report bounds nothing, and a miss
+``stress_plan`` runs every group of two or more of a plan through perturbed histories on
+``GroupExecutor``, the reference rule (``steady_slowdowns``), and returns where each
+member settled: its mean iteration over its last ``MEASURED`` iterations, once the
+perturbations are over, against its SLO. ``check_planner`` does that for plans of random
+jobs (``traces.generate``) made by a planner of the given space. Nothing here is a proof: a clean report bounds nothing, and a miss
 is a counterexample.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import random
 from dataclasses import dataclass
 
 from rollmux.execution import GroupExecutor
-from rollmux.intra import MemberProfile
+from rollmux.intra import MemberProfile, worst_start
 from rollmux.model import ROLLOUT, TRAIN, Cluster
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner, Space
@@ -35,15 +35,21 @@ SLO_EPS = 1e-6
 
 
 @dataclass(frozen=True)
-class Miss:
-    """A member that settled above its SLO: ``slowdown`` (mean iteration / solo) > ``slo``."""
+class Settled:
+    """Where one member settled after one history: ``slowdown`` (mean iteration / solo)
+    against its ``slo``; ``analysed`` is the plan's own figure (its worst start)."""
 
     seed: int
     group_id: str
     job_id: str
+    history: int
     slowdown: float
     slo: float
-    history: int
+    analysed: float
+
+    @property
+    def missed(self) -> bool:
+        return self.slowdown > self.slo * (1 + SLO_EPS)
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,7 @@ class HistoryReport:
 
     groups: int  # groups of two or more members
     histories: int
-    misses: tuple[Miss, ...]
+    misses: tuple[Settled, ...]
 
     @property
     def groups_missed(self) -> int:
@@ -116,16 +122,38 @@ def steady_slowdowns(profiles: list[MemberProfile], admit_at: list[float], rng: 
     return out
 
 
+def stress_plan(state: PlanState, histories: int = 6, seed: int = 0, noise: bool = True) -> list[Settled]:
+    """Run each group of two or more of ``state`` through ``histories`` histories and return
+    where each remaining member settled in each. A history: staggered admissions within
+    1.5 of the group's longest solo iteration, a noisy spell of a random length (none
+    without ``noise``: worst-case phases throughout), and (every other history, three
+    members or more) a random member leaving at a random time. Deterministic in ``seed``."""
+    rng = random.Random(seed)
+    out: list[Settled] = []
+    for gid, group in state.groups.items():
+        if len(group.members) < 2:
+            continue
+        profiles = [state.profile(m, group.colocated) for m in group.members]
+        slo = {m.job.job_id: m.job.slo for m in group.members}
+        worst = worst_start(profiles)
+        analysed = {p.job_id: worst[p.job_id] / p.t_solo for p in profiles}
+        span = max(p.t_roll + p.t_train for p in profiles)
+        for history in range(histories):
+            admit_at = sorted([0.0] + [rng.uniform(0, 1.5 * span) for _ in profiles[1:]])
+            leave = ((rng.randrange(len(profiles)), rng.uniform(0, 10 * span * len(profiles)))
+                     if history % 2 and len(profiles) > 2 else None)
+            noisy = rng.uniform(0, 10 * span * len(profiles)) if noise else 0.0
+            for job_id, s in steady_slowdowns(profiles, admit_at, rng, noisy, leave).items():
+                out.append(Settled(seed, gid, job_id, history, s, slo[job_id], analysed[job_id]))
+    return out
+
+
 def check_planner(space: Space, mix: str, seeds: range, jobs_per_seed: int = 12,
                   histories: int = 6, noise: bool = True) -> HistoryReport:
     """Plan ``jobs_per_seed`` jobs of ``mix`` per seed with ``Planner(space=space)`` on the
-    default cluster; run each group of two or more through ``histories`` histories:
-    staggered admissions within 1.5 of its longest solo iteration, a noisy spell of a
-    random length (none without ``noise``: worst-case phases throughout), and (every
-    other history, three members or more) a random member leaving at a random time.
-    Deterministic in the seeds."""
+    default cluster, all present at once, and ``stress_plan`` each plan with its seed."""
     groups = runs = 0
-    found: list[Miss] = []
+    found: list[Settled] = []
     for seed in seeds:
         state = PlanState(Cluster())
         planner = Planner("first", space=space)
@@ -133,21 +161,8 @@ def check_planner(space: Space, mix: str, seeds: range, jobs_per_seed: int = 12,
             decision = planner.decide(state, job)
             if decision.outcome not in ("wait", "rejected"):
                 state.apply(job, decision.placement)
-        rng = random.Random(seed)
-        for gid, group in state.groups.items():
-            if len(group.members) < 2:
-                continue
-            groups += 1
-            profiles = [state.profile(m, group.colocated) for m in group.members]
-            slo = {m.job.job_id: m.job.slo for m in group.members}
-            span = max(p.t_roll + p.t_train for p in profiles)
-            for history in range(histories):
-                admit_at = sorted([0.0] + [rng.uniform(0, 1.5 * span) for _ in profiles[1:]])
-                leave = ((rng.randrange(len(profiles)), rng.uniform(0, 10 * span * len(profiles)))
-                         if history % 2 and len(profiles) > 2 else None)
-                noisy = rng.uniform(0, 10 * span * len(profiles)) if noise else 0.0
-                runs += 1
-                for job_id, s in steady_slowdowns(profiles, admit_at, rng, noisy, leave).items():
-                    if s > slo[job_id] * (1 + SLO_EPS):
-                        found.append(Miss(seed, gid, job_id, s, slo[job_id], history))
+        shared = sum(len(g.members) > 1 for g in state.groups.values())
+        groups += shared
+        runs += shared * histories
+        found += [m for m in stress_plan(state, histories, seed, noise) if m.missed]
     return HistoryReport(groups, runs, tuple(found))
