@@ -346,8 +346,8 @@ def _print_stress(rows: list[dict], histories: int) -> None:
     for column in ("group", "job", "SLO", "analysed", "settled", "history", ""):
         table.add_column(column, justify="left" if column in ("group", "job", "") else "right")
     for r in rows:
-        table.add_row(escape(r["group"]), escape(r["job_id"]), f"{r['slo']:.3f}", f"{r['analysed']:.3f}",
-                      f"{r['settled']:.3f}", str(r["history"]), "[red]above its SLO[/red]" if r["missed"] else "ok")
+        table.add_row(escape(r["group"]), escape(r["job_id"]), f"{r['slo']:.3f}", f"{r['analysed']:.4f}",
+                      f"{r['settled']:.4f}", str(r["history"]), "[red]above its SLO[/red]" if r["missed"] else "ok")
     console.print(table)
     missed = sum(r["missed"] for r in rows)
     console.print(f"{missed} of {len(rows)} members in shared groups settled above their SLO in some history"
