@@ -13,8 +13,8 @@ saw.
 ``GroupExecutor``, the reference rule (``steady_slowdowns``), and returns where each
 member settled: its mean iteration over its last ``MEASURED`` iterations, once the
 perturbations are over, against its SLO. ``check_planner`` does that for plans of random
-jobs (``traces.generate``) made by a planner of the given space. Nothing here is a proof: a clean report bounds nothing, and a miss
-is a counterexample.
+jobs (``traces.generate``) made by a planner of the given space. Nothing here is a
+proof: a clean report bounds nothing, and a miss is a counterexample.
 """
 from __future__ import annotations
 
