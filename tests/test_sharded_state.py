@@ -218,6 +218,7 @@ def test_misuse_is_refused_by_name() -> None:
 def test_it_is_the_state_hook_of_a_job_phase(tmp_path) -> None:
     """``job.phase("train", state=...)`` against a real control plane: the shard is loaded
     inside the grant, trains, and is parked again when the grant ends."""
+    pytest.importorskip("uvicorn")  # the service's stack (absent on a bare GPU machine)
     from loopback_server import ThreadServer
     from rollmux import Client
     from rollmux.model import Cluster, PoolSpec, SwitchCost
