@@ -21,9 +21,10 @@ import argparse
 import time
 
 from rollmux.histories import check_planner
-from rollmux.planner import FULL_SPACE, PAPER_SPACE, Space
+from rollmux.planner import FULL_SPACE, HOSTING_SPACE, PAPER_SPACE, Space
 
-SPACES = {"one start (control)": Space(all_starts=False), "paper (default)": PAPER_SPACE, "full": FULL_SPACE}
+SPACES = {"one start (control)": Space(all_starts=False), "paper (default)": PAPER_SPACE, "full": FULL_SPACE,
+          "paper + hosting": HOSTING_SPACE}
 MIXES = ("mixed", "train-heavy", "rollout-heavy")
 
 

@@ -94,7 +94,10 @@ class ShardedTrainerState:
     ``module``: the trainer's model, FSDP2-wrapped or not; ``optimizer``: the optimizer
     over its parameters, or None; ``budget_bytes``: host bytes this rank may hold;
     ``group``: the process group whose ranks switch together (default: the world, when
-    ``torch.distributed`` is initialised); ``key``: a name for records and errors.
+    ``torch.distributed`` is initialised); ``key``: a name for records and errors;
+    ``release_device_cache``: after an offload on CUDA, return the freed blocks to the
+    driver (``torch.cuda.empty_cache``), for another process to use; False when the next
+    tenant runs in this process.
     """
 
     def __init__(
