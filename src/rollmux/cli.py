@@ -327,16 +327,18 @@ def plan(
 def _stress(state, histories: int) -> list[dict]:
     """Each member's worst settled slowdown over ``histories`` perturbed histories."""
     from rollmux.histories import stress_plan
+    from rollmux.report.progress import progress_reporter
 
-    worst: dict[str, dict] = {}
-    with console.status(f"stress: {histories} histories per group"):
-        for m in stress_plan(state, histories):
-            row = worst.get(m.job_id)
-            if row is None or m.slowdown > row["settled"]:
-                worst[m.job_id] = {"group": m.group_id, "job_id": m.job_id, "slo": m.slo,
-                                   "analysed": round(m.analysed, 4), "settled": round(m.slowdown, 4),
-                                   "history": m.history, "missed": m.missed}
-    return sorted(worst.values(), key=lambda r: (r["group"], r["job_id"]))
+    shared = sum(len(g.members) > 1 for g in state.groups.values())
+    with progress_reporter(console, "stress", shared) as update:
+        settled = stress_plan(state, histories, on_group=lambda done, _: update(done))
+    worst = {}
+    for m in settled:
+        if m.job_id not in worst or m.slowdown > worst[m.job_id].slowdown:
+            worst[m.job_id] = m
+    return [{"group": m.group_id, "job_id": m.job_id, "slo": m.slo, "analysed": round(m.analysed, 4),
+             "settled": round(m.slowdown, 4), "history": m.history, "missed": m.missed}
+            for m in sorted(worst.values(), key=lambda m: (m.group_id, m.job_id))]
 
 
 def _print_stress(rows: list[dict], histories: int) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rollmux.execution import GroupExecutor
@@ -122,17 +123,18 @@ def steady_slowdowns(profiles: list[MemberProfile], admit_at: list[float], rng: 
     return out
 
 
-def stress_plan(state: PlanState, histories: int = 6, seed: int = 0, noise: bool = True) -> list[Settled]:
+def stress_plan(state: PlanState, histories: int = 6, seed: int = 0, noise: bool = True,
+                on_group: Callable[[int, int], None] | None = None) -> list[Settled]:
     """Run each group of two or more of ``state`` through ``histories`` histories and return
     where each remaining member settled in each. A history: staggered admissions within
     1.5 of the group's longest solo iteration, a noisy spell of a random length (none
     without ``noise``: worst-case phases throughout), and (every other history, three
-    members or more) a random member leaving at a random time. Deterministic in ``seed``."""
+    members or more) a random member leaving at a random time. Deterministic in ``seed``.
+    ``on_group(done, total)`` is called after each group (for progress)."""
     rng = random.Random(seed)
     out: list[Settled] = []
-    for gid, group in state.groups.items():
-        if len(group.members) < 2:
-            continue
+    shared = [(gid, group) for gid, group in state.groups.items() if len(group.members) > 1]
+    for done, (gid, group) in enumerate(shared, 1):
         profiles = [state.profile(m, group.colocated) for m in group.members]
         slo = {m.job.job_id: m.job.slo for m in group.members}
         worst = worst_start(profiles)
@@ -145,6 +147,8 @@ def stress_plan(state: PlanState, histories: int = 6, seed: int = 0, noise: bool
             noisy = rng.uniform(0, 10 * span * len(profiles)) if noise else 0.0
             for job_id, s in steady_slowdowns(profiles, admit_at, rng, noisy, leave).items():
                 out.append(Settled(seed, gid, job_id, history, s, slo[job_id], analysed[job_id]))
+        if on_group is not None:
+            on_group(done, len(shared))
     return out
 
 
