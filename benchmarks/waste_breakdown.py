@@ -27,7 +27,7 @@ from rollmux.model import Cluster
 from rollmux.policies import make_policy
 from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
-from rollmux.waste import WasteLedger, iteration_value
+from rollmux.waste import WasteLedger, group_shape, iteration_value
 
 
 def main() -> None:
@@ -40,15 +40,9 @@ def main() -> None:
     args = ap.parse_args()
     jobs, _ = load_trace(args.trace)
     cluster = Cluster()
-    ledger = WasteLedger()
-    alone = WasteLedger(key=alone_slo)
-
-    def observe(now: float, state) -> None:
-        ledger.observe(now, state)
-        alone.observe(now, state)
-
+    ledger = WasteLedger(key=lambda state, gid: (group_shape(state, gid), alone_slo(state, gid)))
     result = simulate(jobs, cluster, make_policy(args.policy), duration_model=args.duration_model,
-                      on_change=observe)
+                      on_change=ledger.observe)
     node = result.used_cost - result.reward_cost
     by_id = {j.job_id: j for j in jobs}
     work = sum(o.iterations * iteration_value(by_id[o.job_id], cluster) for o in result.jobs) / 3600
@@ -63,23 +57,29 @@ def main() -> None:
     if args.target is not None:
         allowed = args.target * hours - work
         print(f"${args.target:,.1f}/h allows waste $ {allowed:,.0f}: {100 * (1 - allowed / (node - work)):.1f}% less")
-    sizes: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    for key, (h, cost, got) in ledger.by_key.items():
-        for i, v in enumerate((h, cost, got)):
-            sizes[key[0]][i] += v
+    shapes = summed(ledger, lambda key: key[0])
     print(f"\n{'groups':<44} {'hours':>8} {'waste $':>10} {'work/cost':>10}")
-    for size in sorted(sizes):
-        h, cost, got = sizes[size]
+    for size, (h, cost, got) in sorted(summed(ledger, lambda key: key[0][0]).items()):
         label = f"of {size} job" + ("s" if size > 1 else "")
         print(f"{label:<44} {h:>8,.0f} {cost - got:>10,.0f} {100 * got / cost:>9.1f}%")
     print(f"\n{'shape (models / rollout / training nodes)':<44} {'hours':>8} {'waste $':>10} {'work/cost':>10}")
-    ranked = sorted(ledger.by_key.items(), key=lambda kv: -(kv[1][1] - kv[1][2]))
+    ranked = sorted(shapes.items(), key=lambda kv: -(kv[1][1] - kv[1][2]))
     for (size, models, n_r, n_t, colocated), (h, cost, got) in ranked[:args.top]:
         shape = f"{' + '.join(models)} / {n_r} / {n_t}" + (" co-located" if colocated else "")
         print(f"{shape:<44} {h:>8,.0f} {cost - got:>10,.0f} {100 * got / cost:>9.1f}%")
     print(f"\n{'jobs alone in a group, by SLO':<44} {'hours':>8} {'waste $':>10} {'work/cost':>10}")
-    for slo, (h, cost, got) in sorted((k, v) for k, v in alone.by_key.items() if k is not None):
-        print(f"{slo:<44.1f} {h:>8,.0f} {cost - got:>10,.0f} {100 * got / cost:>9.1f}%")
+    for slo, (h, cost, got) in sorted(summed(ledger, lambda key: key[1]).items(), key=lambda kv: kv[0] or 0):
+        if slo is not None:
+            print(f"{slo:<44.1f} {h:>8,.0f} {cost - got:>10,.0f} {100 * got / cost:>9.1f}%")
+
+
+def summed(ledger: WasteLedger, part) -> dict:
+    """The ledger's [hours, node $, work $] summed by ``part(key)``."""
+    out: dict = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for key, values in ledger.by_key.items():
+        for i, v in enumerate(values):
+            out[part(key)][i] += v
+    return out
 
 
 def alone_slo(state, group_id: str) -> float | None:

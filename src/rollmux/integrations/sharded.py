@@ -52,6 +52,7 @@ from rollmux.runtime.state_cache import (
     Layout,
     Residency,
     arena_bytes,
+    entry_tensor,
     state_slots,
     synchronize,
 )
@@ -112,21 +113,14 @@ class ShardedTrainerState:
     ) -> None:
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
             raise SpecError("budget_bytes", budget_bytes, "an int >= 0", "ShardedTrainerState")
-        tensors = [*module.parameters(), *module.buffers()]
-        if not tensors:
-            raise SpecError("module", type(module).__name__, "a module with at least one tensor", key)
-        if optimizer is not None:
-            owned = {id(p) for p in module.parameters()}
-            if any(id(p) not in owned for g in optimizer.param_groups for p in g["params"]):
-                raise SpecError("optimizer", "parameters outside the module",
-                                "an optimizer over the module's own parameters", key)
+        first = entry_tensor(module, optimizer, key)
         self.module = module
         self.optimizer = optimizer
         self.budget_bytes = budget_bytes
         self.group = group
         self.key = key
         self.release_device_cache = release_device_cache
-        self.device = _local(tensors[0]).device
+        self.device = _local(first).device
         self.residency = Residency.DEVICE
         self._arenas: list[HostArena] = []
         self._host: dict[str, torch.Tensor] = {}

@@ -244,6 +244,22 @@ def state_slots(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None
     return slots
 
 
+def entry_tensor(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, where: str) -> torch.Tensor:
+    """The first tensor of a module whose state is to be switched, after the checks every
+    holder of such state makes: the module holds a tensor, and every parameter the
+    optimizer steps is the module's (else SpecError naming ``where``)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    if not tensors:
+        raise SpecError("module", type(module).__name__, "a module with at least one tensor", where)
+    if optimizer is not None:
+        owned = {id(p) for p in module.parameters()}
+        foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in owned]
+        if foreign:
+            raise SpecError("optimizer", f"{len(foreign)} parameter(s) outside the module",
+                            "an optimizer over the module's own parameters", where)
+    return tensors[0]
+
+
 def _resolve(device: torch.device | str) -> torch.device:
     """A device with its index filled in (``cuda`` -> ``cuda:<current>``)."""
     device = torch.device(device)
@@ -297,20 +313,8 @@ class StateCache:
         """
         if key in self._entries:
             raise CacheKeyError(key, "a key not yet registered")
-        tensors = [*module.parameters(), *module.buffers()]
-        if not tensors:
-            raise SpecError("module", type(module).__name__, "a module with at least one tensor", f"entry {key!r}")
-        if optimizer is not None:
-            owned = {id(p) for p in module.parameters()}
-            foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in owned]
-            if foreign:
-                raise SpecError(
-                    "optimizer",
-                    f"{len(foreign)} parameter(s) outside the module",
-                    "an optimizer over the module's own parameters",
-                    f"entry {key!r}",
-                )
-        self._entries[key] = _Entry(module, optimizer, _resolve(tensors[0].device))
+        first = entry_tensor(module, optimizer, f"entry {key!r}")
+        self._entries[key] = _Entry(module, optimizer, _resolve(first.device))
 
     def remove(self, key: Hashable) -> None:
         """Forget an entry and free its host buffers; refused while its only copy is on the host."""
