@@ -15,6 +15,7 @@ from rollmux.grpo.profiles import ROLLOUT_HEAVY
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("transformers")
+from rollmux.runtime.ray_start import start_ray  # noqa: E402 (needs ray)
 
 #: small enough for seconds per run on a loaded 2-core machine; training comparable to rollout
 PROFILE = replace(ROLLOUT_HEAVY, name="reverse-async-test", prompts=16, samples=8, gen_batch=8, epochs=4,
@@ -59,8 +60,8 @@ def test_multi_turn_next_prompt_and_training_layout():
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1")
+    start_ray(lambda: ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                               _node_ip_address="127.0.0.1"))
     try:
         yield
     finally:

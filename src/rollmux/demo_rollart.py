@@ -83,6 +83,7 @@ def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1,
     from rollmux.grpo.agentic import run_agentic
     from rollmux.grpo.async_grpo import run_async
     from rollmux.grpo.driver import warm_start_weights
+    from rollmux.runtime.ray_start import start_ray
 
     out.mkdir(parents=True, exist_ok=True)
     profiles = _profiles()
@@ -92,8 +93,8 @@ def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1,
     agent_weights = warm_start_weights(agentic_profile)
     runs: dict[str, dict] = {}
     service_record = None
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1")
+    start_ray(lambda: ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                               _node_ip_address="127.0.0.1"))
     try:
         monitor = None
         if reward_service:
@@ -253,6 +254,7 @@ def _live_ray(one_node: bool):
 
     from rollmux.model import ROLLOUT, TRAIN
     from rollmux.runtime.ray_adapter import local_cluster, node_resources
+    from rollmux.runtime.ray_start import start_ray
 
     if not one_node:
         with local_cluster(["R0", "R1"], ["T0", "T1"], num_cpus=1) as cluster:
@@ -261,8 +263,8 @@ def _live_ray(one_node: bool):
     resources = {**node_resources("R0", ROLLOUT, 8), **node_resources("R1", ROLLOUT, 8),
                  **node_resources("T0", TRAIN, 8), **node_resources("T1", TRAIN, 8)}
     resources.update(rollout_gpu=16, train_gpu=16)
-    ray.init(address="local", num_cpus=2, resources=resources, include_dashboard=False, log_to_driver=False,
-             _node_ip_address="127.0.0.1")
+    start_ray(lambda: ray.init(address="local", num_cpus=2, resources=resources, include_dashboard=False,
+                               log_to_driver=False, _node_ip_address="127.0.0.1"))
     try:
         yield None
     finally:

@@ -36,6 +36,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from rollmux.reward_model import Item, RewardModel, exact_rewards, model_rewards, train_reward_model
+from rollmux.runtime.ray_start import start_ray
 
 APP = "rewards"
 DEPLOYMENT = "RewardService"
@@ -96,8 +97,8 @@ def running_service(num_cpus: int = 2, **options) -> Iterator[DeploymentHandle]:
     here, are shut down on exit even if the body raised."""
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 _node_ip_address="127.0.0.1")
+        start_ray(lambda: ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                                   _node_ip_address="127.0.0.1"))
     try:
         yield start_service(**options)
     finally:

@@ -46,7 +46,9 @@ def _connect(address: str | None, num_cpus: int) -> bool:
             raise RollMuxError(f"cannot connect to the Ray cluster at {address}: {err}") from None
     else:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        from rollmux.runtime.ray_start import start_ray
+
+        start_ray(lambda: ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False))
     return True
 
 

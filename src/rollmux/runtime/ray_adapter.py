@@ -38,6 +38,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.model import POOLS, ROLLOUT, TRAIN
 from rollmux.plan_state import Placement
+from rollmux.runtime.ray_start import start_ray
 
 NODE_RESOURCE_PREFIX = "rollmux_node:"
 GPU_RESOURCE = {ROLLOUT: "rollout_gpu", TRAIN: "train_gpu"}
@@ -135,12 +136,21 @@ def local_cluster(
         }
         for node_id, pool in specs
     ]
-    cluster = Cluster(initialize_head=True, head_node_args={**args[0], "include_dashboard": False})
+    def start() -> Cluster:
+        cluster = Cluster(initialize_head=True, head_node_args={**args[0], "include_dashboard": False})
+        try:
+            for node_args in args[1:]:
+                cluster.add_node(**node_args)
+            cluster.wait_for_nodes()
+            ray.init(address=cluster.address)
+        except BaseException:
+            ray.shutdown()
+            cluster.shutdown()
+            raise
+        return cluster
+
+    cluster = start_ray(start)
     try:
-        for node_args in args[1:]:
-            cluster.add_node(**node_args)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address)
         yield cluster
     finally:
         ray.shutdown()
