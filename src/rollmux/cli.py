@@ -103,7 +103,8 @@ def simulate(
                                       "groups exactly after a departure and moves their jobs; simulator only), "
                                       "rollmux-bestfit, rollmux-full and rollmux-full-regroup (the planner also "
                                       "scales training sides and co-locates; docs/placement_space.md), "
-                                      "rollmux-host (also co-locates a job on a group's training nodes), solo-d, "
+                                      "rollmux-host (also co-locates a job on a group's training nodes) and "
+                                      "rollmux-host-regroup (with regrouping in that space), solo-d, "
                                       "colocated, gavel, random, most-idle, optimal "
                                       "(small traces only)."),
     duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic "
@@ -256,8 +257,9 @@ def plan(
     cluster: Optional[Path] = CLUSTER_OPTION,
     optimal: bool = typer.Option(False, help="Solve for the minimum-cost plan exactly (up to ~10 jobs)."),
     space: SpaceName = typer.Option("paper", help="Placement space of the planner, the regrouping and --optimal: "
-                                                  "paper (pack, scale rollout, new group) or full (also scale "
-                                                  "training sides and co-locate; docs/placement_space.md)."),
+                                                  "paper (pack, scale rollout, new group), full (also scale "
+                                                  "training sides and co-locate) or host (paper, and a job may run "
+                                                  "both phases on a group's training nodes; docs/placement_space.md)."),
     tie_break: TieBreak = typer.Option("first", help="first (Algorithm 1: first cheapest feasible) or best-fit."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the plan JSON here."),
     explain: bool = typer.Option(True, help="List every candidate and its verdict for each job."),

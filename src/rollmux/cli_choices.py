@@ -5,11 +5,13 @@ from __future__ import annotations
 import enum
 
 from rollmux.accounting import ACCOUNTINGS
-from rollmux.planner import FULL_SPACE, PAPER_SPACE
+from rollmux.planner import FULL_SPACE, HOSTING_SPACE, PAPER_SPACE
 from rollmux.sim.durations import MODELS
 
 DurationModel = enum.Enum("DurationModel", {m: m for m in MODELS}, type=str)
 #: The planner's placement space by name (``rollmux.planner.Space``; docs/placement_space.md).
-SPACES = {"paper": PAPER_SPACE, "full": FULL_SPACE}
+SPACES = {"paper": PAPER_SPACE, "full": FULL_SPACE, "host": HOSTING_SPACE}
 SpaceName = enum.Enum("SpaceName", {s: s for s in SPACES}, type=str)
+#: Fleets search the paper's and the full space (hosting is not offered across views).
+FleetSpaceName = enum.Enum("FleetSpaceName", {s: s for s in ("paper", "full")}, type=str)
 AccountingName = enum.Enum("AccountingName", {a: a for a in ACCOUNTINGS}, type=str)

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from rollmux.cli_choices import SPACES, DurationModel, SpaceName
+from rollmux.cli_choices import SPACES, DurationModel, FleetSpaceName
 from rollmux.cli_output import console
 from rollmux.cli_output import fail as _fail
 from rollmux.cli_output import write_json as _write_json
@@ -47,7 +47,7 @@ def plan(
     profiles: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, readable=True,
                                             help="Profile CSV (job_id,gpu,t_roll_s,t_train_s): measured phase "
                                                  "seconds per GPU type; the roofline rule fills the rest."),
-    space: SpaceName = typer.Option("paper", help="Placement space inside each view: paper or full "
+    space: FleetSpaceName = typer.Option("paper", help="Placement space inside each view: paper or full "
                                                   "(training scaling and co-location; docs/placement_space.md)."),
     improve: bool = typer.Option(True, help="Regroup the plan (and each fixed-type plan) with the exact solver."),
     optimal: bool = typer.Option(False, help="Also solve for the exact optimum on the fleet (up to ~10 jobs)."),

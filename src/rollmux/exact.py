@@ -84,6 +84,20 @@ Beyond the paper (``space``, ``rollmux.planner.Space``)
   ``lower_bound`` then counts only the jobs that cannot be co-located: the others may
   hold no rollout node, and a co-located job may count less than its nodes' price
   (s_j < 1 when the trace gives fast co-located times).
+* ``hosting``: a member other than the first (admission order) may be *hosted*: both its
+  phases on need_T(j) of the group's training nodes, none on the rollout pool, with the
+  co-located phase times (switches inside) and its disaggregated T_solo as SLO basis, as
+  ``PlanState.profile`` builds it (``Member.hosted``). Candidates: members that could run
+  co-located alone (``hostable_job``). Every set H of them is searched, the empty one
+  first, each as in steps 2-4 with three changes: r runs over the others' rollout needs
+  only; a hosted member takes only training nodes that a member admitted before it and
+  not hosted holds (the planner hosts only on a group's existing nodes, at dC = 0), with
+  both phases' memory and the share I_c / (SLO_j * T_solo_j) of each (I_c: its co-located
+  iteration alone, ``colocation.iteration_s``); and the guard ``_gang_over_hosted`` (no
+  member's training spans a hosted member's nodes and others) is a constraint. The
+  planner's hosted placements satisfy all three, so its plans stay in this space.
+  ``lower_bound``: a job that may be hosted asks nothing of the rollout pool, and its
+  training share is the lesser of t_j and I_c over SLO_j * T_solo_j.
 * ``all_starts`` (on in every space unless turned off): a group, and with ``robust=True`` each subset,
   must also meet every SLO from each of its starts (``intra.worst_start``), as the planner
   checks there ("Every start" in ``rollmux.planner``).
@@ -104,10 +118,14 @@ Objective (``objective``)
   every size (r, t) is searched whose floor is below the best W found, and every
   feasible pinning of it is analysed; the least W is kept. The floor: C - sum_k u_k
   prices each node's idle time, and node n of pool p is busy at most a fraction 1 of the
-  time and the members at most sum_k need_p(k) * d_p(k) / T_solo_k node-equivalents in
-  all (iter_k >= T_solo_k in a disaggregated group), so
+  time and the members at most busy_p = sum_k need_p(k) * d_p(k) / T_solo_k
+  node-equivalents in all (iter_k >= T_solo_k in a disaggregated group), so
 
       W(r, t) >= price_R * max(0, r - busy_R) + price_T * max(0, t - busy_T).
+
+  With hosting, busy_p counts the members that are not hosted, and a hosted member k
+  subtracts at most b_k / I_c (its iteration is at least I_c, below; b_k still prices its
+  phases as if disaggregated, so its work cannot be put on one pool's idle time).
 
   A pinning is checked from every start (``all_starts``) only once its W beats the best,
   the robust subsets last. A co-located one-job group has
@@ -134,7 +152,7 @@ from rollmux.errors import RollMuxError
 from rollmux.intra import GroupAnalysis, MemberProfile, analyze, worst_start
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job
 from rollmux.plan_state import Placement, PlanState
-from rollmux.planner import PAPER_SPACE, SLO_EPS, Space
+from rollmux.planner import PAPER_SPACE, SLO_EPS, Space, _gang_over_hosted
 
 DEFAULT_MAX_JOBS = 12
 OBJECTIVES = ("cost", "waste")  # what ``solve`` minimises (module docstring, "Objective")
@@ -182,11 +200,14 @@ class ExactSolution:
 
 @dataclass(slots=True, frozen=True)
 class _Demand:
-    """What one member asks of one pool: nodes, memory per node, rate-bound share per node."""
+    """What one member asks of one pool: nodes, memory per node, rate-bound share per node;
+    ``after``: a hosted member may take only nodes that one of the first ``after`` members
+    (in pinning order) holds."""
 
     need: int
     mem: float
     share: float
+    after: int | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -198,6 +219,7 @@ class Fit:
     train: int
     pins: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # per member: (rollout idx, train idx)
     colocated: bool = False  # one member, both phases on its ``train`` training nodes
+    hosted: tuple[int, ...] = ()  # members (positions) hosted on their ``train`` nodes, no rollout node
 
 
 @dataclass(slots=True)
@@ -312,7 +334,8 @@ def group_fit(cluster: Cluster, members: list[Job], budget: float, robust: bool,
     better and allowed (co-location in ``space``, and ``colocation`` true; a co-located-only
     job always)."""
     fit = None if members[0].colocate else _cheapest_group(cluster, members, budget, robust, counter,
-                                                          space.train_scaling, space.all_starts, objective)
+                                                          space.train_scaling, space.all_starts, objective,
+                                                          space.hosting)
     if len(members) == 1 and colocation and (space.colocation or members[0].colocate):
         fit = _colocated_fit(cluster, members[0], min(budget, fit.cost if fit else float("inf")), objective) or fit
     return fit
@@ -324,6 +347,12 @@ def colocatable(cluster: Cluster, job: Job) -> bool:
             and colocation.node_mem_gb(job) <= cluster.pool(TRAIN).host_mem_gb)
 
 
+def hostable_job(cluster: Cluster, job: Job) -> bool:
+    """True when ``job`` may be hosted in a shared group (``Space.hosting``): co-locatable, and
+    not a co-located-only job (which is always alone)."""
+    return not job.colocate and colocatable(cluster, job)
+
+
 def lower_bound(cluster: Cluster, jobs: Sequence[Job], space: Space = PAPER_SPACE) -> float:
     """A lower bound on the cost of any plan for ``jobs`` (0 for none). Per pool p it needs
 
@@ -331,17 +360,26 @@ def lower_bound(cluster: Cluster, jobs: Sequence[Job], space: Space = PAPER_SPAC
 
     nodes: a group has a node of each pool, and s_p(j) = d_p(j) / (SLO_j * T_solo_j) is j's
     share of a node at its SLO rate (the rate bound of step 4). With co-location in
-    ``space`` only the jobs that cannot be co-located count (module docstring).
+    ``space`` only the jobs that cannot be co-located count (module docstring). With
+    hosting, a job that may be hosted asks nothing of the rollout pool (its ``need`` and
+    share there count 0) and its training share is the lesser of its two (hosted, it
+    takes I_c / (SLO_j * T_solo_j) of its nodes).
     """
     jobs = [j for j in jobs if not j.colocate and not (space.colocation and colocatable(cluster, j))]
     if not jobs:
         return 0.0
     groups = math.ceil(len(jobs) / cluster.max_group_size)
+    hostable = [space.hosting and hostable_job(cluster, j) for j in jobs]
     bound = 0.0
     for pool in POOLS:
-        need = [j.nodes(pool, cluster.gpus_per_node) for j in jobs]
-        shares = sum(k * (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / (j.slo * j.t_solo)
-                     for k, j in zip(need, jobs))
+        need, shares = [], 0.0
+        for j, host in zip(jobs, hostable):
+            k = 0 if host and pool == ROLLOUT else j.nodes(pool, cluster.gpus_per_node)
+            d = j.t_roll_s if pool == ROLLOUT else j.t_train_s
+            if host and pool == TRAIN:
+                d = min(d, colocation.iteration_s(j, cluster))
+            need.append(k)
+            shares += k * d / (j.slo * j.t_solo)
         bound += cluster.node_price(pool) * max(max(need), groups, math.ceil(shares - _BOUND_SLACK))
     return bound
 
@@ -352,7 +390,7 @@ def objective_lower_bound(cluster: Cluster, jobs: Sequence[Job], space: Space = 
     job's largest work rate for the waste rate (module docstring, "Objective")."""
     bound = lower_bound(cluster, jobs, space)
     if objective == "waste":
-        bound -= sum(waste.max_work_rate(j, cluster, space.colocation or j.colocate) for j in jobs)
+        bound -= sum(waste.max_work_rate(j, cluster, space.colocation or space.hosting or j.colocate) for j in jobs)
     return bound
 
 
@@ -373,40 +411,86 @@ def _colocated_fit(cluster: Cluster, job: Job, budget: float, objective: str = "
 
 def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,
                     counter: SearchCounter, train_scaling: bool = False, all_starts: bool = False,
-                    objective: str = "cost") -> Fit | None:
+                    objective: str = "cost", hosting: bool = False) -> Fit | None:
     """The best feasible group for ``members`` (admission order) by ``objective`` below
     ``budget``, or None: the cheapest one, or the one of least waste rate (module docstring,
     "Objective"); with ``train_scaling`` the training side may be wider than the widest
-    member; with ``all_starts`` every SLO is checked from every start too (``intra.worst_start``)."""
+    member; with ``all_starts`` every SLO is checked from every start too (``intra.worst_start``);
+    with ``hosting`` every set of hostable members after the first is also tried hosted
+    (module docstring, "Hosting"), the set without any first."""
+    hostable = [i for i, j in enumerate(members) if i and hosting and hostable_job(cluster, j)]
+    limit = budget - _COST_TOL * max(1.0, abs(budget))
+    best: Fit | None = None
+    searched = False
+    for size in range(len(hostable) + 1):
+        for hosted in combinations(hostable, size):
+            fit = _search_group(cluster, members, frozenset(hosted), limit if best is None else best.cost,
+                                robust, counter, train_scaling, all_starts, objective)
+            searched = searched or fit is not _SKIPPED
+            if isinstance(fit, Fit):
+                best = fit
+    if searched:
+        counter.searched += 1
+    else:
+        counter.skipped += 1
+    return best
+
+
+_SKIPPED = object()  # _search_group's answer when its floor already ruled every size out
+
+
+def _search_group(cluster: Cluster, members: list[Job], hosted: frozenset[int], limit: float, robust: bool,
+                  counter: SearchCounter, train_scaling: bool, all_starts: bool,
+                  objective: str) -> Fit | None | object:
+    """``_cheapest_group`` for one set of ``hosted`` members (positions; never the first):
+    the best group below ``limit``, None when there is none, ``_SKIPPED`` when the floor
+    of the smallest size already reaches ``limit``."""
     gpn = cluster.gpus_per_node
     price = {pool: cluster.node_price(pool) for pool in POOLS}
     cap = {pool: cluster.pool(pool).host_mem_gb for pool in POOLS}
-    demand = {pool: [_Demand(j.nodes(pool, gpn), j.mem(pool),
-                             (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / (j.slo * j.t_solo))
-                     for j in members] for pool in POOLS}
+    # pinning order: the disaggregated members in admission order, then the hosted ones, each
+    # of which may take only nodes of a disaggregated member admitted before it
+    order = [i for i in range(len(members)) if i not in hosted] + sorted(hosted)
+    before = {i: sum(1 for k in order[:len(members) - len(hosted)] if k < i) for i in hosted}
+    colo = {i: colocation.iteration_s(members[i], cluster) for i in hosted}
+
+    def demand_of(pool: str, i: int) -> _Demand:
+        j = members[i]
+        if i in hosted:  # on the training pool only
+            return _Demand(j.nodes(TRAIN, gpn), colocation.node_mem_gb(j), colo[i] / (j.slo * j.t_solo), before[i])
+        return _Demand(j.nodes(pool, gpn), j.mem(pool),
+                       (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / (j.slo * j.t_solo))
+
+    demand = {pool: [demand_of(pool, i) for i in order if pool == TRAIN or i not in hosted] for pool in POOLS}
     t_min = max(d.need for d in demand[TRAIN])
-    t_max = sum(d.need for d in demand[TRAIN]) if train_scaling else t_min
+    t_max = sum(d.need for d in demand[TRAIN] if d.after is None) if train_scaling else t_min
     r_min = max(d.need for d in demand[ROLLOUT])
     r_max = sum(d.need for d in demand[ROLLOUT])
     by_waste = objective == "waste"
     values = [waste.iteration_value(j, cluster) for j in members] if by_waste else []
-    # busy node-equivalents per pool at solo speed: W >= sum_p price_p * max(0, n_p - busy_p)
+    # busy node-equivalents per pool of the disaggregated members at solo speed, and the
+    # hosted members' work rates at their fastest (module docstring, "Objective"):
+    # W >= sum_p price_p * max(0, n_p - busy_p) - hosted_rate
     busy = dict.fromkeys(POOLS, 0.0)
+    hosted_rate = 0.0
     if by_waste:
-        busy = {pool: sum(d.need * (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / j.t_solo
-                          for d, j in zip(demand[pool], members)) for pool in POOLS}
+        for i, j in enumerate(members):
+            if i in hosted:
+                hosted_rate += values[i] / colo[i]
+                continue
+            for pool in POOLS:
+                busy[pool] += j.nodes(pool, gpn) * (j.t_roll_s if pool == ROLLOUT else j.t_train_s) / j.t_solo
 
     def floor(r: int, t: int) -> float:  # the least objective a group of r + t nodes can have (cost: busy 0)
-        return price[ROLLOUT] * max(0.0, r - busy[ROLLOUT]) + price[TRAIN] * max(0.0, t - busy[TRAIN])
+        return (price[ROLLOUT] * max(0.0, r - busy[ROLLOUT]) + price[TRAIN] * max(0.0, t - busy[TRAIN])
+                - hosted_rate)
 
-    limit = budget - _COST_TOL * max(1.0, abs(budget))
-    if floor(r_min, t_min) >= limit:
-        counter.skipped += 1
-        return None
-    counter.searched += 1
+    if t_min > t_max or floor(r_min, t_min) >= limit:
+        return _SKIPPED
     train_pins: dict[int, list] = {}
     sw = cluster.switch_cost
     switch = [(sw.seconds(j.model, ROLLOUT), sw.seconds(j.model, TRAIN)) for j in members]
+    colo_phases = {i: [sum(colocation.phase_time(members[i], pool, cluster)) for pool in POOLS] for i in hosted}
     sizes = sorted(((r * price[ROLLOUT] + t * price[TRAIN], t, r) for r in range(r_min, r_max + 1)
                     for t in range(t_min, t_max + 1)))
     best: Fit | None = None
@@ -419,12 +503,22 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
             train_pins[t] = list(_pinnings(demand[TRAIN], t, cap[TRAIN]))
         if not train_pins[t]:
             continue
-        for roll in _pinnings(demand[ROLLOUT], r, cap[ROLLOUT]):
-            for train in train_pins[t]:
-                profiles = [MemberProfile(j.job_id, j.t_roll_s, j.t_train_s,
-                                          tuple(f"R{x}" for x in roll[i]), tuple(f"T{x}" for x in train[i]),
-                                          switch[i][0], switch[i][1], j.staleness)
-                            for i, j in enumerate(members)]
+        for roll_order in _pinnings(demand[ROLLOUT], r, cap[ROLLOUT]):
+            for train_order in train_pins[t]:
+                roll = dict(zip(order, roll_order))
+                train = dict(zip(order, train_order))
+                profiles = []
+                for i, j in enumerate(members):
+                    t_nodes = tuple(f"T{x}" for x in train[i])
+                    if i in hosted:
+                        profiles.append(MemberProfile(j.job_id, *colo_phases[i], t_nodes, t_nodes, 0.0, 0.0,
+                                                      j.staleness, j.t_solo))
+                    else:
+                        profiles.append(MemberProfile(j.job_id, j.t_roll_s, j.t_train_s,
+                                                      tuple(f"R{x}" for x in roll[i]), t_nodes,
+                                                      switch[i][0], switch[i][1], j.staleness))
+                if hosted and _gang_over_hosted(profiles):
+                    continue
                 a = _meets_slo(profiles, members, counter)  # steady state; every start only if worth keeping
                 if a is None:
                     continue
@@ -440,7 +534,8 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
                         for size in range(len(members) - 1, 1, -1)
                         for keep in combinations(range(len(members)), size)):
                     continue
-                fit = Fit(value, r, t, tuple(zip(roll, train)))
+                fit = Fit(value, r, t, tuple((roll.get(i, ()), train[i]) for i in range(len(members))),
+                          hosted=tuple(sorted(hosted)))
                 if not by_waste:
                     return fit  # the first feasible pinning at the cheapest size
                 best = fit
@@ -473,7 +568,10 @@ def _pinnings(demand: list[_Demand], k: int, cap: float) -> Iterator[tuple[tuple
     Each member takes ``need`` distinct nodes; residency (memory <= ``cap``) and the rate
     bound (sum of shares <= 1) hold on every node; every node is used. Members are
     pinned in order; nodes holding the same set of earlier members form a class, and a
-    member chooses how many nodes to take from each class (lowest indices first).
+    member chooses how many nodes to take from each class (lowest indices first). A
+    member with ``after`` set (hosted) takes only nodes held by one of the first ``after``
+    members, so it never uses a node first; what a node may take depends only on its
+    class, so the classes stay interchangeable.
     """
     sigs: list[tuple[int, ...]] = [()] * k
     mem = [0.0] * k
@@ -481,7 +579,7 @@ def _pinnings(demand: list[_Demand], k: int, cap: float) -> Iterator[tuple[tuple
     pins: list[tuple[int, ...]] = []
     remaining = [0] * (len(demand) + 1)
     for i in range(len(demand) - 1, -1, -1):
-        remaining[i] = remaining[i + 1] + demand[i].need
+        remaining[i] = remaining[i + 1] + (demand[i].need if demand[i].after is None else 0)
 
     def rec(i: int) -> Iterator[tuple[tuple[int, ...], ...]]:
         if sum(1 for s in sigs if not s) > remaining[i]:
@@ -492,7 +590,8 @@ def _pinnings(demand: list[_Demand], k: int, cap: float) -> Iterator[tuple[tuple
         d = demand[i]
         classes: dict[tuple[int, ...], list[int]] = {}
         for node in range(k):
-            if mem[node] + d.mem <= cap and load[node] + d.share <= 1 + _BOUND_SLACK:
+            if (mem[node] + d.mem <= cap and load[node] + d.share <= 1 + _BOUND_SLACK
+                    and (d.after is None or (sigs[node] and sigs[node][0] < d.after))):
                 classes.setdefault(sigs[node], []).append(node)
         for nodes in _take(list(classes.values()), d.need):
             saved = [(x, sigs[x], mem[x], load[x]) for x in nodes]
@@ -542,7 +641,11 @@ def placements_of(cluster: Cluster, ordered: list[Job], blocks: list[tuple[int, 
             minted[TRAIN] += fit.train
             out.append((members[0], Placement.colocated_on(ids_t)))
             continue
-        for job, local in zip(members, fit.pins):
+        for position, (job, local) in enumerate(zip(members, fit.pins)):
+            if position in fit.hosted:  # its nodes were minted by the members admitted before it
+                ids_t = tuple(names[TRAIN][x] for x in local[1])
+                out.append((job, Placement(group_id, ids_t, ids_t, colocated=True)))
+                continue
             ids: dict[str, tuple[str, ...]] = {}
             new: dict[str, tuple[str, ...]] = {}
             for pool, idx in zip(POOLS, local):

@@ -29,7 +29,8 @@ it is not below cost(K), K is skipped, and the solve itself runs with cost(K) as
 budget, so it searches only for plans cheaper than K.
 
 Limits. Groups keep their admission order by arrival (that of the exact solver);
-co-located groups are left alone. The exact solver plans with one host-memory size per
+co-located groups are left alone unless the space has co-location, and groups that host
+a member (``Member.hosted``) unless it has hosting. The exact solver plans with one host-memory size per
 pool, so a pool listing nodes of different memories is not improved (``Improvement.skipped``
 says so); in a bounded pool a move must also fit the nodes K frees plus the free ones.
 
@@ -118,7 +119,8 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
     solves = 0
     while True:
         move = None
-        groups = [g for g in state.groups.values() if (space.colocation or not g.colocated) and not g.hosts]
+        groups = [g for g in state.groups.values()
+                  if (space.colocation or not g.colocated) and (space.hosting or not g.hosts)]
         for k in range(2, max_groups + 1):
             combos = (c for c in combinations(groups, k) if tuple(g.group_id for g in c) not in tried)
             for combo, jobs, cost in _ranked(state, combos, max_jobs, space):
@@ -205,7 +207,7 @@ def materialize(state: PlanState, group: Group) -> str:
     and pin its members there in their admission order; returns the new group id."""
     names: dict[str, str] = {}
     for pool in POOLS:
-        mem = max(colocation.node_mem_gb(m.job) if group.colocated else m.job.mem(pool) for m in group.members)
+        mem = max(colocation.node_mem_gb(m.job) if group.colocated else m.mem_on(pool) for m in group.members)
         fresh = state.peek_new(pool, len(group.nodes(pool)), mem)
         if fresh is None:
             raise PlacementError(f"the {pool} pool has no {len(group.nodes(pool))} free nodes for a regrouped group")
@@ -217,6 +219,9 @@ def materialize(state: PlanState, group: Group) -> str:
     for i, m in enumerate(group.members):
         roll = tuple(names[n] for n in m.rollout_nodes)
         train = tuple(names[n] for n in m.train_nodes)
+        if m.hosted:  # never first: its nodes are the group's already
+            gid = state.apply(m.job, Placement(gid, train, train, colocated=True))
+            continue
         new_r = tuple(names[n] for n in group.rollout_nodes) if i == 0 else ()
         new_t = tuple(names[n] for n in group.train_nodes) if i == 0 else ()
         gid = state.apply(m.job, Placement(gid, roll, train, new_r, new_t))
@@ -273,11 +278,11 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     if _unsupported(state.cluster) or any(state.bounded(p) for p in POOLS):
         return None
     group = state.groups[group_id]
-    if ((group.colocated and not space.colocation) or group.hosts
+    if ((group.colocated and not space.colocation) or (group.hosts and not space.hosting)
             or any(progress(m.job.job_id) is None for m in group.members)):
         return None
     others = [h for h in state.groups.values() if h is not group and (space.colocation or not h.colocated)
-              and not h.hosts and all(progress(m.job.job_id) is not None for m in h.members)]
+              and (space.hosting or not h.hosts) and all(progress(m.job.job_id) is not None for m in h.members)]
     ranked = _ranked(state, ((group, h) for h in sorted(others, key=lambda h: h.group_id)), max_jobs, space,
                      objective)
     best: RegroupPlan | None = None

@@ -123,9 +123,10 @@ Placement space beyond the paper (``Space``; ``FULL_SPACE``: training scaling an
   co-located phases, not T_solo (``_least_iteration``), and the turn-taking bounds skip
   it (its rollout and training share nodes). One guard (``_gang_over_hosted``): no
   member may train on a hosted member's nodes and others at once (kept as the cheaper
-  choice; see its docstring). Consolidation and regrouping never move
-  a hosted member and leave groups that host one as they are (the exact solver does not
-  search hosting).
+  choice; see its docstring). Consolidation never moves a hosted member. Regrouping in a
+  space with hosting re-solves groups that host like any other, and the exact solver
+  searches hosting there (``rollmux.exact``, "hosting"); in a space without it, groups
+  that host are left as they are.
 * a job that only runs co-located (``Job.colocate``: veRL's hybrid engine) gets the
   co-location option alone, in every space and accounting; its profile is co-located,
   so alone its slowdown is 1.

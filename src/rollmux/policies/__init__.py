@@ -13,7 +13,8 @@ from rollmux.policies.solo_d import SoloDisaggregated
 
 DEFAULT_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "solo-d", "colocated", "gavel", "random",
                     "most-idle")
-KNOWN = DEFAULT_POLICIES + ("rollmux-bestfit", "rollmux-full", "rollmux-full-regroup", "rollmux-host", "optimal")
+KNOWN = DEFAULT_POLICIES + ("rollmux-bestfit", "rollmux-full", "rollmux-full-regroup", "rollmux-host",
+                            "rollmux-host-regroup", "optimal")
 
 
 def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS) -> Policy:
@@ -31,6 +32,8 @@ def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS) -> 
         "rollmux-full-regroup": lambda: RollMuxPolicy("first", "rollmux-full-regroup", consolidate=True, regroup=True,
                                                       accounting=acct, space=FULL_SPACE),
         "rollmux-host": lambda: RollMuxPolicy("first", "rollmux-host", accounting=acct, space=HOSTING_SPACE),
+        "rollmux-host-regroup": lambda: RollMuxPolicy("first", "rollmux-host-regroup", consolidate=True, regroup=True,
+                                                      accounting=acct, space=HOSTING_SPACE),
         "solo-d": SoloDisaggregated,
         "colocated": Colocated,
         "gavel": Gavel,

@@ -29,12 +29,15 @@ class RollMuxPolicy:
         if consolidate:
             self.repack = self.planner.repack
         if regroup:  # the exact solves check every start where the planner does (not under the paper's accounting)
-            solver_space = replace(space, all_starts=space.all_starts and accounting.whole_run_slo_checks)
+            # hosting stays out under the paper's accounting, as in the planner
+            solver_space = replace(space, all_starts=space.all_starts and accounting.whole_run_slo_checks,
+                                   hosting=space.hosting and not accounting.one_node_per_pool)
             objective = "cost" if accounting.fixed_departures else "waste"
             self.regroup = partial(plan_regroup, one_node=accounting.one_node_per_pool, space=solver_space,
                                    objective=objective)
-            # a richer space: also try to regroup a group that an arrival opened
-            self.regroup_on_arrival = space != PAPER_SPACE
+            # with co-location or training scaling, also try to regroup a group that an arrival
+            # opened (it may undo a greedy co-location once a partner arrives)
+            self.regroup_on_arrival = space.colocation or space.train_scaling
 
     def place(self, state: PlanState, job: Job) -> Decision:
         return self.planner.decide(state, job)
