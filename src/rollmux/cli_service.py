@@ -49,6 +49,8 @@ class LivePolicy(str, Enum):
     rollmux_regroup = "rollmux-regroup"
     rollmux_full = "rollmux-full"
     rollmux_full_regroup = "rollmux-full-regroup"
+    rollmux_host = "rollmux-host"
+    rollmux_host_regroup = "rollmux-host-regroup"
 
 
 class PoolName(str, Enum):
@@ -120,7 +122,9 @@ def serve(
                                            "re-solves two groups after a departure and moves their jobs), "
                                            "rollmux-full (Algorithm 1 with training scaling and co-location) or "
                                            "rollmux-full-regroup (the full space, regrouping after departures and "
-                                           "after arrivals that open a group), decision for decision as "
+                                           "after arrivals that open a group), rollmux-host (Algorithm 1, and a job "
+                                           "may run both phases on a group's training nodes) or "
+                                           "rollmux-host-regroup (with regrouping), decision for decision as "
                                            "`rollmux simulate` does."),
     migration_s: float = typer.Option(300.0, "--migration-s", min=0.0,
                                       help="Pause a move is planned with until moves of that model size are "

@@ -56,7 +56,10 @@ Contract
   co-located on its training nodes, whose phases are judged against their co-located
   times (``profile_s``, over-profile flags). ``rollmux-full-regroup`` also regroups a
   group that an arrival opened, and a regrouping's co-located group stays co-located
-  while it waits for its members.
+  while it waits for its members. Hosting (``rollmux-host``, ``rollmux-host-regroup``):
+  a job may run both phases on some of a group's training nodes (``Member.hosted``),
+  judged against its co-located times too; snapshots and pending regroupings keep the
+  flag.
 * Long tail (the execution rule's rules 6-9): a job holding a rollout grant reports its
   fraction of responses done (``tail``); at ``tail_threshold`` or more it keeps
   ``Job.tail_gpus()`` GPUs and the freed GPUs of its nodes may go to the next queued
@@ -93,7 +96,8 @@ LIVE_STATES = (WAITING, PLACED)
 JOB_STATES = (WAITING, PLACED, DONE, CANCELLED, EXPIRED)
 SNAPSHOT_VERSION = 3
 EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the rest in the planner's order
-LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "rollmux-full", "rollmux-full-regroup")
+LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "rollmux-full", "rollmux-full-regroup",
+                 "rollmux-host", "rollmux-host-regroup")
 #: A released phase longer than its profile by more than this share is flagged: the planner's
 #: SLO guarantees rest on worst-case profiles, so such a job's group may miss them.
 PROFILE_TOLERANCE = 0.10
@@ -799,7 +803,9 @@ class ControlPlane:
         groups = []
         rows = sorted(snap["groups"].items(), key=lambda kv: kv[1]["ord"])
         for gid, g in rows:
-            members = [Member(cp.jobs[j].job, cp.jobs[j].rollout_nodes, cp.jobs[j].train_nodes) for j in g["members"]]
+            hosted = set(g.get("hosted", ()))  # (absent before hosting ran live: none)
+            members = [Member(cp.jobs[j].job, cp.jobs[j].rollout_nodes, cp.jobs[j].train_nodes, j in hosted)
+                       for j in g["members"]]
             groups.append(Group(gid, list(g["rollout_nodes"]), list(g["train_nodes"]), members, g["colocated"]))
         cp.plan.restore(groups, glob["inventory"])
         for gid, g in rows:
@@ -858,6 +864,8 @@ class ControlPlane:
             members.append(row)
         row = {"ord": _group_ord(gid), "rollout_nodes": list(g.rollout_nodes), "train_nodes": list(g.train_nodes),
                "colocated": g.colocated, "members": [m.job.job_id for m in g.members], "executor": members}
+        if g.hosts:
+            row["hosted"] = [m.job.job_id for m in g.members if m.hosted]
         tails = ex.tail_state()
         if tails["tails"] or tails["donor"]:
             row["tails"] = tails
@@ -1235,13 +1243,13 @@ def _group_to_dict(group: Group) -> dict:
     return {"rollout_nodes": list(group.rollout_nodes), "train_nodes": list(group.train_nodes),
             "colocated": group.colocated,
             "members": [{"job_id": m.job.job_id, "rollout_nodes": list(m.rollout_nodes),
-                         "train_nodes": list(m.train_nodes)} for m in group.members]}
+                         "train_nodes": list(m.train_nodes), "hosted": m.hosted} for m in group.members]}
 
 
 def _group_from_dict(d: dict, jobs: dict[str, JobRecord]) -> Group:
     """A solver group without the members that left it (nodes only they used go too)."""
-    members = [Member(jobs[m["job_id"]].job, tuple(m["rollout_nodes"]), tuple(m["train_nodes"]))
-               for m in d["members"]]
+    members = [Member(jobs[m["job_id"]].job, tuple(m["rollout_nodes"]), tuple(m["train_nodes"]),
+                      m.get("hosted", False)) for m in d["members"]]
     used = {n for m in members for n in (*m.rollout_nodes, *m.train_nodes)}
     return Group("solver", [n for n in d["rollout_nodes"] if n in used], [n for n in d["train_nodes"] if n in used],
                  members, d.get("colocated", False))  # (a snapshot from before the full space has no flag)
