@@ -7,14 +7,15 @@ the simulation study's synthetic profiles (facts section 9): a profile family
 each phase uniform in its range; 8 rollout and 8 training GPUs; SLO uniform in [1, 2];
 a model size (3B/7B/14B/32B) that sets host memory per node (Table 2) and the warm
 switch seconds. Planners place the jobs one at a time in arrival order into a fresh
-plan: Algorithm 1 ("first") and "best-fit" in the paper's space, and "full first"
-(``rollmux.planner.FULL_SPACE``); "+improve" regroups the result with exact solves in
+plan: Algorithm 1 ("first") and "best-fit" in the paper's space, "full first"
+(``rollmux.planner.FULL_SPACE``) and "host first" (the paper's space plus hosting,
+``HOSTING_SPACE``); "+improve" regroups the result with exact solves in
 the planner's space (``rollmux.improve``). ``rollmux.exact`` gives the departure-robust
 optimum (SLOs of every subset of each group, which the planner also enforces) in each
-space, for the same admission order. Costs are the planner's objective
+of the three spaces, for the same admission order. Costs are the planner's objective
 (``PlanState.effective_cost_per_hour``: $/h, a co-located job's nodes counted at its
-slowdown). Reported per profile mix: each plan's cost over the full-space optimum and
-over the paper-space optimum (mean, median, p90, max, share exactly optimal), and the
+slowdown). Reported per profile mix: each plan's cost over each space's optimum
+(mean, median, p90, max, share exactly optimal), and the
 exact solver's seconds by instance size in each space.
 
     python benchmarks/planner_vs_exact.py [--instances 40] [--mix mixed,train-heavy,rollout-heavy]
@@ -32,7 +33,7 @@ from rollmux.exact import solve
 from rollmux.improve import improve
 from rollmux.model import Cluster, Job, PoolSpec
 from rollmux.plan_state import PlanState
-from rollmux.planner import FULL_SPACE, PAPER_SPACE, Planner
+from rollmux.planner import FULL_SPACE, HOSTING_SPACE, PAPER_SPACE, Planner
 
 #: Phase ranges in seconds, (rollout, train) per size S/M/L (facts section 9).
 PROFILES = {
@@ -44,8 +45,8 @@ PROFILES = {
 MEMORY = {"3B": (113.4, 156.2), "7B": (275.7, 240.0), "14B": (445.4, 456.1), "32B": (490.3, 520.4)}
 #: Online planners: name -> (tie break, placement space).
 PLANNERS = {"first": ("first", PAPER_SPACE), "best-fit": ("best-fit", PAPER_SPACE),
-            "full first": ("first", FULL_SPACE)}
-OPTIMA = {"paper": PAPER_SPACE, "full": FULL_SPACE}
+            "full first": ("first", FULL_SPACE), "host first": ("first", HOSTING_SPACE)}
+OPTIMA = {"paper": PAPER_SPACE, "full": FULL_SPACE, "host": HOSTING_SPACE}
 MIXES = ("mixed", "train-heavy", "rollout-heavy")
 
 

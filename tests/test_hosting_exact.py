@@ -250,3 +250,29 @@ def test_rollmux_host_regroup_replays_its_hosted_members_within_their_slos():
     assert all(j.slo_met for j in result.jobs)
     plain = simulate([a, h], CLUSTER, make_policy("rollmux-regroup"))
     assert result.cost_per_hour < plain.cost_per_hour
+
+
+def test_rollmux_plan_hosts_in_the_hosting_space(tmp_path):
+    """``rollmux plan --space host``: greedy, regrouped and --optimal plans host h on a's
+    training node ($57.04/h), marked in the JSON and the table; the paper space scales."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from rollmux.cli import app
+    from rollmux.traces.format import write_trace
+
+    write_trace(list(_pair()), tmp_path / "pair.csv")
+    runner = CliRunner()
+    for space, flags, cost in (("paper", (), 71.84), ("host", (), 57.04), ("host", ("--optimal",), 57.04)):
+        out = tmp_path / "plan.json"
+        r = runner.invoke(app, ["plan", "--jobs", str(tmp_path / "pair.csv"), "--space", space, "--no-explain",
+                                "--json", str(out), *flags], env={"COLUMNS": "160"})
+        assert r.exit_code == 0, r.output
+        plan = json.loads(out.read_text())
+        assert plan["cost_per_hour"] == pytest.approx(cost)
+        hosted = [j["job_id"] for g in plan["groups"] for j in g["jobs"] if j["hosted"]]
+        assert hosted == ([] if space == "paper" else ["h"])
+        assert ("(hosted)" in r.output) == (space == "host")
+    bad = runner.invoke(app, ["fleet", "plan", "--jobs", str(tmp_path / "pair.csv"), "--space", "host"])
+    assert bad.exit_code != 0 and "host" in bad.output  # fleets search paper and full only

@@ -33,6 +33,7 @@ def plan_to_dict(state: PlanState, waiting: list[str], decisions: list[Decision]
                 "job_id": m.job.job_id,
                 "rollout_nodes": list(m.rollout_nodes),
                 "train_nodes": list(m.train_nodes),
+                "hosted": m.hosted,
                 "iteration_s": round(a.iteration_s[m.job.job_id], 4),
                 "slowdown": round(a.iteration_s[m.job.job_id] / m.job.t_solo, 4),
                 "slo": m.job.slo,

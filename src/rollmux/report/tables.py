@@ -169,7 +169,8 @@ def plan_table(plan: dict) -> Table:
         for i, j in enumerate(g["jobs"]):
             ok = "[green]" if j["slowdown"] <= j["slo"] + 1e-9 else "[red]"
             table.add_row(escape(g["group_id"]) if i == 0 else "", f"{g['cost_per_hour']:.2f}" if i == 0 else "",
-                          escape(j["job_id"]), escape(",".join(j["rollout_nodes"])),
+                          escape(j["job_id"]),
+                          escape(",".join(j["rollout_nodes"])) + (" (hosted)" if j.get("hosted") else ""),
                           escape(",".join(j["train_nodes"])), f"{j['iteration_s']:.1f}",
                           f"{ok}{j['slowdown']:.3f}", f"{j['slo']:.2f}")
     return table
