@@ -22,11 +22,12 @@ from rollmux import colocation, waste
 from rollmux.exact import solve
 from rollmux.improve import improve, materialize, plan_regroup
 from rollmux.intra import MemberProfile, analyze, worst_start
-from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job, PoolSpec, SwitchCost
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import HOSTING_SPACE, SLO_EPS, Planner
 from rollmux.policies import make_policy
 from rollmux.sim.engine import simulate
+from test_placement_space import _cluster  # random clusters: memory, switch cost, group size
 
 CLUSTER = Cluster()
 
@@ -41,13 +42,6 @@ def _jobs(rng: random.Random, n: int) -> list[Job]:
                        slo=round(rng.uniform(1.0, 2.2), 3), model=rng.choice(["7B", "14B"]),
                        arrival_s=float(rng.randint(0, 50)), t_roll_colo_s=colo))
     return out
-
-
-def _cluster(rng: random.Random) -> Cluster:
-    mem = rng.choice([700.0, 1024.0, 2048.0])
-    return Cluster(rollout=PoolSpec("H20", 1.85, mem), train=PoolSpec("H800", 5.28, mem),
-                   switch_cost=rng.choice([SwitchCost("warm"), SwitchCost("fixed", 0.0, 0.0)]),
-                   max_group_size=rng.choice([3, 5]))
 
 
 # --- brute force ---------------------------------------------------------------------
