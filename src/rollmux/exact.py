@@ -100,7 +100,8 @@ Beyond the paper (``space``, ``rollmux.planner.Space``)
   training share is the lesser of t_j and I_c over SLO_j * T_solo_j.
 * ``all_starts`` (on in every space unless turned off): a group, and with ``robust=True`` each subset,
   must also meet every SLO from each of its starts (``intra.worst_start``), as the planner
-  checks there ("Every start" in ``rollmux.planner``).
+  checks there ("Every start" in ``rollmux.planner``); with ``all_orders`` (also on) from
+  each start in every order of its members.
 The planner's choices in the same space lie in the search space as before, so the
 planner never beats this optimum either.
 
@@ -335,7 +336,7 @@ def group_fit(cluster: Cluster, members: list[Job], budget: float, robust: bool,
     job always)."""
     fit = None if members[0].colocate else _cheapest_group(cluster, members, budget, robust, counter,
                                                           space.train_scaling, space.all_starts, objective,
-                                                          space.hosting)
+                                                          space.hosting, space.all_orders)
     if len(members) == 1 and colocation and (space.colocation or members[0].colocate):
         fit = _colocated_fit(cluster, members[0], min(budget, fit.cost if fit else float("inf")), objective) or fit
     return fit
@@ -411,11 +412,12 @@ def _colocated_fit(cluster: Cluster, job: Job, budget: float, objective: str = "
 
 def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,
                     counter: SearchCounter, train_scaling: bool = False, all_starts: bool = False,
-                    objective: str = "cost", hosting: bool = False) -> Fit | None:
+                    objective: str = "cost", hosting: bool = False, all_orders: bool = False) -> Fit | None:
     """The best feasible group for ``members`` (admission order) by ``objective`` below
     ``budget``, or None: the cheapest one, or the one of least waste rate (module docstring,
     "Objective"); with ``train_scaling`` the training side may be wider than the widest
-    member; with ``all_starts`` every SLO is checked from every start too (``intra.worst_start``);
+    member; with ``all_starts`` every SLO is checked from every start too (``intra.worst_start``,
+    over every order of the members with ``all_orders``);
     with ``hosting`` every set of hostable members after the first is also tried hosted
     (module docstring, "Hosting"), the set without any first."""
     hostable = [i for i, j in enumerate(members) if i and hosting and hostable_job(cluster, j)]
@@ -425,7 +427,7 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
     for size in range(len(hostable) + 1):
         for hosted in combinations(hostable, size):
             fit = _search_group(cluster, members, frozenset(hosted), limit if best is None else best.cost,
-                                robust, counter, train_scaling, all_starts, objective)
+                                robust, counter, train_scaling, all_starts, objective, all_orders)
             searched = searched or fit is not _SKIPPED
             if isinstance(fit, Fit):
                 best = fit
@@ -441,7 +443,7 @@ _SKIPPED = object()  # _search_group's answer when its floor already ruled every
 
 def _search_group(cluster: Cluster, members: list[Job], hosted: frozenset[int], limit: float, robust: bool,
                   counter: SearchCounter, train_scaling: bool, all_starts: bool,
-                  objective: str) -> Fit | None | object:
+                  objective: str, all_orders: bool) -> Fit | None | object:
     """``_cheapest_group`` for one set of ``hosted`` members (positions; never the first):
     the best group below ``limit``, None when there is none, ``_SKIPPED`` when the floor
     of the smallest size already reaches ``limit``."""
@@ -527,10 +529,11 @@ def _search_group(cluster: Cluster, members: list[Job], hosted: frozenset[int], 
                     value -= sum(b / a.iteration_s[j.job_id] for b, j in zip(values, members))
                     if value >= (limit if best is None else best.cost):
                         continue
-                if all_starts and not _meets_slo_from_every_start(profiles, members):
+                if all_starts and not _meets_slo_from_every_start(profiles, members, all_orders):
                     continue
                 if robust and not all(
-                        _meets_slo([profiles[i] for i in keep], [members[i] for i in keep], counter, all_starts)
+                        _meets_slo([profiles[i] for i in keep], [members[i] for i in keep], counter, all_starts,
+                                   all_orders)
                         for size in range(len(members) - 1, 1, -1)
                         for keep in combinations(range(len(members)), size)):
                     continue
@@ -543,22 +546,22 @@ def _search_group(cluster: Cluster, members: list[Job], hosted: frozenset[int], 
 
 
 def _meets_slo(profiles: list[MemberProfile], jobs: list[Job], counter: SearchCounter,
-               all_starts: bool = False) -> GroupAnalysis | None:
+               all_starts: bool = False, all_orders: bool = False) -> GroupAnalysis | None:
     """The group's analysis when every member meets its SLO (from every start with
-    ``all_starts``), else None."""
+    ``all_starts``, in every order of the members with ``all_orders`` too), else None."""
     counter.analyze_calls += 1
     a = analyze(profiles)
     if not all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in jobs):
         return None
-    return a if not all_starts or _meets_slo_from_every_start(profiles, jobs) else None
+    return a if not all_starts or _meets_slo_from_every_start(profiles, jobs, all_orders) else None
 
 
-def _meets_slo_from_every_start(profiles: list[MemberProfile], jobs: list[Job]) -> bool:
-    """Every member within its SLO from each of the group's starts (``intra.worst_start``;
-    an asynchronous group has none to check)."""
+def _meets_slo_from_every_start(profiles: list[MemberProfile], jobs: list[Job], orders: bool = False) -> bool:
+    """Every member within its SLO from each of the group's starts (``intra.worst_start``,
+    over every order of the members with ``orders``; an asynchronous group has none to check)."""
     if any(p.staleness for p in profiles):
         return True
-    worst = worst_start(profiles)
+    worst = worst_start(profiles, orders)
     return all(worst[p.job_id] <= j.slo * p.t_solo * (1 + SLO_EPS) for p, j in zip(profiles, jobs))
 
 

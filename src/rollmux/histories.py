@@ -137,7 +137,7 @@ def stress_plan(state: PlanState, histories: int = 6, seed: int = 0, noise: bool
     for done, (gid, group) in enumerate(shared, 1):
         profiles = [state.profile(m, group.colocated) for m in group.members]
         slo = {m.job.job_id: m.job.slo for m in group.members}
-        worst = worst_start(profiles)
+        worst = worst_start(profiles, orders=True)
         analysed = {p.job_id: worst[p.job_id] / p.t_solo for p in profiles}
         span = max(p.t_roll + p.t_train for p in profiles)
         for history in range(histories):

@@ -54,6 +54,7 @@ from __future__ import annotations
 import heapq
 from bisect import insort
 from dataclasses import dataclass
+from itertools import permutations
 from operator import itemgetter
 from typing import NamedTuple, Sequence
 
@@ -204,7 +205,7 @@ def sync_key(members: Sequence[MemberProfile]) -> tuple:
     return tuple(key)
 
 
-def worst_start(members: Sequence[MemberProfile]) -> dict[str, float]:
+def worst_start(members: Sequence[MemberProfile], orders: bool = False) -> dict[str, float]:
     """Each member's slowest steady iteration over the group's starts: every member ready
     at the same instant, each for rollout or for training (2^n starts; ``analyze`` runs
     the one with all ready for rollout).
@@ -212,21 +213,36 @@ def worst_start(members: Sequence[MemberProfile]) -> dict[str, float]:
     The rule is deterministic, but the periodic schedule it settles into depends on where
     it starts: a group whose membership changes mid-rotation starts from its members'
     phases at that moment, not from all of them ready for rollout. These starts are
-    the extreme ones (each member just before one of its phases); the result bounds
-    every schedule reachable from them, not every schedule. Synchronous members only (an
-    asynchronous group is analysed by ``rollmux.intra_async``); a group falling into parts
-    is taken part by part, and a member alone in its part has one schedule."""
+    the extreme ones (each member just before one of its phases).
+
+    With ``orders``, the same over every order of the members (n! x 2^n starts), as if
+    each order were the admission order. The rule breaks ties by admission order, so an
+    order stands for the members becoming ready in that order an instant apart, and a
+    spell of short phases can leave a group in such a state: the one cyclic order of
+    trainings on a shared node that no start of the admission order leads to
+    (docs/placement_space.md, "SLOs in states the check never saw"). Orders that give the
+    same part the same key (equal members in each other's places) are run once.
+
+    Either way the result bounds the schedules reachable from these starts, not every
+    schedule. Synchronous members only (an asynchronous group is analysed by
+    ``rollmux.intra_async``); a group falling into parts is taken part by part, and a
+    member alone in its part has one schedule."""
     if any(m.staleness for m in members):
         raise ValueError("worst_start takes synchronous members only")
     key = sync_key(members)
     worst = [0.0] * len(key)
     for part in _parts(key):
-        sub, _ = _part_key(key, part)
-        joins: dict[tuple, tuple] = {}  # snapshot state -> the steady state it leads to, and when
-        for mask in range(1 << len(part) if len(part) > 1 else 1):
-            shape = _simulated(sub, mask, joins)
-            for local, i in enumerate(part):
-                worst[i] = max(worst[i], shape.iteration_s[local])
+        seen: set[tuple] = set()
+        for order in (permutations(part) if orders and len(part) > 1 else (part,)):
+            sub, _ = _part_key(key, list(order))
+            if sub in seen:
+                continue
+            seen.add(sub)
+            joins: dict[tuple, tuple] = {}  # snapshot state -> the steady state it leads to, and when
+            for mask in range(1 << len(order) if len(order) > 1 else 1):
+                shape = _simulated(sub, mask, joins)
+                for local, i in enumerate(order):
+                    worst[i] = max(worst[i], shape.iteration_s[local])
     return {m.job_id: w for m, w in zip(members, worst)}
 
 

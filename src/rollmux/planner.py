@@ -235,6 +235,7 @@ class Space:
     colocation: bool = False
     hosting: bool = False
     all_starts: bool = True  # SLO checks over every start of a group ("Every start" below)
+    all_orders: bool = True  # ... and over every order of its members (with all_starts; "Every start")
 
 
 PAPER_SPACE = Space()
@@ -753,7 +754,9 @@ class Planner:
         if not miss and whole_run:
             miss = _startup_miss(a, [m.job for m in opt.group.members] + [job]) or _departure_miss(members, slo)
         if not miss and whole_run and self.space.all_starts and not any(m.staleness for m in members):  # last
-            miss = _start_miss(members, slo) or _departure_miss(members, slo, all_starts=True)
+            orders = self.space.all_orders
+            miss = (_start_miss(members, slo, orders=orders)
+                    or _departure_miss(members, slo, all_starts=True, orders=orders))
         if miss:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected", miss, worst)
         n_roll = len(opt.group.rollout_nodes) + len(opt.placement.new_rollout)
@@ -1029,7 +1032,8 @@ def _startup_miss(a: GroupAnalysis, jobs: list[Job]) -> str:
     return ""
 
 
-def _departure_miss(members: list[MemberProfile], slo: dict[str, float], all_starts: bool = False) -> str:
+def _departure_miss(members: list[MemberProfile], slo: dict[str, float], all_starts: bool = False,
+                    orders: bool = False) -> str:
     """Check every group that departures could leave behind (the newcomer stays).
 
     Under first-come-first-served a departure can make the others slower (a member with a
@@ -1037,24 +1041,26 @@ def _departure_miss(members: list[MemberProfile], slo: dict[str, float], all_sta
     another). Every future membership of this group without a new arrival is a subset of
     today's, and each arrival is checked the same way, so checking every subset that
     keeps the newcomer keeps every SLO through any order of departures. With
-    ``all_starts`` each subset is checked from every start (``_start_miss``): a departure
-    leaves the others mid-rotation.
+    ``all_starts`` each subset is checked from every start (``_start_miss``, over every
+    order of its members with ``orders``): a departure leaves the others mid-rotation.
     """
     old, new = members[:-1], members[-1]
     for size in range(len(old) - 1, 0, -1):
         for keep in combinations(old, size):
             rest = list(keep) + [new]
             remain = f" if only {', '.join(m.job_id for m in keep)} and {new.job_id} remain"
-            miss = _slo_miss(analyze(rest), slo, remain) or (all_starts and _start_miss(rest, slo, remain))
+            miss = _slo_miss(analyze(rest), slo, remain) or (all_starts and _start_miss(rest, slo, remain, orders))
             if miss:
                 return miss
     return ""
 
 
-def _start_miss(members: list[MemberProfile], slo: dict[str, float], remaining: str = "") -> str:
+def _start_miss(members: list[MemberProfile], slo: dict[str, float], remaining: str = "",
+                orders: bool = False) -> str:
     """The SLO check from every start of the group (``intra.worst_start``): each member's
-    slowest steady iteration over the 2^n starts must fit its SLO ("Every start")."""
-    worst = worst_start(members)
+    slowest steady iteration over the 2^n starts (and every order of the members with
+    ``orders``) must fit its SLO ("Every start")."""
+    worst = worst_start(members, orders)
     for m in members:
         s = worst[m.job_id] / m.t_solo
         if s > slo[m.job_id] * (1 + SLO_EPS):
