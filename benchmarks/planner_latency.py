@@ -17,10 +17,13 @@ Workloads (``--workload``):
   fresh SLO drawn uniformly in [1.1, 2.0]. Group shapes repeat and the memo hits.
 
 ``--space full`` times the planner in the placement space beyond the paper (training
-scaling and co-location, ``rollmux.planner.FULL_SPACE``), the plan built in that space too.
+scaling and co-location, ``rollmux.planner.FULL_SPACE``), the plan built in that space too;
+``paper-one-order`` and ``full-one-order`` time each space without the check of every
+order of a group's members (``Space.all_orders``), as before it.
 
     python benchmarks/planner_latency.py [--sizes 5,9,13,100,500,1000,2000] [--probes 50]
-                                         [--space paper|full] [--exact-sizes 4,5,6,7,8,9,10]
+                                         [--space paper|full|paper-one-order|full-one-order]
+                                         [--exact-sizes 4,5,6,7,8,9,10]
 """
 from __future__ import annotations
 
@@ -37,7 +40,10 @@ from rollmux.planner import FULL_SPACE, PAPER_SPACE, Planner
 from rollmux.traces.builtin import load_trace
 from rollmux.traces.generate import generate
 
-SPACES = {"paper": PAPER_SPACE, "full": FULL_SPACE}
+#: "...-one-order": the space as it was before the check of every order of a group's
+#: members (``Space.all_orders``), to measure that check's price in the same run
+SPACES = {"paper": PAPER_SPACE, "full": FULL_SPACE, "paper-one-order": replace(PAPER_SPACE, all_orders=False),
+          "full-one-order": replace(FULL_SPACE, all_orders=False)}
 PAPER_MS = {5: 5.6, 9: 6.5, 13: 7.6, 100: 41.9, 500: 198.0, 1000: 318.0, 2000: 591.0}
 
 

@@ -28,7 +28,7 @@ from rollmux.histories import check_planner
 from rollmux.planner import FULL_SPACE, HOSTING_SPACE, PAPER_SPACE, Space
 
 SPACES = {"one start (control)": Space(all_starts=False), "one order (control)": Space(all_orders=False),
-          "paper (default)": PAPER_SPACE, "full, one order": replace(FULL_SPACE, all_orders=False),
+          "paper (default)": PAPER_SPACE, "full (one order)": replace(FULL_SPACE, all_orders=False),
           "full": FULL_SPACE, "paper + hosting": HOSTING_SPACE}
 MIXES = ("mixed", "train-heavy", "rollout-heavy")
 

@@ -125,30 +125,42 @@ def steady_slowdowns(profiles: list[MemberProfile], admit_at: list[float], rng: 
 
 def stress_plan(state: PlanState, histories: int = 6, seed: int = 0, noise: bool = True,
                 on_group: Callable[[int, int], None] | None = None) -> list[Settled]:
-    """Run each group of two or more of ``state`` through ``histories`` histories and return
-    where each remaining member settled in each. A history: staggered admissions within
-    1.5 of the group's longest solo iteration, a noisy spell of a random length (none
-    without ``noise``: worst-case phases throughout), and (every other history, three
-    members or more) a random member leaving at a random time. Deterministic in ``seed``.
-    ``on_group(done, total)`` is called after each group (for progress)."""
+    """Run each group of two or more of ``state`` through ``histories`` histories
+    (``group_histories``, one random stream for the whole plan) and return where each
+    member settled in each. Deterministic in ``seed``. ``on_group(done, total)`` is
+    called after each group (for progress)."""
     rng = random.Random(seed)
     out: list[Settled] = []
-    shared = [(gid, group) for gid, group in state.groups.items() if len(group.members) > 1]
-    for done, (gid, group) in enumerate(shared, 1):
-        profiles = [state.profile(m, group.colocated) for m in group.members]
-        slo = {m.job.job_id: m.job.slo for m in group.members}
-        worst = worst_start(profiles, orders=True)
-        analysed = {p.job_id: worst[p.job_id] / p.t_solo for p in profiles}
-        span = max(p.t_roll + p.t_train for p in profiles)
-        for history in range(histories):
-            admit_at = sorted([0.0] + [rng.uniform(0, 1.5 * span) for _ in profiles[1:]])
-            leave = ((rng.randrange(len(profiles)), rng.uniform(0, 10 * span * len(profiles)))
-                     if history % 2 and len(profiles) > 2 else None)
-            noisy = rng.uniform(0, 10 * span * len(profiles)) if noise else 0.0
-            for job_id, s in steady_slowdowns(profiles, admit_at, rng, noisy, leave).items():
-                out.append(Settled(seed, gid, job_id, history, s, slo[job_id], analysed[job_id]))
+    shared = [gid for gid, group in state.groups.items() if len(group.members) > 1]
+    for done, gid in enumerate(shared, 1):
+        out += group_histories(state, gid, histories, rng, noise, seed)
         if on_group is not None:
             on_group(done, len(shared))
+    return out
+
+
+def group_histories(state: PlanState, group_id: str, histories: int, rng: random.Random, noise: bool = True,
+                    seed: int = 0) -> list[Settled]:
+    """Where each member of group ``group_id`` settles in ``histories`` histories drawn
+    from ``rng``. A history: staggered admissions within 1.5 of the group's longest solo
+    iteration, a noisy spell of a random length (none without ``noise``: worst-case phases
+    throughout), and (every other history, three members or more) a random member
+    leaving at a random time. ``analysed`` is the planner's figure: the worst over every
+    start and every order of the members (``intra.worst_start``)."""
+    group = state.groups[group_id]
+    profiles = [state.profile(m, group.colocated) for m in group.members]
+    slo = {m.job.job_id: m.job.slo for m in group.members}
+    worst = worst_start(profiles, orders=True)
+    analysed = {p.job_id: worst[p.job_id] / p.t_solo for p in profiles}
+    span = max(p.t_roll + p.t_train for p in profiles)
+    out = []
+    for history in range(histories):
+        admit_at = sorted([0.0] + [rng.uniform(0, 1.5 * span) for _ in profiles[1:]])
+        leave = ((rng.randrange(len(profiles)), rng.uniform(0, 10 * span * len(profiles)))
+                 if history % 2 and len(profiles) > 2 else None)
+        noisy = rng.uniform(0, 10 * span * len(profiles)) if noise else 0.0
+        for job_id, s in steady_slowdowns(profiles, admit_at, rng, noisy, leave).items():
+            out.append(Settled(seed, group_id, job_id, history, s, slo[job_id], analysed[job_id]))
     return out
 
 

@@ -163,6 +163,21 @@ execution rule reserved a waiting phase's nodes, rule 3 of ``rollmux.execution``
 then it has one schedule.) The paper's accounting (steady-state check only) leaves the
 check out.
 
+Every order (``Space.all_orders``; on wherever ``all_starts`` is). The rule breaks ties
+between phases ready at the same instant by admission order, so from one start the
+order decides which member a shared node serves first, and with it the cyclic order of
+phases there, which the steady schedule keeps. A spell of phases shorter than their
+worst case reorders members freely: the group then runs from a state in which they
+became ready in another order, an instant apart. So the check above runs over every
+order of the members as well (n! x 2^n starts, ``intra.worst_start(orders=True)``;
+members with equal keys are not told apart), for the group and for each subset the
+departure constraint checks. Measured before it (docs/placement_space.md, "SLOs in
+states the check never saw"): in the paper's space, seed 17 of the mixed synthetic
+trace put gen-0003 (SLO 1.138) and gen-0008 (SLO 1.075) in a group whose every start
+in admission order kept them at 1.058 and 1.055; after a noisy spell it settled at
+1.245 and 1.241, the figures that the reversed order of two members on T4 gives. Orders
+are still extreme starts; the check bounds what they lead to, not every schedule.
+
 ``Planner(accounting=PAPER)`` (``rollmux.accounting``) drops the saturation gate, keeps
 only the steady-state SLO check and gives every job one node per pool, as the authors'
 simulator does.
