@@ -250,7 +250,7 @@ class Space:
     colocation: bool = False
     hosting: bool = False
     all_starts: bool = True  # SLO checks over every start of a group ("Every start" below)
-    all_orders: bool = True  # ... and over every order of its members (with all_starts; "Every start")
+    all_orders: bool = True  # ... and over every order of its members (with all_starts; "Every order")
 
 
 PAPER_SPACE = Space()
