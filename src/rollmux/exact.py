@@ -151,8 +151,8 @@ from typing import Callable, Iterator, Sequence
 from rollmux import colocation, waste
 from rollmux.errors import RollMuxError
 from rollmux.intra import GroupAnalysis, MemberProfile, analyze, worst_start
-from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job
-from rollmux.plan_state import Placement, PlanState
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member
+from rollmux.plan_state import Placement, PlanState, member_profile
 from rollmux.planner import PAPER_SPACE, SLO_EPS, Space, _gang_over_hosted
 
 DEFAULT_MAX_JOBS = 12
@@ -426,11 +426,10 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
     searched = False
     for size in range(len(hostable) + 1):
         for hosted in combinations(hostable, size):
-            fit = _search_group(cluster, members, frozenset(hosted), limit if best is None else best.cost,
-                                robust, counter, train_scaling, all_starts, objective, all_orders)
-            searched = searched or fit is not _SKIPPED
-            if isinstance(fit, Fit):
-                best = fit
+            fit, tried = _search_group(cluster, members, frozenset(hosted), limit if best is None else best.cost,
+                                       robust, counter, train_scaling, all_starts, objective, all_orders)
+            searched = searched or tried
+            best = fit or best
     if searched:
         counter.searched += 1
     else:
@@ -438,15 +437,12 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
     return best
 
 
-_SKIPPED = object()  # _search_group's answer when its floor already ruled every size out
-
-
 def _search_group(cluster: Cluster, members: list[Job], hosted: frozenset[int], limit: float, robust: bool,
                   counter: SearchCounter, train_scaling: bool, all_starts: bool,
-                  objective: str, all_orders: bool) -> Fit | None | object:
+                  objective: str, all_orders: bool) -> tuple[Fit | None, bool]:
     """``_cheapest_group`` for one set of ``hosted`` members (positions; never the first):
-    the best group below ``limit``, None when there is none, ``_SKIPPED`` when the floor
-    of the smallest size already reaches ``limit``."""
+    the best group below ``limit`` (None when there is none), and whether any size was
+    searched (False when the floor of the smallest already reaches ``limit``)."""
     gpn = cluster.gpus_per_node
     price = {pool: cluster.node_price(pool) for pool in POOLS}
     cap = {pool: cluster.pool(pool).host_mem_gb for pool in POOLS}
@@ -488,11 +484,8 @@ def _search_group(cluster: Cluster, members: list[Job], hosted: frozenset[int], 
                 - hosted_rate)
 
     if t_min > t_max or floor(r_min, t_min) >= limit:
-        return _SKIPPED
+        return None, False
     train_pins: dict[int, list] = {}
-    sw = cluster.switch_cost
-    switch = [(sw.seconds(j.model, ROLLOUT), sw.seconds(j.model, TRAIN)) for j in members]
-    colo_phases = {i: [sum(colocation.phase_time(members[i], pool, cluster)) for pool in POOLS] for i in hosted}
     sizes = sorted(((r * price[ROLLOUT] + t * price[TRAIN], t, r) for r in range(r_min, r_max + 1)
                     for t in range(t_min, t_max + 1)))
     best: Fit | None = None
@@ -512,13 +505,8 @@ def _search_group(cluster: Cluster, members: list[Job], hosted: frozenset[int], 
                 profiles = []
                 for i, j in enumerate(members):
                     t_nodes = tuple(f"T{x}" for x in train[i])
-                    if i in hosted:
-                        profiles.append(MemberProfile(j.job_id, *colo_phases[i], t_nodes, t_nodes, 0.0, 0.0,
-                                                      j.staleness, j.t_solo))
-                    else:
-                        profiles.append(MemberProfile(j.job_id, j.t_roll_s, j.t_train_s,
-                                                      tuple(f"R{x}" for x in roll[i]), t_nodes,
-                                                      switch[i][0], switch[i][1], j.staleness))
+                    r_nodes = t_nodes if i in hosted else tuple(f"R{x}" for x in roll[i])
+                    profiles.append(member_profile(cluster, Member(j, r_nodes, t_nodes, i in hosted)))
                 if hosted and _gang_over_hosted(profiles):
                     continue
                 a = _meets_slo(profiles, members, counter)  # steady state; every start only if worth keeping
@@ -540,9 +528,9 @@ def _search_group(cluster: Cluster, members: list[Job], hosted: frozenset[int], 
                 fit = Fit(value, r, t, tuple((roll.get(i, ()), train[i]) for i in range(len(members))),
                           hosted=tuple(sorted(hosted)))
                 if not by_waste:
-                    return fit  # the first feasible pinning at the cheapest size
+                    return fit, True  # the first feasible pinning at the cheapest size
                 best = fit
-    return best
+    return best, True
 
 
 def _meets_slo(profiles: list[MemberProfile], jobs: list[Job], counter: SearchCounter,
@@ -647,7 +635,7 @@ def placements_of(cluster: Cluster, ordered: list[Job], blocks: list[tuple[int, 
         for position, (job, local) in enumerate(zip(members, fit.pins)):
             if position in fit.hosted:  # its nodes were minted by the members admitted before it
                 ids_t = tuple(names[TRAIN][x] for x in local[1])
-                out.append((job, Placement(group_id, ids_t, ids_t, colocated=True)))
+                out.append((job, Placement.hosted_in(group_id, ids_t)))
                 continue
             ids: dict[str, tuple[str, ...]] = {}
             new: dict[str, tuple[str, ...]] = {}

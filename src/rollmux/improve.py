@@ -220,7 +220,7 @@ def materialize(state: PlanState, group: Group) -> str:
         roll = tuple(names[n] for n in m.rollout_nodes)
         train = tuple(names[n] for n in m.train_nodes)
         if m.hosted:  # never first: its nodes are the group's already
-            gid = state.apply(m.job, Placement(gid, train, train, colocated=True))
+            gid = state.apply(m.job, Placement.hosted_in(gid, train))
             continue
         new_r = tuple(names[n] for n in group.rollout_nodes) if i == 0 else ()
         new_t = tuple(names[n] for n in group.train_nodes) if i == 0 else ()

@@ -38,6 +38,27 @@ class Placement:
         """A new co-located group on fresh training nodes: both phases run there."""
         return cls(None, train_nodes, train_nodes, (), train_nodes, colocated=True)
 
+    @classmethod
+    def hosted_in(cls, group_id: str, train_nodes: tuple[str, ...]) -> "Placement":
+        """Hosting in group ``group_id``: both phases on these of its training nodes (no new node)."""
+        return cls(group_id, train_nodes, train_nodes, colocated=True)
+
+
+def member_profile(cluster: Cluster, member: Member, colocated: bool = False) -> MemberProfile:
+    """The member as the analysis sees it; a co-located member's phases are
+    ``rollmux.colocation``'s, each with its switch inside (its nodes only ever run it).
+    A hosted member (``Member.hosted``) takes the same times, with every phase paying
+    its switch, and keeps its disaggregated solo iteration as its SLO basis. The planner's
+    plans and the exact solver's candidates are profiled here alike."""
+    job = member.job
+    if colocated or member.hosted:
+        (roll, sw_r), (train, sw_t) = (colocation.phase_time(job, p, cluster) for p in POOLS)
+        return MemberProfile(job.job_id, roll + sw_r, train + sw_t, member.rollout_nodes, member.train_nodes,
+                             0.0, 0.0, job.staleness, job.t_solo if member.hosted else None)
+    sw = cluster.switch_cost
+    return MemberProfile(job.job_id, job.t_roll_s, job.t_train_s, member.rollout_nodes, member.train_nodes,
+                         sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN), job.staleness)
+
 
 @dataclass(slots=True, frozen=True)
 class Release:
@@ -188,18 +209,8 @@ class PlanState:
 
     # --- queries ------------------------------------------------------------------
     def profile(self, member: Member, colocated: bool = False) -> MemberProfile:
-        """The member as the analysis sees it; a co-located member's phases are
-        ``rollmux.colocation``'s, each with its switch inside (its nodes only ever run it).
-        A hosted member (``Member.hosted``) takes the same times, with every phase paying
-        its switch, and keeps its disaggregated solo iteration as its SLO basis."""
-        job = member.job
-        if colocated or member.hosted:
-            (roll, sw_r), (train, sw_t) = (colocation.phase_time(job, p, self.cluster) for p in POOLS)
-            return MemberProfile(job.job_id, roll + sw_r, train + sw_t, member.rollout_nodes, member.train_nodes,
-                                 0.0, 0.0, job.staleness, job.t_solo if member.hosted else None)
-        sw = self.cluster.switch_cost
-        return MemberProfile(job.job_id, job.t_roll_s, job.t_train_s, member.rollout_nodes, member.train_nodes,
-                             sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN), job.staleness)
+        """``member_profile`` on this plan's cluster."""
+        return member_profile(self.cluster, member, colocated)
 
     def analysis(self, group_id: str) -> GroupAnalysis:
         cached = self._analysis.get(group_id)

@@ -606,7 +606,7 @@ class Planner:
         share = state.view(gid).share
         x = colocation.iteration_s(job, state.cluster) / (job.slo * job.t_solo)
         for train in choices:
-            placement = Placement(gid, train, train, colocated=True)
+            placement = Placement.hosted_in(gid, train)
             node, top = max(((n, share.get(n, 0.0)) for n in train), key=lambda kv: kv[1])
             if top + x > 1.0 + SLO_EPS:
                 if rejected is not None:
