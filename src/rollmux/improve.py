@@ -30,9 +30,9 @@ budget, so it searches only for plans cheaper than K.
 
 Limits. Groups keep their admission order by arrival (that of the exact solver);
 co-located groups are left alone unless the space has co-location, and groups that host
-a member (``Member.hosted``) unless it has hosting. The exact solver plans with one host-memory size per
-pool, so a pool listing nodes of different memories is not improved (``Improvement.skipped``
-says so); in a bounded pool a move must also fit the nodes K frees plus the free ones.
+a member (``Member.hosted``) unless it has hosting (``_in_space``). The exact solver plans
+with one host-memory size per pool, so a pool listing nodes of different memories is not
+improved (``Improvement.skipped`` says so); in a bounded pool a move must also fit the nodes K frees plus the free ones.
 
 Online (``plan_regroup``, the simulator's ``rollmux-regroup``): the same move for a
 group that just lost a job and one other group, while their jobs run, with each moved
@@ -119,8 +119,7 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
     solves = 0
     while True:
         move = None
-        groups = [g for g in state.groups.values()
-                  if (space.colocation or not g.colocated) and (space.hosting or not g.hosts)]
+        groups = [g for g in state.groups.values() if _in_space(g, space)]
         for k in range(2, max_groups + 1):
             combos = (c for c in combinations(groups, k) if tuple(g.group_id for g in c) not in tried)
             for combo, jobs, cost in _ranked(state, combos, max_jobs, space):
@@ -162,6 +161,12 @@ def _ranked(state: PlanState, combos, max_jobs: int, space: Space = PAPER_SPACE,
             out.append((gap, combo, jobs, value))
     out.sort(key=lambda c: -c[0])
     return [c[1:] for c in out]
+
+
+def _in_space(group: Group, space: Space) -> bool:
+    """Whether the exact solves of ``space`` may re-solve ``group``: a co-located group only
+    with co-location in it, a group that hosts a member only with hosting."""
+    return (space.colocation or not group.colocated) and (space.hosting or not group.hosts)
 
 
 def _unsupported(cluster: Cluster) -> str:
@@ -278,11 +283,10 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     if _unsupported(state.cluster) or any(state.bounded(p) for p in POOLS):
         return None
     group = state.groups[group_id]
-    if ((group.colocated and not space.colocation) or (group.hosts and not space.hosting)
-            or any(progress(m.job.job_id) is None for m in group.members)):
+    if not _in_space(group, space) or any(progress(m.job.job_id) is None for m in group.members):
         return None
-    others = [h for h in state.groups.values() if h is not group and (space.colocation or not h.colocated)
-              and (space.hosting or not h.hosts) and all(progress(m.job.job_id) is not None for m in h.members)]
+    others = [h for h in state.groups.values() if h is not group and _in_space(h, space)
+              and all(progress(m.job.job_id) is not None for m in h.members)]
     ranked = _ranked(state, ((group, h) for h in sorted(others, key=lambda h: h.group_id)), max_jobs, space,
                      objective)
     best: RegroupPlan | None = None

@@ -48,18 +48,20 @@ def start_ray(start: Callable[[], T], *, attempts: int = 3, wait_s: float = 1.0)
     """``start()``, retried after a start-up timeout; see the module contract."""
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
-    for attempt in Retrying(stop=stop_after_attempt(attempts), wait=wait_fixed(wait_s),
-                            retry=retry_if_exception(is_start_timeout), reraise=True):
-        with attempt:
-            existing = _children()
-            try:
-                return start()
-            except Exception as err:
-                if is_start_timeout(err):
-                    _ray_shutdown()
-                    _reap(existing)
-                raise
-    raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
+
+    def attempt() -> T:
+        existing = _children()
+        try:
+            return start()
+        except Exception as err:
+            if is_start_timeout(err):
+                _ray_shutdown()
+                _reap(existing)
+            raise
+
+    retrying = Retrying(stop=stop_after_attempt(attempts), wait=wait_fixed(wait_s),
+                        retry=retry_if_exception(is_start_timeout), reraise=True)
+    return retrying(attempt)
 
 
 def _ray_shutdown() -> None:
