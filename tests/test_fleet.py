@@ -163,10 +163,14 @@ def test_a_legacy_fleet_translates_every_job_to_itself():
 
 # --- the planner ------------------------------------------------------------------------
 def _unprefixed(placement):
-    """A fleet placement with its view's prefix taken off every id."""
+    """A fleet placement in a two-pool plan's ids: its view's prefix taken off the group id
+    and the new nodes' local ids, and the physical nodes of pools ``rollout`` and ``train``
+    (``rollout-3``) named as the plan names them (``R3``): both issue ids in order."""
     if placement is None:
         return None
-    strip = (lambda ids: tuple(i.split(":", 1)[1] for i in ids))
+    letter = {"rollout": "R", "train": "T"}
+    strip = (lambda ids: tuple(i.split(":", 1)[1] if ":" in i else letter[i.split("-")[0]] + i.split("-")[1]
+                               for i in ids))
     return dataclasses.replace(placement, group_id=placement.group_id and placement.group_id.split(":", 1)[1],
                                rollout_nodes=strip(placement.rollout_nodes), train_nodes=strip(placement.train_nodes),
                                new_rollout=strip(placement.new_rollout), new_train=strip(placement.new_train))

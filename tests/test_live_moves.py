@@ -36,7 +36,7 @@ ROLLMUX = str(Path(sys.executable).with_name("rollmux"))
 
 def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
                  policy: str = "rollmux-consolidate", restore_every: int = 0,
-                 fault: str = "") -> tuple[list, list]:
+                 fault: str = "", profiles=None) -> tuple[list, list]:
     """Run ``jobs`` through a ControlPlane in virtual time: arrivals at their times, each
     granted phase released after its worst-case time (plus the grant's switch cost),
     each move acknowledged ``migration_s`` after it was decided. With ``restore_every``
@@ -44,9 +44,10 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
     JSON) after every k-th step, as a restarted service would be. ``fault``: "cancel"
     cancels the second member (the only one, when alone) of the first regrouping as soon
     as it is decided; "fail"
-    makes the first move's acknowledgement report a failure. Returns the phases
+    makes the first move's acknowledgement report a failure. ``cluster`` may be a fleet
+    (with its ``profiles``). Returns the phases
     (job, pool, group, nodes, start) and the moves (job, from, to, time)."""
-    cp = ControlPlane(cluster, policy=policy, migration_s=migration_s)
+    cp = ControlPlane(cluster, policy=policy, migration_s=migration_s, profiles=profiles)
     ended: list[dict] = []
     steps = 0
     faults: list[str] = []
@@ -66,8 +67,9 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
         for e in changes.events:
             if e["kind"] == "grant":
                 group = cp.plan.groups[e["group_id"]]  # co-located: both phases on training nodes
-                on_train = group.colocated or group.member(e["job_id"]).hosted
-                body, overhead = worst_phase(by_id[e["job_id"]], e["pool"], cluster, on_train)
+                member = group.member(e["job_id"])  # as pinned: on a fleet, its times on the group's types
+                on_train = group.colocated or member.hosted
+                body, overhead = worst_phase(member.job, e["pool"], cp.cluster, on_train)
                 phases.append((e["job_id"], e["pool"], e["group_id"], tuple(e["nodes"]), e["at"]))
                 push(e["at"] + e["detail"]["switch_s"] + overhead + body, 0, (e["job_id"], e["pool"], e["seq"]))
             elif e["kind"] == "move":

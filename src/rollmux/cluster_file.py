@@ -169,7 +169,7 @@ def load_cluster(path: str | Path | None) -> Cluster:
     return cluster_from_dict(read_mapping(path, "cluster"))
 
 
-def _switch_to_value(switch: SwitchCost) -> str | float | dict[str, float]:
+def switch_to_value(switch: SwitchCost) -> str | float | dict[str, float]:
     if switch.mode != "fixed":
         return switch.mode
     if switch.rollout_s == switch.train_s:
@@ -186,6 +186,6 @@ def cluster_to_dict(cluster: Cluster) -> dict:
                 "host_mem_gb": spec.host_mem_gb, "nodes": nodes}
 
     return {"gpus_per_node": cluster.gpus_per_node, ROLLOUT: pool(cluster.rollout),
-            TRAIN: pool(cluster.train), "switch_cost_s": _switch_to_value(cluster.switch_cost),
+            TRAIN: pool(cluster.train), "switch_cost_s": switch_to_value(cluster.switch_cost),
             "max_group_size": cluster.max_group_size,
             **({"pricing": cluster.pricing} if cluster.pricing != _DEFAULT.pricing else {})}

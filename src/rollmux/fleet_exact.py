@@ -31,7 +31,7 @@ from rollmux.exact import (DEFAULT_MAX_JOBS, ExactLimitError, ExactStats, Fit, S
                            placements_of)
 from rollmux.fleet import Fleet, Profiles, speed_factor, translate
 from rollmux.fleet_planner import FleetState
-from rollmux.improve import Improvement, Regroup, materialize, starts_in_time
+from rollmux.improve import Improvement, Regroup, starts_in_time
 from rollmux.model import Job
 from rollmux.planner import PAPER_SPACE, Space
 
@@ -151,7 +151,7 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
         after = []
         for name, (_, sub) in solution.state.views.items():
             for g in sub.groups.values():
-                gid = materialize(state.views[name][1], g)
+                gid = state.materialize(name, g)
                 for m in g.members:
                     state.originals[m.job.job_id] = solution.state.originals[m.job.job_id]
                     state.job_view[m.job.job_id] = name

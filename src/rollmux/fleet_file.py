@@ -16,6 +16,9 @@ Contract
 * Types are strict; an unknown key, a wrong type or a value outside its contract
   raises SpecError naming the dotted field path (``pools[2].tb_per_s``), the value and
   what was expected. The result has passed ``Fleet.validate()``.
+* ``fleet_to_dict`` is the inverse of ``fleet_from_dict`` for a fleet (every figure
+  written out), and ``profiles_to_rows`` / ``profiles_from_rows`` carry a profile table as
+  JSON rows: how ``rollmux serve`` keeps a fleet in its state file.
 """
 from __future__ import annotations
 
@@ -24,9 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from rollmux.cluster_file import cluster_from_dict, read_mapping, switch_from_value
+from rollmux.cluster_file import cluster_from_dict, read_mapping, switch_from_value, switch_to_value
 from rollmux.errors import SpecError
-from rollmux.fleet import ROLES, Fleet, FleetPool, fleet_of
+from rollmux.fleet import ROLES, Fleet, FleetPool, Profiles, fleet_of
 from rollmux.model import GPU_TYPES
 
 _DEFAULT = Fleet(())
@@ -109,3 +112,23 @@ def fleet_from_dict(data: dict) -> Fleet:
 def load_fleet(path: str | Path | None) -> Fleet:
     """Read a fleet or cluster YAML file (None: the default two-pool cluster)."""
     return fleet_from_dict({} if path is None else read_mapping(path, "fleet or cluster"))
+
+
+def fleet_to_dict(fleet: Fleet) -> dict:
+    """The fleet as plain data in the fleet file's shape (JSON- and YAML-ready)."""
+    return {"pools": [{"gpu": p.gpu, "name": p.name, "price_per_gpu_hour": p.price_per_gpu_hour, "tflops": p.tflops,
+                       "tb_per_s": p.tb_per_s, "host_mem_gb": p.host_mem_gb, "nodes": p.nodes, "roles": list(p.roles)}
+                      for p in fleet.pools],
+            "reference": {"rollout": fleet.reference[0], "train": fleet.reference[1]},
+            "gpus_per_node": fleet.gpus_per_node, "switch_cost_s": switch_to_value(fleet.switch_cost),
+            "max_group_size": fleet.max_group_size}
+
+
+def profiles_to_rows(profiles: Profiles) -> list[list]:
+    """A profile table as JSON rows ``[job_id, gpu, t_roll_s or None, t_train_s or None]``."""
+    return [[job, gpu, roll, train] for (job, gpu), (roll, train) in sorted(profiles.table.items())]
+
+
+def profiles_from_rows(rows: list[list]) -> Profiles:
+    """The inverse of ``profiles_to_rows``."""
+    return Profiles({(job, gpu): (roll, train) for job, gpu, roll, train in rows})

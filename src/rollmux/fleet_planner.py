@@ -62,6 +62,8 @@ from typing import Callable
 from rollmux import colocation
 from rollmux.fleet import Fleet, Profiles, View, speed_factor, translate
 from rollmux.model import ROLLOUT, TRAIN, Group, Job, Member
+from rollmux.errors import PlacementError
+from rollmux.improve import materialize
 from rollmux.intra import GroupAnalysis, analyze
 from rollmux.plan_state import Placement, PlanState, Release
 from rollmux.planner import COLOCATE, OUTCOME, PAPER_SPACE, SLO_EPS, Decision, Planner, Space
@@ -92,6 +94,11 @@ class FleetDecision:
     reason: str = ""
 
     @property
+    def placement(self) -> Placement | None:
+        """The chosen view's placement (its ids name the view), or None."""
+        return self.decision.placement if self.decision is not None else None
+
+    @property
     def outcome(self) -> str:
         if self.decision is not None and self.decision.placement is not None:
             return self.decision.outcome
@@ -109,14 +116,23 @@ class FleetDecision:
 
 @dataclass(slots=True)
 class FleetState:
-    """The plan on a fleet: one ``PlanState`` per view (ids prefixed ``<view>:``), the
-    original jobs and where they are.
+    """The plan on a fleet: one ``PlanState`` per view (group ids prefixed ``<view>:``),
+    the fleet's physical nodes, the original jobs and where they are.
 
-    It also reads like one ``PlanState`` to the simulator (``rollmux.sim.engine``):
-    ``groups`` and ``job_group`` span every view (live), ``apply`` takes a placement whose
-    ids name its view, ``release``, ``analysis``, ``cost_per_hour`` and ``gpus_in_use``
-    (per role) are the views' together. Group members hold the translated jobs, so a
-    phase takes its time on the group's types.
+    It also reads like one ``PlanState`` to the simulator (``rollmux.sim.engine``) and to
+    the live control plane (``rollmux.runtime.control``): ``groups`` and ``job_group``
+    span every view (live), ``apply`` takes a placement whose ids name its view,
+    ``release``, ``analysis``, ``cost_per_hour`` and ``gpus_in_use`` (per role) are the
+    views' together; ``pool_of``, ``bounded``, ``free_count``, ``withhold``, ``reinstate``,
+    ``inventory`` and ``restore`` speak of the fleet's pools by name. Group members hold
+    the translated jobs, so a phase takes its time on the group's types.
+
+    Nodes are physical: a view's planner names the nodes it adds by its own local ids
+    (``<view>:R0``), and ``apply`` gives each of them a node of the fleet pool on that
+    side, ``<pool>-<i>``: the lowest free one of a bounded pool (shared by every view
+    that uses it, a diagonal view's two sides included), a fresh one of an unbounded
+    pool. So a node id names one machine whatever view holds it, and two views never
+    hold the same node.
     """
 
     fleet: Fleet
@@ -127,12 +143,45 @@ class FleetState:
     job_view: dict[str, str] = field(default_factory=dict)
     groups: ChainMap = field(init=False)
     job_group: ChainMap = field(init=False)
+    _free: dict[str, list[str]] = field(default_factory=dict)  # bounded pool -> its free nodes, in index order
+    _minted: dict[str, int] = field(default_factory=dict)  # pool -> node ids issued so far
+    _node_pool: dict[str, str] = field(default_factory=dict)  # node id -> its pool
+    _local: dict[str, str] = field(default_factory=dict)  # a view's local node id -> the node it became
 
     def __post_init__(self) -> None:
         self.views = {v.name: (v, PlanState(v.cluster, prefix=f"{v.name}:")) for v in self.fleet.views()
                       if not self.only or v.name in self.only}
         self.groups = ChainMap(*(state.groups for _, state in self.views.values()))
         self.job_group = ChainMap(*(state.job_group for _, state in self.views.values()))
+        for pool in self.fleet.pools:
+            self._minted[pool.name] = 0
+            if pool.nodes is not None:
+                self._free[pool.name] = [self._mint(pool.name) for _ in range(pool.nodes)]
+
+    def _mint(self, pool: str) -> str:
+        node = f"{pool}-{self._minted[pool]}"
+        self._minted[pool] += 1
+        self._node_pool[node] = pool
+        return node
+
+    def _adopt(self, view: str, group_id: str) -> None:
+        """Give every node of group ``group_id`` that still has a local id of ``view`` a
+        physical node of the fleet pool on its side (class docstring). A later placement
+        of the same plan may name such a node by its local id (the exact solver places a
+        group member by member): ``apply`` reads it through ``_local``."""
+        v, state = self.views[view]
+        group = state.groups[group_id]
+        physical: dict[str, str] = {}
+        for side, nodes in ((ROLLOUT, group.rollout_nodes), (TRAIN, group.train_nodes)):
+            pool = v.pool_of(side).name
+            for i, node in enumerate(nodes):
+                if node not in self._node_pool:
+                    physical[node] = self._free[pool].pop(0) if pool in self._free else self._mint(pool)
+                    nodes[i] = self._local[node] = physical[node]
+        if physical:
+            rename = lambda ids: tuple(physical.get(n, n) for n in ids)  # noqa: E731
+            group.members = [replace(m, rollout_nodes=rename(m.rollout_nodes), train_nodes=rename(m.train_nodes))
+                             for m in group.members]
 
     def sigma(self, group: Group) -> float:
         """sigma(G) of the module docstring."""
@@ -173,9 +222,69 @@ class FleetState:
         return tuple(p.name for p in self.fleet.pools if p.nodes is not None)
 
     def free_nodes(self, pool: str) -> int | None:
-        """Nodes of fleet pool ``pool`` no group holds (None: unbounded)."""
-        bound = self.fleet.pool(pool).nodes
-        return None if bound is None else bound - self.nodes_in_use(pool)
+        """Nodes of fleet pool ``pool`` that no group holds and none is withheld (None: unbounded)."""
+        return len(self._free[pool]) if pool in self._free else None
+
+    # --- the fleet's nodes, as ``PlanState`` speaks of a pool's ---------------------------
+    def bounded(self, pool: str) -> bool:
+        return pool in self._free
+
+    def free_count(self, pool: str) -> int | None:
+        return self.free_nodes(pool)
+
+    def pool_of(self, node: str) -> str | None:
+        """The fleet pool of a node this plan has issued, or None."""
+        return self._node_pool.get(node)
+
+    def withhold(self, pool: str, node: str) -> bool:
+        """Take a free node of a bounded pool out of service (drain); False if not free."""
+        free = self._free.get(pool)
+        if free is None or node not in free:
+            return False
+        free.remove(node)
+        return True
+
+    def reinstate(self, pool: str, node: str) -> None:
+        """Give a withheld node of a bounded pool back to its free nodes."""
+        if node not in self._free[pool]:
+            self._give_back(pool, [node])
+
+    def _give_back(self, pool: str, nodes: list[str]) -> None:
+        if pool in self._free:
+            self._free[pool].extend(nodes)
+            self._free[pool].sort(key=lambda n: int(n.rsplit("-", 1)[1]))
+
+    def inventory(self) -> dict:
+        """What ``restore`` needs besides the groups: each bounded pool's free nodes, the
+        ids issued per pool, each view's next group id."""
+        return {"free": {p: list(f) for p, f in self._free.items()}, "minted": dict(self._minted),
+                "next_group": {name: state.inventory()["next_group"] for name, (_, state) in self.views.items()}}
+
+    def restore(self, groups: list[Group], inventory: dict) -> None:
+        """Rebuild a saved plan into this (empty) state: the inverse of ``groups`` +
+        ``inventory()``. The groups' members hold the original jobs (as the live service
+        keeps them); each is translated to its group's view here."""
+        if self.originals:
+            raise PlacementError("restore needs an empty fleet state")
+        by_view: dict[str, list[Group]] = {name: [] for name in self.views}
+        for group in groups:
+            name = group.group_id.split(":", 1)[0]
+            view = self.views[name][0]
+            for m in group.members:
+                self.originals[m.job.job_id] = m.job
+                self.job_view[m.job.job_id] = name
+            members = [replace(m, job=translate(self.fleet, self.profiles, m.job, view, strict=False))
+                       for m in group.members]
+            by_view[name].append(Group(group.group_id, list(group.rollout_nodes), list(group.train_nodes), members,
+                                       group.colocated))
+        self._minted = dict(inventory["minted"])
+        for pool, count in self._minted.items():
+            for i in range(count):
+                self._node_pool[f"{pool}-{i}"] = pool
+        self._free = {p: list(f) for p, f in inventory["free"].items()}
+        for name, (_, state) in self.views.items():
+            minted = {side: 0 for side in (ROLLOUT, TRAIN)}  # a view's own ids are never kept: it mints afresh
+            state.restore(by_view[name], {"free": {}, "minted": minted, "next_group": inventory["next_group"][name]})
 
     def gpus_in_use(self, side: str) -> int:
         """GPUs held in the ``side`` role (rollout or train), over every view."""
@@ -194,16 +303,30 @@ class FleetState:
         its ids name, as that view's translation; returns its group id."""
         name = self.view_of(placement)
         view, state = self.views[name]
+        if self._local:  # a placement that names nodes an earlier one added by their local ids
+            local = lambda ids: tuple(self._local.get(n, n) for n in ids)  # noqa: E731
+            placement = replace(placement, rollout_nodes=local(placement.rollout_nodes),
+                                train_nodes=local(placement.train_nodes))
         gid = state.apply(translate(self.fleet, self.profiles, job, view, strict=False), placement)
+        self._adopt(name, gid)
         self.originals[job.job_id] = job
         self.job_view[job.job_id] = name
         return gid
 
+    def materialize(self, view: str, group: Group) -> str:
+        """``improve.materialize`` of an exact solver's group into ``view``, on physical nodes."""
+        gid = materialize(self.views[view][1], group)
+        self._adopt(view, gid)
+        return gid
+
     def release(self, job_id: str) -> Release:
-        """Unpin a departing job from its view."""
+        """Unpin a departing job from its view; its bounded pools get back the nodes it freed."""
         view = self.job_view.pop(job_id)
         del self.originals[job_id]
-        return self.views[view][1].release(job_id)
+        out = self.views[view][1].release(job_id)
+        for node in out.released_nodes:
+            self._give_back(self._node_pool[node], [node])
+        return out
 
 
 class FleetPlanner:

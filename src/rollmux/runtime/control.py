@@ -83,12 +83,16 @@ from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
 from rollmux.colocation import worst_phase
 from rollmux.errors import RollMuxError
 from rollmux.execution import Grant, GroupExecutor
+from rollmux.fleet import Fleet, Profiles
+from rollmux.fleet_file import fleet_from_dict, fleet_to_dict, profiles_from_rows, profiles_to_rows
+from rollmux.fleet_planner import FleetDecision, FleetPlanner, FleetState
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec
 from rollmux.improve import materialize
 from rollmux.model import model_size_column
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
 from rollmux.policies import make_policy
+from rollmux.policies.fleet import FleetRollMux
 from rollmux.runtime.store import Changes, hash_token
 
 WAITING, PLACED, DONE, CANCELLED, EXPIRED = "waiting", "placed", "done", "cancelled", "expired"
@@ -98,6 +102,7 @@ SNAPSHOT_VERSION = 3
 EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the rest in the planner's order
 LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "rollmux-full", "rollmux-full-regroup",
                  "rollmux-host", "rollmux-host-regroup")
+FLEET_LIVE_POLICIES = ("rollmux",)  # on a fleet of several GPU types (rollmux.fleet_planner)
 #: A released phase longer than its profile by more than this share is flagged: the planner's
 #: SLO guarantees rest on worst-case profiles, so such a job's group may miss them.
 PROFILE_TOLERANCE = 0.10
@@ -254,13 +259,30 @@ class JobRecord:
 class ControlPlane:
     """Jobs, plan and executors of the live service (see the module docstring)."""
 
-    def __init__(self, cluster: Cluster, planner: Planner | None = None, policy: str = "rollmux",
-                 migration_s: float = 300.0, tail_threshold: float = 0.8) -> None:
+    def __init__(self, cluster: Cluster | Fleet, planner: Planner | FleetPlanner | None = None,
+                 policy: str = "rollmux", migration_s: float = 300.0, tail_threshold: float = 0.8,
+                 profiles: Profiles | None = None) -> None:
+        """``cluster``: a two-pool ``Cluster``, or a ``Fleet`` of GPU types (with its
+        measured ``profiles``): then each job's pair of types and group come from the
+        fleet planner, nodes are the fleet's (``FleetState``), the plane runs the policies
+        in ``FLEET_LIVE_POLICIES`` and the fleet is fixed while it runs (``reconcile``)."""
         cluster.validate()
-        if policy not in LIVE_POLICIES:
-            raise ValueError(f"policy={policy!r}: the live service runs {', '.join(LIVE_POLICIES)}")
-        self.cluster = cluster
-        self.policy = make_policy(policy)
+        self.fleet = cluster if isinstance(cluster, Fleet) else None
+        self.profiles = profiles if profiles is not None else Profiles()
+        if self.fleet is not None:
+            if policy not in FLEET_LIVE_POLICIES:
+                raise ValueError(f"policy={policy!r}: on a fleet of GPU types the live service runs "
+                                 f"{', '.join(FLEET_LIVE_POLICIES)}")
+            self.policy = FleetRollMux(self.fleet, self.profiles)
+            # the knobs every view shares (GPUs per node, switch cost, group size): read, never pooled
+            self.cluster = self.fleet.views()[0].cluster
+        else:
+            if policy not in LIVE_POLICIES:
+                raise ValueError(f"policy={policy!r}: the live service runs {', '.join(LIVE_POLICIES)}")
+            if profiles is not None:
+                raise ValueError("profiles: per-type phase profiles apply to a fleet, not a two-pool cluster")
+            self.cluster = cluster
+            self.policy = make_policy(policy)
         if planner is not None:
             self.policy.planner = planner
         self.planner = self.policy.planner
@@ -273,7 +295,7 @@ class ControlPlane:
         self.tail_threshold = tail_threshold
         self.move_s: dict[str, float] = {}  # model size column -> largest measured move (s)
         self.offer: set[str] = set()
-        self.plan = PlanState(cluster)
+        self.plan = FleetState(self.fleet, self.profiles) if self.fleet is not None else PlanState(cluster)
         self.executors: dict[str, GroupExecutor] = {}
         self.jobs: dict[str, JobRecord] = {}
         self.waiting: list[str] = []
@@ -428,6 +450,9 @@ class ControlPlane:
         group = self.plan.groups.get(rec.group_id)
         member = group.member(rec.job_id) if group is not None else None
         on_train = member is not None and (group.colocated or member.hosted)
+        if self.fleet is not None and member is not None:  # its times on its group's GPU types
+            return sum(worst_phase(member.job, phase, self.plan.views[self.plan.job_view[rec.job_id]][0].cluster,
+                                   on_train))
         return sum(worst_phase(rec.job, phase, self.cluster, on_train))
 
     def _count_release(self, rec: JobRecord, phase: str, grant_seq: int, duration_s: float, now: float) -> None:
@@ -615,6 +640,9 @@ class ControlPlane:
     def add_node(self, pool: str, node_id: str, host_mem_gb: float | None, now: float) -> list[str]:
         """Add a node to a bounded pool (a listed pool gets ``node_id``; a counted pool its
         next generated id, which must be ``node_id`` if given). Returns the jobs placed by it."""
+        if self.fleet is not None:
+            raise ControlError("pool", "a fleet of GPU types keeps the pools it started with: adding nodes live "
+                                       "is for a two-pool cluster")
         if pool not in POOLS:
             raise ControlError("pool", f"{pool!r} is not one of {POOLS}")
         spec = self.cluster.pool(pool)
@@ -652,6 +680,8 @@ class ControlPlane:
         ``{"added", "removed", "changed", "placed"}``.
         """
         cluster.validate()
+        if self.fleet is not None or isinstance(cluster, Fleet):
+            return self._reconcile_fleet(cluster)
         old = self.cluster
         if cluster.gpus_per_node != old.gpus_per_node:
             raise ClusterConflict("gpus_per_node", f"{cluster.gpus_per_node}: this state file's cluster has "
@@ -702,6 +732,32 @@ class ControlPlane:
         placed = self._retry_waiting(now) if (added or changed) else []
         return {"added": added, "removed": removed, "changed": changed, "placed": placed}
 
+    def _reconcile_fleet(self, target: Cluster | Fleet) -> dict:
+        """A fleet is fixed while the service keeps its state: the same fleet changes
+        nothing; anything else is a ``ClusterConflict``."""
+        if self.fleet is None or not isinstance(target, Fleet):
+            have, got = ("a two-pool cluster", "a fleet") if self.fleet is None else ("a fleet", "a two-pool cluster")
+            raise ClusterConflict("cluster", f"this state file holds {have}; it cannot become {got}")
+        if target != self.fleet:
+            raise ClusterConflict("pools", "this state file's fleet differs from the file given; a fleet is fixed "
+                                           "while the service keeps its state (start a new state file to change it)")
+        return {"added": [], "removed": [], "changed": [], "placed": []}
+
+    def pool_nodes(self) -> dict[str, int | None]:
+        """Each pool's node count (None: unbounded), by name: ``rollout`` and ``train`` on a
+        two-pool cluster, the fleet's pool names on a fleet."""
+        if self.fleet is not None:
+            return {p.name: p.nodes for p in self.fleet.pools}
+        return {p: self.cluster.pool(p).nodes for p in POOLS}
+
+    def role_nodes(self, role: str) -> int | None:
+        """The most nodes one job's ``role`` (rollout or train) side can get: its pool's count,
+        on a fleet the largest pool that plays the role (None: some pool is unbounded)."""
+        if self.fleet is None:
+            return self.cluster.pool(role).nodes
+        counts = [p.nodes for p in self.fleet.pools if role in p.roles]
+        return None if None in counts else max(counts)
+
     # --- reads --------------------------------------------------------------------------
     def record(self, job_id: str) -> JobRecord:
         return self._record(job_id)
@@ -726,6 +782,7 @@ class ControlPlane:
             analysis = self.plan.analysis(gid)
             groups.append({
                 "group_id": gid,
+                **({"view": gid.split(":", 1)[0]} if self.fleet is not None else {}),
                 "rollout_nodes": list(group.rollout_nodes),
                 "train_nodes": list(group.train_nodes),
                 "members": [{"job_id": m.job.job_id, "rollout_nodes": list(m.rollout_nodes),
@@ -733,7 +790,7 @@ class ControlPlane:
                 "holders": ex.busy_nodes(),
                 "queues": {p: ex.queued(p) for p in POOLS},
                 "planned_slowdown": analysis.slowdown,
-                "cost_per_hour": group.cost_per_hour(self.cluster),
+                "cost_per_hour": self.plan.group_cost_per_hour(gid),
             })
         jobs = [{"job_id": r.job_id, "state": r.state, "tenant": r.tenant, "group_id": r.group_id,
                  "iterations_done": r.iterations_done, "iterations": r.job.iterations,
@@ -743,7 +800,7 @@ class ControlPlane:
                  "grant": asdict(r.grant) if r.grant else None, "reason": r.end_reason,
                  **({"grants": [asdict(g) for g in r.grants], "pipeline": r.pipeline()} if r.asynchronous else {})}
                 for r in self.jobs.values()]
-        nodes = {p: {"free": self.plan.free_count(p)} for p in POOLS}
+        nodes = {p: {"free": self.plan.free_count(p)} for p in self.pool_nodes()}
         return {"now": now, "groups": groups, "waiting": list(self.waiting), "jobs": jobs,
                 "drained": sorted(self.drained), "nodes": nodes, "cost_per_hour": self.plan.cost_per_hour()}
 
@@ -762,7 +819,7 @@ class ControlPlane:
         records. The caller persists it; its size follows the change, not the state."""
         changes = Changes(self._globals(), events=self._events,
                           ended=[_record_to_dict(r) for r in self._ended],
-                          cluster=cluster_to_dict(self.cluster) if self._cluster_dirty else None)
+                          cluster=self._topology() if self._cluster_dirty else None)
         for job_id in self._dirty_jobs:
             rec = self.jobs.get(job_id)
             if rec is not None and rec.live:
@@ -782,9 +839,16 @@ class ControlPlane:
     def snapshot(self) -> dict:
         """The whole state as JSON-ready data, in the shape ``Store.load`` returns;
         ``ControlPlane.restore`` inverts it."""
-        return {"cluster": cluster_to_dict(self.cluster), "globals": self._globals(),
+        return {"cluster": self._topology(), "globals": self._globals(),
                 "jobs": {r.job_id: _record_to_dict(r) for r in self.jobs.values() if r.live},
                 "groups": {gid: self._group_row(gid) for gid in self.plan.groups}}
+
+    def _topology(self) -> dict:
+        """The cluster as the state file keeps it: a cluster file's mapping, or on a fleet
+        ``{"fleet": <fleet file's mapping>, "profiles": <rows>}``."""
+        if self.fleet is not None:
+            return {"fleet": fleet_to_dict(self.fleet), "profiles": profiles_to_rows(self.profiles)}
+        return cluster_to_dict(self.cluster)
 
     @classmethod
     def restore(cls, snap: dict, ended: list[dict] = (), planner: Planner | None = None, policy: str = "rollmux",
@@ -794,7 +858,12 @@ class ControlPlane:
         glob = snap["globals"]
         if glob.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"snapshot version={glob.get('version')!r}: expected {SNAPSHOT_VERSION}")
-        cp = cls(cluster_from_dict(snap["cluster"]), planner, policy, migration_s, tail_threshold)
+        topology = snap["cluster"]
+        if "fleet" in topology:
+            cp = cls(fleet_from_dict(topology["fleet"]), planner, policy, migration_s, tail_threshold,
+                     profiles_from_rows(topology["profiles"]))
+        else:
+            cp = cls(cluster_from_dict(topology), planner, policy, migration_s, tail_threshold)
         live = sorted(snap["jobs"].values(), key=lambda d: d["ord"])
         for d in [*ended, *live]:
             rec = _record_from_dict(d)
@@ -882,8 +951,9 @@ class ControlPlane:
             self.offer.update(j for j in self.plan.job_group if j != job.job_id)
         rec.state = PLACED
         rec.group_id = gid
-        rec.rollout_nodes = tuple(placement.rollout_nodes)
-        rec.train_nodes = tuple(placement.train_nodes)
+        member = self.plan.groups[gid].member(job.job_id)  # as pinned (on a fleet: the physical nodes)
+        rec.rollout_nodes = tuple(member.rollout_nodes)
+        rec.train_nodes = tuple(member.train_nodes)
         rec.iter_mark = now
         rec.ready_at = now
         rec.end_reason = ""
@@ -1183,7 +1253,10 @@ class ControlPlane:
                 self.plan.withhold(pool, node)
 
     def _jobs_on(self, node: str, pool: str) -> list[str]:
-        return [m.job.job_id for g in self.plan.groups.values() for m in g.members if node in m.nodes(pool)]
+        """Jobs pinned to ``node`` of ``pool`` (node ids are unique across pools: on a fleet a
+        pool's node may serve either side of a group)."""
+        return [m.job.job_id for g in self.plan.groups.values() for m in g.members
+                if node in m.rollout_nodes or node in m.train_nodes]
 
     def _pool_of(self, node: str) -> str:
         pool = self.plan.pool_of(node)
@@ -1196,7 +1269,7 @@ class ControlPlane:
         if self._clock is not None and now > self._clock:
             dt = now - self._clock
             for pool in POOLS:
-                self.provisioned_s[pool] += dt * self.plan.nodes_in_use(pool)
+                self.provisioned_s[pool] += dt * self.plan.gpus_in_use(pool) / self.cluster.gpus_per_node
         if self._clock is None or now > self._clock:
             self._clock = now
 
@@ -1224,14 +1297,19 @@ class ControlPlane:
             raise ControlError("phase", f"{phase!r} is not one of {POOLS}")
 
     def _never_fits_field(self, job: Job) -> str:
-        total = self.cluster.rollout.nodes
-        if total is not None and job.nodes(ROLLOUT, self.cluster.gpus_per_node) > total:
-            return "rollout_gpus"
-        return "train_gpus"
+        for role, name in ((ROLLOUT, "rollout_gpus"), (TRAIN, "train_gpus")):
+            total = self.role_nodes(role)
+            if total is not None and job.nodes(role, self.cluster.gpus_per_node) > total:
+                return name
+        return "slo" if self.fleet is not None else "train_gpus"  # on a fleet: no pair of types meets its SLO
 
 
 def _explain(decision) -> list[str]:
-    """The decision's candidates as text: the chosen one first, at most ``EXPLAIN_LINES``."""
+    """The decision's candidates as text: the chosen one first, at most ``EXPLAIN_LINES``.
+    On a fleet, each view's verdict first, then the chosen view's candidates."""
+    if isinstance(decision, FleetDecision):
+        views = [f"view {v.view}: {'chosen' if v.view == decision.view else v.reason}" for v in decision.verdicts]
+        return views + (_explain(decision.decision) if decision.decision is not None else [])
     cands = sorted(decision.candidates, key=lambda c: c.verdict != "chosen")
     lines = [c.describe() for c in cands[:EXPLAIN_LINES]]
     if len(cands) > EXPLAIN_LINES:

@@ -1,0 +1,159 @@
+"""``rollmux serve`` on a fleet of GPU types: the live control plane places each job on
+its pair of types through the fleet planner, phase for phase as ``rollmux fleet
+simulate`` does (through restores too), on physical nodes that no two views share, and
+keeps the fleet and its profiles in its state."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from rollmux.fleet import Profiles, load_profiles
+from rollmux.fleet_file import fleet_to_dict, load_fleet
+from rollmux.model import Cluster, Job
+from rollmux.policies.fleet import FleetRollMux
+from rollmux.runtime.control import (FLEET_LIVE_POLICIES, ClusterConflict, ControlError, ControlPlane, NeverFits)
+from rollmux.sim.engine import simulate
+from rollmux.traces.format import read_trace
+from test_live_moves import _live_replay
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fleet"
+
+
+def _example(bounds: dict[str, int] | None = None):
+    fleet = load_fleet(EXAMPLE / "three_types.yaml")
+    if bounds:
+        fleet = dataclasses.replace(fleet, pools=tuple(dataclasses.replace(p, nodes=bounds[p.name])
+                                                       for p in fleet.pools))
+    jobs = read_trace(EXAMPLE / "jobs.csv")
+    for j in jobs:  # a fixed length, as the live service runs a job
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    return fleet, load_profiles(EXAMPLE / "profiles.csv", fleet), jobs
+
+
+def _sim_phases(jobs, fleet, profiles) -> list:
+    r = simulate(jobs, fleet.views()[0].cluster, FleetRollMux(fleet, profiles), record_spans=True)
+    assert not r.rejected and (r.bounded or r.slo_attainment == 1.0)  # bounded: waiting counts end to end
+    return [(job, pool, gid, tuple(nodes), start) for gid, job, pool, nodes, start, *_ in r.spans]
+
+
+@pytest.mark.parametrize("bounds,every", [(None, 0), (None, 5), ({"H20": 6, "H800": 4, "H200": 3}, 0),
+                                          ({"H20": 2, "H800": 2, "H200": 2}, 7)])
+def test_a_live_fleet_is_the_fleet_simulators_phase_for_phase(bounds, every):
+    fleet, profiles, jobs = _example(bounds)
+    sim = _sim_phases(jobs, fleet, profiles)
+    live, moves = _live_replay(jobs, fleet, 300.0, "rollmux", restore_every=every, profiles=profiles)
+    assert moves == []
+    key = lambda p: (p[4], p[0], p[1])  # noqa: E731
+    assert sorted(live, key=key) == sorted(sim, key=key)
+    views = {gid.split(":", 1)[0] for _, _, gid, _, _ in live}
+    assert len(views) >= 2, "the trace must use several pairs of types"
+    nodes = {n for *_, ns, _ in live for n in ns}
+    assert all(n.rsplit("-", 1)[0] in {"H20", "H800", "H200"} for n in nodes), "physical node ids"
+    if bounds:  # a bounded pool's nodes are its own, whatever views use them
+        assert all(int(n.rsplit("-", 1)[1]) < bounds[n.rsplit("-", 1)[0]] for n in nodes)
+
+
+def test_no_node_is_held_by_two_groups_at_once_across_views():
+    fleet, profiles, jobs = _example({"H20": 3, "H800": 3, "H200": 2})
+    cp = ControlPlane(fleet, profiles=profiles)
+    for i, job in enumerate(jobs):
+        cp.submit(job, float(i), "0" * 64)
+        holders: dict[str, str] = {}
+        for gid, group in cp.plan.groups.items():
+            for node in [*group.rollout_nodes, *group.train_nodes]:
+                assert holders.setdefault(node, gid) == gid, f"{node} in {holders[node]} and {gid}"
+        for pool in fleet.pools:
+            assert cp.plan.nodes_in_use(pool.name) + cp.plan.free_count(pool.name) == pool.nodes
+    assert cp.waiting, "the bounded fleet must make a job wait"
+    status = cp.status(10.0)
+    assert set(status["nodes"]) == {"H20", "H800", "H200"}
+    assert all(g["view"] == g["group_id"].split(":", 1)[0] for g in status["groups"])
+
+
+def test_a_job_sees_each_views_verdict_and_its_times_on_its_types():
+    fleet, profiles, jobs = _example()
+    cp = ControlPlane(fleet, profiles=profiles)
+    rec = None
+    for i, job in enumerate(jobs):
+        rec = cp.submit(job, float(i), "0" * 64)
+    long_a = cp.record("long-a")
+    assert any(line.startswith("view H20/H20: slower than its SLO") for line in long_a.explanation)
+    assert sum(line.endswith(": chosen") for line in long_a.explanation if line.startswith("view ")) == 1
+    member = cp.plan.groups[long_a.group_id].member("long-a")
+    (row,) = [j for j in cp.status(20.0)["jobs"] if j["job_id"] == "long-a"]
+    assert row["profile_s"]["rollout"] == member.job.t_roll_s  # its time on its group's rollout type
+    if member.job.t_roll_s != long_a.job.t_roll_s:
+        assert row["profile_s"]["rollout"] != long_a.job.t_roll_s
+    assert rec is not None and rec.state == "placed"
+
+
+def test_drain_on_a_fleet_withholds_the_physical_node_from_every_view():
+    fleet, profiles, jobs = _example({"H20": 1, "H800": 1, "H200": 1})
+    cp = ControlPlane(fleet, profiles=profiles)
+    assert cp.drain("H200-0", 0.0) == [] and cp.plan.free_count("H200") == 0
+    first = cp.submit(jobs[0], 1.0, "0" * 64)
+    assert (first.rollout_nodes, first.train_nodes) == (("H20-0",), ("H800-0",))
+    assert "view H20/H200: inventory: H200 has 0 free nodes, needs 1" in first.explanation
+    assert cp.drain("H800-0", 2.0) == [first.job_id]  # pinned: it stays until the job departs
+    cp.complete(first.job_id, 3.0)
+    assert {p.name: cp.plan.free_count(p.name) for p in fleet.pools} == {"H20": 1, "H800": 0, "H200": 0}
+    assert cp.undrain("H200-0", 4.0) == [] and cp.plan.free_count("H200") == 1
+    second = cp.submit(jobs[1], 5.0, "0" * 64)  # H800 is drained: the H200 node serves as training node
+    assert (second.group_id, second.rollout_nodes, second.train_nodes) == ("H20/H200:g0", ("H20-0",), ("H200-0",))
+    with pytest.raises(ControlError) as err:
+        cp.drain("R0", 6.0)
+    assert err.value.field == "node"
+
+
+def test_a_fleet_plane_refuses_what_it_cannot_do_and_changes_nothing():
+    fleet, profiles, jobs = _example()
+    assert FLEET_LIVE_POLICIES == ("rollmux",)
+    with pytest.raises(ValueError, match="on a fleet of GPU types the live service runs rollmux"):
+        ControlPlane(fleet, policy="rollmux-regroup")
+    with pytest.raises(ValueError, match="profiles"):
+        ControlPlane(Cluster(), profiles=Profiles())
+    cp = ControlPlane(fleet, profiles=profiles)
+    cp.submit(jobs[0], 0.0, "0" * 64)
+    before = json.dumps(cp.snapshot(), sort_keys=True)
+    with pytest.raises(ControlError) as err:
+        cp.add_node("H20", "", None, 1.0)
+    assert err.value.field == "pool"
+    with pytest.raises(ClusterConflict) as err:
+        cp.reconcile(Cluster(), 1.0)
+    assert err.value.field == "cluster"
+    bigger = dataclasses.replace(fleet, max_group_size=3)
+    with pytest.raises(ClusterConflict) as err:
+        cp.reconcile(bigger, 1.0)
+    assert err.value.field == "pools"
+    assert cp.reconcile(fleet, 1.0) == {"added": [], "removed": [], "changed": [], "placed": []}
+    # a job no pair of types can serve within its SLO
+    hopeless = Job("hopeless", 400.0, 400.0, 8, 8, 100.0, 100.0, 1.0, "7B_8k", iterations=10)
+    slow = {("hopeless", p.gpu): (5000.0, None) for p in fleet.pools}  # slower than its SLO everywhere
+    strict = ControlPlane(fleet, profiles=Profiles(slow))
+    with pytest.raises(NeverFits) as err:
+        strict.submit(hopeless, 0.0, "0" * 64)
+    assert err.value.field == "slo"
+    assert json.dumps(cp.snapshot(), sort_keys=True) == before
+
+
+def test_a_fleet_survives_its_state_file_and_restores_exactly():
+    fleet, profiles, jobs = _example({"H20": 4, "H800": 3, "H200": 2})
+    cp = ControlPlane(fleet, profiles=profiles)
+    for i, job in enumerate(jobs[:6]):
+        cp.submit(job, float(i), "0" * 64)
+    snap = json.loads(json.dumps(cp.snapshot()))
+    assert snap["cluster"]["fleet"] == fleet_to_dict(fleet)
+    again = ControlPlane.restore(snap)
+    assert again.fleet == fleet and again.profiles == profiles
+    assert dict(again.plan.groups) == dict(cp.plan.groups)
+    assert again.plan.inventory() == cp.plan.inventory()
+    assert again.plan.cost_per_hour() == pytest.approx(cp.plan.cost_per_hour())
+    for gid in cp.plan.groups:
+        assert again.plan.analysis(gid).iteration_s == cp.plan.analysis(gid).iteration_s
+    # the next arrival is placed alike in both
+    nxt = jobs[6]
+    a, b = cp.submit(nxt, 7.0, "0" * 64), again.submit(nxt, 7.0, "0" * 64)
+    assert (a.group_id, a.rollout_nodes, a.train_nodes) == (b.group_id, b.rollout_nodes, b.train_nodes)
