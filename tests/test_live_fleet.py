@@ -111,10 +111,12 @@ def test_drain_on_a_fleet_withholds_the_physical_node_from_every_view():
 def test_a_fleet_plane_refuses_what_it_cannot_do_and_changes_nothing():
     fleet, profiles, jobs = _example()
     assert FLEET_LIVE_POLICIES == ("rollmux",)
-    with pytest.raises(ValueError, match="on a fleet of GPU types the live service runs rollmux"):
+    with pytest.raises(ControlError, match="on a fleet of GPU types the live service runs rollmux") as err:
         ControlPlane(fleet, policy="rollmux-regroup")
-    with pytest.raises(ValueError, match="profiles"):
+    assert err.value.field == "policy"
+    with pytest.raises(ControlError) as err:
         ControlPlane(Cluster(), profiles=Profiles())
+    assert err.value.field == "profiles"
     cp = ControlPlane(fleet, profiles=profiles)
     cp.submit(jobs[0], 0.0, "0" * 64)
     before = json.dumps(cp.snapshot(), sort_keys=True)
@@ -129,6 +131,10 @@ def test_a_fleet_plane_refuses_what_it_cannot_do_and_changes_nothing():
         cp.reconcile(bigger, 1.0)
     assert err.value.field == "pools"
     assert cp.reconcile(fleet, 1.0) == {"added": [], "removed": [], "changed": [], "placed": []}
+    assert cp.reconcile(fleet, 1.0, profiles) == {"added": [], "removed": [], "changed": [], "placed": []}
+    with pytest.raises(ClusterConflict) as err:
+        cp.reconcile(fleet, 1.0, Profiles())
+    assert err.value.field == "profiles"
     # a job no pair of types can serve within its SLO
     hopeless = Job("hopeless", 400.0, 400.0, 8, 8, 100.0, 100.0, 1.0, "7B_8k", iterations=10)
     slow = {("hopeless", p.gpu): (5000.0, None) for p in fleet.pools}  # slower than its SLO everywhere

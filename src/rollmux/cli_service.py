@@ -90,10 +90,16 @@ def _ask(url: str, token_file: Optional[Path], call: Callable[[Any], Any]) -> An
 
 def serve(
     cluster: Optional[Path] = typer.Option(None, "--cluster",
-                                           help="Cluster YAML. First start: default is the paper's testbed. On a "
-                                                "restart the file is reconciled with the saved cluster (added nodes "
-                                                "join, free removed nodes leave, prices apply from now on); "
-                                                "without it the saved cluster is kept."),
+                                           help="Cluster YAML, or a fleet YAML of several GPU types (a `pools` "
+                                                "list, docs/fleet.md: each job's pair of types is chosen too). "
+                                                "First start: default is the paper's testbed. On a restart a "
+                                                "cluster file is reconciled with the saved cluster (added nodes "
+                                                "join, free removed nodes leave, prices apply from now on), a fleet "
+                                                "file must equal the saved fleet; without it the saved one is kept."),
+    profiles: Optional[Path] = typer.Option(None, "--profiles",
+                                            help="With a fleet file: measured phase seconds per GPU type, CSV "
+                                                 "job_id,gpu,t_roll_s,t_train_s (else the trace's columns and the "
+                                                 "roofline rule, docs/fleet.md)."),
     state: Path = typer.Option(Path("rollmux-state.db"), "--state",
                                help="SQLite state file (created if missing, locked while served)."),
     new_state: bool = typer.Option(False, "--new-state",
@@ -125,7 +131,8 @@ def serve(
                                            "after arrivals that open a group), rollmux-host (Algorithm 1, and a job "
                                            "may run both phases on a group's training nodes) or "
                                            "rollmux-host-regroup (with regrouping), decision for decision as "
-                                           "`rollmux simulate` does."),
+                                           "`rollmux simulate` does. On a fleet: rollmux, as `rollmux fleet "
+                                           "simulate` does."),
     migration_s: float = typer.Option(300.0, "--migration-s", min=0.0,
                                       help="Pause a move is planned with until moves of that model size are "
                                            "measured."),
@@ -133,19 +140,27 @@ def serve(
                                          help="A move the job has not acknowledged by then is undone."),
 ) -> None:
     """Run the control plane (HTTP+JSON under /v1, OpenAPI at /docs). A state file that exists is resumed."""
-    from rollmux.cluster_file import load_cluster
+    from rollmux.fleet import Fleet, load_profiles
+    from rollmux.fleet_file import load_cluster_or_fleet
     from rollmux.runtime import auth, logs
+    from rollmux.runtime.control import FLEET_LIVE_POLICIES
     from rollmux.runtime.service import ServiceConfig, run
 
     try:
-        spec = load_cluster(cluster) if cluster is not None else None
+        spec = load_cluster_or_fleet(cluster) if cluster is not None else None
+        if profiles is not None and not isinstance(spec, Fleet):
+            raise RollMuxError("--profiles: per-type phase profiles need --cluster naming a fleet file (with `pools`)")
+        if isinstance(spec, Fleet) and policy.value not in FLEET_LIVE_POLICIES:
+            raise RollMuxError(f"--policy {policy.value}: on a fleet of GPU types the live service runs "
+                               f"{', '.join(FLEET_LIVE_POLICIES)}")
+        measured = load_profiles(profiles, spec) if profiles is not None else None
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
                                max_live_jobs=max_live_jobs, tenants=auth.load_tenants(tenants),
                                policy=policy.value, migration_s=migration_s, move_timeout_s=move_timeout_s)
         logs.setup(log_file)
         typer.echo(f"rollmux: admin token from {source}", err=True)
-        run(spec, str(state), token, config, host, port, new_state)
+        run(spec, str(state), token, config, host, port, new_state, measured)
     except (RollMuxError, OSError) as err:
         _fail(err)
 

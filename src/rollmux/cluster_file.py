@@ -129,7 +129,8 @@ def cluster_from_dict(data: dict) -> Cluster:
     """Build and validate a Cluster from the file's mapping; see the module contract."""
     if "pools" in data:
         raise SpecError("pools", "a fleet of GPU pools", "a two-pool cluster file (keys rollout and train) for "
-                        "this command; `rollmux fleet plan` plans a fleet of several GPU types (docs/fleet.md)")
+                        "this command; `rollmux fleet plan` and `rollmux fleet simulate` plan a fleet of several GPU "
+                        "types, and `rollmux serve` serves one (docs/fleet.md)")
     try:
         spec = _ClusterFile.model_validate(data)
     except ValidationError as err:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from rollmux.cluster_file import cluster_from_dict, read_mapping, switch_from_value, switch_to_value
 from rollmux.errors import SpecError
 from rollmux.fleet import ROLES, Fleet, FleetPool, Profiles, fleet_of
-from rollmux.model import GPU_TYPES
+from rollmux.model import GPU_TYPES, Cluster
 
 _DEFAULT = Fleet(())
 
@@ -107,6 +107,13 @@ def fleet_from_dict(data: dict) -> Fleet:
                   spec.gpus_per_node, switch_from_value(spec.switch_cost_s), spec.max_group_size)
     fleet.validate()
     return fleet
+
+
+def load_cluster_or_fleet(path: str | Path) -> Cluster | Fleet:
+    """Read a file as what it is: a fleet file (with ``pools``) as a ``Fleet``, a two-pool
+    cluster file as a ``Cluster`` (``rollmux serve`` runs either)."""
+    data = read_mapping(path, "fleet or cluster")
+    return fleet_from_dict(data) if "pools" in data else cluster_from_dict(data)
 
 
 def load_fleet(path: str | Path | None) -> Fleet:

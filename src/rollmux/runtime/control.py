@@ -271,16 +271,16 @@ class ControlPlane:
         self.profiles = profiles if profiles is not None else Profiles()
         if self.fleet is not None:
             if policy not in FLEET_LIVE_POLICIES:
-                raise ValueError(f"policy={policy!r}: on a fleet of GPU types the live service runs "
-                                 f"{', '.join(FLEET_LIVE_POLICIES)}")
+                raise ControlError("policy", f"{policy!r}: on a fleet of GPU types the live service runs "
+                                             f"{', '.join(FLEET_LIVE_POLICIES)}")
             self.policy = FleetRollMux(self.fleet, self.profiles)
             # the knobs every view shares (GPUs per node, switch cost, group size): read, never pooled
             self.cluster = self.fleet.views()[0].cluster
         else:
             if policy not in LIVE_POLICIES:
-                raise ValueError(f"policy={policy!r}: the live service runs {', '.join(LIVE_POLICIES)}")
+                raise ControlError("policy", f"{policy!r}: the live service runs {', '.join(LIVE_POLICIES)}")
             if profiles is not None:
-                raise ValueError("profiles: per-type phase profiles apply to a fleet, not a two-pool cluster")
+                raise ControlError("profiles", "per-type phase profiles apply to a fleet, not a two-pool cluster")
             self.cluster = cluster
             self.policy = make_policy(policy)
         if planner is not None:
@@ -669,7 +669,7 @@ class ControlPlane:
         cluster = dataclasses.replace(self.cluster, **{pool: new})
         return self.reconcile(cluster, now)["placed"]
 
-    def reconcile(self, cluster: Cluster, now: float) -> dict:
+    def reconcile(self, cluster: Cluster | Fleet, now: float, profiles: Profiles | None = None) -> dict:
         """Move to ``cluster`` (the cluster file changed, or a node was added live).
 
         Added nodes join their pool's free nodes; removed free nodes leave it; a removed
@@ -677,11 +677,12 @@ class ControlPlane:
         a different ``gpus_per_node`` or a pool switching between bounded and unbounded
         while it has groups raises ``ClusterConflict`` and changes nothing. Prices and
         switch costs apply from now on. Waiting jobs are retried. Returns
-        ``{"added", "removed", "changed", "placed"}``.
+        ``{"added", "removed", "changed", "placed"}``. A fleet (and its ``profiles``, when
+        given) must be the one the plane holds (``_reconcile_fleet``).
         """
         cluster.validate()
-        if self.fleet is not None or isinstance(cluster, Fleet):
-            return self._reconcile_fleet(cluster)
+        if self.fleet is not None or isinstance(cluster, Fleet) or profiles is not None:
+            return self._reconcile_fleet(cluster, profiles)
         old = self.cluster
         if cluster.gpus_per_node != old.gpus_per_node:
             raise ClusterConflict("gpus_per_node", f"{cluster.gpus_per_node}: this state file's cluster has "
@@ -732,15 +733,21 @@ class ControlPlane:
         placed = self._retry_waiting(now) if (added or changed) else []
         return {"added": added, "removed": removed, "changed": changed, "placed": placed}
 
-    def _reconcile_fleet(self, target: Cluster | Fleet) -> dict:
-        """A fleet is fixed while the service keeps its state: the same fleet changes
-        nothing; anything else is a ``ClusterConflict``."""
+    def _reconcile_fleet(self, target: Cluster | Fleet, profiles: Profiles | None) -> dict:
+        """A fleet is fixed while the service keeps its state: the same fleet (and the same
+        profiles, when given) changes nothing; anything else is a ``ClusterConflict``."""
+        if self.fleet is None and not isinstance(target, Fleet):
+            raise ClusterConflict("profiles", "per-type phase profiles apply to a fleet; this state file holds a "
+                                              "two-pool cluster")
         if self.fleet is None or not isinstance(target, Fleet):
             have, got = ("a two-pool cluster", "a fleet") if self.fleet is None else ("a fleet", "a two-pool cluster")
             raise ClusterConflict("cluster", f"this state file holds {have}; it cannot become {got}")
         if target != self.fleet:
             raise ClusterConflict("pools", "this state file's fleet differs from the file given; a fleet is fixed "
                                            "while the service keeps its state (start a new state file to change it)")
+        if profiles is not None and profiles != self.profiles:
+            raise ClusterConflict("profiles", "this state file's phase profiles differ from the file given; they "
+                                              "are fixed while the service keeps its state")
         return {"added": [], "removed": [], "changed": [], "placed": []}
 
     def pool_nodes(self) -> dict[str, int | None]:

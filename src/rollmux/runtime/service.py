@@ -38,7 +38,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rollmux.errors import SpecError
-from rollmux.model import POOLS, ROLLOUT, Cluster
+from rollmux.fleet import Fleet, Profiles
+from rollmux.model import ROLLOUT, Cluster
 from rollmux.runtime import auth
 from rollmux.runtime.api_models import (MAX_BODY_BYTES, AcquireRequest, AcquireResponse, AddNodeRequest,
                                         GrantView, HeartbeatRequest, HeartbeatResponse, JobView, MovedRequest, MoveView,
@@ -94,14 +95,14 @@ class Refused(Exception):
 class Service:
     """A control plane bound to its state file, with leases, credentials and metrics."""
 
-    def __init__(self, cluster: Cluster | None, state_path: str, admin_token: str,
+    def __init__(self, cluster: Cluster | Fleet | None, state_path: str, admin_token: str,
                  config: ServiceConfig | None = None, clock: ServiceClock | None = None,
-                 new_state: bool = False) -> None:
+                 new_state: bool = False, profiles: Profiles | None = None) -> None:
         self.config = config or ServiceConfig()
         self.credentials = auth.Credentials(hash_token(admin_token), dict(self.config.tenants))
         self.store = Store.open(state_path, new_state=new_state)
         try:
-            self.control, self.restored, self.reconciled = self._open(cluster)
+            self.control, self.restored, self.reconciled = self._open(cluster, profiles)
         except BaseException:
             self.store.close()
             raise
@@ -115,17 +116,19 @@ class Service:
         self._drainer: asyncio.Task | None = None
         self.published_seq = self.control.last_seq  # everything restored is committed
 
-    def _open(self, cluster: Cluster | None) -> tuple[ControlPlane, bool, dict | None]:
+    def _open(self, cluster: Cluster | Fleet | None, profiles: Profiles | None) -> tuple[ControlPlane, bool, dict | None]:
         snap = self.store.load()
         if snap is None:
             control = ControlPlane(cluster or Cluster(), policy=self.config.policy,
-                                   migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold)
+                                   migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold,
+                                   profiles=profiles)
             self.store.commit(control.take_changes())
             return control, False, None
         control = self._restore()
         reconciled = None
-        if cluster is not None:
-            reconciled = control.reconcile(cluster, max(time.time(), control.clock or 0.0))
+        if cluster is not None or profiles is not None:
+            reconciled = control.reconcile(cluster if cluster is not None else control.fleet or control.cluster,
+                                           max(time.time(), control.clock or 0.0), profiles)
             self.store.commit(control.take_changes())
         return control, True, reconciled
 
@@ -133,6 +136,8 @@ class Service:
         try:
             return ControlPlane.restore(self.store.load(), self.store.ended(), policy=self.config.policy,
                                         migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold)
+        except ControlError:  # a policy this state's cluster cannot run: the state itself is fine
+            raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StateDamaged(f"{self.store.path}: the state does not restore ({type(exc).__name__}: {exc}); "
                                f"start with --new-state to begin empty, or restore a backup") from exc
@@ -277,11 +282,12 @@ class Service:
         cp = self.control
         for pool, name in ((ROLLOUT, "rollout_gpus"), ("train", "train_gpus")):
             gpus = getattr(spec, name)
-            nodes = cp.cluster.pool(pool).nodes
+            nodes = cp.role_nodes(pool)
             limit = self.config.max_job_gpus if nodes is None else nodes * cp.cluster.gpus_per_node
             if gpus > limit:
                 what = ("--max-job-gpus on this unbounded pool" if nodes is None
-                        else f"the {pool} pool's {nodes} nodes x {cp.cluster.gpus_per_node} GPUs")
+                        else f"the {pool} pool's {nodes} nodes x {cp.cluster.gpus_per_node} GPUs" if cp.fleet is None
+                        else f"the largest {pool} pool's {nodes} nodes x {cp.cluster.gpus_per_node} GPUs")
                 raise Refused(422, f"spec.{name}", f"{gpus} GPUs is more than {limit} ({what})")
         live = sum(1 for r in list(cp.jobs.values()) if r.live)
         if live >= self.config.max_live_jobs and spec.job_id not in cp.jobs:
@@ -597,14 +603,13 @@ def create_app(service: Service) -> FastAPI:
     return app
 
 
-def run(cluster: Cluster | None, state_path: str, admin_token: str, config: ServiceConfig,
-        host: str = "127.0.0.1", port: int = 8470, new_state: bool = False) -> None:
+def run(cluster: Cluster | Fleet | None, state_path: str, admin_token: str, config: ServiceConfig,
+        host: str = "127.0.0.1", port: int = 8470, new_state: bool = False, profiles: Profiles | None = None) -> None:
     """Serve until interrupted (blocking)."""
     import uvicorn
 
     sys.setswitchinterval(0.001)  # the loop thread gets the GIL back quickly while a worker plans
-    service = Service(cluster, state_path, admin_token, config, new_state=new_state)
+    service = Service(cluster, state_path, admin_token, config, new_state=new_state, profiles=profiles)
     log.info("start", extra={"state": state_path, "restored": service.restored, "host": host, "port": port,
-                             "reconciled": service.reconciled, "pools": {
-                                 p: service.control.cluster.pool(p).nodes for p in POOLS}})
+                             "reconciled": service.reconciled, "pools": service.control.pool_nodes()})
     uvicorn.run(create_app(service), host=host, port=port, log_level="warning", access_log=False)

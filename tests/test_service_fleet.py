@@ -1,0 +1,103 @@
+"""``rollmux serve`` on a fleet file, end to end: real processes, real sockets, kill -9
+and restart. Jobs run on the pairs of GPU types the fleet planner chose, every node is a
+physical node of one pool, no node is granted to two jobs at once, the fleet and its
+profiles survive the restart, and a restart that would change them is refused."""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from test_service_e2e import ADMIN, ROLLMUX, Server, _assert_exclusive, _grant_intervals, _spawn, _wait_all
+
+FLEET_YAML = """\
+gpus_per_node: 8
+switch_cost_s: 0
+pools:
+  - {gpu: H20, nodes: 2}
+  - {gpu: H800, nodes: 2}
+  - {gpu: H200, nodes: 2}
+"""
+# "b" decodes twice as fast on H200 as the roofline rule says: its rollout goes there
+PROFILES_CSV = "job_id,gpu,t_roll_s,t_train_s\nb,H200,0.02,\n"
+
+
+class FleetServer(Server):
+    def __init__(self, tmp, lease_s: float, extra: tuple[str, ...] = ()) -> None:
+        super().__init__(tmp, lease_s)
+        (tmp / "fleet.yaml").write_text(FLEET_YAML)
+        (tmp / "profiles.csv").write_text(PROFILES_CSV)
+        self.args[self.args.index("--cluster") + 1] = str(tmp / "fleet.yaml")
+        self.args += ["--profiles", str(tmp / "profiles.csv"), *extra]
+
+
+def _spec(job_id: str, slo: float = 2.0) -> dict:
+    return {"job_id": job_id, "t_roll_s": 0.1, "t_train_s": 0.1, "slo": slo, "iterations": 4}
+
+
+def _refused(args: list[str], env: dict) -> str:
+    out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    return " ".join((out.stdout + out.stderr).split())
+
+
+def test_a_fleet_served_end_to_end_survives_kill_and_restart(tmp_path):
+    srv = FleetServer(tmp_path, lease_s=20.0)
+    srv.start()
+    try:
+        procs = [_spawn(tmp_path, srv.url, _spec(j), 0.05)[0] for j in ("a", "b", "c")]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(srv.admin("/status")["groups"]) < 2:
+            time.sleep(0.1)
+        status = srv.admin("/status")
+        assert set(status["nodes"]) == {"H20", "H800", "H200"}
+        assert {g["view"] for g in status["groups"]} >= {"H20/H800"} and len(status["groups"]) >= 2
+        srv.kill()
+        srv.start()  # the same state file, fleet and profiles
+        _wait_all(procs, 60)
+        assert all(p.returncode == 0 for p in procs), [p.stderr.read().decode()[-500:] for p in procs]
+        events = srv.admin("/events?limit=10000")
+        grants = [e for e in events if e["kind"] == "grant"]
+        nodes = {n for e in grants for n in e["nodes"]}
+        assert nodes <= {f"{pool}-{i}" for pool in ("H20", "H800", "H200") for i in range(2)}
+        b_rollouts = {n for e in grants if e["job_id"] == "b" and e["pool"] == "rollout" for n in e["nodes"]}
+        assert b_rollouts and all(n.startswith("H200-") for n in b_rollouts), b_rollouts
+        _assert_exclusive(_grant_intervals(events))
+        done = {j["job_id"]: j for j in srv.admin("/status")["jobs"]}
+        assert all(done[j]["state"] == "done" and done[j]["iterations_done"] == 4 for j in ("a", "b", "c"))
+    finally:
+        if srv.proc and srv.proc.poll() is None:
+            srv.proc.kill()
+            srv.proc.wait(5)
+    # a restart that would change the fleet, its profiles or ask for a policy it cannot run is refused
+    (tmp_path / "other.yaml").write_text(FLEET_YAML.replace("nodes: 2}\n  - {gpu: H200", "nodes: 3}\n  - {gpu: H200"))
+    base = [a for a in srv.args if a not in ("--profiles", str(tmp_path / "profiles.csv"))]
+    changed = list(base)
+    changed[changed.index("--cluster") + 1] = str(tmp_path / "other.yaml")
+    assert "pools:" in _refused(changed, srv.env) and "fleet differs" in _refused(changed, srv.env)
+    (tmp_path / "p2.csv").write_text("job_id,gpu,t_roll_s,t_train_s\nb,H200,0.05,\n")
+    assert "profiles" in _refused([*base, "--profiles", str(tmp_path / "p2.csv")], srv.env)
+    assert "runs rollmux" in _refused([*srv.args, "--policy", "rollmux-regroup"], srv.env)
+
+
+@pytest.mark.parametrize("case", ["profiles without a fleet", "policy", "bad profile row"])
+def test_serve_refuses_a_bad_fleet_start_and_writes_no_state(tmp_path, case):
+    (tmp_path / "fleet.yaml").write_text(FLEET_YAML)
+    (tmp_path / "cluster.yaml").write_text("rollout: {nodes: 2}\ntrain: {nodes: 2}\n")
+    (tmp_path / "profiles.csv").write_text(PROFILES_CSV)
+    (tmp_path / "bad.csv").write_text("job_id,gpu,t_roll_s,t_train_s\nb,H999,0.02,\n")
+    state = tmp_path / "state.db"
+    args = {"profiles without a fleet": ["--cluster", str(tmp_path / "cluster.yaml"),
+                                         "--profiles", str(tmp_path / "profiles.csv")],
+            "policy": ["--cluster", str(tmp_path / "fleet.yaml"), "--policy", "rollmux-host"],
+            "bad profile row": ["--cluster", str(tmp_path / "fleet.yaml"), "--profiles", str(tmp_path / "bad.csv")]}
+    said = _refused([ROLLMUX, "serve", "--state", str(state), "--port", "1", *args[case]],
+                    {"ROLLMUX_ADMIN_TOKEN": ADMIN, "PATH": "/usr/bin:/bin"})
+    expected = {"profiles without a fleet": "--profiles", "policy": "--policy rollmux-host",
+                "bad profile row": "line 2"}[case]
+    assert expected in said, said
+    assert not state.exists()
+    with pytest.raises(httpx.TransportError):
+        httpx.get("http://127.0.0.1:1/healthz", timeout=0.2)
