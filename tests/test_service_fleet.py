@@ -101,3 +101,32 @@ def test_serve_refuses_a_bad_fleet_start_and_writes_no_state(tmp_path, case):
     assert not state.exists()
     with pytest.raises(httpx.TransportError):
         httpx.get("http://127.0.0.1:1/healthz", timeout=0.2)
+
+
+def test_a_fleet_service_refuses_hostile_requests_and_changes_nothing(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from rollmux.fleet import load_profiles
+    from rollmux.fleet_file import load_fleet
+    from rollmux.runtime.service import Service, create_app
+    from test_service_hostile import _auth, _config, _persisted
+
+    (tmp_path / "fleet.yaml").write_text(FLEET_YAML)
+    (tmp_path / "profiles.csv").write_text(PROFILES_CSV)
+    fleet = load_fleet(tmp_path / "fleet.yaml")
+    service = Service(fleet, str(tmp_path / "state.db"), ADMIN, _config(),
+                      profiles=load_profiles(tmp_path / "profiles.csv", fleet))
+    with TestClient(create_app(service)) as client:
+        assert client.post("/v1/jobs", json={"spec": _spec("a")}, headers=_auth(ADMIN)).status_code == 201
+        before = _persisted(client, service)
+        too_wide = client.post("/v1/jobs", json={"spec": {**_spec("wide"), "rollout_gpus": 24}}, headers=_auth(ADMIN))
+        assert too_wide.status_code == 422
+        assert too_wide.json()["field"] == "spec.rollout_gpus" and "largest rollout pool" in too_wide.json()["detail"]
+        add = client.post("/v1/admin/nodes", json={"pool": "rollout"}, headers=_auth(ADMIN))
+        assert add.status_code == 400 and add.json()["field"] == "pool", add.text
+        unknown = client.post("/v1/admin/nodes/R0/drain", headers=_auth(ADMIN))
+        assert unknown.status_code == 404 and unknown.json()["field"] == "node", unknown.text
+        assert _persisted(client, service) == before
+        drained = client.post("/v1/admin/nodes/H200-1/drain", headers=_auth(ADMIN))
+        assert drained.status_code == 200 and client.get("/v1/status", headers=_auth(ADMIN)).json()["drained"] == [
+            "H200-1"]
