@@ -81,7 +81,8 @@ def test_a_job_sees_each_views_verdict_and_its_times_on_its_types():
         rec = cp.submit(job, float(i), "0" * 64)
     long_a = cp.record("long-a")
     assert any(line.startswith("view H20/H20: slower than its SLO") for line in long_a.explanation)
-    assert sum(line.endswith(": chosen") for line in long_a.explanation if line.startswith("view ")) == 1
+    chosen = [line for line in long_a.explanation if line.startswith("view ") and line.endswith(" chosen")]
+    assert len(chosen) == 1 and chosen[0].startswith(f"view {long_a.group_id.split(':')[0]}: +$")
     member = cp.plan.groups[long_a.group_id].member("long-a")
     (row,) = [j for j in cp.status(20.0)["jobs"] if j["job_id"] == "long-a"]
     assert row["profile_s"]["rollout"] == member.job.t_roll_s  # its time on its group's rollout type

@@ -1315,7 +1315,8 @@ def _explain(decision) -> list[str]:
     """The decision's candidates as text: the chosen one first, at most ``EXPLAIN_LINES``.
     On a fleet, each view's verdict first, then the chosen view's candidates."""
     if isinstance(decision, FleetDecision):
-        views = [f"view {v.view}: {'chosen' if v.view == decision.view else v.reason}" for v in decision.verdicts]
+        views = [f"view {v.view}: " + ("" if v.effective_cost is None else f"+${v.effective_cost:.2f}/h (effective) ")
+                 + ("chosen" if v.view == decision.view else v.reason) for v in decision.verdicts]
         return views + (_explain(decision.decision) if decision.decision is not None else [])
     cands = sorted(decision.candidates, key=lambda c: c.verdict != "chosen")
     lines = [c.describe() for c in cands[:EXPLAIN_LINES]]
