@@ -104,7 +104,9 @@ def simulate(
                                       "rollmux-bestfit, rollmux-full and rollmux-full-regroup (the planner also "
                                       "scales training sides and co-locates; docs/placement_space.md), "
                                       "rollmux-host (also co-locates a job on a group's training nodes) and "
-                                      "rollmux-host-regroup (with regrouping in that space), solo-d, "
+                                      "rollmux-host-regroup (with regrouping in that space), "
+                                      "rollmux-lifetime and rollmux-full-lifetime (each arrival placed by the "
+                                      "dollars it adds until its group ends, not its $/h), solo-d, "
                                       "colocated, gavel, random, most-idle, optimal "
                                       "(small traces only)."),
     duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic "

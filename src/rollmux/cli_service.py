@@ -51,6 +51,8 @@ class LivePolicy(str, Enum):
     rollmux_full_regroup = "rollmux-full-regroup"
     rollmux_host = "rollmux-host"
     rollmux_host_regroup = "rollmux-host-regroup"
+    rollmux_lifetime = "rollmux-lifetime"
+    rollmux_full_lifetime = "rollmux-full-lifetime"
 
 
 class PoolName(str, Enum):
@@ -130,7 +132,10 @@ def serve(
                                            "rollmux-full-regroup (the full space, regrouping after departures and "
                                            "after arrivals that open a group), rollmux-host (Algorithm 1, and a job "
                                            "may run both phases on a group's training nodes) or "
-                                           "rollmux-host-regroup (with regrouping), decision for decision as "
+                                           "rollmux-host-regroup (with regrouping), rollmux-lifetime or "
+                                           "rollmux-full-lifetime (each arrival placed by the dollars it adds "
+                                           "until its group ends, from the iterations each job has left), "
+                                           "decision for decision as "
                                            "`rollmux simulate` does. On a fleet: rollmux, as `rollmux fleet "
                                            "simulate` does."),
     migration_s: float = typer.Option(300.0, "--migration-s", min=0.0,

@@ -28,6 +28,18 @@ candidates: at SLO rates no node may be busier than all the time (``_peak_demand
 in a group on one node per pool the members take turns (``_shared_pair_miss``), and so do
 members pinned identically in a group of any shape (``_turn_class_miss``, fast path only).
 
+Objective (``objective``)
+-------------------------
+``rate`` (Algorithm 1, the default): the least dC above, ties by kind and generation
+order. ``lifetime``: the same feasible candidates, every one evaluated, and the one of
+least L(p) = C(G') T(G') - C(G) T(G), the dollars the plan spends more to run every
+member of G' to its end at its analysed iteration (``rollmux.lifetime`` has the math).
+It needs each member's remaining iterations, which ``decide`` takes as ``remaining``
+(the simulator and the live plane count them); an arriving job of unknown length, and
+any decision without ``remaining``, fall back to ``rate``. Under an accounting where a
+job leaves at its trace time whatever its speed (``fixed_departures``) the objective is
+``rate``: a member's stay does not depend on its group.
+
 Asynchronous jobs (``Job.staleness`` = k >= 1; rules 10-12 of ``rollmux.execution``)
 ---------------------------------------------------------------------------------------
 Math first. Alone on its own nodes (no switch: one job) an asynchronous job with phases
@@ -213,7 +225,7 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Callable
 
-from rollmux import colocation
+from rollmux import colocation, lifetime
 from rollmux.accounting import OURS, CostAccounting
 from rollmux.errors import PlacementError
 from rollmux.intra import GroupAnalysis, MemberProfile, analyze, t_cycle, t_load, worst_start
@@ -226,6 +238,7 @@ _KIND_RANK = {PACK: 0, HOST: 1, SCALE: 2, SCALE_TRAIN: 2, SCALE_BOTH: 2, NEW: 3,
 OUTCOME = {PACK: "packed", HOST: "hosted", SCALE: "scaled", SCALE_TRAIN: "scaled-train", SCALE_BOTH: "scaled-both",
            NEW: "new-group", COLOCATE: "co-located"}
 TIE_BREAKS = ("first", "best-fit")
+OBJECTIVES = ("rate", "lifetime")  # see "Objective" in the module docstring
 SLO_EPS = 1e-9
 #: Why a job that only runs co-located gets no other option (``Job.colocate``).
 COLOCATE_ONLY = "the job runs both phases on the same GPUs (colocate): only co-location is offered"
@@ -346,15 +359,33 @@ class Planner:
     """RollMux's inter-group planner over a ``PlanState``. Pure: it never mutates state."""
 
     def __init__(self, tie_break: str = "first", accounting: CostAccounting = OURS,
-                 space: Space = PAPER_SPACE) -> None:
+                 space: Space = PAPER_SPACE, objective: str = "rate") -> None:
         if tie_break not in TIE_BREAKS:
             raise ValueError(f"tie_break={tie_break!r}: expected one of {TIE_BREAKS}")
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective={objective!r}: expected one of {OBJECTIVES}")
         self.tie_break = tie_break
+        self.objective = objective if not accounting.fixed_departures else "rate"
         self.accounting = accounting  # saturation gate and whole-run SLO checks (rollmux.accounting)
         self.space = space
         self._pair_memo: dict[tuple, float] = {}  # (shape, partner shape, sharing) -> its share's $/h (shared_cost)
 
-    def decide(self, state: PlanState, job: Job, explain: bool = False) -> Decision:
+    def decide(self, state: PlanState, job: Job, explain: bool = False,
+               remaining: lifetime.Remaining | None = None) -> Decision:
+        """Where ``job`` goes (see the module docstring); ``remaining`` (iterations each job
+        has left, by id) is what the ``lifetime`` objective reads."""
+        if self.objective == "lifetime" and remaining is not None and remaining(job.job_id) is not None:
+            decision = self._decide(state, job, True)
+            picked = lifetime.choose(state, job, decision.candidates, remaining) if decision.placement else None
+            if picked is None:
+                return decision
+            cands, i = picked
+            chosen = cands[i]
+            return replace(decision, outcome=OUTCOME[chosen.kind], placement=chosen.placement,
+                           marginal_cost=chosen.marginal_cost, candidates=cands)
+        return self._decide(state, job, explain)
+
+    def _decide(self, state: PlanState, job: Job, explain: bool) -> Decision:
         cluster = state.cluster
         job.validate(cluster)
         if job.job_id in state.job_group:

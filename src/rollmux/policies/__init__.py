@@ -14,7 +14,7 @@ from rollmux.policies.solo_d import SoloDisaggregated
 DEFAULT_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "solo-d", "colocated", "gavel", "random",
                     "most-idle")
 KNOWN = DEFAULT_POLICIES + ("rollmux-bestfit", "rollmux-full", "rollmux-full-regroup", "rollmux-host",
-                            "rollmux-host-regroup", "optimal")
+                            "rollmux-host-regroup", "rollmux-lifetime", "rollmux-full-lifetime", "optimal")
 
 
 def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS) -> Policy:
@@ -34,6 +34,9 @@ def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS) -> 
         "rollmux-host": lambda: RollMuxPolicy("first", "rollmux-host", accounting=acct, space=HOSTING_SPACE),
         "rollmux-host-regroup": lambda: RollMuxPolicy("first", "rollmux-host-regroup", consolidate=True, regroup=True,
                                                       accounting=acct, space=HOSTING_SPACE),
+        "rollmux-lifetime": lambda: RollMuxPolicy("first", "rollmux-lifetime", accounting=acct, objective="lifetime"),
+        "rollmux-full-lifetime": lambda: RollMuxPolicy("first", "rollmux-full-lifetime", accounting=acct,
+                                                       space=FULL_SPACE, objective="lifetime"),
         "solo-d": SoloDisaggregated,
         "colocated": Colocated,
         "gavel": Gavel,

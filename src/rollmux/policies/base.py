@@ -25,7 +25,9 @@ class Policy(Protocol):
     # Optional: ``repack(state, job_id, remaining, spare_s, progress) -> Decision | None`` offers a
     # running job a consolidating move (see ``Planner.repack``); the simulator calls it
     # when the policy has it. Likewise ``regroup(state, group_id, progress, pause_s) ->
-    # RegroupPlan | None`` (see ``improve.plan_regroup``), after a departure.
+    # RegroupPlan | None`` (see ``improve.plan_regroup``), after a departure. A policy with
+    # ``uses_remaining`` true takes ``place(state, job, remaining)``: the iterations each job
+    # has left, by id (``rollmux.lifetime``).
 
 
 def beyond_inventory(state: PlanState, job: Job, need: dict[str, int]) -> Decision | None:

@@ -8,6 +8,10 @@ addition re-solves a group that lost a job together with one other group, exactl
 moves all their jobs when that lowers the groups' waste rate (``improve.plan_regroup``,
 ``rollmux.waste``: node cost less the work the jobs get done; under an accounting with
 fixed departures, where a job's stay does not depend on its speed, their $/h instead).
+``rollmux-lifetime`` and ``rollmux-full-lifetime`` place each arrival by the lifetime
+objective (``rollmux.lifetime``: the dollars a placement adds until its group's members
+have all finished) instead of marginal $/h; they read the iterations each job has left
+(``uses_remaining``: the simulator and the live plane pass ``remaining``).
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from functools import partial
 
 from rollmux.accounting import OURS, CostAccounting
 from rollmux.improve import plan_regroup
+from rollmux.lifetime import Remaining
 from rollmux.model import Job
 from rollmux.plan_state import PlanState
 from rollmux.planner import PAPER_SPACE, Decision, Planner, Space
@@ -23,9 +28,11 @@ from rollmux.planner import PAPER_SPACE, Decision, Planner, Space
 
 class RollMuxPolicy:
     def __init__(self, tie_break: str = "first", name: str = "rollmux", consolidate: bool = False,
-                 regroup: bool = False, accounting: CostAccounting = OURS, space: Space = PAPER_SPACE) -> None:
+                 regroup: bool = False, accounting: CostAccounting = OURS, space: Space = PAPER_SPACE,
+                 objective: str = "rate") -> None:
         self.name = name
-        self.planner = Planner(tie_break=tie_break, accounting=accounting, space=space)
+        self.planner = Planner(tie_break=tie_break, accounting=accounting, space=space, objective=objective)
+        self.uses_remaining = self.planner.objective == "lifetime"
         if consolidate:
             self.repack = self.planner.repack
         if regroup:  # the exact solves check every start where the planner does (not under the paper's accounting)
@@ -39,5 +46,5 @@ class RollMuxPolicy:
             # opened (it may undo a greedy co-location once a partner arrives)
             self.regroup_on_arrival = space.colocation or space.train_scaling
 
-    def place(self, state: PlanState, job: Job) -> Decision:
-        return self.planner.decide(state, job)
+    def place(self, state: PlanState, job: Job, remaining: Remaining | None = None) -> Decision:
+        return self.planner.decide(state, job, remaining=remaining)

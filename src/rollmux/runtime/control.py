@@ -101,7 +101,7 @@ JOB_STATES = (WAITING, PLACED, DONE, CANCELLED, EXPIRED)
 SNAPSHOT_VERSION = 3
 EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the rest in the planner's order
 LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "rollmux-full", "rollmux-full-regroup",
-                 "rollmux-host", "rollmux-host-regroup")
+                 "rollmux-host", "rollmux-host-regroup", "rollmux-lifetime", "rollmux-full-lifetime")
 FLEET_LIVE_POLICIES = ("rollmux",)  # on a fleet of several GPU types (rollmux.fleet_planner)
 #: A released phase longer than its profile by more than this share is flagged: the planner's
 #: SLO guarantees rest on worst-case profiles, so such a job's group may miss them.
@@ -343,7 +343,7 @@ class ControlPlane:
                                             f"the live service runs")
         if job.staleness:
             movable = False  # never moved (see the module docstring)
-        decision = self.planner.decide(self.plan, job, explain=True)
+        decision = self._decide(job, lambda k: job.iterations if k == job.job_id else self._remaining(k))
         if decision.outcome == "rejected":
             raise NeverFits(self._never_fits_field(job), decision.reason)
         self._advance(now)
@@ -1154,7 +1154,7 @@ class ControlPlane:
             self.executors.pop(gid, None)
         rec.move = None
         rec.state, rec.group_id, rec.rollout_nodes, rec.train_nodes = WAITING, None, (), ()
-        decision = self.planner.decide(self.plan, rec.job, explain=True)
+        decision = self._decide(rec.job)
         rec.outcome, rec.explanation = decision.outcome, _explain(decision)
         if decision.placement is None:
             rec.end_reason = f"move failed ({reason}); waiting: {decision.reason}"
@@ -1243,7 +1243,7 @@ class ControlPlane:
         placed = []
         for job_id in list(self.waiting):
             rec = self.jobs[job_id]
-            decision = self.planner.decide(self.plan, rec.job, explain=True)
+            decision = self._decide(rec.job)
             if decision.placement is None:
                 continue
             self.waiting.remove(job_id)
@@ -1252,6 +1252,18 @@ class ControlPlane:
             self._place(rec, decision, now)
             placed.append(job_id)
         return placed
+
+    def _decide(self, job: Job, remaining=None):
+        """The planner's decision for ``job`` with every candidate explained; a policy with
+        the lifetime objective also reads the iterations each job has left."""
+        if getattr(self.policy, "uses_remaining", False):
+            return self.planner.decide(self.plan, job, explain=True, remaining=remaining or self._remaining)
+        return self.planner.decide(self.plan, job, explain=True)
+
+    def _remaining(self, job_id: str) -> int | None:
+        """Iterations ``job_id`` has left (None: it runs without a set count)."""
+        rec = self.jobs[job_id]
+        return None if rec.job.iterations is None else rec.job.iterations - rec.iterations_done
 
     def _withhold_drained(self) -> None:
         for node in self.drained:

@@ -157,6 +157,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     arrived = 0  # jobs arrived so far: what ``progress`` reports (each costs a placement decision)
     events = 0
     repack = getattr(policy, "repack", None)
+    uses_remaining = getattr(policy, "uses_remaining", False)  # the lifetime objective (rollmux.lifetime)
     regroup = getattr(policy, "regroup", None)
     regroup_on_arrival = regroup is not None and getattr(policy, "regroup_on_arrival", False)
     live: dict[tuple[str, str], tuple[float, int]] = {}  # (job, pool) -> (end, seq) of its phase's pending end
@@ -281,8 +282,18 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         while waiting and try_place(by_id[waiting[0]], now):
             waiting.pop(0)
 
+    def remaining_at(now: float) -> Callable[[str], int]:
+        """The iterations each job has left at ``now``, as the event-by-event run counts them:
+        a frozen group is brought to ``now`` first (``thaw``) when one of its members is read."""
+        def remaining(job_id: str) -> int:
+            gid = state.job_group.get(job_id)
+            if gid in frozen:
+                thaw(gid, now)
+            return target[job_id] - done[job_id]
+        return remaining
+
     def try_place(job: Job, now: float) -> bool:
-        decision = policy.place(state, job)
+        decision = policy.place(state, job, remaining_at(now)) if uses_remaining else policy.place(state, job)
         if decision.outcome in ("wait", "rejected"):
             reasons[job.job_id] = decision.reason
             short_of[job.job_id] = decision.short_pools
