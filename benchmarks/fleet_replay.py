@@ -7,11 +7,14 @@ hours alone, replayed under worst-case durations on examples/fleet/three_types.y
 fleet planner in the --space chosen against every baseline and fixed view. Per
 instance: RollMux's total $, the cheapest other policy with at least RollMux's SLO
 attainment, and the ratio; then the mean and worst ratio, how often RollMux lost, and
-to whom. ``--paper-objective`` places with the planner's own marginal (the slowdown of
-sharing free) instead of the fleet's default on several views (``FleetPlanner.sharing_cost``).
+to whom. The other RollMux policies (the other space, the other objective) are left
+out of the comparison. ``--paper-objective`` places with the planner's own marginal
+(the slowdown of sharing free) instead of the fleet's default on several views
+(``FleetPlanner.sharing_cost``); ``--objective lifetime`` places by the dollars a
+placement adds until its group ends (``rollmux.lifetime``).
 
     python benchmarks/fleet_replay.py [--instances 15] [--jobs 12] [--space paper|full] [--seed 1]
-                                      [--paper-objective]
+                                      [--paper-objective] [--objective rate|lifetime]
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from pathlib import Path
 from rollmux.errors import CapacityError
 from rollmux.fleet_file import load_fleet
 from rollmux.planner import FULL_SPACE, PAPER_SPACE
-from rollmux.policies.fleet import FleetRollMux, fleet_policies
+from rollmux.policies.fleet import FLEET_ROLLMUX, FleetRollMux, fleet_policies
 from rollmux.sim.engine import simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,6 +45,7 @@ def main() -> None:
     ap.add_argument("--space", default="paper", choices=("paper", "full"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--paper-objective", action="store_true")
+    ap.add_argument("--objective", default="rate", choices=("rate", "lifetime"))
     args = ap.parse_args()
     space = FULL_SPACE if args.space == "full" else PAPER_SPACE
     fleet = load_fleet(FLEET)
@@ -53,12 +57,11 @@ def main() -> None:
                                     duration_s=float(rng.randint(5, 20) * 3600))
                 for j in make_jobs(rng, args.jobs, "mixed")]
         profiles = profiles_for(rng, jobs)
-        # ours: the fleet planner in the chosen space; the other space's row is left out
-        policies = fleet_policies(fleet, profiles)
-        mine = 1 if args.space == "full" else 0
-        ours_policy = (FleetRollMux(fleet, profiles, space, sharing_cost=False) if args.paper_objective
-                       else policies[mine])
-        policies = [ours_policy] + policies[2:]
+        # ours: the fleet planner in the chosen space and objective; the other RollMux rows are left out
+        others = [p for p in fleet_policies(fleet, profiles) if p.name not in FLEET_ROLLMUX]
+        ours_policy = FleetRollMux(fleet, profiles, space, sharing_cost=False if args.paper_objective else None,
+                                   objective=args.objective)
+        policies = [ours_policy] + others
         results = []
         for policy in policies:
             try:

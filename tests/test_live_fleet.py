@@ -1,7 +1,7 @@
 """``rollmux serve`` on a fleet of GPU types: the live control plane places each job on
-its pair of types through the fleet planner, phase for phase as ``rollmux fleet
-simulate`` does (through restores too), on physical nodes that no two views share, and
-keeps the fleet and its profiles in its state."""
+its pair of types through the fleet planner (both spaces, both objectives), phase for
+phase as ``rollmux fleet simulate`` does (through restores too), on physical nodes that
+no two views share, and keeps the fleet and its profiles in its state."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +13,7 @@ import pytest
 from rollmux.fleet import Profiles, load_profiles
 from rollmux.fleet_file import fleet_to_dict, load_fleet
 from rollmux.model import Cluster, Job
-from rollmux.policies.fleet import FleetRollMux
+from rollmux.policies.fleet import FLEET_ROLLMUX, FleetRollMux
 from rollmux.runtime.control import (FLEET_LIVE_POLICIES, ClusterConflict, ControlError, ControlPlane, NeverFits)
 from rollmux.sim.engine import simulate
 from rollmux.traces.format import read_trace
@@ -33,18 +33,24 @@ def _example(bounds: dict[str, int] | None = None):
     return fleet, load_profiles(EXAMPLE / "profiles.csv", fleet), jobs
 
 
-def _sim_phases(jobs, fleet, profiles) -> list:
-    r = simulate(jobs, fleet.views()[0].cluster, FleetRollMux(fleet, profiles), record_spans=True)
+def _sim_phases(jobs, fleet, profiles, policy: str = "rollmux") -> list:
+    space, objective = FLEET_ROLLMUX[policy]
+    r = simulate(jobs, fleet.views()[0].cluster, FleetRollMux(fleet, profiles, space, objective=objective),
+                 record_spans=True)
     assert not r.rejected and (r.bounded or r.slo_attainment == 1.0)  # bounded: waiting counts end to end
+    if "full" in policy:
+        assert r.outcomes["co-located"] >= 1, "the trace must co-locate"
     return [(job, pool, gid, tuple(nodes), start) for gid, job, pool, nodes, start, *_ in r.spans]
 
 
-@pytest.mark.parametrize("bounds,every", [(None, 0), (None, 5), ({"H20": 6, "H800": 4, "H200": 3}, 0),
-                                          ({"H20": 2, "H800": 2, "H200": 2}, 7)])
-def test_a_live_fleet_is_the_fleet_simulators_phase_for_phase(bounds, every):
+@pytest.mark.parametrize("policy,bounds,every", [
+    ("rollmux", None, 0), ("rollmux", None, 5), ("rollmux", {"H20": 6, "H800": 4, "H200": 3}, 0),
+    ("rollmux", {"H20": 2, "H800": 2, "H200": 2}, 7), ("rollmux-full", None, 4), ("rollmux-lifetime", None, 0),
+    ("rollmux-full-lifetime", None, 3), ("rollmux-full-lifetime", {"H20": 3, "H800": 3, "H200": 3}, 0)])
+def test_a_live_fleet_is_the_fleet_simulators_phase_for_phase(policy, bounds, every):
     fleet, profiles, jobs = _example(bounds)
-    sim = _sim_phases(jobs, fleet, profiles)
-    live, moves = _live_replay(jobs, fleet, 300.0, "rollmux", restore_every=every, profiles=profiles)
+    sim = _sim_phases(jobs, fleet, profiles, policy)
+    live, moves = _live_replay(jobs, fleet, 300.0, policy, restore_every=every, profiles=profiles)
     assert moves == []
     key = lambda p: (p[4], p[0], p[1])  # noqa: E731
     assert sorted(live, key=key) == sorted(sim, key=key)
@@ -111,7 +117,7 @@ def test_drain_on_a_fleet_withholds_the_physical_node_from_every_view():
 
 def test_a_fleet_plane_refuses_what_it_cannot_do_and_changes_nothing():
     fleet, profiles, jobs = _example()
-    assert FLEET_LIVE_POLICIES == ("rollmux",)
+    assert FLEET_LIVE_POLICIES == ("rollmux", "rollmux-full", "rollmux-lifetime", "rollmux-full-lifetime")
     with pytest.raises(ControlError, match="on a fleet of GPU types the live service runs rollmux") as err:
         ControlPlane(fleet, policy="rollmux-regroup")
     assert err.value.field == "policy"

@@ -65,6 +65,7 @@ from rollmux.model import ROLLOUT, TRAIN, Group, Job, Member
 from rollmux.errors import PlacementError
 from rollmux.improve import materialize
 from rollmux.intra import GroupAnalysis, analyze
+from rollmux.lifetime import Remaining, lifetime_cost
 from rollmux.plan_state import Placement, PlanState, Release
 from rollmux.planner import COLOCATE, OUTCOME, PAPER_SPACE, SLO_EPS, Decision, Planner, Space
 
@@ -78,8 +79,9 @@ class ViewVerdict:
 
     view: str
     decision: Decision | None
-    effective_cost: float | None
+    effective_cost: float | None  # what the views compare: dE, or L under the lifetime objective
     reason: str = ""
+    rate_cost: float | None = None  # dE, which the co-location prospect test reads
 
 
 @dataclass(slots=True, frozen=True)
@@ -333,7 +335,7 @@ class FleetPlanner:
     """Chooses each job's view and placement (module docstring). Pure: never mutates state."""
 
     def __init__(self, fleet: Fleet, profiles: Profiles | None = None, tie_break: str = "first",
-                 space: Space = PAPER_SPACE, sharing_cost: bool | None = None) -> None:
+                 space: Space = PAPER_SPACE, sharing_cost: bool | None = None, objective: str = "rate") -> None:
         fleet.validate()
         self.fleet = fleet
         self.profiles = profiles or Profiles()
@@ -342,27 +344,35 @@ class FleetPlanner:
         # dE of joining a group at its members' iterations there (None: on a fleet of
         # several views; a two-pool fleet keeps the planner's own objective)
         self.sharing_cost = len(fleet.views()) > 1 if sharing_cost is None else sharing_cost
+        self.objective = objective
         self._planners = {v.name: Planner(tie_break, space=replace(space, colocation=space.colocation
-                                                                   and v.name in colocating))
+                                                                   and v.name in colocating), objective=objective)
                           for v in fleet.views()}
         # the same planners without co-location, for a view whose co-location fails the fleet's prospects
-        self._plain = {name: Planner(tie_break, space=replace(space, colocation=False)) for name in colocating
-                       if name is not None and space.colocation}
+        self._plain = {name: Planner(tie_break, space=replace(space, colocation=False), objective=objective)
+                       for name in colocating if name is not None and space.colocation}
 
     def new_state(self, only: tuple[str, ...] = ()) -> FleetState:
         """An empty plan on every view, or on the views named in ``only``."""
         return FleetState(self.fleet, self.profiles, only)
 
-    def decide(self, state: FleetState, job: Job, explain: bool = False) -> FleetDecision:
+    def decide(self, state: FleetState, job: Job, explain: bool = False,
+               remaining: Remaining | None = None) -> FleetDecision:
+        """The view and placement for ``job`` (module docstring). With the lifetime
+        objective and ``remaining`` (iterations each job has left; a job keeps its count on
+        every type), each view's planner chooses by L and the views compare their L."""
+        if self.objective != "lifetime" or remaining is None or remaining(job.job_id) is None:
+            remaining = None
         moved = {name: translate(self.fleet, self.profiles, job, view) for name, (view, _) in state.views.items()}
-        verdicts = [self._verdict(state, job, name, moved[name], self._planners[name], explain)
+        verdicts = [self._verdict(state, job, name, moved[name], self._planners[name], explain, remaining=remaining)
                     for name in state.views]
         if self._plain and not job.colocate:
             prospect = self._prospect(state, job, moved)
             verdicts = [self._verdict(state, job, v.view, moved[v.view], self._plain[v.view], explain,
-                                      f"co-location {v.effective_cost:.2f} >= the share of a pair {prospect:.2f}")
+                                      f"co-location {v.rate_cost:.2f} >= the share of a pair {prospect:.2f}",
+                                      remaining)
                         if v.decision is not None and v.decision.outcome == OUTCOME[COLOCATE]
-                        and v.effective_cost is not None and v.effective_cost >= prospect - _COST_TOL else v
+                        and v.rate_cost is not None and v.rate_cost >= prospect - _COST_TOL else v
                         for v in verdicts]
         best: ViewVerdict | None = None
         for verdict in verdicts:
@@ -376,22 +386,25 @@ class FleetPlanner:
         return FleetDecision(job.job_id, best.view, best.decision, best.effective_cost, tuple(verdicts))
 
     def _verdict(self, state: FleetState, job: Job, name: str, moved: Job | None, planner: Planner,
-                 explain: bool, note: str = "") -> ViewVerdict:
+                 explain: bool, note: str = "", remaining: Remaining | None = None) -> ViewVerdict:
         """What view ``name``'s planner offers ``job`` (``moved``: its translation there);
-        ``note`` says why a first offer was replaced."""
+        ``note`` says why a first offer was replaced. With ``remaining`` the view's planner
+        chooses by the lifetime objective and the verdict's cost is that L (dollars)."""
         view, sub = state.views[name]
         if moved is None:
             return ViewVerdict(name, None, None, "only co-located on its own type" if job.colocate else
                                f"slower than its SLO even alone on {view.rollout.gpu}+{view.train.gpu}")
-        decision = planner.decide(sub, moved, explain=explain)
+        decision = planner.decide(sub, moved, explain=explain, remaining=remaining)
         prefix = f"{note}; then " if note else ""
         if decision.placement is None:
             return ViewVerdict(name, decision, None, f"{prefix}{decision.outcome}: {decision.reason}")
         short = short_text(state, view, decision.placement)
         if short:
             return ViewVerdict(name, decision, None, f"{prefix}inventory: {short}")
-        return ViewVerdict(name, decision, self._marginal(state, view, sub, job, moved, decision),
-                           f"({note})" if note else "")
+        rate = self._marginal(state, view, sub, job, moved, decision)
+        cost = rate if remaining is None else lifetime_cost(sub, moved, decision.placement, remaining(job.job_id),
+                                                            remaining)
+        return ViewVerdict(name, decision, cost, f"({note})" if note else "", rate)
 
     def _prospect(self, state: FleetState, job: Job, moved: dict[str, Job | None]) -> float:
         """The co-location prospect test across views: the least effective $/h of the job's

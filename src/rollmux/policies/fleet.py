@@ -6,7 +6,9 @@ is judged against the job's solo time on the reference types.
 
 * ``FleetRollMux``: the fleet planner (each job's view and group), or the same planner
   confined to one view (a fixed-type assignment, ``only``): a job that cannot meet its
-  SLO there is rejected.
+  SLO there is rejected. With ``objective="lifetime"`` it places by the dollars a
+  placement adds until its group ends (``rollmux.lifetime``; the simulator passes each
+  job's remaining iterations).
 * ``FleetAlone``: each job alone on its own nodes, by one of ``fleet_planner.alone_options``:
   a fixed one (solo-d on a view, co-located on a pool: run there even when it misses
   its SLO, as the two-pool baselines do), or with ``gavel=True`` each job's cheapest
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from rollmux.fleet import Fleet, Profiles, translate
 from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, short_text
+from rollmux.lifetime import Remaining
 from rollmux.model import Job
 from rollmux.planner import FULL_SPACE, PAPER_SPACE, Decision, Space
 from rollmux.policies.base import colocated_group, isolated
@@ -25,16 +28,17 @@ from rollmux.policies.base import colocated_group, isolated
 
 class FleetRollMux:
     def __init__(self, fleet: Fleet, profiles: Profiles, space: Space = PAPER_SPACE, only: tuple[str, ...] = (),
-                 name: str = "", sharing_cost: bool | None = None) -> None:
-        self.planner = FleetPlanner(fleet, profiles, space=space, sharing_cost=sharing_cost)
+                 name: str = "", sharing_cost: bool | None = None, objective: str = "rate") -> None:
+        self.planner = FleetPlanner(fleet, profiles, space=space, sharing_cost=sharing_cost, objective=objective)
+        self.uses_remaining = objective == "lifetime"  # the simulator then passes ``remaining`` (rollmux.lifetime)
         self.only = only
         self.name = name or (f"rollmux on {only[0]}" if only else "rollmux")
 
     def new_state(self) -> FleetState:
         return self.planner.new_state(self.only)
 
-    def place(self, state: FleetState, job: Job) -> Decision:
-        d = self.planner.decide(state, job)
+    def place(self, state: FleetState, job: Job, remaining: Remaining | None = None) -> Decision:
+        d = self.planner.decide(state, job, remaining=remaining)
         if d.decision is not None and d.decision.placement is not None:
             return d.decision
         return Decision(job.job_id, d.outcome, None, 0.0, (), d.reason)
@@ -70,14 +74,26 @@ class FleetAlone:
         return Decision(job.job_id, "wait", None, 0.0, (), shortest)
 
 
+#: The fleet planner's policies by name: (placement space, objective)
+FLEET_ROLLMUX = {"rollmux": (PAPER_SPACE, "rate"), "rollmux-full": (FULL_SPACE, "rate"),
+                 "rollmux-lifetime": (PAPER_SPACE, "lifetime"), "rollmux-full-lifetime": (FULL_SPACE, "lifetime")}
+
+
+def rollmux_policies(fleet: Fleet, profiles: Profiles) -> list:
+    """The fleet planner in each space with each objective (``FLEET_ROLLMUX``), in that order."""
+    return [FleetRollMux(fleet, profiles, space, name=name, objective=objective)
+            for name, (space, objective) in FLEET_ROLLMUX.items()]
+
+
 def fleet_policies(fleet: Fleet, profiles: Profiles) -> list:
     """Every policy ``rollmux fleet simulate`` compares, in table order: the fleet planner
     in the paper's placement space (``rollmux``) and in the full one (``rollmux-full``:
-    training scaling and co-location too), the paper-space planner on each view, solo-d
-    on each view, co-located on each pool, Gavel+."""
+    training scaling and co-location too), each also with the lifetime objective
+    (``-lifetime``), the paper-space planner on each view, solo-d on each view,
+    co-located on each pool, Gavel+."""
     views = [v.name for v in fleet.views()]
     sample = alone_options(fleet, profiles, Job("_", 1.0, 1.0))
-    return ([FleetRollMux(fleet, profiles), FleetRollMux(fleet, profiles, FULL_SPACE, name="rollmux-full")]
+    return (rollmux_policies(fleet, profiles)
             + [FleetRollMux(fleet, profiles, only=(v,)) for v in views]
             + [FleetAlone(fleet, profiles, o.name, o.name) for o in sample]
             + [FleetAlone(fleet, profiles, "gavel+", gavel=True)])

@@ -92,7 +92,7 @@ from rollmux.model import model_size_column
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
 from rollmux.policies import make_policy
-from rollmux.policies.fleet import FleetRollMux
+from rollmux.policies.fleet import FLEET_ROLLMUX, FleetRollMux
 from rollmux.runtime.store import Changes, hash_token
 
 WAITING, PLACED, DONE, CANCELLED, EXPIRED = "waiting", "placed", "done", "cancelled", "expired"
@@ -102,7 +102,7 @@ SNAPSHOT_VERSION = 3
 EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the rest in the planner's order
 LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "rollmux-full", "rollmux-full-regroup",
                  "rollmux-host", "rollmux-host-regroup", "rollmux-lifetime", "rollmux-full-lifetime")
-FLEET_LIVE_POLICIES = ("rollmux",)  # on a fleet of several GPU types (rollmux.fleet_planner)
+FLEET_LIVE_POLICIES = tuple(FLEET_ROLLMUX)  # on a fleet of several GPU types (rollmux.fleet_planner)
 #: A released phase longer than its profile by more than this share is flagged: the planner's
 #: SLO guarantees rest on worst-case profiles, so such a job's group may miss them.
 PROFILE_TOLERANCE = 0.10
@@ -273,7 +273,8 @@ class ControlPlane:
             if policy not in FLEET_LIVE_POLICIES:
                 raise ControlError("policy", f"{policy!r}: on a fleet of GPU types the live service runs "
                                              f"{', '.join(FLEET_LIVE_POLICIES)}")
-            self.policy = FleetRollMux(self.fleet, self.profiles)
+            space, objective = FLEET_ROLLMUX[policy]
+            self.policy = FleetRollMux(self.fleet, self.profiles, space, name=policy, objective=objective)
             # the knobs every view shares (GPUs per node, switch cost, group size): read, never pooled
             self.cluster = self.fleet.views()[0].cluster
         else:
