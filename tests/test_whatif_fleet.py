@@ -202,7 +202,7 @@ def test_command_on_a_fleet(trace, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args, message", [
     (["--cluster", str(FLEET_FILE), "--vary", "pools[H200].nodes=1", "--policy", "solo-d"],
-     "--policy 'solo-d': expected one of rollmux, rollmux-full, rollmux on H20/H20,"),
+     "--policy 'solo-d': expected one of rollmux, rollmux-full, rollmux-lifetime, rollmux-full-lifetime,"),
     (["--cluster", str(FLEET_FILE), "--vary", "pools[H300].nodes=1"],
      "--vary 'pools[H300].nodes=1': expected a pool name (H20, H800, H200) or index 0..2"),
     (["--cluster", str(FLEET_FILE), "--vary", "pools[H200].nodes=1", "--accounting", "paper"],
