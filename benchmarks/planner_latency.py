@@ -19,11 +19,13 @@ Workloads (``--workload``):
 ``--space full`` times the planner in the placement space beyond the paper (training
 scaling and co-location, ``rollmux.planner.FULL_SPACE``), the plan built in that space too;
 ``paper-one-order`` and ``full-one-order`` time each space without the check of every
-order of a group's members (``Space.all_orders``), as before it.
+order of a group's members (``Space.all_orders``), as before it. ``--objective lifetime``
+times the lifetime objective (``rollmux.lifetime``): every candidate evaluated, each
+running job with a remaining iteration count drawn once (uniform in 1..500).
 
     python benchmarks/planner_latency.py [--sizes 5,9,13,100,500,1000,2000] [--probes 50]
                                          [--space paper|full|paper-one-order|full-one-order]
-                                         [--exact-sizes 4,5,6,7,8,9,10]
+                                         [--exact-sizes 4,5,6,7,8,9,10] [--objective rate|lifetime]
 """
 from __future__ import annotations
 
@@ -75,10 +77,14 @@ def main() -> None:
     ap.add_argument("--workload", default="synthetic", choices=("synthetic", "production"))
     ap.add_argument("--space", default="paper", choices=tuple(SPACES), help="the planner's placement space")
     ap.add_argument("--exact-sizes", default="4,5,6,7,8,9,10")
+    ap.add_argument("--objective", default="rate", choices=("rate", "lifetime"))
     ap.add_argument("--exact-instances", type=int, default=3)
     args = ap.parse_args()
-    planner = Planner(args.tie_break, space=SPACES[args.space])
-    print(f"placement space: {args.space}")
+    planner = Planner(args.tie_break, space=SPACES[args.space], objective=args.objective)
+    draw = random.Random(args.seed)
+    left: dict[str, int] = {}
+    remaining = (lambda k: left.setdefault(k, draw.randint(1, 500))) if args.objective == "lifetime" else None
+    print(f"placement space: {args.space}, objective: {args.objective}")
     print(f"{'N':>6} {'groups':>7} {'median ms':>10} {'p99 ms':>9} {'paper ms':>9} {'speed-up':>9} {'build s':>8}")
     for n in [int(x) for x in args.sizes.split(",")]:
         t0 = time.perf_counter()
@@ -87,7 +93,7 @@ def main() -> None:
         lat = []
         for job in probes[: args.probes]:
             t = time.perf_counter()
-            planner.decide(state, job)
+            planner.decide(state, job, remaining=remaining)
             lat.append((time.perf_counter() - t) * 1e3)
         lat.sort()
         med = statistics.median(lat)

@@ -47,4 +47,6 @@ class RollMuxPolicy:
             self.regroup_on_arrival = space.colocation or space.train_scaling
 
     def place(self, state: PlanState, job: Job, remaining: Remaining | None = None) -> Decision:
+        if remaining is None:
+            return self.planner.decide(state, job)
         return self.planner.decide(state, job, remaining=remaining)
