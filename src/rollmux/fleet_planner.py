@@ -66,7 +66,7 @@ from rollmux.errors import PlacementError
 from rollmux.improve import materialize
 from rollmux.intra import GroupAnalysis, analyze
 from rollmux.lifetime import Remaining, lifetime_cost
-from rollmux.plan_state import Placement, PlanState, Release
+from rollmux.plan_state import FreeNodes, Placement, PlanState, Release
 from rollmux.planner import COLOCATE, OUTCOME, PAPER_SPACE, SLO_EPS, Decision, Planner, Space
 
 _COST_TOL = 1e-9
@@ -145,7 +145,7 @@ class FleetState:
     job_view: dict[str, str] = field(default_factory=dict)
     groups: ChainMap = field(init=False)
     job_group: ChainMap = field(init=False)
-    _free: dict[str, list[str]] = field(default_factory=dict)  # bounded pool -> its free nodes, in index order
+    _free: FreeNodes = field(default_factory=lambda: FreeNodes(lambda n: int(n.rsplit("-", 1)[1])))
     _minted: dict[str, int] = field(default_factory=dict)  # pool -> node ids issued so far
     _node_pool: dict[str, str] = field(default_factory=dict)  # node id -> its pool
     _local: dict[str, str] = field(default_factory=dict)  # a view's local node id -> the node it became
@@ -225,7 +225,7 @@ class FleetState:
 
     def free_nodes(self, pool: str) -> int | None:
         """Nodes of fleet pool ``pool`` that no group holds and none is withheld (None: unbounded)."""
-        return len(self._free[pool]) if pool in self._free else None
+        return self._free.count(pool)
 
     # --- the fleet's nodes, as ``PlanState`` speaks of a pool's ---------------------------
     def bounded(self, pool: str) -> bool:
@@ -239,22 +239,10 @@ class FleetState:
         return self._node_pool.get(node)
 
     def withhold(self, pool: str, node: str) -> bool:
-        """Take a free node of a bounded pool out of service (drain); False if not free."""
-        free = self._free.get(pool)
-        if free is None or node not in free:
-            return False
-        free.remove(node)
-        return True
+        return self._free.withhold(pool, node)
 
     def reinstate(self, pool: str, node: str) -> None:
-        """Give a withheld node of a bounded pool back to its free nodes."""
-        if node not in self._free[pool]:
-            self._give_back(pool, [node])
-
-    def _give_back(self, pool: str, nodes: list[str]) -> None:
-        if pool in self._free:
-            self._free[pool].extend(nodes)
-            self._free[pool].sort(key=lambda n: int(n.rsplit("-", 1)[1]))
+        self._free.reinstate(pool, node)
 
     def inventory(self) -> dict:
         """What ``restore`` needs besides the groups: each bounded pool's free nodes, the
@@ -283,7 +271,8 @@ class FleetState:
         for pool, count in self._minted.items():
             for i in range(count):
                 self._node_pool[f"{pool}-{i}"] = pool
-        self._free = {p: list(f) for p, f in inventory["free"].items()}
+        self._free.clear()
+        self._free.update({p: list(f) for p, f in inventory["free"].items()})
         for name, (_, state) in self.views.items():
             minted = {side: 0 for side in (ROLLOUT, TRAIN)}  # a view's own ids are never kept: it mints afresh
             state.restore(by_view[name], {"free": {}, "minted": minted, "next_group": inventory["next_group"][name]})
@@ -327,7 +316,7 @@ class FleetState:
         del self.originals[job_id]
         out = self.views[view][1].release(job_id)
         for node in out.released_nodes:
-            self._give_back(self._node_pool[node], [node])
+            self._free.give_back(self._node_pool[node], [node])
         return out
 
 

@@ -10,6 +10,7 @@ group id starts with it, so the plans of several views never share an id.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from rollmux import colocation
 from rollmux.errors import PlacementError
@@ -97,13 +98,45 @@ class GroupView:
     memo: dict = field(default_factory=dict)  # the planner's per-version caches (node choices)
 
 
+class FreeNodes(dict):
+    """Bounded pool -> its free nodes, kept in inventory order (``order``: a node's place).
+    A drain takes a free node out of service (``withhold``) and ``reinstate`` puts it back.
+    ``PlanState`` keeps one for its two pools, a fleet's ``FleetState`` one for the fleet."""
+
+    def __init__(self, order: Callable[[str], int]) -> None:
+        super().__init__()
+        self.order = order
+
+    def count(self, pool: str) -> int | None:
+        """Free nodes of ``pool`` (None: unbounded)."""
+        return len(self[pool]) if pool in self else None
+
+    def give_back(self, pool: str, nodes: list[str]) -> None:
+        if pool in self:
+            self[pool].extend(nodes)
+            self[pool].sort(key=self.order)
+
+    def withhold(self, pool: str, node: str) -> bool:
+        """Take a free node of a bounded pool out of service (drain); False if not free."""
+        free = self.get(pool)
+        if free is None or node not in free:
+            return False
+        free.remove(node)
+        return True
+
+    def reinstate(self, pool: str, node: str) -> None:
+        """Give a withheld (drained) node of a bounded pool back to its free nodes."""
+        if node not in self[pool]:
+            self.give_back(pool, [node])
+
+
 @dataclass(slots=True)
 class PlanState:
     cluster: Cluster
     groups: dict[str, Group] = field(default_factory=dict)
     job_group: dict[str, str] = field(default_factory=dict)
     prefix: str = ""  # of every minted node id and group id
-    _free: dict[str, list[str]] = field(default_factory=dict)
+    _free: FreeNodes = field(init=False)
     _minted: dict[str, int] = field(default_factory=lambda: {ROLLOUT: 0, TRAIN: 0})
     _next_group: int = 0
     _analysis: dict[str, GroupAnalysis] = field(default_factory=dict)
@@ -112,6 +145,7 @@ class PlanState:
     _listed: dict[str, tuple[str, int, float]] = field(default_factory=dict)  # node -> (pool, index, GB)
 
     def __post_init__(self) -> None:
+        self._free = FreeNodes(lambda n: self._listed[n][1])
         for pool in POOLS:
             spec = self.cluster.pool(pool)
             if spec.node_list:
@@ -132,7 +166,7 @@ class PlanState:
         return pool in self._free
 
     def free_count(self, pool: str) -> int | None:
-        return len(self._free[pool]) if pool in self._free else None
+        return self._free.count(pool)
 
     def capacity(self, pool: str, node: str) -> float:
         """Host memory of ``node`` (GB)."""
@@ -156,23 +190,11 @@ class PlanState:
         else:
             self._minted[pool] += len(ids)
 
-    def _give_back(self, pool: str, ids: list[str]) -> None:
-        if pool in self._free:
-            self._free[pool].extend(ids)
-            self._free[pool].sort(key=lambda n: self._listed[n][1])
-
     def withhold(self, pool: str, node: str) -> bool:
-        """Take a free node of a bounded pool out of service (drain); False if not free."""
-        free = self._free.get(pool)
-        if free is None or node not in free:
-            return False
-        free.remove(node)
-        return True
+        return self._free.withhold(pool, node)
 
     def reinstate(self, pool: str, node: str) -> None:
-        """Give a withheld (drained) node of a bounded pool back to its free nodes."""
-        if node not in self._free[pool]:
-            self._give_back(pool, [node])
+        self._free.reinstate(pool, node)
 
     def pool_of(self, node: str) -> str | None:
         """The pool a node id this state has issued belongs to, or None."""
@@ -323,7 +345,7 @@ class PlanState:
                     group.rollout_nodes = kept
                 else:
                     group.train_nodes = kept
-                self._give_back(pool, gone)
+                self._free.give_back(pool, gone)
                 self._in_use[pool] -= len(gone)
                 released.extend(gone)
         closed = not group.members
