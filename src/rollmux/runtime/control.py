@@ -60,6 +60,16 @@ Contract
   a job may run both phases on some of a group's training nodes (``Member.hosted``),
   judged against its co-located times too; snapshots and pending regroupings keep the
   flag.
+* Fleets (``ControlPlane(fleet, profiles=...)``, policies ``FLEET_LIVE_POLICIES``, as
+  ``rollmux fleet simulate`` runs them): the fleet planner chooses each job's pair of GPU
+  types and group; the plan is a ``FleetState`` whose nodes are the fleet pools' own
+  (``<pool>-<i>``), shared by every view, so grants, drains and status name physical
+  nodes and pools by their fleet names. A phase is judged against its time on its
+  group's types. The fleet and its profiles are part of the state and fixed while it
+  runs (``reconcile`` refuses another; no nodes are added live). No moves on a fleet.
+* The lifetime objective (policies ``rollmux-lifetime``, ``rollmux-full-lifetime``, and the
+  same on a fleet): the planner reads each job's remaining iterations, its ``iterations``
+  less those it has finished (None without a set count: ``rollmux.lifetime``).
 * Long tail (the execution rule's rules 6-9): a job holding a rollout grant reports its
   fraction of responses done (``tail``); at ``tail_threshold`` or more it keeps
   ``Job.tail_gpus()`` GPUs and the freed GPUs of its nodes may go to the next queued
