@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rollmux.fleet import Profiles, load_profiles
 from rollmux.fleet_file import fleet_to_dict, load_fleet
@@ -170,3 +172,32 @@ def test_a_fleet_survives_its_state_file_and_restores_exactly():
     nxt = jobs[6]
     a, b = cp.submit(nxt, 7.0, "0" * 64), again.submit(nxt, 7.0, "0" * 64)
     assert (a.group_id, a.rollout_nodes, a.train_nodes) == (b.group_id, b.rollout_nodes, b.train_nodes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 9)), min_size=1, max_size=30),
+       st.sampled_from(list(FLEET_ROLLMUX)))
+def test_any_sequence_of_arrivals_and_departures_keeps_every_node_in_one_place(ops, policy):
+    """Random submits and completions on a small bounded fleet: every node of a pool is
+    free, withheld or in exactly one group, and the waiting line is retried in order."""
+    fleet, profiles, jobs = _example({"H20": 2, "H800": 3, "H200": 2})
+    cp = ControlPlane(fleet, profiles=profiles, policy=policy)
+    now = 0.0
+    for arrive, k in ops:
+        now += 1.0
+        job = jobs[k]
+        rec = cp.jobs.get(job.job_id)
+        if arrive and (rec is None or not rec.live):
+            cp.submit(job, now, "0" * 64)
+        elif not arrive and rec is not None and rec.live:
+            cp.complete(job.job_id, now)
+        holder: dict[str, str] = {}
+        for gid, group in cp.plan.groups.items():
+            for node in {*group.rollout_nodes, *group.train_nodes}:
+                assert holder.setdefault(node, gid) == gid
+        for pool in fleet.pools:
+            free = cp.plan._free[pool.name]
+            held = {n for n in holder if n.rsplit("-", 1)[0] == pool.name}
+            assert not held & set(free) and len(held) + len(free) == pool.nodes
+        for job_id in cp.waiting:  # a waiting job has no group and its record says so
+            assert cp.record(job_id).state == "waiting" and job_id not in cp.plan.job_group
