@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.fleet import Profiles, load_profiles
-from rollmux.fleet_file import fleet_to_dict, load_fleet
+from rollmux.fleet_file import fleet_from_dict, fleet_to_dict, load_fleet
 from rollmux.model import Cluster, Job
 from rollmux.policies.fleet import FLEET_ROLLMUX, FleetRollMux
 from rollmux.runtime.control import (FLEET_LIVE_POLICIES, ClusterConflict, ControlError, ControlPlane, NeverFits)
@@ -201,3 +201,20 @@ def test_any_sequence_of_arrivals_and_departures_keeps_every_node_in_one_place(o
             assert not held & set(free) and len(held) + len(free) == pool.nodes
         for job_id in cp.waiting:  # a waiting job has no group and its record says so
             assert cp.record(job_id).state == "waiting" and job_id not in cp.plan.job_group
+
+
+def test_a_job_colocated_on_a_pool_that_only_trains_holds_one_node_of_that_pool():
+    """Co-location on a training-only pool is offered in a view whose rollout pool is
+    another one; the co-located node is a training node, the same on both sides."""
+    fleet = fleet_from_dict({"pools": [{"gpu": "H20", "roles": ["rollout"], "nodes": 2},
+                                       {"gpu": "H800", "roles": ["train"], "nodes": 2}],
+                             "switch_cost_s": 0})
+    job = Job("c", 100.0, 300.0, 8, 8, 100.0, 100.0, 1.5, "7B_8k", iterations=20, t_roll_colo_s=90.0,
+              t_train_colo_s=300.0)
+    cp = ControlPlane(fleet, policy="rollmux-full")
+    rec = cp.submit(job, 0.0, "0" * 64)
+    assert rec.outcome == "co-located", rec.explanation
+    assert rec.rollout_nodes == rec.train_nodes == ("H800-0",)
+    assert cp.plan.free_count("H800") == 1 and cp.plan.free_count("H20") == 2
+    cp.complete("c", 1.0)
+    assert cp.plan.free_count("H800") == 2
