@@ -136,7 +136,8 @@ def serve(
                                            "rollmux-full-lifetime (each arrival placed by the dollars it adds "
                                            "until its group ends, from the iterations each job has left), "
                                            "decision for decision as "
-                                           "`rollmux simulate` does. On a fleet: rollmux, as `rollmux fleet "
+                                           "`rollmux simulate` does. On a fleet: rollmux, rollmux-full, "
+                                           "rollmux-lifetime or rollmux-full-lifetime, as `rollmux fleet "
                                            "simulate` does."),
     migration_s: float = typer.Option(300.0, "--migration-s", min=0.0,
                                       help="Pause a move is planned with until moves of that model size are "
