@@ -139,3 +139,28 @@ def test_a_fleet_service_refuses_hostile_requests_and_changes_nothing(tmp_path):
         drained = client.post("/v1/admin/nodes/H200-1/drain", headers=_auth(ADMIN))
         assert drained.status_code == 200 and client.get("/v1/status", headers=_auth(ADMIN)).json()["drained"] == [
             "H200-1"]
+
+
+def test_a_fleet_services_metrics_count_nodes_per_gpu_pool(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from rollmux.fleet import load_profiles
+    from rollmux.fleet_file import load_fleet
+    from rollmux.runtime.service import Service, create_app
+    from test_service_hostile import _auth, _config
+
+    (tmp_path / "fleet.yaml").write_text(FLEET_YAML)
+    (tmp_path / "profiles.csv").write_text(PROFILES_CSV)
+    fleet = load_fleet(tmp_path / "fleet.yaml")
+    service = Service(fleet, str(tmp_path / "state.db"), ADMIN, _config(),
+                      profiles=load_profiles(tmp_path / "profiles.csv", fleet))
+    with TestClient(create_app(service)) as client:
+        assert client.post("/v1/jobs", json={"spec": _spec("a")}, headers=_auth(ADMIN)).status_code == 201
+        text = client.get("/metrics").text
+        status = client.get("/v1/status", headers=_auth(ADMIN)).json()
+    (group,) = status["groups"]
+    held = {n.rsplit("-", 1)[0] for n in (*group["rollout_nodes"], *group["train_nodes"])}
+    for pool in ("H20", "H800", "H200"):
+        expected = sum(n.startswith(pool + "-") for n in (*group["rollout_nodes"], *group["train_nodes"]))
+        assert f'rollmux_nodes_in_use{{pool="{pool}"}} {float(expected)}' in text, text
+    assert held  # the job holds nodes of the pools its view names

@@ -53,6 +53,11 @@ class _StateCollector:
         for pool in POOLS:
             busy.add_metric([pool], cp.busy_s[pool])
             idle.add_metric([pool], max(0.0, cp.provisioned_s[pool] - cp.busy_s[pool]))
+        held = GaugeMetricFamily("rollmux_nodes_in_use", "Nodes some group holds, per pool (on a fleet, per "
+                                 "GPU pool by name)", labels=["pool"])
+        for pool in cp.pool_nodes():
+            held.add_metric([pool], cp.plan.nodes_in_use(pool))
+        yield held
         yield busy
         yield idle
         yield GaugeMetricFamily("rollmux_cost_per_hour_dollars", "Hourly price of every provisioned node",
