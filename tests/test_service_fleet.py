@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from test_service_e2e import ADMIN, ROLLMUX, Server, _assert_exclusive, _grant_intervals, _spawn, _wait_all
+from test_service_hostile import _auth, _config, _persisted
 
 FLEET_YAML = """\
 gpus_per_node: 8
@@ -109,13 +110,14 @@ def test_serve_refuses_a_bad_fleet_start_and_writes_no_state(tmp_path, case):
         httpx.get("http://127.0.0.1:1/healthz", timeout=0.2)
 
 
-def test_a_fleet_service_refuses_hostile_requests_and_changes_nothing(tmp_path):
+@pytest.fixture
+def fleet_api(tmp_path):
+    """An in-process service on the fleet file with job "a" placed: (client, service)."""
     from fastapi.testclient import TestClient
 
     from rollmux.fleet import load_profiles
     from rollmux.fleet_file import load_fleet
     from rollmux.runtime.service import Service, create_app
-    from test_service_hostile import _auth, _config, _persisted
 
     (tmp_path / "fleet.yaml").write_text(FLEET_YAML)
     (tmp_path / "profiles.csv").write_text(PROFILES_CSV)
@@ -124,43 +126,35 @@ def test_a_fleet_service_refuses_hostile_requests_and_changes_nothing(tmp_path):
                       profiles=load_profiles(tmp_path / "profiles.csv", fleet))
     with TestClient(create_app(service)) as client:
         assert client.post("/v1/jobs", json={"spec": _spec("a")}, headers=_auth(ADMIN)).status_code == 201
-        before = _persisted(client, service)
-        too_wide = client.post("/v1/jobs", json={"spec": {**_spec("wide"), "rollout_gpus": 24}}, headers=_auth(ADMIN))
-        assert too_wide.status_code == 422
-        assert too_wide.json()["field"] == "spec.rollout_gpus" and "largest rollout pool" in too_wide.json()["detail"]
-        hopeless = client.post("/v1/jobs", json={"spec": _spec("hopeless")}, headers=_auth(ADMIN))
-        assert hopeless.status_code == 422 and hopeless.json()["field"] == "slo", hopeless.text
-        assert "no view can take it" in hopeless.json()["detail"]
-        add = client.post("/v1/admin/nodes", json={"pool": "rollout"}, headers=_auth(ADMIN))
-        assert add.status_code == 400 and add.json()["field"] == "pool", add.text
-        unknown = client.post("/v1/admin/nodes/R0/drain", headers=_auth(ADMIN))
-        assert unknown.status_code == 404 and unknown.json()["field"] == "node", unknown.text
-        assert _persisted(client, service) == before
-        drained = client.post("/v1/admin/nodes/H200-1/drain", headers=_auth(ADMIN))
-        assert drained.status_code == 200 and client.get("/v1/status", headers=_auth(ADMIN)).json()["drained"] == [
-            "H200-1"]
+        yield client, service
 
 
-def test_a_fleet_services_metrics_count_nodes_per_gpu_pool(tmp_path):
-    from fastapi.testclient import TestClient
+def test_a_fleet_service_refuses_hostile_requests_and_changes_nothing(fleet_api):
+    client, service = fleet_api
+    before = _persisted(client, service)
+    too_wide = client.post("/v1/jobs", json={"spec": {**_spec("wide"), "rollout_gpus": 24}}, headers=_auth(ADMIN))
+    assert too_wide.status_code == 422
+    assert too_wide.json()["field"] == "spec.rollout_gpus" and "largest rollout pool" in too_wide.json()["detail"]
+    hopeless = client.post("/v1/jobs", json={"spec": _spec("hopeless")}, headers=_auth(ADMIN))
+    assert hopeless.status_code == 422 and hopeless.json()["field"] == "slo", hopeless.text
+    assert "no view can take it" in hopeless.json()["detail"]
+    add = client.post("/v1/admin/nodes", json={"pool": "rollout"}, headers=_auth(ADMIN))
+    assert add.status_code == 400 and add.json()["field"] == "pool", add.text
+    unknown = client.post("/v1/admin/nodes/R0/drain", headers=_auth(ADMIN))
+    assert unknown.status_code == 404 and unknown.json()["field"] == "node", unknown.text
+    assert _persisted(client, service) == before
+    drained = client.post("/v1/admin/nodes/H200-1/drain", headers=_auth(ADMIN))
+    assert drained.status_code == 200 and client.get("/v1/status", headers=_auth(ADMIN)).json()["drained"] == [
+        "H200-1"]
 
-    from rollmux.fleet import load_profiles
-    from rollmux.fleet_file import load_fleet
-    from rollmux.runtime.service import Service, create_app
-    from test_service_hostile import _auth, _config
 
-    (tmp_path / "fleet.yaml").write_text(FLEET_YAML)
-    (tmp_path / "profiles.csv").write_text(PROFILES_CSV)
-    fleet = load_fleet(tmp_path / "fleet.yaml")
-    service = Service(fleet, str(tmp_path / "state.db"), ADMIN, _config(),
-                      profiles=load_profiles(tmp_path / "profiles.csv", fleet))
-    with TestClient(create_app(service)) as client:
-        assert client.post("/v1/jobs", json={"spec": _spec("a")}, headers=_auth(ADMIN)).status_code == 201
-        text = client.get("/metrics").text
-        status = client.get("/v1/status", headers=_auth(ADMIN)).json()
+def test_a_fleet_services_metrics_count_nodes_per_gpu_pool(fleet_api):
+    client, _ = fleet_api
+    text = client.get("/metrics").text
+    status = client.get("/v1/status", headers=_auth(ADMIN)).json()
     (group,) = status["groups"]
     held = {n.rsplit("-", 1)[0] for n in (*group["rollout_nodes"], *group["train_nodes"])}
     for pool in ("H20", "H800", "H200"):
         expected = sum(n.startswith(pool + "-") for n in (*group["rollout_nodes"], *group["train_nodes"]))
         assert f'rollmux_nodes_in_use{{pool="{pool}"}} {float(expected)}' in text, text
-    assert held  # the job holds nodes of the pools its view names
+    assert len(held) == 2  # a rollout pool and a training pool
