@@ -102,7 +102,8 @@ def test_serve_refuses_a_bad_fleet_start_and_writes_no_state(tmp_path, case):
             "bad profile row": ["--cluster", str(tmp_path / "fleet.yaml"), "--profiles", str(tmp_path / "bad.csv")]}
     said = _refused([ROLLMUX, "serve", "--state", str(state), "--port", "1", *args[case]],
                     {"ROLLMUX_ADMIN_TOKEN": ADMIN, "PATH": "/usr/bin:/bin"})
-    expected = {"profiles without a fleet": "--profiles", "policy": "--policy rollmux-host",
+    expected = {"profiles without a fleet": "--profiles",
+                "policy": "--policy 'rollmux-host': on a fleet of GPU types the live service runs rollmux",
                 "bad profile row": "line 2"}[case]
     assert expected in said, said
     assert not state.exists()

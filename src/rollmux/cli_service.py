@@ -149,16 +149,17 @@ def serve(
     from rollmux.fleet import Fleet, load_profiles
     from rollmux.fleet_file import load_cluster_or_fleet
     from rollmux.runtime import auth, logs
-    from rollmux.runtime.control import FLEET_LIVE_POLICIES
+    from rollmux.runtime.control import ControlError, check_live_policy
     from rollmux.runtime.service import ServiceConfig, run
 
     try:
         spec = load_cluster_or_fleet(cluster) if cluster is not None else None
         if profiles is not None and not isinstance(spec, Fleet):
             raise RollMuxError("--profiles: per-type phase profiles need --cluster naming a fleet file (with `pools`)")
-        if isinstance(spec, Fleet) and policy.value not in FLEET_LIVE_POLICIES:
-            raise RollMuxError(f"--policy {policy.value}: on a fleet of GPU types the live service runs "
-                               f"{', '.join(FLEET_LIVE_POLICIES)}")
+        try:  # before any state file is written
+            check_live_policy(policy.value, isinstance(spec, Fleet))
+        except ControlError as err:
+            raise RollMuxError(f"--policy {err.reason}") from None
         measured = load_profiles(profiles, spec) if profiles is not None else None
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,

@@ -120,6 +120,16 @@ OPEN_ENDED = 10**9  # iterations assumed for a job without a target (its whole-r
 MAX_STALENESS = 8  # the largest staleness k the live service runs (policy versions a rollout may lag)
 
 
+def check_live_policy(policy: str, fleet: bool) -> None:
+    """A ``ControlError`` on ``policy`` unless the live plane runs it (on a fleet:
+    ``FLEET_LIVE_POLICIES``, else ``LIVE_POLICIES``)."""
+    if fleet and policy not in FLEET_LIVE_POLICIES:
+        raise ControlError("policy", f"{policy!r}: on a fleet of GPU types the live service runs "
+                                     f"{', '.join(FLEET_LIVE_POLICIES)}")
+    if not fleet and policy not in LIVE_POLICIES:
+        raise ControlError("policy", f"{policy!r}: the live service runs {', '.join(LIVE_POLICIES)}")
+
+
 class ControlError(RollMuxError):
     """A request the control plane refuses; names the field and why. Nothing changed."""
 
@@ -279,17 +289,13 @@ class ControlPlane:
         cluster.validate()
         self.fleet = cluster if isinstance(cluster, Fleet) else None
         self.profiles = profiles if profiles is not None else Profiles()
+        check_live_policy(policy, self.fleet is not None)
         if self.fleet is not None:
-            if policy not in FLEET_LIVE_POLICIES:
-                raise ControlError("policy", f"{policy!r}: on a fleet of GPU types the live service runs "
-                                             f"{', '.join(FLEET_LIVE_POLICIES)}")
             space, objective = FLEET_ROLLMUX[policy]
             self.policy = FleetRollMux(self.fleet, self.profiles, space, name=policy, objective=objective)
             # the knobs every view shares (GPUs per node, switch cost, group size): read, never pooled
             self.cluster = self.fleet.views()[0].cluster
         else:
-            if policy not in LIVE_POLICIES:
-                raise ControlError("policy", f"{policy!r}: the live service runs {', '.join(LIVE_POLICIES)}")
             if profiles is not None:
                 raise ControlError("profiles", "per-type phase profiles apply to a fleet, not a two-pool cluster")
             self.cluster = cluster

@@ -136,8 +136,6 @@ class Service:
         try:
             return ControlPlane.restore(self.store.load(), self.store.ended(), policy=self.config.policy,
                                         migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold)
-        except ControlError:  # a policy this state's cluster cannot run: the state itself is fine
-            raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StateDamaged(f"{self.store.path}: the state does not restore ({type(exc).__name__}: {exc}); "
                                f"start with --new-state to begin empty, or restore a backup") from exc
