@@ -11,10 +11,12 @@ to whom. The other RollMux policies (the other space, the other objective) are l
 out of the comparison. ``--paper-objective`` places with the planner's own marginal
 (the slowdown of sharing free) instead of the fleet's default on several views
 (``FleetPlanner.sharing_cost``); ``--objective lifetime`` places by the dollars a
-placement adds until its group ends (``rollmux.lifetime``).
+placement adds until its group ends (``rollmux.lifetime``); ``--regroup`` also regroups
+after departures (``fleet_exact.plan_fleet_regroup``: ``rollmux-regroup`` and
+``rollmux-full-regroup``).
 
     python benchmarks/fleet_replay.py [--instances 15] [--jobs 12] [--space paper|full] [--seed 1]
-                                      [--paper-objective] [--objective rate|lifetime]
+                                      [--paper-objective] [--objective rate|lifetime] [--regroup]
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--paper-objective", action="store_true")
     ap.add_argument("--objective", default="rate", choices=("rate", "lifetime"))
+    ap.add_argument("--regroup", action="store_true")
     args = ap.parse_args()
     space = FULL_SPACE if args.space == "full" else PAPER_SPACE
     fleet = load_fleet(FLEET)
@@ -60,7 +63,7 @@ def main() -> None:
         # ours: the fleet planner in the chosen space and objective; the other RollMux rows are left out
         others = [p for p in fleet_policies(fleet, profiles) if p.name not in FLEET_ROLLMUX]
         ours_policy = FleetRollMux(fleet, profiles, space, sharing_cost=False if args.paper_objective else None,
-                                   objective=args.objective)
+                                   objective=args.objective, regroup=args.regroup)
         policies = [ours_policy] + others
         results = []
         for policy in policies:

@@ -24,18 +24,20 @@ from rollmux.cli import app
 from rollmux.errors import CapacityError, SpecError, TraceFormatError
 from rollmux.exact import solve
 from rollmux.fleet import Fleet, FleetPool, Profiles, fleet_of, load_profiles, roofline_check, translate
-from rollmux.fleet_exact import improve_fleet, solve_fleet
+from rollmux.fleet_exact import improve_fleet, plan_fleet_regroup, solve_fleet
 from rollmux.fleet_file import fleet_from_dict, load_fleet
 from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, alternatives, plan_jobs
 from rollmux.intra import analyze
 from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, Job, Member
-from rollmux.plan_state import PlanState
+from rollmux.plan_state import Placement, PlanState
 from rollmux.planner import FULL_SPACE, PAPER_SPACE, SLO_EPS, Planner
 from rollmux.policies import make_policy
-from rollmux.policies.fleet import FLEET_ROLLMUX, FleetAlone, FleetRollMux, fleet_policies
+from rollmux.policies.fleet import FLEET_ROLLMUX, FleetAlone, FleetRollMux, fleet_policies, fleet_rollmux
+from rollmux.policies.rollmux import RollMuxPolicy
 from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
 from rollmux.traces.format import read_trace, write_trace
+from rollmux.traces.generate import generate
 from test_placement_space import _block_cost
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fleet"
@@ -392,6 +394,51 @@ def test_on_a_two_pool_fleet_the_simulator_replays_exactly_as_on_the_cluster(spa
     assert [j.slowdown for j in ours.jobs] == pytest.approx([j.slowdown for j in theirs.jobs], rel=1e-12)
 
 
+@pytest.mark.parametrize("name, space", [("rollmux-regroup", PAPER_SPACE), ("rollmux-full-regroup", FULL_SPACE)])
+def test_on_a_two_pool_fleet_regrouping_replays_exactly_as_on_the_cluster(name, space):
+    """One view: the fleet's regrouping is the two-pool one (after arrivals too in the full
+    space), without consolidation, which the fleet policies do not offer."""
+    jobs = generate(16, seed=3, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    fleet = fleet_of(Cluster())
+    ours = simulate(jobs, fleet.views()[0].cluster, fleet_rollmux(fleet, Profiles(), name))
+    theirs = simulate(jobs, Cluster(), RollMuxPolicy(name=name, regroup=True, space=space))
+    assert ours.outcomes["regrouped"] >= 1 and ours.outcomes == theirs.outcomes
+    assert ours.total_cost == pytest.approx(theirs.total_cost, rel=1e-12)
+    assert [j.slowdown for j in ours.jobs] == pytest.approx([j.slowdown for j in theirs.jobs], rel=1e-12)
+
+
+def test_a_lone_job_moves_to_another_pair_of_types_only_when_its_remaining_dollars_fall():
+    """``plan_fleet_regroup`` step 2: a job left alone in an H20/H800 group whose H200
+    co-location costs less per iteration moves there with many iterations left, not with
+    too few to pay for the pause, and never on a bounded fleet."""
+    fleet = load_fleet(EXAMPLE / "three_types.yaml")
+    job = Job("a", 100.0, 100.0, slo=2.0, iterations=1000)
+    state = FleetState(fleet, Profiles({("a", "H200"): (40.0, 60.0)}))  # H200 2.5x / 1.7x faster
+    state.apply(job, Placement(None, ("H20/H800:R0",), ("H20/H800:T0",), ("H20/H800:R0",), ("H20/H800:T0",)))
+    (gid,) = state.groups
+    alone = solve_fleet(fleet, [job], state.profiles, FULL_SPACE, robust=True)
+    (target,) = [name for name, (_, sub) in alone.state.views.items() if sub.groups]
+    assert target != "H20/H800"
+
+    def plan(left: int, spare: float, pause: float = 400.0):
+        return plan_fleet_regroup(state, gid, lambda k: (left, spare), lambda k: pause, FULL_SPACE)
+
+    moved = plan(900, 1e9)
+    assert moved is not None and moved.view == target and moved.replaced == (gid,)
+    assert [m.job.job_id for g in moved.groups for m in g.members] == ["a"]
+    assert plan(1, 1e9) is None  # one iteration left does not pay for the pause
+    (new_gid,) = alone.state.groups
+    iteration = alone.state.analysis(new_gid).iteration_s["a"]
+    assert plan(900, 900 * iteration + 1e5) is not None
+    assert plan(900, 900 * iteration + 300.0) is None  # no spare seconds for the pause within its SLO
+    assert plan_fleet_regroup(state, gid, lambda k: None, lambda k: 400.0, FULL_SPACE) is None  # cannot move now
+    bounded = FleetState(dataclasses.replace(fleet, pools=tuple(dataclasses.replace(p, nodes=4) for p in fleet.pools)),
+                         state.profiles)
+    bounded.apply(job, Placement(None, ("H20/H800:R0",), ("H20/H800:T0",), ("H20/H800:R0",), ("H20/H800:T0",)))
+    assert plan_fleet_regroup(bounded, next(iter(bounded.groups)), lambda k: (900, 1e9), lambda k: 400.0,
+                              FULL_SPACE) is None
+
+
 def test_on_the_example_fleet_rollmux_full_is_the_cheapest_replay_at_every_slo():
     fleet, profiles, jobs = _example()
     results = []
@@ -400,14 +447,19 @@ def test_on_the_example_fleet_rollmux_full_is_the_cheapest_replay_at_every_slo()
             results.append(simulate(jobs, fleet.views()[0].cluster, policy))
         except CapacityError:
             assert policy.name.endswith("/H20")  # nothing trains on H20 within an SLO
-    assert [r.policy for r in results[:4]] == list(FLEET_ROLLMUX)
+    assert [r.policy for r in results[:6]] == list(FLEET_ROLLMUX)
     ours = results[1]
     assert ours.slo_attainment == 1.0 and not ours.rejected
     served = [r for r in results if r.slo_attainment == 1.0]
     assert {r.policy for r in served} >= {"gavel+", "co-located on H200", "rollmux on H20/H800", "rollmux"}
-    assert all(ours.total_cost < r.total_cost for r in results[4:])
+    assert all(ours.total_cost < r.total_cost for r in results[6:])
     # here the lifetime objective chooses what the rate rule chooses, in both spaces
     assert [r.total_cost for r in results[2:4]] == pytest.approx([results[0].total_cost, ours.total_cost])
+    # regrouping: none in the paper space here; in the full one a move that lowers the bill, every SLO met
+    assert results[4].total_cost == pytest.approx(results[0].total_cost) and not results[4].outcomes["regrouped"]
+    full_regroup = results[5]
+    assert full_regroup.outcomes["regrouped"] >= 1 and full_regroup.slo_attainment == 1.0
+    assert full_regroup.total_cost < ours.total_cost
     # without co-location RollMux cannot imitate Gavel+'s H200 co-location here, and costs more
     gavel = next(r for r in results if r.policy == "gavel+")
     assert results[0].total_cost > gavel.total_cost
@@ -438,7 +490,8 @@ def test_fleet_simulate_prints_every_policy_and_writes_json(tmp_path):
     assert ours["slo_attainment"] == 1.0
     assert all(ours["total_cost"] < p["total_cost"] for name, p in data["policies"].items() if name not in FLEET_ROLLMUX)
     assert data["policies"]["rollmux-full-lifetime"]["total_cost"] == pytest.approx(ours["total_cost"])
-    assert "cheaper than rollmux at no fewer SLOs: rollmux-full" in result.output
+    assert "cheaper than rollmux at no fewer SLOs: rollmux-full, rollmux-full-lifetime, rollmux-full-regroup" in " ".join(
+        result.output.split())
 
 
 def test_fleet_cost_splits_by_placement_and_gpu_types():

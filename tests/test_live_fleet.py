@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 from rollmux.fleet import Profiles, load_profiles
 from rollmux.fleet_file import fleet_from_dict, fleet_to_dict, load_fleet
 from rollmux.model import Cluster, Job
-from rollmux.policies.fleet import FLEET_ROLLMUX, FleetRollMux
+from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_rollmux
 from rollmux.runtime.control import (FLEET_LIVE_POLICIES, ClusterConflict, ControlError, ControlPlane, NeverFits)
 from rollmux.sim.engine import simulate
 from rollmux.traces.format import read_trace
-from test_live_moves import _live_replay
+from rollmux.traces.generate import generate
+from test_live_moves import _live_replay, _moves_of
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fleet"
 
@@ -36,9 +37,7 @@ def _example(bounds: dict[str, int] | None = None):
 
 
 def _sim_phases(jobs, fleet, profiles, policy: str = "rollmux") -> list:
-    space, objective = FLEET_ROLLMUX[policy]
-    r = simulate(jobs, fleet.views()[0].cluster, FleetRollMux(fleet, profiles, space, objective=objective),
-                 record_spans=True)
+    r = simulate(jobs, fleet.views()[0].cluster, fleet_rollmux(fleet, profiles, policy), record_spans=True)
     assert not r.rejected and (r.bounded or r.slo_attainment == 1.0)  # bounded: waiting counts end to end
     if "full" in policy:
         assert r.outcomes["co-located"] >= 1, "the trace must co-locate"
@@ -62,6 +61,28 @@ def test_a_live_fleet_is_the_fleet_simulators_phase_for_phase(policy, bounds, ev
     assert all(n.rsplit("-", 1)[0] in {"H20", "H800", "H200"} for n in nodes), "physical node ids"
     if bounds:  # a bounded pool's nodes are its own, whatever views use them
         assert all(int(n.rsplit("-", 1)[1]) < bounds[n.rsplit("-", 1)[0]] for n in nodes)
+
+
+@pytest.mark.parametrize("policy,seed,every", [("rollmux-regroup", 0, 0), ("rollmux-full-regroup", 0, 0),
+                                               ("rollmux-full-regroup", 2, 0), ("rollmux-full-regroup", 4, 3)])
+def test_a_live_fleet_regroups_as_the_fleet_simulator_decision_for_decision(policy, seed, every):
+    """Regroupings inside a view and a lone job's move to another view (``plan_fleet_regroup``),
+    live as in ``rollmux fleet simulate``: the same moves at the same instants, the same
+    phases on the same physical nodes, through restores too."""
+    fleet = load_fleet(EXAMPLE / "three_types.yaml")
+    jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    for j in jobs:
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    policy_obj = fleet_rollmux(fleet, Profiles(), policy)
+    r = simulate(jobs, fleet.views()[0].cluster, policy_obj, record_spans=True, migration_s=300.0)
+    assert r.slo_attainment == 1.0 and r.outcomes["regrouped"] >= 1, "the trace must regroup"
+    sim = [(job, pool, gid, tuple(nodes), start) for gid, job, pool, nodes, start, *_ in r.spans]
+    live, moves = _live_replay(jobs, fleet, 300.0, policy, restore_every=every, profiles=Profiles())
+    assert sorted((j, f, t) for j, f, t, _ in moves) == sorted(_moves_of(sim))
+    key = lambda p: (p[4], p[0], p[1])  # noqa: E731
+    assert sorted(live, key=key) == sorted(sim, key=key)
+    if policy == "rollmux-full-regroup":  # a lone job moved to another pair of types
+        assert any(f.split(":", 1)[0] != t.split(":", 1)[0] for _, f, t, _ in moves)
 
 
 def test_no_node_is_held_by_two_groups_at_once_across_views():
@@ -119,9 +140,10 @@ def test_drain_on_a_fleet_withholds_the_physical_node_from_every_view():
 
 def test_a_fleet_plane_refuses_what_it_cannot_do_and_changes_nothing():
     fleet, profiles, jobs = _example()
-    assert FLEET_LIVE_POLICIES == ("rollmux", "rollmux-full", "rollmux-lifetime", "rollmux-full-lifetime")
+    assert FLEET_LIVE_POLICIES == ("rollmux", "rollmux-full", "rollmux-lifetime", "rollmux-full-lifetime",
+                                   "rollmux-regroup", "rollmux-full-regroup")
     with pytest.raises(ControlError, match="on a fleet of GPU types the live service runs rollmux") as err:
-        ControlPlane(fleet, policy="rollmux-regroup")
+        ControlPlane(fleet, policy="rollmux-consolidate")
     assert err.value.field == "policy"
     with pytest.raises(ControlError) as err:
         ControlPlane(Cluster(), profiles=Profiles())

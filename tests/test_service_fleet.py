@@ -86,7 +86,7 @@ def test_a_fleet_served_end_to_end_survives_kill_and_restart(tmp_path):
     assert "pools:" in _refused(changed, srv.env) and "fleet differs" in _refused(changed, srv.env)
     (tmp_path / "p2.csv").write_text("job_id,gpu,t_roll_s,t_train_s\nb,H200,0.05,\n")
     assert "profiles" in _refused([*base, "--profiles", str(tmp_path / "p2.csv")], srv.env)
-    assert "runs rollmux" in _refused([*srv.args, "--policy", "rollmux-regroup"], srv.env)
+    assert "runs rollmux" in _refused([*srv.args, "--policy", "rollmux-consolidate"], srv.env)
 
 
 @pytest.mark.parametrize("case", ["profiles without a fleet", "policy", "bad profile row"])

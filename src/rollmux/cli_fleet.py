@@ -182,7 +182,9 @@ def simulate(
     """Replay a trace on the fleet under RollMux and every baseline over types.
 
     Policies: RollMux choosing each job's types (rollmux in the paper's placement space,
-    rollmux-full in the full one), RollMux on each fixed pair of types, solo-d on each
+    rollmux-full in the full one; -lifetime forms placing each arrival by the dollars it
+    adds until its group ends; -regroup forms also moving running jobs after departures),
+    RollMux on each fixed pair of types, solo-d on each
     pair, co-located on each type, and Gavel+ over types. Prints what each run cost and
     the SLOs it kept, and how RollMux's cost splits by kind of placement and GPU types."""
     from rollmux.errors import CapacityError

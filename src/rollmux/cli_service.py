@@ -137,7 +137,9 @@ def serve(
                                            "until its group ends, from the iterations each job has left), "
                                            "decision for decision as "
                                            "`rollmux simulate` does. On a fleet: rollmux, rollmux-full, "
-                                           "rollmux-lifetime or rollmux-full-lifetime, as `rollmux fleet "
+                                           "rollmux-lifetime, rollmux-full-lifetime, rollmux-regroup or "
+                                           "rollmux-full-regroup (regrouping within a pair of GPU types, or a "
+                                           "job left alone moved to another pair), as `rollmux fleet "
                                            "simulate` does."),
     migration_s: float = typer.Option(300.0, "--migration-s", min=0.0,
                                       help="Pause a move is planned with until moves of that model size are "

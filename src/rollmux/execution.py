@@ -503,6 +503,11 @@ class GroupExecutor:
     def last_jobs(self) -> dict[str, str]:
         return dict(self._last)
 
+    def restore_last(self, last: dict[str, str]) -> None:
+        """Rebuild ``last_jobs`` (node -> the job that last ran there) from persisted state,
+        jobs that have left the group included: the next job on such a node pays its switch."""
+        self._last.update(last)
+
     def order_of(self, job_id: str) -> int:
         return self._members[job_id].order
 

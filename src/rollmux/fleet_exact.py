@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
-from typing import Sequence
+from typing import Callable, Sequence
 
 from rollmux.exact import (DEFAULT_MAX_JOBS, ExactLimitError, ExactStats, Fit, SearchCounter, group_fit, partition,
                            placements_of)
 from rollmux.fleet import Fleet, Profiles, speed_factor, translate
 from rollmux.fleet_planner import FleetState
-from rollmux.improve import Improvement, Regroup, starts_in_time
+from rollmux.improve import Improvement, Regroup, RegroupPlan, plan_regroup, starts_in_time
 from rollmux.model import Job
-from rollmux.planner import PAPER_SPACE, Space
+from rollmux.planner import PAPER_SPACE, Space, members_keep_pace
 
 _COST_TOL = 1e-9
 
@@ -157,3 +157,53 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
                     state.job_view[m.job.job_id] = name
                 after.append((gid, tuple(m.job.job_id for m in g.members)))
         moves.append(Regroup(before, tuple(after), cost, solution.objective))
+
+
+def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
+                       pause_s: Callable[[str], float], space: Space = PAPER_SPACE) -> RegroupPlan | None:
+    """An online regrouping on a fleet after a departure from ``group_id`` (the fleet
+    simulator's and the live plane's ``rollmux-regroup`` / ``rollmux-full-regroup``), or None.
+
+    1. Inside the group's view v: ``improve.plan_regroup`` on v's plan with the waste
+       objective (the group and one other group of v, re-solved exactly; every check and
+       the pace of every moved job as on two pools). Jobs stay in v, so the work they owe,
+       sum_j I_j b_j at v's prices and times, is fixed and the waste rate of v's groups is
+       the part of v's bill a move changes (``rollmux.waste``).
+    2. Else, when the group is left with one job j: j alone on another view's nodes. With
+       I_j iterations left, staying costs about I_j C_G iter_G(j) / 3600 $; its fleet
+       optimum alone o (``solve_fleet([j])``: least E = C_o s_o sigma_o, which for one job
+       is C_o iter_o / T_ref(j), so least C_o iter_o over every view where j meets its SLO,
+       co-location included in the full space) costs I_j C_o iter_o / 3600 plus
+       C_o pause_j / 3600 for the nodes it holds while j stops. j moves when that is less,
+       o is in another view (inside v, step 1 already had the chance) and j keeps pace
+       (``planner.members_keep_pace`` with the pause). A later arrival may still join o.
+
+    Unbounded fleets only (as on two pools: a new group opens on fresh nodes some time
+    after the decision). ``RegroupPlan.view`` names the view of the new groups.
+    """
+    if state.bounded_pools():
+        return None
+    view = group_id.split(":", 1)[0]
+    sub = state.views[view][1]
+    plan = plan_regroup(sub, group_id, progress, pause_s, space=space, objective="waste")
+    if plan is not None:
+        return replace(plan, view=view)
+    group = sub.groups[group_id]
+    if len(group.members) != 1 or progress(group.members[0].job.job_id) is None:
+        return None
+    job_id = group.members[0].job.job_id
+    left, _ = progress(job_id)
+    alone = solve_fleet(state.fleet, [state.originals[job_id]], state.profiles, space, robust=True, only=state.only)
+    (target, (_, target_sub)), = [(name, vs) for name, vs in alone.state.views.items() if vs[1].groups]
+    if target == view:
+        return None
+    (new,) = target_sub.groups.values()
+    cost_new = target_sub.group_cost_per_hour(new.group_id)
+    cost_old = sub.group_cost_per_hour(group_id)
+    analysis = target_sub.analysis(new.group_id)
+    pause = pause_s(job_id)
+    stay = left * cost_old * sub.analysis(group_id).iteration_s[job_id]
+    move = left * cost_new * analysis.iteration_s[job_id] + cost_new * pause
+    if move >= stay * (1 - _COST_TOL) or not members_keep_pace(analysis, new.members, progress, pause):
+        return None
+    return RegroupPlan((group_id,), (new,), cost_old, cost_new, view=target)

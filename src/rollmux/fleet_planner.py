@@ -57,7 +57,7 @@ from __future__ import annotations
 import statistics
 from collections import ChainMap
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Mapping
 
 from rollmux import colocation
 from rollmux.fleet import Fleet, Profiles, View, speed_factor, translate
@@ -304,10 +304,22 @@ class FleetState:
         self.job_view[job.job_id] = name
         return gid
 
-    def materialize(self, view: str, group: Group) -> str:
-        """``improve.materialize`` of an exact solver's group into ``view``, on physical nodes."""
+    def materialize(self, view: str, group: Group, originals: Mapping[str, Job] | None = None) -> str:
+        """``improve.materialize`` of an exact solver's group into ``view``, on physical
+        nodes. With ``originals`` (job id -> the untranslated job: the jobs of a regrouping,
+        released from their groups before), each member is pinned as its original's
+        translation to ``view`` and recorded as a job placed there."""
+        if originals is not None:
+            v = self.views[view][0]
+            group = replace(group, members=[replace(m, job=translate(self.fleet, self.profiles,
+                                                                     originals[m.job.job_id], v, strict=False))
+                                            for m in group.members])
         gid = materialize(self.views[view][1], group)
         self._adopt(view, gid)
+        if originals is not None:
+            for m in group.members:
+                self.originals[m.job.job_id] = originals[m.job.job_id]
+                self.job_view[m.job.job_id] = view
         return gid
 
     def release(self, job_id: str) -> Release:

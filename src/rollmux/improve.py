@@ -244,6 +244,7 @@ class RegroupPlan:
     cost_after: float   # ... and of the new ones
     waste_before: float | None = None  # their waste rates ($/h, ``rollmux.waste``), when that was the objective
     waste_after: float | None = None
+    view: str = ""  # on a fleet, the view the new groups open in (``FleetState.materialize``)
 
     @property
     def gain(self) -> float:

@@ -8,7 +8,9 @@ is judged against the job's solo time on the reference types.
   confined to one view (a fixed-type assignment, ``only``): a job that cannot meet its
   SLO there is rejected. With ``objective="lifetime"`` it places by the dollars a
   placement adds until its group ends (``rollmux.lifetime``; the simulator passes each
-  job's remaining iterations).
+  job's remaining iterations). With ``regroup=True`` it also regroups after departures
+  (``fleet_exact.plan_fleet_regroup``: two groups of a view re-solved by waste, or a job
+  left alone moved to a cheaper view).
 * ``FleetAlone``: each job alone on its own nodes, by one of ``fleet_planner.alone_options``:
   a fixed one (solo-d on a view, co-located on a pool: run there even when it misses
   its SLO, as the two-pool baselines do), or with ``gavel=True`` each job's cheapest
@@ -18,7 +20,11 @@ is judged against the job's solo time on the reference types.
 """
 from __future__ import annotations
 
+from functools import partial
+from typing import NamedTuple
+
 from rollmux.fleet import Fleet, Profiles, translate
+from rollmux.fleet_exact import plan_fleet_regroup
 from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, short_text
 from rollmux.lifetime import Remaining
 from rollmux.model import Job
@@ -28,9 +34,15 @@ from rollmux.policies.base import colocated_group, isolated
 
 class FleetRollMux:
     def __init__(self, fleet: Fleet, profiles: Profiles, space: Space = PAPER_SPACE, only: tuple[str, ...] = (),
-                 name: str = "", sharing_cost: bool | None = None, objective: str = "rate") -> None:
+                 name: str = "", sharing_cost: bool | None = None, objective: str = "rate",
+                 regroup: bool = False) -> None:
         self.planner = FleetPlanner(fleet, profiles, space=space, sharing_cost=sharing_cost, objective=objective)
         self.uses_remaining = objective == "lifetime"  # the simulator then passes ``remaining`` (rollmux.lifetime)
+        if regroup:
+            self.regroup = partial(plan_fleet_regroup, space=space)
+            # as on two pools with training scaling or co-location, where the fleet has one view;
+            # on several views it cost more (docs/fleet.md)
+            self.regroup_on_arrival = (space.colocation or space.train_scaling) and len(fleet.views()) == 1
         self.only = only
         self.name = name or (f"rollmux on {only[0]}" if only else "rollmux")
 
@@ -74,22 +86,36 @@ class FleetAlone:
         return Decision(job.job_id, "wait", None, 0.0, (), shortest)
 
 
-#: The fleet planner's policies by name: (placement space, objective)
-FLEET_ROLLMUX = {"rollmux": (PAPER_SPACE, "rate"), "rollmux-full": (FULL_SPACE, "rate"),
-                 "rollmux-lifetime": (PAPER_SPACE, "lifetime"), "rollmux-full-lifetime": (FULL_SPACE, "lifetime")}
+class FleetRollMuxSpec(NamedTuple):
+    space: Space
+    objective: str = "rate"
+    regroup: bool = False
+
+
+#: The fleet planner's policies by name
+FLEET_ROLLMUX = {"rollmux": FleetRollMuxSpec(PAPER_SPACE), "rollmux-full": FleetRollMuxSpec(FULL_SPACE),
+                 "rollmux-lifetime": FleetRollMuxSpec(PAPER_SPACE, "lifetime"),
+                 "rollmux-full-lifetime": FleetRollMuxSpec(FULL_SPACE, "lifetime"),
+                 "rollmux-regroup": FleetRollMuxSpec(PAPER_SPACE, regroup=True),
+                 "rollmux-full-regroup": FleetRollMuxSpec(FULL_SPACE, regroup=True)}
+
+
+def fleet_rollmux(fleet: Fleet, profiles: Profiles, name: str) -> FleetRollMux:
+    """The fleet planner's policy ``name`` of ``FLEET_ROLLMUX`` (KeyError for another name)."""
+    space, objective, regroup = FLEET_ROLLMUX[name]
+    return FleetRollMux(fleet, profiles, space, name=name, objective=objective, regroup=regroup)
 
 
 def rollmux_policies(fleet: Fleet, profiles: Profiles) -> list:
-    """The fleet planner in each space with each objective (``FLEET_ROLLMUX``), in that order."""
-    return [FleetRollMux(fleet, profiles, space, name=name, objective=objective)
-            for name, (space, objective) in FLEET_ROLLMUX.items()]
+    """The fleet planner's policies (``FLEET_ROLLMUX``), in that order."""
+    return [fleet_rollmux(fleet, profiles, name) for name in FLEET_ROLLMUX]
 
 
 def fleet_policies(fleet: Fleet, profiles: Profiles) -> list:
     """Every policy ``rollmux fleet simulate`` compares, in table order: the fleet planner
     in the paper's placement space (``rollmux``) and in the full one (``rollmux-full``:
     training scaling and co-location too), each also with the lifetime objective
-    (``-lifetime``), the paper-space planner on each view, solo-d on each view,
+    (``-lifetime``) and with regrouping (``-regroup``), the paper-space planner on each view, solo-d on each view,
     co-located on each pool, Gavel+."""
     views = [v.name for v in fleet.views()]
     sample = alone_options(fleet, profiles, Job("_", 1.0, 1.0))

@@ -66,7 +66,10 @@ Contract
   (``<pool>-<i>``), shared by every view, so grants, drains and status name physical
   nodes and pools by their fleet names. A phase is judged against its time on its
   group's types. The fleet and its profiles are part of the state and fixed while it
-  runs (``reconcile`` refuses another; no nodes are added live). No moves on a fleet.
+  runs (``reconcile`` refuses another; no nodes are added live). On a fleet,
+  ``rollmux-regroup`` and ``rollmux-full-regroup`` regroup as the fleet simulator does
+  (``fleet_exact.plan_fleet_regroup``: within a view, or a lone job to another view);
+  each pending regrouping keeps the view its group opens in. No consolidating moves.
 * The lifetime objective (policies ``rollmux-lifetime``, ``rollmux-full-lifetime``, and the
   same on a fleet): the planner reads each job's remaining iterations, its ``iterations``
   less those it has finished (None without a set count: ``rollmux.lifetime``).
@@ -102,7 +105,7 @@ from rollmux.model import model_size_column
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
 from rollmux.policies import make_policy
-from rollmux.policies.fleet import FLEET_ROLLMUX, FleetRollMux
+from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_rollmux
 from rollmux.runtime.store import Changes, hash_token
 
 WAITING, PLACED, DONE, CANCELLED, EXPIRED = "waiting", "placed", "done", "cancelled", "expired"
@@ -291,8 +294,7 @@ class ControlPlane:
         self.profiles = profiles if profiles is not None else Profiles()
         check_live_policy(policy, self.fleet is not None)
         if self.fleet is not None:
-            space, objective = FLEET_ROLLMUX[policy]
-            self.policy = FleetRollMux(self.fleet, self.profiles, space, name=policy, objective=objective)
+            self.policy = fleet_rollmux(self.fleet, self.profiles, policy)
             # the knobs every view shares (GPUs per node, switch cost, group size): read, never pooled
             self.cluster = self.fleet.views()[0].cluster
         else:
@@ -906,9 +908,10 @@ class ControlPlane:
             for m in g["executor"]:
                 ex.restore(m["job_id"], m["order"], tuple(m["rollout_nodes"]), tuple(m["train_nodes"]),
                            m["switch"][0], m["switch"][1], tuple(m["queued"]) if m["queued"] else None,
-                           m["running"], tuple(m["last_on"]))
+                           m["running"], tuple(m.get("last_on", ())))  # (a snapshot from before "last")
                 if "pipe" in m:
                     ex.restore_pipe(m["job_id"], m["pipe"])
+            ex.restore_last(g.get("last", {}))
             if "tails" in g:
                 ex.restore_tail_state(g["tails"])
             cp.executors[gid] = ex
@@ -925,6 +928,7 @@ class ControlPlane:
         cp.regroups = glob.get("regroups", {})
         cp._next_regroup = glob.get("next_regroup", 0)
         cp._cluster_dirty = False
+        cp._dirty_groups = set(cp.executors)  # the next commit writes every group in this version's form
         return cp
 
     def _globals(self) -> dict:
@@ -949,14 +953,14 @@ class ControlPlane:
             row = {"job_id": job_id, "order": ex.order_of(job_id),
                    "rollout_nodes": list(m.rollout_nodes), "train_nodes": list(m.train_nodes),
                    "switch": [sw.seconds(m.job.model, ROLLOUT), sw.seconds(m.job.model, TRAIN)],
-                   "queued": queued.get(job_id), "running": ex.running(job_id),
-                   "last_on": sorted(n for n, j in last.items() if j == job_id)}
+                   "queued": queued.get(job_id), "running": ex.running(job_id)}
             if m.job.staleness:
                 row["queued"] = None
                 row["pipe"] = ex.pipe_state(m.job.job_id)
             members.append(row)
         row = {"ord": _group_ord(gid), "rollout_nodes": list(g.rollout_nodes), "train_nodes": list(g.train_nodes),
-               "colocated": g.colocated, "members": [m.job.job_id for m in g.members], "executor": members}
+               "colocated": g.colocated, "members": [m.job.job_id for m in g.members], "executor": members,
+               "last": dict(sorted(last.items()))}
         if g.hosts:
             row["hosted"] = [m.job.job_id for m in g.members if m.hosted]
         tails = ex.tail_state()
@@ -1080,7 +1084,7 @@ class ControlPlane:
             self._next_regroup += 1
             members = [m.job.job_id for m in group.members]
             self.regroups[rid] = {"group": _group_to_dict(group), "waiting": members, "stopped": [],
-                                  "decided_at": now}
+                                  "decided_at": now, "view": plan.view}
             self._log(now, "regroup", "", ",".join(members), "", (), regroup=rid, replaced=list(plan.replaced),
                       cost_before=plan.cost_before, cost_after=plan.cost_after, waste_before=plan.waste_before,
                       waste_after=plan.waste_after)
@@ -1113,7 +1117,10 @@ class ControlPlane:
             del self.regroups[rid]
             return
         group = _group_from_dict(entry["group"], self.jobs)
-        gid = materialize(self.plan, group)
+        if entry.get("view"):  # on a fleet: the members' originals, translated to the new group's view
+            gid = self.plan.materialize(entry["view"], group, {m.job.job_id: m.job for m in group.members})
+        else:
+            gid = materialize(self.plan, group)
         self.executors[gid] = GroupExecutor(gpus_per_node=self.cluster.gpus_per_node)
         self._dirty_groups.add(gid)
         for m in self.plan.groups[gid].members:

@@ -36,6 +36,8 @@ and the new groups open once all their members have stopped. A policy with
 arrival opened a group, which undoes a greedy co-location or new group when pairing it
 pays. Phase times follow the kind of group a job is in at the phase's start
 (``rollmux.colocation.worst_phase``), so a job moved out of co-location runs its profile.
+On a fleet (a ``FleetState``) a regrouping names the view its groups open in
+(``RegroupPlan.view``), which may differ from the one the jobs leave.
 
 Long tail (``tail=True``; docs/long_tail.md): a full-rate rollout whose drawn ``head``
 (``DurationModel.head``) is below 1 reports its tail to the execution rule (rule 6 of
@@ -242,7 +244,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             return
         outcomes["regroupings"] += 1
         for group in plan.groups:
-            entry = {"group": group, "waiting": {m.job.job_id for m in group.members}}
+            entry = {"group": group, "view": plan.view, "waiting": {m.job.job_id for m in group.members}}
             for m in group.members:
                 pending[m.job.job_id] = entry
 
@@ -264,7 +266,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         outcomes["regrouped"] += 1
         entry["waiting"].discard(job_id)
         if not entry["waiting"]:
-            gid = materialize(state, entry["group"])
+            gid = (state.materialize(entry["view"], entry["group"], by_id) if entry["view"]
+                   else materialize(state, entry["group"]))
             for m in entry["group"].members:
                 kind_of[m.job.job_id] = state.placement_kind(m.job.job_id, "regrouped")
             track(gid, now)
