@@ -1,5 +1,5 @@
-"""The demo, shortened: two real GRPO jobs (tiny models, a few iterations) run solo and
-multiplexed on a local Ray cluster under the live control plane, plus unit checks of
+"""The demo, shortened: two real GRPO jobs (tiny models, a few iterations) run alone (the
+profile runs stand for the solo runs) and multiplexed on a local Ray cluster under the live control plane, plus unit checks of
 the GRPO pieces the workers use."""
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_quick_demo_two_jobs_interleave_and_learn(tmp_path, monkeypatch):
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     lines: list[str] = []
-    results = run_demo(tmp_path, jobs=2, iterations=4, quick=True, log=lines.append)
+    results = run_demo(tmp_path, jobs=2, iterations=4, quick=True, solo=False, log=lines.append)
     assert {p.name for p in tmp_path.iterdir()} >= {"results.json", "gantt.png", "rewards.png", "busy.png"}
     saved = json.loads((tmp_path / "results.json").read_text())
     mux = saved["runs"]["multiplexed"]

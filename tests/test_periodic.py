@@ -33,9 +33,20 @@ def assert_same(slow, fast) -> None:
     assert slow.outcomes == fast.outcomes
 
 
-@pytest.mark.parametrize("trace", ["production", "philly-mix"])
-@pytest.mark.parametrize("accounting", ["ours", "paper"])
-@pytest.mark.parametrize("policy", ["rollmux", "rollmux-bestfit", "solo-d", "colocated", "gavel", "most-idle"])
+def _builtin_cases() -> list:
+    """Every policy on both accountings of production; on philly-mix the planner's two
+    policies, and the baselines (the same skip on simpler groups) only under ``-m slow``."""
+    cases = []
+    for trace in ("production", "philly-mix"):
+        for accounting in ("ours", "paper"):
+            for policy in ("rollmux", "rollmux-bestfit", "solo-d", "colocated", "gavel", "most-idle"):
+                slow = trace == "philly-mix" and not policy.startswith("rollmux")
+                cases.append(pytest.param(trace, accounting, policy, marks=[pytest.mark.slow] if slow else [],
+                                          id=f"{policy}-{accounting}-{trace}"))
+    return cases
+
+
+@pytest.mark.parametrize("trace, accounting, policy", _builtin_cases())
 def test_builtin_traces_same_results(trace, accounting, policy):
     acct = ACCOUNTINGS[accounting]
     cluster = acct.apply_cluster(Cluster())
