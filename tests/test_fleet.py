@@ -520,6 +520,9 @@ def test_fleet_cost_splits_by_placement_and_gpu_types():
     printed = _on_example("simulate")
     assert printed.exit_code == 0, printed.output
     assert "rollmux-full cost by placement: " in printed.output and " on H20/H200 " in printed.output
+    # and the cheapest RollMux policy's split, here with the job it regrouped onto H200 co-location
+    flat = " ".join(printed.output.split())
+    assert "rollmux-full-regroup cost by placement: " in flat and "regrouped on H200/H200 " in flat
 
 
 def test_a_replay_on_bounded_pools_never_holds_more_nodes_than_a_pool_has():

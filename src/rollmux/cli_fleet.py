@@ -186,11 +186,12 @@ def simulate(
     adds until its group ends; -regroup forms also moving running jobs after departures),
     RollMux on each fixed pair of types, solo-d on each
     pair, co-located on each type, and Gavel+ over types. Prints what each run cost and
-    the SLOs it kept, and how RollMux's cost splits by kind of placement and GPU types."""
+    the SLOs it kept, and how the cost of rollmux, rollmux-full and the cheapest RollMux
+    policy that met every SLO splits by kind of placement and GPU types."""
     from rollmux.errors import CapacityError
     from rollmux.fleet import Profiles, load_profiles
     from rollmux.fleet_file import load_fleet
-    from rollmux.policies.fleet import fleet_policies
+    from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_policies
     from rollmux.report.paths import check_writable
     from rollmux.report.progress import progress_reporter
     from rollmux.report.tables import cost_lines
@@ -232,7 +233,10 @@ def simulate(
                         "that never ran costs nothing and misses it" if any(p.nodes is not None for p in fleet.pools)
                         else ""))
     console.print(table)
-    for line in cost_lines([r for r in results if r.policy in ("rollmux", "rollmux-full")]):
+    # the split of rollmux, rollmux-full and the cheapest RollMux policy at full SLO attainment, if another
+    full = [r for r in results if r.policy in FLEET_ROLLMUX and r.slo_attainment == 1.0]
+    cheapest = min(full, key=lambda r: r.total_cost).policy if full else "rollmux"
+    for line in cost_lines([r for r in results if r.policy in ("rollmux", "rollmux-full", cheapest)]):
         console.print(line, highlight=False)
     if none:
         console.print(f"serve no job (too slow for every SLO on those types): {escape(', '.join(none))}",
