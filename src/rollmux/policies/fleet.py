@@ -115,8 +115,8 @@ def fleet_policies(fleet: Fleet, profiles: Profiles) -> list:
     """Every policy ``rollmux fleet simulate`` compares, in table order: the fleet planner
     in the paper's placement space (``rollmux``) and in the full one (``rollmux-full``:
     training scaling and co-location too), each also with the lifetime objective
-    (``-lifetime``) and with regrouping (``-regroup``), the paper-space planner on each view, solo-d on each view,
-    co-located on each pool, Gavel+."""
+    (``-lifetime``) and with regrouping (``-regroup``), the paper-space planner on each
+    view, solo-d on each view, co-located on each pool, Gavel+."""
     views = [v.name for v in fleet.views()]
     sample = alone_options(fleet, profiles, Job("_", 1.0, 1.0))
     return (rollmux_policies(fleet, profiles)
