@@ -189,10 +189,13 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
     if plan is not None:
         return replace(plan, view=view)
     group = sub.groups[group_id]
-    if len(group.members) != 1 or progress(group.members[0].job.job_id) is None:
+    if len(group.members) != 1:
         return None
     job_id = group.members[0].job.job_id
-    left, _ = progress(job_id)
+    now = progress(job_id)
+    if now is None:
+        return None
+    left = now[0]
     alone = solve_fleet(state.fleet, [state.originals[job_id]], state.profiles, space, robust=True, only=state.only)
     (target, (_, target_sub)), = [(name, vs) for name, vs in alone.state.views.items() if vs[1].groups]
     if target == view:

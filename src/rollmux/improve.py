@@ -233,6 +233,13 @@ def materialize(state: PlanState, group: Group) -> str:
     return gid
 
 
+def open_regrouped(state, group: Group, view: str, originals: dict[str, Job]) -> str:
+    """Open a regrouping's solver group: ``materialize`` on a ``PlanState``, or on a fleet
+    (``view`` set: ``RegroupPlan.view``) ``FleetState.materialize`` with the members'
+    untranslated jobs ``originals`` (job id -> job). Returns the new group id."""
+    return state.materialize(view, group, originals) if view else materialize(state, group)
+
+
 @dataclass(slots=True, frozen=True)
 class RegroupPlan:
     """An online regrouping: every job of the ``replaced`` groups moves into ``groups``

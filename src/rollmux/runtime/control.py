@@ -100,7 +100,7 @@ from rollmux.fleet import Fleet, Profiles
 from rollmux.fleet_file import fleet_from_dict, fleet_to_dict, profiles_from_rows, profiles_to_rows
 from rollmux.fleet_planner import FleetDecision, FleetPlanner, FleetState
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec
-from rollmux.improve import materialize
+from rollmux.improve import open_regrouped
 from rollmux.model import model_size_column
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
@@ -1117,10 +1117,8 @@ class ControlPlane:
             del self.regroups[rid]
             return
         group = _group_from_dict(entry["group"], self.jobs)
-        if entry.get("view"):  # on a fleet: the members' originals, translated to the new group's view
-            gid = self.plan.materialize(entry["view"], group, {m.job.job_id: m.job for m in group.members})
-        else:
-            gid = materialize(self.plan, group)
+        # (a regrouping saved before fleets regrouped has no view)
+        gid = open_regrouped(self.plan, group, entry.get("view", ""), {m.job.job_id: m.job for m in group.members})
         self.executors[gid] = GroupExecutor(gpus_per_node=self.cluster.gpus_per_node)
         self._dirty_groups.add(gid)
         for m in self.plan.groups[gid].members:

@@ -88,7 +88,7 @@ from rollmux.accounting import OURS, CostAccounting, departure_span_s, leave_aft
 from rollmux.colocation import worst_phase
 from rollmux.errors import CapacityError
 from rollmux.execution import GroupExecutor, Grant
-from rollmux.improve import materialize
+from rollmux.improve import open_regrouped
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
 from rollmux.policies.base import Policy
@@ -266,8 +266,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         outcomes["regrouped"] += 1
         entry["waiting"].discard(job_id)
         if not entry["waiting"]:
-            gid = (state.materialize(entry["view"], entry["group"], by_id) if entry["view"]
-                   else materialize(state, entry["group"]))
+            gid = open_regrouped(state, entry["group"], entry["view"], by_id)
             for m in entry["group"].members:
                 kind_of[m.job.job_id] = state.placement_kind(m.job.job_id, "regrouped")
             track(gid, now)
