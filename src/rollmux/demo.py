@@ -90,7 +90,8 @@ def run_demo(out_dir: Path, jobs: int = 2, minutes: float = 4.0, iterations: int
 
     ``jobs``: 2 or 3. ``minutes``: wall budget of the solo plus multiplexed runs, used
     when ``iterations`` is None. ``quick``: a shortened run for tests (two-iteration
-    profile, ``QUICK_ITERATIONS`` iterations unless given, a smaller batch per job).
+    profile, ``QUICK_ITERATIONS`` iterations unless given, a smaller batch per job, one
+    Ray node for all RollMux nodes: ``ray_adapter.demo_ray``).
     ``tail``: the long-tail hand-off (chunked rollouts on ``TAIL_WORKERS`` workers per job).
     ``solo=False`` (tests): no separate solo runs; the profile runs stand for them.
     """
@@ -107,7 +108,7 @@ def run_demo(out_dir: Path, jobs: int = 2, minutes: float = 4.0, iterations: int
     import ray
 
     from rollmux.grpo.driver import TailConfig, warm_start_weights
-    from rollmux.runtime.ray_adapter import local_cluster
+    from rollmux.runtime.ray_adapter import demo_ray
 
     tail_config = TailConfig(TAIL_WORKERS, gpus_per_node=GPUS_PER_NODE) if tail else None
     out_dir = Path(out_dir)
@@ -121,8 +122,9 @@ def run_demo(out_dir: Path, jobs: int = 2, minutes: float = 4.0, iterations: int
     weights = {p.name: warm_start_weights(p) for p in profiles}
     rollout_nodes = [f"R{i}" for i in range(1 if jobs == 2 else 2)]
     train_nodes = ["T0"]
-    log(f"starting Ray: rollout pool {rollout_nodes}, training pool {train_nodes}")
-    with local_cluster(rollout_nodes, train_nodes, num_cpus=1), _control_plane(
+    log(f"starting Ray: rollout pool {rollout_nodes}, training pool {train_nodes}"
+        + (" (one Ray node)" if quick else ""))
+    with demo_ray(rollout_nodes, train_nodes, one_node=quick), _control_plane(
             len(rollout_nodes), len(train_nodes), out_dir) as (url, token):
         from rollmux.runtime.sdk import Client
 

@@ -105,8 +105,8 @@ def run_move_demo(out_dir: Path, minutes: float = 3.0, iterations: int | None = 
     """Run the live-move scenario and write its report to ``out_dir``; returns the summary dict.
 
     ``iterations``: N (targets N, N/3, 3N); else as many as fit ``minutes`` of the
-    multiplexed run. ``quick``: a quarter of the prompts and N = ``QUICK_N`` unless
-    given (tests). ``migration_s``: the pause the service plans a move with until it
+    multiplexed run. ``quick``: a quarter of the prompts, N = ``QUICK_N`` unless
+    given, and one Ray node for all RollMux nodes (tests; ``ray_adapter.demo_ray``). ``migration_s``: the pause the service plans a move with until it
     has measured one. ``verify``: replay each moved job without the move and compare.
     ``policy``: ``rollmux-consolidate`` (bounded 2 + 2 nodes, one job moves) or
     ``rollmux-regroup`` (unbounded, both remaining jobs regroup on fresh nodes).
@@ -128,7 +128,7 @@ def run_move_demo(out_dir: Path, minutes: float = 3.0, iterations: int | None = 
     import torch
 
     from rollmux.grpo.driver import warm_start_weights
-    from rollmux.runtime.ray_adapter import local_cluster
+    from rollmux.runtime.ray_adapter import demo_ray
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -147,9 +147,9 @@ def run_move_demo(out_dir: Path, minutes: float = 3.0, iterations: int | None = 
         ray_train = tuple(f"T{i}" for i in range(REGROUP_NODES))
     log(f"starting Ray: rollout pool {list(ray_rollout)}, training pool {list(ray_train)}; "
         f"control plane: {policy} ({'unbounded pools' if regroup else 'bounded'}), "
-        f"planned move pause {migration_s:g} s")
+        f"planned move pause {migration_s:g} s" + ("; one Ray node" if quick else ""))
     finals: dict[str, dict] = {}
-    with local_cluster(ray_rollout, ray_train, num_cpus=1), contextlib.ExitStack() as stack:
+    with demo_ray(ray_rollout, ray_train, one_node=quick), contextlib.ExitStack() as stack:
         from rollmux.runtime.sdk import Client
 
         if regroup:  # profiles on a bounded plane over R0+T0, so that they mint no node ids

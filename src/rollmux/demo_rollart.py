@@ -33,7 +33,6 @@ ahead, from the spans and from the service's event log); the reward service's re
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import statistics
@@ -159,6 +158,7 @@ def run_rollart_live(out: Path, iterations: int = 6, agentic_iterations: int | N
     from rollmux.grpo.agentic import run_agentic_live
     from rollmux.grpo.async_grpo import run_async_live
     from rollmux.grpo.driver import job_spec, run_job, run_together, warm_start_weights
+    from rollmux.runtime.ray_adapter import demo_ray
     from rollmux.runtime.sdk import Client
 
     out = Path(out)
@@ -180,7 +180,7 @@ def run_rollart_live(out: Path, iterations: int = 6, agentic_iterations: int | N
     runs, latencies, service_record = {}, [], None
     log(f"[{time.time() - t_start:5.1f} s] starting Ray (R0, R1, T0, T1{' on one Ray node' if quick else ''}) "
         "and the control plane")
-    with _live_ray(quick), _control_plane(2, 2, out) as (url, token):
+    with demo_ray(["R0", "R1"], ["T0", "T1"], one_node=quick), _control_plane(2, 2, out) as (url, token):
         monitor = None
         try:
             if app is not None:
@@ -243,32 +243,6 @@ def run_rollart_live(out: Path, iterations: int = 6, agentic_iterations: int | N
     for line in live_lines(doc):
         log(line)
     return doc
-
-
-@contextlib.contextmanager
-def _live_ray(one_node: bool):
-    """The local Ray of ``--live``: one Ray node per RollMux node (``local_cluster``), or, for
-    quick runs, one Ray node advertising the four RollMux node resources (the same pinning,
-    a quarter of the start-up). Shut down on exit."""
-    import ray
-
-    from rollmux.model import ROLLOUT, TRAIN
-    from rollmux.runtime.ray_adapter import local_cluster, node_resources
-    from rollmux.runtime.ray_start import start_ray
-
-    if not one_node:
-        with local_cluster(["R0", "R1"], ["T0", "T1"], num_cpus=1) as cluster:
-            yield cluster
-        return
-    resources = {**node_resources("R0", ROLLOUT, 8), **node_resources("R1", ROLLOUT, 8),
-                 **node_resources("T0", TRAIN, 8), **node_resources("T1", TRAIN, 8)}
-    resources.update(rollout_gpu=16, train_gpu=16)
-    start_ray(lambda: ray.init(address="local", num_cpus=2, resources=resources, include_dashboard=False,
-                               log_to_driver=False, _node_ip_address="127.0.0.1"))
-    try:
-        yield None
-    finally:
-        ray.shutdown()
 
 
 def _edge(values: list[float], first: bool) -> float:

@@ -157,6 +157,30 @@ def local_cluster(
         cluster.shutdown()
 
 
+@contextmanager
+def demo_ray(rollout_nodes: Sequence[str], train_nodes: Sequence[str], one_node: bool,
+             gpus_per_node: int = 8) -> Iterator[Cluster | None]:
+    """The local Ray of the live demos: one Ray node per RollMux node (``local_cluster``,
+    yielded), or with ``one_node`` (their quick runs, in tests) one Ray node on 127.0.0.1
+    advertising every RollMux node's resources (None): the same pinning, since workers
+    are placed by those resources, at a third of the start-up. Shut down on exit."""
+    if not one_node:
+        with local_cluster(rollout_nodes, train_nodes, gpus_per_node, num_cpus=1) as cluster:
+            yield cluster
+        return
+    resources: dict[str, float] = {}
+    for pool, nodes in ((ROLLOUT, rollout_nodes), (TRAIN, train_nodes)):
+        for node_id in nodes:
+            resources.update(node_resources(node_id, pool, gpus_per_node))
+        resources[GPU_RESOURCE[pool]] = gpus_per_node * len(nodes)
+    start_ray(lambda: ray.init(address="local", num_cpus=2, resources=resources, include_dashboard=False,
+                               log_to_driver=False, _node_ip_address="127.0.0.1"))
+    try:
+        yield None
+    finally:
+        ray.shutdown()
+
+
 @dataclass(slots=True, frozen=True)
 class WorkerInfo:
     """What a worker actor's constructor receives: who it is and where it was pinned."""
