@@ -106,8 +106,8 @@ def run_move_demo(out_dir: Path, minutes: float = 3.0, iterations: int | None = 
 
     ``iterations``: N (targets N, N/3, 3N); else as many as fit ``minutes`` of the
     multiplexed run. ``quick``: a quarter of the prompts, N = ``QUICK_N`` unless
-    given, and one Ray node for all RollMux nodes (tests; ``ray_adapter.demo_ray``). ``migration_s``: the pause the service plans a move with until it
-    has measured one. ``verify``: replay each moved job without the move and compare.
+    given, and one Ray node for all RollMux nodes (tests; ``ray_adapter.demo_ray``).
+    ``migration_s``: the pause the service plans a move with until it has measured one. ``verify``: replay each moved job without the move and compare.
     ``policy``: ``rollmux-consolidate`` (bounded 2 + 2 nodes, one job moves) or
     ``rollmux-regroup`` (unbounded, both remaining jobs regroup on fresh nodes).
     """
