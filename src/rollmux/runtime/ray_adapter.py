@@ -199,7 +199,10 @@ class WorkerLocation:
     index: int
     planned_node: str
     ray_node_id: str
-    node_id: str | None  # RollMux id of ``ray_node_id``; None if that node carries none
+    # RollMux id of ``ray_node_id``: the planned node when that Ray node carries it (one Ray
+    # node may carry several, as ``demo_ray(one_node=True)`` makes), else the one id the Ray
+    # node carries; None if it carries none or several
+    node_id: str | None
 
 
 def _ray_node_id(_actor: Any) -> str:
@@ -334,18 +337,27 @@ class RayJobRunner:
         return list(self._actors[pool])
 
     def where(self, timeout_s: float | None = None) -> list[WorkerLocation]:
-        """Ask every worker which Ray node it runs on and map it back to a RollMux id.
+        """Ask every worker which Ray node it runs on and map it back to a RollMux id
+        (``WorkerLocation.node_id``).
 
         Blocks until the workers answer (their constructors have run); a worker that
         failed to start raises its Ray error here.
         """
         entries = [(info, actor) for pool in POOLS for info, actor in zip(self._infos[pool], self._actors[pool])]
         ray_ids = ray.get([actor.__ray_call__.remote(_ray_node_id) for _, actor in entries], timeout=timeout_s)
-        by_ray_id = {ray_id: node for node, ray_id in rollmux_nodes().items()}
-        return [
-            WorkerLocation(info.pool, info.index, info.node_id, ray_id, by_ray_id.get(ray_id))
-            for (info, _), ray_id in zip(entries, ray_ids)
-        ]
+        known = rollmux_nodes()
+        carried: dict[str, list[str]] = {}
+        for node, ray_id in known.items():
+            carried.setdefault(ray_id, []).append(node)
+
+        def rollmux_id(planned: str, ray_id: str) -> str | None:
+            if known.get(planned) == ray_id:
+                return planned
+            ids = carried.get(ray_id, [])
+            return ids[0] if len(ids) == 1 else None
+
+        return [WorkerLocation(info.pool, info.index, info.node_id, ray_id, rollmux_id(info.node_id, ray_id))
+                for (info, _), ray_id in zip(entries, ray_ids)]
 
     def _check_nodes(self) -> None:
         known = rollmux_nodes()
