@@ -23,7 +23,7 @@ import argparse
 from collections import defaultdict
 
 from rollmux import colocation
-from rollmux.model import POOLS, TRAIN, Cluster, Job
+from rollmux.model import Cluster, Job
 from rollmux.policies import make_policy
 from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
@@ -31,11 +31,7 @@ from rollmux.traces.builtin import load_trace
 
 def run_cost(job: Job, cluster: Cluster, colocated: bool) -> float:
     """$ of node time for ``job``'s whole run alone: co-located, or solo disaggregated."""
-    gpn = cluster.gpus_per_node
-    if colocated:
-        return (job.solo_iterations() * colocation.iteration_s(job, cluster)
-                * job.nodes(TRAIN, gpn) * cluster.node_price(TRAIN) / 3600)
-    return job.solo_iterations() * job.t_solo * sum(job.nodes(p, gpn) * cluster.node_price(p) for p in POOLS) / 3600
+    return job.solo_iterations() * colocation.iteration_price(job, cluster, colocated) / 3600
 
 
 def main() -> None:

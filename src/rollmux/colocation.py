@@ -61,6 +61,16 @@ def slowdown(job: Job, cluster: Cluster) -> float:
     return iteration_s(job, cluster) / job.t_solo
 
 
+def iteration_price(job: Job, cluster: Cluster, colocated: bool) -> float:
+    """$ x s / h of node time ``job`` holds for one iteration alone: co-located on its
+    training nodes (``iteration_s``), or solo on its own nodes of both pools (T_solo).
+    Divided by 3600, the dollars of that iteration; what the Gavel+ baseline compares."""
+    g = cluster.gpus_per_node
+    if colocated:
+        return iteration_s(job, cluster) * job.nodes(TRAIN, g) * cluster.node_price(TRAIN)
+    return job.t_solo * sum(job.nodes(p, g) * cluster.node_price(p) for p in POOLS)
+
+
 def effective_cost(group: Group, cluster: Cluster) -> float:
     """A group's $/h as the planner counts it: a co-located group's at its member's slowdown
     (its nodes are held that much longer per unit of work; ``rollmux.planner``)."""

@@ -9,7 +9,7 @@ $/h of the nodes). Like Gavel, it knows nothing of SLOs; ties go to disaggregati
 from __future__ import annotations
 
 from rollmux import colocation
-from rollmux.model import POOLS, TRAIN, Cluster, Job
+from rollmux.model import Cluster, Job
 from rollmux.plan_state import PlanState
 from rollmux.planner import Decision
 from rollmux.policies.base import isolated
@@ -27,11 +27,7 @@ class Gavel:
         (always for a job that only runs co-located, ``Job.colocate``)."""
         if job.colocate:
             return True
-        g = cluster.gpus_per_node
-        disagg = job.t_solo * sum(job.nodes(p, g) * cluster.node_price(p) for p in POOLS)
-        colo_iter = colocation.iteration_s(job, cluster)
-        colo = colo_iter * job.nodes(TRAIN, g) * cluster.node_price(TRAIN)
-        return colo < disagg
+        return colocation.iteration_price(job, cluster, True) < colocation.iteration_price(job, cluster, False)
 
     def place(self, state: PlanState, job: Job) -> Decision:
         colo = self.colocate(job, state.cluster)

@@ -163,7 +163,7 @@ def demo_ray(rollout_nodes: Sequence[str], train_nodes: Sequence[str], one_node:
     """The local Ray of the live demos: one Ray node per RollMux node (``local_cluster``,
     yielded), or with ``one_node`` (their quick runs, in tests) one Ray node on 127.0.0.1
     advertising every RollMux node's resources (None): the same pinning, since workers
-    are placed by those resources, in 40% of the start-up time for four RollMux nodes.
+    are placed by those resources, with one raylet instead of one per RollMux node.
     Shut down on exit."""
     if not one_node:
         with local_cluster(rollout_nodes, train_nodes, gpus_per_node, num_cpus=1) as cluster:
