@@ -13,10 +13,13 @@ out of the comparison. ``--paper-objective`` places with the planner's own margi
 (``FleetPlanner.sharing_cost``); ``--objective lifetime`` places by the dollars a
 placement adds until its group ends (``rollmux.lifetime``); ``--regroup`` also regroups
 after departures (``fleet_exact.plan_fleet_regroup``: ``rollmux-regroup`` and
-``rollmux-full-regroup``).
+``rollmux-full-regroup``). ``--hedge`` replays ``rollmux-hedge`` instead (the full space,
+every group dominated by its members' Gavel+ options, jobs alone paired; the other
+options are then ignored).
 
     python benchmarks/fleet_replay.py [--instances 15] [--jobs 12] [--space paper|full] [--seed 1]
                                       [--paper-objective] [--objective rate|lifetime] [--regroup]
+                                      [--hedge]
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from pathlib import Path
 from rollmux.errors import CapacityError
 from rollmux.fleet_file import load_fleet
 from rollmux.planner import FULL_SPACE, PAPER_SPACE
-from rollmux.policies.fleet import FLEET_ROLLMUX, FleetRollMux, fleet_policies
+from rollmux.policies.fleet import FLEET_ROLLMUX, FleetRollMux, fleet_policies, fleet_rollmux
 from rollmux.sim.engine import simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,6 +52,7 @@ def main() -> None:
     ap.add_argument("--paper-objective", action="store_true")
     ap.add_argument("--objective", default="rate", choices=("rate", "lifetime"))
     ap.add_argument("--regroup", action="store_true")
+    ap.add_argument("--hedge", action="store_true", help="replay rollmux-hedge")
     args = ap.parse_args()
     space = FULL_SPACE if args.space == "full" else PAPER_SPACE
     fleet = load_fleet(FLEET)
@@ -62,8 +66,9 @@ def main() -> None:
         profiles = profiles_for(rng, jobs)
         # ours: the fleet planner in the chosen space and objective; the other RollMux rows are left out
         others = [p for p in fleet_policies(fleet, profiles) if p.name not in FLEET_ROLLMUX]
-        ours_policy = FleetRollMux(fleet, profiles, space, sharing_cost=False if args.paper_objective else None,
-                                   objective=args.objective, regroup=args.regroup)
+        ours_policy = fleet_rollmux(fleet, profiles, "rollmux-hedge") if args.hedge else FleetRollMux(
+            fleet, profiles, space, sharing_cost=False if args.paper_objective else None, objective=args.objective,
+            regroup=args.regroup)
         policies = [ours_policy] + others
         results = []
         for policy in policies:

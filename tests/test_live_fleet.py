@@ -64,7 +64,8 @@ def test_a_live_fleet_is_the_fleet_simulators_phase_for_phase(policy, bounds, ev
 
 
 @pytest.mark.parametrize("policy,seed,every", [("rollmux-regroup", 0, 0), ("rollmux-full-regroup", 0, 0),
-                                               ("rollmux-full-regroup", 2, 0), ("rollmux-full-regroup", 4, 3)])
+                                               ("rollmux-full-regroup", 2, 0), ("rollmux-full-regroup", 4, 3),
+                                               ("rollmux-hedge", 0, 2)])
 def test_a_live_fleet_regroups_as_the_fleet_simulator_decision_for_decision(policy, seed, every):
     """Regroupings inside a view and a lone job's move to another view (``plan_fleet_regroup``),
     live as in ``rollmux fleet simulate``: the same moves at the same instants, the same
@@ -141,7 +142,7 @@ def test_drain_on_a_fleet_withholds_the_physical_node_from_every_view():
 def test_a_fleet_plane_refuses_what_it_cannot_do_and_changes_nothing():
     fleet, profiles, jobs = _example()
     assert FLEET_LIVE_POLICIES == ("rollmux", "rollmux-full", "rollmux-lifetime", "rollmux-full-lifetime",
-                                   "rollmux-regroup", "rollmux-full-regroup")
+                                   "rollmux-regroup", "rollmux-full-regroup", "rollmux-hedge")
     with pytest.raises(ControlError, match="on a fleet of GPU types the live service runs rollmux") as err:
         ControlPlane(fleet, policy="rollmux-consolidate")
     assert err.value.field == "policy"

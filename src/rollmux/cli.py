@@ -21,7 +21,7 @@ from rollmux.cli_output import write_json as _write_json
 from rollmux.cli_service import register as register_service_commands
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.planner import TIE_BREAKS
-from rollmux.policies import DEFAULT_POLICIES, KNOWN
+from rollmux.policies import DEFAULT_POLICIES, FLEET_BACKED, KNOWN
 from rollmux.report.progress import progress_reporter
 from rollmux.cli_choices import SPACES, AccountingName, DurationModel, SpaceName
 from rollmux.traces.philly import MIXES
@@ -170,6 +170,10 @@ def simulate(
         if html is not None:
             check_writable(html, "--html")
         acct = ACCOUNTINGS[accounting.value]
+        fleet_backed = [n for n in names if n in FLEET_BACKED]
+        if fleet_backed and acct.name != "ours":
+            raise RollMuxError(f"--policies {', '.join(fleet_backed)}: runs under --accounting ours only "
+                               "(it plans on the fleet planner, docs/fleet.md)")
         cl = acct.apply_cluster(_load_cluster(cluster))
         jobs, info = load_trace(trace, cl, seed)
     except (RollMuxError, OSError) as err:
@@ -187,7 +191,7 @@ def simulate(
                 result.accounting = acct.name
             else:
                 try:
-                    result = run(jobs, cl, make_policy(name, seed, acct), model, seed, accounting=acct,
+                    result = run(jobs, cl, make_policy(name, seed, acct, cl), model, seed, accounting=acct,
                                  record_spans=(out is not None or html is not None) and name == gantt_of,
                                  tail=tail, tail_threshold=tail_threshold, progress=update,
                                  fast_forward=fast_forward)

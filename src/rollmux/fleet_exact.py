@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 from rollmux.exact import (DEFAULT_MAX_JOBS, ExactLimitError, ExactStats, Fit, SearchCounter, group_fit, partition,
                            placements_of)
 from rollmux.fleet import Fleet, Profiles, speed_factor, translate
-from rollmux.fleet_planner import FleetState
+from rollmux.fleet_planner import VALUE_TOL, FleetState
 from rollmux.improve import Improvement, Regroup, RegroupPlan, plan_regroup, starts_in_time
 from rollmux.model import Job
 from rollmux.planner import PAPER_SPACE, Space, members_keep_pace
@@ -160,9 +160,14 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
 
 
 def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
-                       pause_s: Callable[[str], float], space: Space = PAPER_SPACE) -> RegroupPlan | None:
+                       pause_s: Callable[[str], float], space: Space = PAPER_SPACE,
+                       value: Callable[[Job], float] | None = None) -> RegroupPlan | None:
     """An online regrouping on a fleet after a departure from ``group_id`` (the fleet
     simulator's and the live plane's ``rollmux-regroup`` / ``rollmux-full-regroup``), or None.
+
+    0. With ``value`` (``rollmux-hedge``: g_j, the E of job j's Gavel+ option,
+       ``FleetPlanner.gavel_value``), when the group holds one job b: ``_pair_alone``
+       pairs it with another job alone, if that pays (below). Then steps 1 and 2.
 
     1. Inside the group's view v: ``improve.plan_regroup`` on v's plan with the waste
        objective (the group and one other group of v, re-solved exactly; every check and
@@ -185,6 +190,10 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
         return None
     view = group_id.split(":", 1)[0]
     sub = state.views[view][1]
+    if value is not None and len(sub.groups[group_id].members) == 1:
+        plan = _pair_alone(state, group_id, progress, pause_s, space, value)
+        if plan is not None:
+            return plan
     plan = plan_regroup(sub, group_id, progress, pause_s, space=space, objective="waste")
     if plan is not None:
         return replace(plan, view=view)
@@ -210,3 +219,67 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
     if move >= stay * (1 - _COST_TOL) or not members_keep_pace(analysis, new.members, progress, pause):
         return None
     return RegroupPlan((group_id,), (new,), cost_old, cost_new, view=target)
+
+
+def _pair_alone(state: FleetState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
+                pause_s: Callable[[str], float], space: Space, value: Callable[[Job], float]) -> RegroupPlan | None:
+    """Step 0 of ``plan_fleet_regroup``: job b, alone in ``group_id``, and another job a
+    alone in its group (any view) into their joint optimum, when that is one group.
+
+    The new group P (``solve_fleet([a, b])``, robust) must be dominated
+    (``rollmux.fleet_planner``: C_P <= sum_k g_k T_ref(k) / iter_k(P), g = ``value``) and
+    keep both jobs' pace with the pause (``planner.members_keep_pace``). With I_k
+    iterations left and iter_k, C_k now, staying costs about (dollars x 3600)
+
+        S = sum_k I_k iter_k C_k.
+
+    Moving costs P while both run, t = min_k I_k iter_k(P) seconds, and during the pause
+    (the longer of the two); then the survivor s's remaining I'_s = I_s - t / iter_s(P)
+    iterations, alone in P or moved to its Gavel+ option with another pause (step 2; the
+    cheaper of the two, an estimate):
+
+        M = C_P (t + pause) + min(C_P I'_s T_P(s), g_s (I'_s T_ref(s) + pause)).
+
+    The pair with the largest S - M > 0 moves; None when no pair pays.
+    """
+    view = group_id.split(":", 1)[0]
+    b = state.views[view][1].groups[group_id].members[0].job.job_id
+    now_b = progress(b)
+    if now_b is None:
+        return None
+    best: tuple[float, RegroupPlan] | None = None
+    for gid, other in list(state.groups.items()):
+        if gid == group_id or len(other.members) != 1:
+            continue
+        a = other.members[0].job.job_id
+        now_a = progress(a)
+        if now_a is None:
+            continue
+        jobs = {a: state.originals[a], b: state.originals[b]}
+        solution = solve_fleet(state.fleet, list(jobs.values()), state.profiles, space, robust=True, only=state.only)
+        groups = [(name, g) for name, (_, sub) in solution.state.views.items() for g in sub.groups.values()]
+        if len(groups) != 1:
+            continue
+        (target, new), = groups
+        target_sub = solution.state.views[target][1]
+        analysis = target_sub.analysis(new.group_id)
+        cost_new = target_sub.group_cost_per_hour(new.group_id)
+        it = analysis.iteration_s
+        if cost_new > sum(value(j) * j.t_solo / it[k] for k, j in jobs.items()) * (1 + VALUE_TOL):
+            continue
+        pause = max(pause_s(a), pause_s(b))
+        if not members_keep_pace(analysis, new.members, progress, pause):
+            continue
+        left = {a: now_a[0], b: now_b[0]}
+        stay = sum(left[k] * state.analysis(g).iteration_s[k] * state.group_cost_per_hour(g)
+                   for k, g in ((a, gid), (b, group_id)))
+        both = min(left[k] * it[k] for k in jobs)
+        s = max(jobs, key=lambda k: left[k] * it[k])
+        rest_left = left[s] - both / it[s]
+        alone = next(m.job for m in new.members if m.job.job_id == s).t_solo  # its solo iteration in P's view
+        rest = min(rest_left * alone * cost_new, value(jobs[s]) * (rest_left * jobs[s].t_solo + pause))
+        move = cost_new * (both + pause) + rest
+        if move < stay * (1 - _COST_TOL) and (best is None or stay - move > best[0]):
+            cost_old = state.group_cost_per_hour(gid) + state.group_cost_per_hour(group_id)
+            best = (stay - move, RegroupPlan((gid, group_id), (new,), cost_old, cost_new, view=target))
+    return best[1] if best is not None else None

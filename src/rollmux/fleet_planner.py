@@ -50,6 +50,36 @@ share of a pair in any view (``_prospect``). With ``explain`` each view's verdic
 its planner's candidates) is kept. The views' planners never see each other's groups:
 a group never spans views.
 
+Dominance over Gavel+ (``hedge``; the policy ``rollmux-hedge``)
+--------------------------------------------------------------
+Gavel+ runs each job k alone on its cheapest option that meets its SLO (solo-d on a
+view or co-located on a pool, ``gavel_option``), whose E
+
+    g_k = C_o * iter_o / T_solo_ref(k)
+
+is what it pays per hour of k's solo work on the reference types; over a trace it pays
+sum_k g_k W_k (W_k: k's work in solo hours). A group G of $/h C(G) in which member k
+runs iterations of iter_k(G) does T_solo_ref(k) / iter_k(G) hours of k's work per hour,
+so it is *dominated* (no dearer than Gavel+ for the work it does) when
+
+    C(G) <= V(G) = sum_{k in G} g_k * T_solo_ref(k) / iter_k(G).
+
+If every group were dominated at every instant, the plan's bill, the integral of
+sum_G C(G), would be at most the integral of sum_G V(G) = sum_k g_k W_k: Gavel+'s bill.
+With ``hedge`` an arrival keeps that invariant where it can: each view offers its
+planner's choice when the group it makes (analysed with the newcomer) is dominated, else
+the cheapest dominated candidate among the others its planner found feasible (in its
+own order), else nothing; the job's Gavel+ option is offered too, on its own nodes
+(dominated by definition: C = g_j T_ref / iter). The least dE among these wins; when
+none has the nodes now, the decision is the planner's as without ``hedge``. The
+co-location prospect test is left out: dominance decides where co-location pays. A
+lone group is dominated only when it is the job's Gavel+ option, so a job that arrives
+alone starts there; ``fleet_exact.plan_fleet_regroup`` with ``value`` then pairs it
+with another job alone when their joint group is dominated and pays for the move.
+Departures and the moves' pauses can still break the invariant for a while (the
+survivors of a group, a job stopped in a move), so the bound is a target, not a
+guarantee: docs/fleet.md measures it.
+
 Limits: a job keeps its GPU count on every type (GPU memory capacity is not modelled).
 """
 from __future__ import annotations
@@ -67,9 +97,12 @@ from rollmux.improve import materialize
 from rollmux.intra import GroupAnalysis, analyze
 from rollmux.lifetime import Remaining, lifetime_cost
 from rollmux.plan_state import FreeNodes, Placement, PlanState, Release
-from rollmux.planner import COLOCATE, OUTCOME, PAPER_SPACE, SLO_EPS, Decision, Planner, Space
+from rollmux.planner import COLOCATE, NEW, OUTCOME, PAPER_SPACE, SLO_EPS, Candidate, Decision, Planner, Space
 
 _COST_TOL = 1e-9
+#: relative slack of the dominance check: the analysis rounds phases to microseconds
+VALUE_TOL = 1e-6
+_GAVEL_MEMO_LIMIT = 10_000  # jobs whose Gavel+ option is remembered (a long trace never ends)
 
 
 @dataclass(slots=True, frozen=True)
@@ -336,10 +369,13 @@ class FleetPlanner:
     """Chooses each job's view and placement (module docstring). Pure: never mutates state."""
 
     def __init__(self, fleet: Fleet, profiles: Profiles | None = None, tie_break: str = "first",
-                 space: Space = PAPER_SPACE, sharing_cost: bool | None = None, objective: str = "rate") -> None:
+                 space: Space = PAPER_SPACE, sharing_cost: bool | None = None, objective: str = "rate",
+                 hedge: bool = False) -> None:
         fleet.validate()
         self.fleet = fleet
         self.profiles = profiles or Profiles()
+        self.hedge = hedge  # dominance over Gavel+ (module docstring)
+        self._gavel: dict[str, tuple[Job, AloneOption]] = {}
         colocating = {fleet.colocation_view(p) for p in fleet.pools}
         self.space = space
         # dE of joining a group at its members' iterations there (None: on a fleet of
@@ -367,7 +403,10 @@ class FleetPlanner:
         moved = {name: translate(self.fleet, self.profiles, job, view) for name, (view, _) in state.views.items()}
         verdicts = [self._verdict(state, job, name, moved[name], self._planners[name], explain, remaining=remaining)
                     for name in state.views]
-        if self._plain and not job.colocate:
+        if self.hedge:
+            hedged = self._hedged(state, job, moved, verdicts)
+            verdicts = hedged if any(v.effective_cost is not None for v in hedged) else verdicts
+        elif self._plain and not job.colocate:
             prospect = self._prospect(state, job, moved)
             verdicts = [self._verdict(state, job, v.view, moved[v.view], self._plain[v.view], explain,
                                       f"co-location {v.rate_cost:.2f} >= the share of a pair {prospect:.2f}",
@@ -406,6 +445,85 @@ class FleetPlanner:
         cost = rate if remaining is None else lifetime_cost(sub, moved, decision.placement, remaining(job.job_id),
                                                             remaining)
         return ViewVerdict(name, decision, cost, f"({note})" if note else "", rate)
+
+    def gavel_value(self, job: Job) -> float:
+        """g_j of the module docstring: E of ``job``'s Gavel+ option (memoized per job)."""
+        return self.gavel_option(job).effective_cost
+
+    def gavel_option(self, job: Job) -> AloneOption:
+        """``gavel_option`` of this planner's fleet and profiles, memoized per job (by id,
+        checked against the job it was computed for)."""
+        got = self._gavel.get(job.job_id)
+        if got is None or got[0] != job:
+            if len(self._gavel) >= _GAVEL_MEMO_LIMIT:
+                self._gavel.clear()
+            got = self._gavel[job.job_id] = (job, gavel_option(self.fleet, self.profiles, job))
+        return got[1]
+
+    def group_value(self, state: FleetState, members: list[tuple[Job, float]]) -> float:
+        """V(G) of the module docstring for (original job, its iteration in G) pairs."""
+        return sum(self.gavel_value(j) * j.t_solo / it for j, it in members)
+
+    def _dominated(self, state: FleetState, name: str, job: Job, moved: Job, placement: Placement) -> bool:
+        """Whether the group ``placement`` makes in view ``name`` is dominated (module docstring)."""
+        view, sub = state.views[name]
+        cluster = view.cluster
+        cost = (len(placement.new_rollout) * cluster.node_price(ROLLOUT)
+                + len(placement.new_train) * cluster.node_price(TRAIN))
+        if placement.group_id is None:
+            it = colocation.iteration_s(moved, cluster) if placement.colocated else moved.t_solo
+            members = [(job, it)]
+        else:
+            group = sub.groups[placement.group_id]
+            cost += group.cost_per_hour(cluster)
+            profile = sub.profile(Member(moved, placement.rollout_nodes, placement.train_nodes, placement.colocated))
+            it = analyze([*sub.view(group.group_id).profiles, profile]).iteration_s
+            members = [(state.originals[m.job.job_id], it[m.job.job_id]) for m in group.members]
+            members.append((job, it[job.job_id]))
+        return cost <= self.group_value(state, members) * (1 + VALUE_TOL)
+
+    def _hedged(self, state: FleetState, job: Job, moved: dict[str, Job | None],
+                verdicts: list[ViewVerdict]) -> list[ViewVerdict]:
+        """The verdicts under dominance (module docstring): each view's choice if dominated,
+        else its cheapest dominated feasible candidate, else none; then the job's Gavel+
+        option on its own nodes, when they are free."""
+        out = []
+        for v in verdicts:
+            if v.effective_cost is None or self._dominated(state, v.view, job, moved[v.view], v.decision.placement):
+                out.append(v)
+                continue
+            out.append(self._dominated_alternative(state, job, v.view, moved[v.view])
+                       or replace(v, effective_cost=None, reason=f"{v.reason + '; ' if v.reason else ''}"
+                                  f"{v.decision.outcome} costs more than the jobs alone on their Gavel+ options"))
+        option = self.gavel_option(job)
+        view, sub = state.views.get(option.view, (None, None))
+        mine = translate(self.fleet, self.profiles, job, view, strict=False) if view is not None else None
+        if mine is not None:
+            placement = _alone_placement(sub, mine, option.kind == "co-located")
+            if placement is not None and not short_text(state, view, placement):
+                outcome = OUTCOME[COLOCATE] if placement.colocated else OUTCOME[NEW]
+                added = (len(placement.new_rollout) * view.cluster.node_price(ROLLOUT)
+                         + len(placement.new_train) * view.cluster.node_price(TRAIN))
+                cand = Candidate(COLOCATE if placement.colocated else NEW, None, placement, added, "chosen",
+                                 f"Gavel+ option: {option.name}")
+                decision = Decision(job.job_id, outcome, placement, added, (cand,))
+                out.append(ViewVerdict(option.view, decision, option.effective_cost, "", option.effective_cost))
+        return out
+
+    def _dominated_alternative(self, state: FleetState, job: Job, name: str, moved: Job) -> ViewVerdict | None:
+        """The first dominated candidate, in view ``name``'s planner's own order, among those
+        it found feasible for ``moved`` (its explained decision), as a verdict; or None."""
+        view, sub = state.views[name]
+        decision = self._planners[name].decide(sub, moved, explain=True)
+        for c in decision.candidates:
+            if c.verdict not in ("chosen", "feasible") or c.placement is None:
+                continue
+            if short_text(state, view, c.placement) or not self._dominated(state, name, job, moved, c.placement):
+                continue
+            alt = Decision(job.job_id, OUTCOME[c.kind], c.placement, c.marginal_cost, (c,))
+            rate = self._marginal(state, view, sub, job, moved, alt)
+            return ViewVerdict(name, alt, rate, "(dominated alternative)", rate)
+        return None
 
     def _prospect(self, state: FleetState, job: Job, moved: dict[str, Job | None]) -> float:
         """The co-location prospect test across views: the least effective $/h of the job's
@@ -525,6 +643,25 @@ class AloneOption:
     view: str
     effective_cost: float
     feasible: bool
+
+
+def gavel_option(fleet: Fleet, profiles: Profiles, job: Job) -> AloneOption:
+    """Gavel+'s choice for ``job``: its cheapest alone option (least E) that meets its SLO,
+    the cheapest of all when none does."""
+    options = alone_options(fleet, profiles, job)
+    return min([o for o in options if o.feasible] or options, key=lambda o: o.effective_cost)
+
+
+def _alone_placement(sub: PlanState, job: Job, colocated: bool) -> Placement | None:
+    """``job`` alone on free nodes of ``sub``: co-located on its training nodes, or solo-d
+    on its own nodes of both pools; None when the nodes are short."""
+    gpn = sub.cluster.gpus_per_node
+    if colocated:
+        ids = sub.peek_new(TRAIN, job.nodes(TRAIN, gpn), colocation.node_mem_gb(job))
+        return None if ids is None else Placement.colocated_on(ids)
+    roll = sub.peek_new(ROLLOUT, job.nodes(ROLLOUT, gpn), job.mem(ROLLOUT))
+    train = sub.peek_new(TRAIN, job.nodes(TRAIN, gpn), job.mem(TRAIN))
+    return None if roll is None or train is None else Placement(None, roll, train, roll, train)
 
 
 def alone_options(fleet: Fleet, profiles: Profiles, job: Job) -> list[AloneOption]:

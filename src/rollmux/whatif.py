@@ -283,7 +283,7 @@ def run_config(jobs: list[Job], base: dict, values: dict, policy: str, seed: int
         cluster = accounting.apply_cluster(cluster_from_dict(with_values(base, values)))
         for job in jobs:
             job.validate(cluster)
-        result = simulate(jobs, cluster, make_policy(policy, seed, accounting), duration_model, seed,
+        result = simulate(jobs, cluster, make_policy(policy, seed, accounting, cluster), duration_model, seed,
                           accounting=accounting)
     except RollMuxError as err:
         return Row(values, policy, error=str(err))

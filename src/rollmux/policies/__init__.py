@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from rollmux.accounting import OURS, CostAccounting
+from rollmux.errors import SpecError
+from rollmux.model import Cluster
 from rollmux.planner import FULL_SPACE, HOSTING_SPACE
 from rollmux.policies.base import Policy
 from rollmux.policies.colocated import Colocated
@@ -14,13 +16,21 @@ from rollmux.policies.solo_d import SoloDisaggregated
 DEFAULT_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "solo-d", "colocated", "gavel", "random",
                     "most-idle")
 KNOWN = DEFAULT_POLICIES + ("rollmux-bestfit", "rollmux-full", "rollmux-full-regroup", "rollmux-host",
-                            "rollmux-host-regroup", "rollmux-lifetime", "rollmux-full-lifetime", "optimal")
+                            "rollmux-host-regroup", "rollmux-lifetime", "rollmux-full-lifetime", "rollmux-hedge",
+                            "optimal")
+#: Policies that plan on the fleet planner (the cluster as a one-view fleet): our accounting only
+FLEET_BACKED = ("rollmux-hedge",)
 
 
-def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS) -> Policy:
+def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS, cluster: Cluster | None = None) -> Policy:
     """A fresh policy instance by name (policies may keep per-run state). ``accounting``
-    reaches RollMux's planner (saturation gate, SLO checks; ``rollmux.accounting``)."""
+    reaches RollMux's planner (saturation gate, SLO checks; ``rollmux.accounting``).
+    ``rollmux-hedge`` is the fleet planner's (``rollmux.policies.fleet``) on ``cluster``
+    (default: the paper's testbed) as a fleet of one view, and needs our accounting."""
     acct = accounting
+    if name in FLEET_BACKED and accounting is not OURS:
+        raise SpecError("policy", name, f"--accounting ours ({name} plans on the fleet planner, which keeps "
+                        "only our accounting)")
     factories = {
         "rollmux": lambda: RollMuxPolicy("first", "rollmux", accounting=acct),
         "rollmux-bestfit": lambda: RollMuxPolicy("best-fit", "rollmux-bestfit", accounting=acct),
@@ -37,6 +47,7 @@ def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS) -> 
         "rollmux-lifetime": lambda: RollMuxPolicy("first", "rollmux-lifetime", accounting=acct, objective="lifetime"),
         "rollmux-full-lifetime": lambda: RollMuxPolicy("first", "rollmux-full-lifetime", accounting=acct,
                                                        space=FULL_SPACE, objective="lifetime"),
+        "rollmux-hedge": lambda: _fleet_backed(name, cluster or Cluster()),
         "solo-d": SoloDisaggregated,
         "colocated": Colocated,
         "gavel": Gavel,
@@ -46,3 +57,10 @@ def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS) -> 
     if name not in factories:
         raise ValueError(f"policy {name!r}: expected one of {', '.join(KNOWN)}")
     return factories[name]()
+
+
+def _fleet_backed(name: str, cluster: Cluster) -> Policy:
+    from rollmux.fleet import Profiles, fleet_of  # (the fleet modules import the planner's; load them when asked)
+    from rollmux.policies.fleet import fleet_rollmux
+
+    return fleet_rollmux(fleet_of(cluster), Profiles(), name)

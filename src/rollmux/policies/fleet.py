@@ -10,7 +10,10 @@ is judged against the job's solo time on the reference types.
   placement adds until its group ends (``rollmux.lifetime``; the simulator passes each
   job's remaining iterations). With ``regroup=True`` it also regroups after departures
   (``fleet_exact.plan_fleet_regroup``: two groups of a view re-solved by waste, or a job
-  left alone moved to a cheaper view).
+  left alone moved to a cheaper view). With ``hedge=True`` (``rollmux-hedge``) arrivals keep
+  each group dominated by its members' Gavel+ options (``fleet_planner``, "Dominance over
+  Gavel+"), and a job alone in its group, after an arrival or a departure, is first
+  offered a partner alone in another group (``fleet_exact._pair_alone``).
 * ``FleetAlone``: each job alone on its own nodes, by one of ``fleet_planner.alone_options``:
   a fixed one (solo-d on a view, co-located on a pool: run there even when it misses
   its SLO, as the two-pool baselines do), or with ``gavel=True`` each job's cheapest
@@ -35,14 +38,18 @@ from rollmux.policies.base import colocated_group, isolated
 class FleetRollMux:
     def __init__(self, fleet: Fleet, profiles: Profiles, space: Space = PAPER_SPACE, only: tuple[str, ...] = (),
                  name: str = "", sharing_cost: bool | None = None, objective: str = "rate",
-                 regroup: bool = False) -> None:
-        self.planner = FleetPlanner(fleet, profiles, space=space, sharing_cost=sharing_cost, objective=objective)
+                 regroup: bool = False, hedge: bool = False) -> None:
+        self.planner = FleetPlanner(fleet, profiles, space=space, sharing_cost=sharing_cost, objective=objective,
+                                    hedge=hedge)
         self.uses_remaining = objective == "lifetime"  # the simulator then passes ``remaining`` (rollmux.lifetime)
         if regroup:
-            self.regroup = partial(plan_fleet_regroup, space=space)
+            self.regroup = partial(plan_fleet_regroup, space=space,
+                                   value=self.planner.gavel_value if hedge else None)
             # as on two pools with training scaling or co-location, where the fleet has one view;
-            # on several views it cost more (docs/fleet.md)
-            self.regroup_on_arrival = (space.colocation or space.train_scaling) and len(fleet.views()) == 1
+            # on several views it cost more (docs/fleet.md); with hedge, a job that starts alone
+            # is offered a partner at once
+            self.regroup_on_arrival = hedge or (
+                (space.colocation or space.train_scaling) and len(fleet.views()) == 1)
         self.only = only
         self.name = name or (f"rollmux on {only[0]}" if only else "rollmux")
 
@@ -90,6 +97,7 @@ class FleetRollMuxSpec(NamedTuple):
     space: Space
     objective: str = "rate"
     regroup: bool = False
+    hedge: bool = False
 
 
 #: The fleet planner's policies by name
@@ -97,13 +105,14 @@ FLEET_ROLLMUX = {"rollmux": FleetRollMuxSpec(PAPER_SPACE), "rollmux-full": Fleet
                  "rollmux-lifetime": FleetRollMuxSpec(PAPER_SPACE, "lifetime"),
                  "rollmux-full-lifetime": FleetRollMuxSpec(FULL_SPACE, "lifetime"),
                  "rollmux-regroup": FleetRollMuxSpec(PAPER_SPACE, regroup=True),
-                 "rollmux-full-regroup": FleetRollMuxSpec(FULL_SPACE, regroup=True)}
+                 "rollmux-full-regroup": FleetRollMuxSpec(FULL_SPACE, regroup=True),
+                 "rollmux-hedge": FleetRollMuxSpec(FULL_SPACE, regroup=True, hedge=True)}
 
 
 def fleet_rollmux(fleet: Fleet, profiles: Profiles, name: str) -> FleetRollMux:
     """The fleet planner's policy ``name`` of ``FLEET_ROLLMUX`` (KeyError for another name)."""
-    space, objective, regroup = FLEET_ROLLMUX[name]
-    return FleetRollMux(fleet, profiles, space, name=name, objective=objective, regroup=regroup)
+    space, objective, regroup, hedge = FLEET_ROLLMUX[name]
+    return FleetRollMux(fleet, profiles, space, name=name, objective=objective, regroup=regroup, hedge=hedge)
 
 
 def rollmux_policies(fleet: Fleet, profiles: Profiles) -> list:
