@@ -161,7 +161,8 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
 
 def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
                        pause_s: Callable[[str], float], space: Space = PAPER_SPACE,
-                       value: Callable[[Job], float] | None = None) -> RegroupPlan | None:
+                       value: Callable[[Job], float] | None = None,
+                       max_jobs: int = DEFAULT_MAX_JOBS) -> RegroupPlan | None:
     """An online regrouping on a fleet after a departure from ``group_id`` (the fleet
     simulator's and the live plane's ``rollmux-regroup`` / ``rollmux-full-regroup``), or None.
 
@@ -194,7 +195,7 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
         plan = _pair_alone(state, group_id, progress, pause_s, space, value)
         if plan is not None:
             return plan
-    plan = plan_regroup(sub, group_id, progress, pause_s, space=space, objective="waste")
+    plan = plan_regroup(sub, group_id, progress, pause_s, max_jobs=max_jobs, space=space, objective="waste")
     if plan is not None:
         return replace(plan, view=view)
     group = sub.groups[group_id]

@@ -43,8 +43,9 @@ class FleetRollMux:
                                     hedge=hedge)
         self.uses_remaining = objective == "lifetime"  # the simulator then passes ``remaining`` (rollmux.lifetime)
         if regroup:
-            self.regroup = partial(plan_fleet_regroup, space=space,
-                                   value=self.planner.gavel_value if hedge else None)
+            # rollmux-hedge: step 1's solves of at most HEDGE_MAX_JOBS jobs (docs/fleet.md)
+            self.regroup = partial(plan_fleet_regroup, space=space, value=self.planner.gavel_value,
+                                   max_jobs=HEDGE_MAX_JOBS) if hedge else partial(plan_fleet_regroup, space=space)
             # as on two pools with training scaling or co-location, where the fleet has one view;
             # on several views it cost more (docs/fleet.md); with hedge, a job that starts alone
             # is offered a partner at once
@@ -91,6 +92,12 @@ class FleetAlone:
                 return decision
             shortest = shortest or f"{pick.name}: {short}"
         return Decision(job.job_id, "wait", None, 0.0, (), shortest)
+
+
+#: rollmux-hedge regroups after every arrival that opens a group, so its exact solves are
+#: kept to this many jobs: on the first 80 jobs of philly-mix, 228.2 $/h in 20 s against
+#: 220.3 $/h in about 250 s with the default (10); on production 561.8 against 560.7 $/h
+HEDGE_MAX_JOBS = 4
 
 
 class FleetRollMuxSpec(NamedTuple):
