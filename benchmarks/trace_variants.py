@@ -12,7 +12,7 @@ any attainment (each as "over the first / over the second").
 
     python benchmarks/trace_variants.py [--seeds 1,2,3] [--traces production,philly-mix]
                                         [--baselines solo-d,colocated,gavel]
-                                        [--rollmux rollmux,rollmux-regroup]
+                                        [--rollmux rollmux,rollmux-regroup,rollmux-hedge]
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3", help="draws besides the shipped one (seed 0)")
     ap.add_argument("--traces", default="production,philly-mix")
     ap.add_argument("--baselines", default="solo-d,colocated,gavel")
-    ap.add_argument("--rollmux", default="rollmux,rollmux-regroup")
+    ap.add_argument("--rollmux", default="rollmux,rollmux-regroup,rollmux-hedge")
     args = ap.parse_args()
     baselines, ours = args.baselines.split(","), args.rollmux.split(",")
     seeds = [0] + [int(s) for s in args.seeds.split(",") if s]

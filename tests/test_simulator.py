@@ -28,12 +28,17 @@ class ResidencyWatch:
         for hook in ("repack", "regroup"):  # consolidating policies keep their moves
             if hasattr(inner, hook):
                 setattr(self, hook, self._watched(getattr(inner, hook)))
+        for attr in ("new_state", "regroup_on_arrival"):  # a fleet-backed policy plans on its own state
+            if hasattr(inner, attr):
+                setattr(self, attr, getattr(inner, attr))
 
     def _check(self, state):
-        for g in state.groups.values():
-            for pool in POOLS:
-                for n in g.nodes(pool):
-                    assert g.mem_used(n, pool) <= state.cluster.pool(pool).host_mem_gb
+        views = state.views.values() if hasattr(state, "views") else [(None, state)]
+        for _, plan in views:
+            for g in plan.groups.values():
+                for pool in POOLS:
+                    for n in g.nodes(pool):
+                        assert g.mem_used(n, pool) <= plan.cluster.pool(pool).host_mem_gb
 
     def _watched(self, hook):
         def call(state, *args):

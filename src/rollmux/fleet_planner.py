@@ -239,8 +239,9 @@ class FleetState:
         return {p.name: self.nodes_in_use(p.name) * self.fleet.gpus_per_node for p in self.fleet.pools}
 
     def placement_kind(self, job_id: str, outcome: str) -> str:
-        """The outcome and the GPU types (view) of placed job ``job_id``: "packed on H20/H800"."""
-        return f"{outcome} on {self.job_view[job_id]}"
+        """The outcome and the GPU types (view) of placed job ``job_id``: "packed on H20/H800";
+        the outcome alone on a fleet of one view (a two-pool cluster), as ``PlanState`` says it."""
+        return outcome if len(self.fleet.views()) == 1 else f"{outcome} on {self.job_view[job_id]}"
 
     def effective_cost_per_hour(self) -> float:
         """What the fleet planner minimises: the sum of E(G) over groups."""

@@ -13,11 +13,10 @@ from rollmux.policies.random_pick import RandomPick
 from rollmux.policies.rollmux import RollMuxPolicy
 from rollmux.policies.solo_d import SoloDisaggregated
 
-DEFAULT_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "solo-d", "colocated", "gavel", "random",
-                    "most-idle")
+DEFAULT_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "rollmux-hedge", "solo-d", "colocated",
+                    "gavel", "random", "most-idle")
 KNOWN = DEFAULT_POLICIES + ("rollmux-bestfit", "rollmux-full", "rollmux-full-regroup", "rollmux-host",
-                            "rollmux-host-regroup", "rollmux-lifetime", "rollmux-full-lifetime", "rollmux-hedge",
-                            "optimal")
+                            "rollmux-host-regroup", "rollmux-lifetime", "rollmux-full-lifetime", "optimal")
 #: Policies that plan on the fleet planner (the cluster as a one-view fleet): our accounting only
 FLEET_BACKED = ("rollmux-hedge",)
 
