@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from rollmux.fleet import Profiles, load_profiles
 from rollmux.fleet_file import fleet_from_dict, fleet_to_dict, load_fleet
 from rollmux.model import Cluster, Job
+from rollmux.policies import make_policy
 from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_rollmux
 from rollmux.runtime.control import (FLEET_LIVE_POLICIES, ClusterConflict, ControlError, ControlPlane, NeverFits)
 from rollmux.sim.engine import simulate
@@ -84,6 +85,24 @@ def test_a_live_fleet_regroups_as_the_fleet_simulator_decision_for_decision(poli
     assert sorted(live, key=key) == sorted(sim, key=key)
     if policy == "rollmux-full-regroup":  # a lone job moved to another pair of types
         assert any(f.split(":", 1)[0] != t.split(":", 1)[0] for _, f, t, _ in moves)
+
+
+def test_a_two_pool_plane_runs_rollmux_hedge_as_a_fleet_of_one_view_decision_for_decision():
+    """``rollmux serve --policy rollmux-hedge`` on a two-pool cluster plans on it as a fleet
+    of one view, as ``rollmux simulate --policies rollmux-hedge`` does: the same moves at
+    the same instants and the same phases on the same nodes, through restores too."""
+    cluster = Cluster()
+    jobs = generate(12, seed=3, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    for j in jobs:
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    r = simulate(jobs, cluster, make_policy("rollmux-hedge", cluster=cluster), record_spans=True, migration_s=300.0)
+    assert r.slo_attainment == 1.0 and r.outcomes["regrouped"] >= 1, "the trace must pair jobs"
+    sim = [(job, pool, gid, tuple(nodes), start) for gid, job, pool, nodes, start, *_ in r.spans]
+    live, moves = _live_replay(jobs, cluster, 300.0, "rollmux-hedge", restore_every=3)
+    assert sorted((j, f, t) for j, f, t, _ in moves) == sorted(_moves_of(sim))
+    key = lambda p: (p[4], p[0], p[1])  # noqa: E731
+    assert sorted(live, key=key) == sorted(sim, key=key)
+    assert ControlPlane(cluster, policy="rollmux-hedge").fleet is not None
 
 
 def test_no_node_is_held_by_two_groups_at_once_across_views():

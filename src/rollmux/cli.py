@@ -106,7 +106,9 @@ def simulate(
                                       "rollmux-host (also co-locates a job on a group's training nodes) and "
                                       "rollmux-host-regroup (with regrouping in that space), "
                                       "rollmux-lifetime and rollmux-full-lifetime (each arrival placed by the "
-                                      "dollars it adds until its group ends, not its $/h), solo-d, "
+                                      "dollars it adds until its group ends, not its $/h), rollmux-hedge (no "
+                                      "group dearer than its jobs alone on their cheapest options, jobs alone "
+                                      "paired; docs/fleet.md), solo-d, "
                                       "colocated, gavel, random, most-idle, optimal "
                                       "(small traces only)."),
     duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic "

@@ -183,7 +183,8 @@ def simulate(
 
     Policies: RollMux choosing each job's types (rollmux in the paper's placement space,
     rollmux-full in the full one; -lifetime forms placing each arrival by the dollars it
-    adds until its group ends; -regroup forms also moving running jobs after departures),
+    adds until its group ends; -regroup forms also moving running jobs after departures;
+    rollmux-hedge keeping every group no dearer than its jobs alone on their cheapest options),
     RollMux on each fixed pair of types, solo-d on each
     pair, co-located on each type, and Gavel+ over types. Prints what each run cost and
     the SLOs it kept, and how the cost of rollmux, rollmux-full and the cheapest RollMux

@@ -53,6 +53,7 @@ class LivePolicy(str, Enum):
     rollmux_host_regroup = "rollmux-host-regroup"
     rollmux_lifetime = "rollmux-lifetime"
     rollmux_full_lifetime = "rollmux-full-lifetime"
+    rollmux_hedge = "rollmux-hedge"
 
 
 class PoolName(str, Enum):
@@ -135,12 +136,14 @@ def serve(
                                            "rollmux-host-regroup (with regrouping), rollmux-lifetime or "
                                            "rollmux-full-lifetime (each arrival placed by the dollars it adds "
                                            "until its group ends, from the iterations each job has left), "
+                                           "rollmux-hedge (no group dearer than its jobs alone on their cheapest "
+                                           "options; jobs alone paired; planned as a fleet of one pair of types), "
                                            "decision for decision as "
                                            "`rollmux simulate` does. On a fleet: rollmux, rollmux-full, "
                                            "rollmux-lifetime, rollmux-full-lifetime, rollmux-regroup or "
                                            "rollmux-full-regroup (regrouping within a pair of GPU types, or a "
-                                           "job left alone moved to another pair), as `rollmux fleet "
-                                           "simulate` does."),
+                                           "job left alone moved to another pair) or rollmux-hedge, as `rollmux "
+                                           "fleet simulate` does."),
     migration_s: float = typer.Option(300.0, "--migration-s", min=0.0,
                                       help="Pause a move is planned with until moves of that model size are "
                                            "measured."),
@@ -151,6 +154,7 @@ def serve(
     from rollmux.fleet import Fleet, load_profiles
     from rollmux.fleet_file import load_cluster_or_fleet
     from rollmux.runtime import auth, logs
+    from rollmux.policies import FLEET_BACKED
     from rollmux.runtime.control import ControlError, check_live_policy
     from rollmux.runtime.service import ServiceConfig, run
 
@@ -159,7 +163,7 @@ def serve(
         if profiles is not None and not isinstance(spec, Fleet):
             raise RollMuxError("--profiles: per-type phase profiles need --cluster naming a fleet file (with `pools`)")
         try:  # before any state file is written
-            check_live_policy(policy.value, isinstance(spec, Fleet))
+            check_live_policy(policy.value, isinstance(spec, Fleet) and policy.value not in FLEET_BACKED)
         except ControlError as err:
             raise RollMuxError(f"--policy {err.reason}") from None
         measured = load_profiles(profiles, spec) if profiles is not None else None

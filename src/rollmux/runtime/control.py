@@ -96,7 +96,7 @@ from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
 from rollmux.colocation import worst_phase
 from rollmux.errors import RollMuxError
 from rollmux.execution import Grant, GroupExecutor
-from rollmux.fleet import Fleet, Profiles
+from rollmux.fleet import Fleet, Profiles, fleet_of
 from rollmux.fleet_file import fleet_from_dict, fleet_to_dict, profiles_from_rows, profiles_to_rows
 from rollmux.fleet_planner import FleetDecision, FleetPlanner, FleetState
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec
@@ -104,7 +104,7 @@ from rollmux.improve import open_regrouped
 from rollmux.model import model_size_column
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
-from rollmux.policies import make_policy
+from rollmux.policies import FLEET_BACKED, make_policy
 from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_rollmux
 from rollmux.runtime.store import Changes, hash_token
 
@@ -114,7 +114,8 @@ JOB_STATES = (WAITING, PLACED, DONE, CANCELLED, EXPIRED)
 SNAPSHOT_VERSION = 3
 EXPLAIN_LINES = 25  # candidates kept in a job's explanation: the chosen one first, then the rest in the planner's order
 LIVE_POLICIES = ("rollmux", "rollmux-consolidate", "rollmux-regroup", "rollmux-full", "rollmux-full-regroup",
-                 "rollmux-host", "rollmux-host-regroup", "rollmux-lifetime", "rollmux-full-lifetime")
+                 "rollmux-host", "rollmux-host-regroup", "rollmux-lifetime", "rollmux-full-lifetime",
+                 "rollmux-hedge")
 FLEET_LIVE_POLICIES = tuple(FLEET_ROLLMUX)  # on a fleet of several GPU types (rollmux.fleet_planner)
 #: A released phase longer than its profile by more than this share is flagged: the planner's
 #: SLO guarantees rest on worst-case profiles, so such a job's group may miss them.
@@ -288,8 +289,12 @@ class ControlPlane:
         """``cluster``: a two-pool ``Cluster``, or a ``Fleet`` of GPU types (with its
         measured ``profiles``): then each job's pair of types and group come from the
         fleet planner, nodes are the fleet's (``FleetState``), the plane runs the policies
-        in ``FLEET_LIVE_POLICIES`` and the fleet is fixed while it runs (``reconcile``)."""
+        in ``FLEET_LIVE_POLICIES`` and the fleet is fixed while it runs (``reconcile``).
+        A fleet-backed policy (``rollmux-hedge``) on a two-pool cluster runs it as a fleet
+        of one view (``fleet.fleet_of``), as ``rollmux simulate`` does."""
         cluster.validate()
+        if isinstance(cluster, Cluster) and policy in FLEET_BACKED:
+            cluster = fleet_of(cluster)
         self.fleet = cluster if isinstance(cluster, Fleet) else None
         self.profiles = profiles if profiles is not None else Profiles()
         check_live_policy(policy, self.fleet is not None)
@@ -1134,12 +1139,15 @@ class ControlPlane:
 
     def _admit_regrouped(self, rid: str, now: float) -> None:
         """Admit the members of an opened regrouped group together, in the solver's order,
-        once every one of them has acknowledged its move."""
+        once every one of them has acknowledged its move. (A job placed into the group
+        meanwhile, by an arrival, is admitted on its own: it is not waited for.)"""
         entry = self.regroups.get(rid)
         if entry is None or "opened" not in entry:
             return
         gid = entry["opened"]
-        members = [self.jobs[m.job.job_id] for m in self.plan.groups[gid].members] if gid in self.plan.groups else []
+        moving = {m["job_id"] for m in entry["group"]["members"]}
+        members = [self.jobs[m.job.job_id] for m in self.plan.groups[gid].members
+                   if m.job.job_id in moving] if gid in self.plan.groups else []
         if any(not r.move or not r.move.get("acked") for r in members):
             return
         del self.regroups[rid]
