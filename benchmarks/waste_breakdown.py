@@ -41,8 +41,12 @@ def main() -> None:
     jobs, _ = load_trace(args.trace)
     cluster = Cluster()
     ledger = WasteLedger(key=lambda state, gid: (group_shape(state, gid), alone_slo(state, gid)))
-    result = simulate(jobs, cluster, make_policy(args.policy), duration_model=args.duration_model,
-                      on_change=ledger.observe)
+    # a fleet-backed policy (rollmux-hedge) plans on the cluster as a fleet of one view: its plan
+    def observe(now, state):
+        ledger.observe(now, next(iter(state.views.values()))[1] if hasattr(state, "views") else state)
+
+    result = simulate(jobs, cluster, make_policy(args.policy, cluster=cluster), duration_model=args.duration_model,
+                      on_change=observe)
     node = result.used_cost - result.reward_cost
     by_id = {j.job_id: j for j in jobs}
     work = sum(o.iterations * iteration_value(by_id[o.job_id], cluster) for o in result.jobs) / 3600
