@@ -5,6 +5,7 @@ Gavel+'s on the example fleet and on random three-type traces.
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -161,3 +162,21 @@ def test_rollmux_hedge_on_two_pools_needs_our_accounting():
     result = CliRunner().invoke(app, ["simulate", "--policies", "rollmux-hedge", "--accounting", "paper"])
     assert result.exit_code != 0
     assert "runs under --accounting ours only" in " ".join(result.output.split())
+
+
+def test_on_bounded_pools_rollmux_hedge_never_holds_more_nodes_than_a_pool_has():
+    """Bounded pools: no regrouping (unbounded only), a job waits when its Gavel+ option's
+    nodes are short and no dominated candidate has room, or takes the planner's own
+    choice; the replay never holds more GPUs than a pool has and every job runs."""
+    from rollmux.traces.builtin import load_trace
+
+    base = Cluster()
+    cluster = dataclasses.replace(base, rollout=dataclasses.replace(base.rollout, nodes=6),
+                                  train=dataclasses.replace(base.train, nodes=5))
+    jobs, _ = load_trace("production", cluster)
+    jobs = [j for j in jobs if j.nodes("rollout", 8) == 1 and j.nodes("train", 8) == 1][:30]
+    result = simulate(jobs, cluster, make_policy("rollmux-hedge", cluster=cluster))
+    assert len(result.jobs) == len(jobs) and not result.rejected
+    assert result.peak_gpus["rollout"] <= 6 * 8 and result.peak_gpus["train"] <= 5 * 8
+    assert not result.outcomes["regrouped"]
+    assert result.outcomes["co-located"] >= 1  # Gavel+'s options taken where they had room
