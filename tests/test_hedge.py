@@ -50,7 +50,7 @@ def _dominated(planner: FleetPlanner, state) -> list[str]:
     bad = []
     for gid, group in state.groups.items():
         it = state.analysis(gid).iteration_s
-        value = planner.group_value(state, [(state.originals[m.job.job_id], it[m.job.job_id]) for m in group.members])
+        value = planner.group_value([(state.originals[m.job.job_id], it[m.job.job_id]) for m in group.members])
         if state.group_cost_per_hour(gid) > value * (1 + VALUE_TOL):
             bad.append(gid)
     return bad

@@ -461,7 +461,7 @@ class FleetPlanner:
             got = self._gavel[job.job_id] = (job, gavel_option(self.fleet, self.profiles, job))
         return got[1]
 
-    def group_value(self, state: FleetState, members: list[tuple[Job, float]]) -> float:
+    def group_value(self, members: list[tuple[Job, float]]) -> float:
         """V(G) of the module docstring for (original job, its iteration in G) pairs."""
         return sum(self.gavel_value(j) * j.t_solo / it for j, it in members)
 
@@ -481,7 +481,7 @@ class FleetPlanner:
             it = analyze([*sub.view(group.group_id).profiles, profile]).iteration_s
             members = [(state.originals[m.job.job_id], it[m.job.job_id]) for m in group.members]
             members.append((job, it[job.job_id]))
-        return cost <= self.group_value(state, members) * (1 + VALUE_TOL)
+        return cost <= self.group_value(members) * (1 + VALUE_TOL)
 
     def _hedged(self, state: FleetState, job: Job, moved: dict[str, Job | None],
                 verdicts: list[ViewVerdict]) -> list[ViewVerdict]:
