@@ -71,7 +71,7 @@ planner's choice when the group it makes (analysed with the newcomer) is dominat
 the cheapest dominated candidate among the others its planner found feasible (in its
 own order), else nothing; the job's Gavel+ option is offered too, on its own nodes
 (dominated by definition: C = g_j T_ref / iter). The least dE among these wins; when
-none has the nodes now, the decision is the planner's as without ``hedge``. The
+none has the nodes now (bounded pools), the views' own choices compete as they are. The
 co-location prospect test is left out: dominance decides where co-location pays. A
 lone group is dominated only when it is the job's Gavel+ option, so a job that arrives
 alone starts there; ``fleet_exact.plan_fleet_regroup`` with ``value`` then pairs it
