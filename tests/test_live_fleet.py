@@ -102,7 +102,14 @@ def test_a_two_pool_plane_runs_rollmux_hedge_as_a_fleet_of_one_view_decision_for
     assert sorted((j, f, t) for j, f, t, _ in moves) == sorted(_moves_of(sim))
     key = lambda p: (p[4], p[0], p[1])  # noqa: E731
     assert sorted(live, key=key) == sorted(sim, key=key)
-    assert ControlPlane(cluster, policy="rollmux-hedge").fleet is not None
+    # a restart with the same cluster file keeps the state; another cluster is refused
+    cp = ControlPlane(cluster, policy="rollmux-hedge")
+    assert cp.fleet is not None
+    assert cp.reconcile(Cluster(), 1.0) == {"added": [], "removed": [], "changed": [], "placed": []}
+    dearer = dataclasses.replace(cluster, train=dataclasses.replace(cluster.train, price_per_gpu_hour=9.0))
+    with pytest.raises(ClusterConflict) as err:
+        cp.reconcile(dearer, 1.0)
+    assert err.value.field == "pools"
 
 
 def test_no_node_is_held_by_two_groups_at_once_across_views():

@@ -89,6 +89,34 @@ def test_a_fleet_served_end_to_end_survives_kill_and_restart(tmp_path):
     assert "runs rollmux" in _refused([*srv.args, "--policy", "rollmux-consolidate"], srv.env)
 
 
+def test_rollmux_hedge_served_on_a_two_pool_cluster_survives_kill_and_restart(tmp_path):
+    """``rollmux serve --policy rollmux-hedge --cluster two-pool.yaml``: planned as a fleet of
+    one pair of types, the jobs run to their end through a kill -9 and a restart with the
+    same cluster file, on nodes named by pool, never two at once on a node."""
+    srv = Server(tmp_path, lease_s=20.0)
+    srv.args += ["--policy", "rollmux-hedge"]
+    srv.start()
+    try:
+        procs = [_spawn(tmp_path, srv.url, _spec(j), 0.05)[0] for j in ("a", "b")]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(srv.admin("/status")["jobs"]) < 2:
+            time.sleep(0.1)
+        srv.kill()
+        srv.start()  # the same state file and cluster file: the same fleet of one view
+        _wait_all(procs, 60)
+        assert all(p.returncode == 0 for p in procs), [p.stderr.read().decode()[-500:] for p in procs]
+        events = srv.admin("/events?limit=10000")
+        nodes = {n for e in events if e["kind"] == "grant" for n in e["nodes"]}
+        assert nodes and nodes <= {f"{pool}-{i}" for pool in ("rollout", "train") for i in range(4)}
+        _assert_exclusive(_grant_intervals(events))
+        done = {j["job_id"]: j for j in srv.admin("/status")["jobs"]}
+        assert all(done[j]["state"] == "done" and done[j]["iterations_done"] == 4 for j in ("a", "b"))
+    finally:
+        if srv.proc and srv.proc.poll() is None:
+            srv.proc.kill()
+            srv.proc.wait(5)
+
+
 @pytest.mark.parametrize("case", ["profiles without a fleet", "policy", "bad profile row"])
 def test_serve_refuses_a_bad_fleet_start_and_writes_no_state(tmp_path, case):
     (tmp_path / "fleet.yaml").write_text(FLEET_YAML)

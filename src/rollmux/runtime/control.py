@@ -759,7 +759,11 @@ class ControlPlane:
 
     def _reconcile_fleet(self, target: Cluster | Fleet, profiles: Profiles | None) -> dict:
         """A fleet is fixed while the service keeps its state: the same fleet (and the same
-        profiles, when given) changes nothing; anything else is a ``ClusterConflict``."""
+        profiles, when given) changes nothing; anything else is a ``ClusterConflict``. A
+        two-pool cluster served as a fleet of one view (``rollmux-hedge``) is compared as
+        that fleet."""
+        if self.fleet is not None and isinstance(target, Cluster) and len(self.fleet.views()) == 1:
+            target = fleet_of(target)
         if self.fleet is None and not isinstance(target, Fleet):
             raise ClusterConflict("profiles", "per-type phase profiles apply to a fleet; this state file holds a "
                                               "two-pool cluster")
