@@ -154,7 +154,6 @@ def serve(
     from rollmux.fleet import Fleet, load_profiles
     from rollmux.fleet_file import load_cluster_or_fleet
     from rollmux.runtime import auth, logs
-    from rollmux.policies import FLEET_BACKED
     from rollmux.runtime.control import ControlError, check_live_policy
     from rollmux.runtime.service import ServiceConfig, run
 
@@ -163,7 +162,7 @@ def serve(
         if profiles is not None and not isinstance(spec, Fleet):
             raise RollMuxError("--profiles: per-type phase profiles need --cluster naming a fleet file (with `pools`)")
         try:  # before any state file is written
-            check_live_policy(policy.value, isinstance(spec, Fleet) and policy.value not in FLEET_BACKED)
+            check_live_policy(policy.value, isinstance(spec, Fleet))
         except ControlError as err:
             raise RollMuxError(f"--policy {err.reason}") from None
         measured = load_profiles(profiles, spec) if profiles is not None else None
