@@ -85,7 +85,6 @@ def test_every_group_an_arrival_makes_is_dominated(seed):
             if planner is hedged:
                 assert not bad, (job.job_id, bad)
             broken += bool(bad)
-    assert hedged.hedge and not plain.hedge
     if seed == 1:
         assert broken  # the check can fail: the plain planner's groups cost more than Gavel+ at some step
 

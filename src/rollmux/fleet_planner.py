@@ -182,8 +182,10 @@ class FleetState:
     _minted: dict[str, int] = field(default_factory=dict)  # pool -> node ids issued so far
     _node_pool: dict[str, str] = field(default_factory=dict)  # node id -> its pool
     _local: dict[str, str] = field(default_factory=dict)  # a view's local node id -> the node it became
+    _one_view: bool = field(init=False)  # the fleet is a two-pool cluster (``fleet.fleet_of``)
 
     def __post_init__(self) -> None:
+        self._one_view = len(self.fleet.views()) == 1
         self.views = {v.name: (v, PlanState(v.cluster, prefix=f"{v.name}:")) for v in self.fleet.views()
                       if not self.only or v.name in self.only}
         self.groups = ChainMap(*(state.groups for _, state in self.views.values()))
@@ -241,7 +243,7 @@ class FleetState:
     def placement_kind(self, job_id: str, outcome: str) -> str:
         """The outcome and the GPU types (view) of placed job ``job_id``: "packed on H20/H800";
         the outcome alone on a fleet of one view (a two-pool cluster), as ``PlanState`` says it."""
-        return outcome if len(self.fleet.views()) == 1 else f"{outcome} on {self.job_view[job_id]}"
+        return outcome if self._one_view else f"{outcome} on {self.job_view[job_id]}"
 
     def effective_cost_per_hour(self) -> float:
         """What the fleet planner minimises: the sum of E(G) over groups."""
@@ -646,11 +648,16 @@ class AloneOption:
     feasible: bool
 
 
-def gavel_option(fleet: Fleet, profiles: Profiles, job: Job) -> AloneOption:
-    """Gavel+'s choice for ``job``: its cheapest alone option (least E) that meets its SLO,
-    the cheapest of all when none does."""
+def gavel_ranking(fleet: Fleet, profiles: Profiles, job: Job) -> list[AloneOption]:
+    """Gavel+'s order for ``job``: its alone options that meet its SLO (all of them when
+    none does), cheapest (least E) first."""
     options = alone_options(fleet, profiles, job)
-    return min([o for o in options if o.feasible] or options, key=lambda o: o.effective_cost)
+    return sorted([o for o in options if o.feasible] or options, key=lambda o: o.effective_cost)
+
+
+def gavel_option(fleet: Fleet, profiles: Profiles, job: Job) -> AloneOption:
+    """Gavel+'s choice for ``job``: the first of ``gavel_ranking``."""
+    return gavel_ranking(fleet, profiles, job)[0]
 
 
 def _alone_placement(sub: PlanState, job: Job, colocated: bool) -> Placement | None:

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from rollmux.fleet import Fleet, Profiles, translate
 from rollmux.fleet_exact import plan_fleet_regroup
-from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, short_text
+from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, gavel_ranking, short_text
 from rollmux.lifetime import Remaining
 from rollmux.model import Job
 from rollmux.planner import FULL_SPACE, PAPER_SPACE, Decision, Space
@@ -77,11 +77,10 @@ class FleetAlone:
         """The job alone on its option's nodes; Gavel+ takes, among its options that meet the
         SLO (all of them if none does), the cheapest whose bounded pools have the nodes now,
         and waits when none has; a fixed option waits for its nodes."""
-        options = alone_options(self.fleet, self.profiles, job)
         if self.gavel:
-            options = sorted([o for o in options if o.feasible] or options, key=lambda o: o.effective_cost)
+            options = gavel_ranking(self.fleet, self.profiles, job)
         else:
-            options = [next(o for o in options if o.name == self.option)]
+            options = [next(o for o in alone_options(self.fleet, self.profiles, job) if o.name == self.option)]
         shortest = ""
         for pick in options:
             view, sub = state.views[pick.view]
@@ -96,7 +95,7 @@ class FleetAlone:
 
 #: rollmux-hedge regroups after every arrival that opens a group, so its exact solves are
 #: kept to this many jobs: on the first 80 jobs of philly-mix, 228.2 $/h in 20 s against
-#: 220.3 $/h in about 250 s with the default (10); on production 561.8 against 560.7 $/h
+#: 220.3 $/h in 528 s (under cProfile) with the default (10); on production 561.8 against 560.7 $/h
 HEDGE_MAX_JOBS = 4
 
 
