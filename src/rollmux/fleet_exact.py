@@ -167,8 +167,9 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
     simulator's and the live plane's ``rollmux-regroup`` / ``rollmux-full-regroup``), or None.
 
     0. With ``value`` (``rollmux-hedge``: g_j, the E of job j's Gavel+ option,
-       ``FleetPlanner.gavel_value``), when the group holds one job b: ``_pair_alone``
-       pairs it with another job alone, if that pays (below). Then steps 1 and 2.
+       ``FleetPlanner.gavel_value``), when the group holds one job b: ``_join_alone``
+       gathers it with one or more other jobs alone, if that pays (below). Then steps 1
+       and 2.
 
     1. Inside the group's view v: ``improve.plan_regroup`` on v's plan with the waste
        objective (the group and one other group of v, re-solved exactly; every check and
@@ -192,7 +193,7 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
     view = group_id.split(":", 1)[0]
     sub = state.views[view][1]
     if value is not None and len(sub.groups[group_id].members) == 1:
-        plan = _pair_alone(state, group_id, progress, pause_s, space, value)
+        plan = _join_alone(state, group_id, progress, pause_s, space, value, max_jobs)
         if plan is not None:
             return plan
     plan = plan_regroup(sub, group_id, progress, pause_s, max_jobs=max_jobs, space=space, objective="waste")
@@ -222,65 +223,103 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
     return RegroupPlan((group_id,), (new,), cost_old, cost_new, view=target)
 
 
-def _pair_alone(state: FleetState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
-                pause_s: Callable[[str], float], space: Space, value: Callable[[Job], float]) -> RegroupPlan | None:
-    """Step 0 of ``plan_fleet_regroup``: job b, alone in ``group_id``, and another job a
-    alone in its group (any view) into their joint optimum, when that is one group.
+def _join_alone(state: FleetState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
+                pause_s: Callable[[str], float], space: Space, value: Callable[[Job], float],
+                max_members: int) -> RegroupPlan | None:
+    """Step 0 of ``plan_fleet_regroup``: job b, alone in ``group_id``, and one or more
+    other jobs alone in their groups (any view) into their joint optimum, when that is one
+    group of at most ``max_members`` jobs.
 
-    The new group P (``solve_fleet([a, b])``, robust) must be dominated
+    Partners: every job a alone is tried as a pair {a, b}. Jobs of one kind that pair
+    badly can still gather well (three 8B_32k jobs on two rollout nodes and one training
+    node beat each one co-located, two of them do not), so the ``_PARTNERS`` partners
+    whose pair comes closest to dominance (largest V(P) / C_P, V(P) = sum_k g_k T_ref(k)
+    / iter_k(P), over pairs that form one group) are also tried in every larger set with
+    b, up to ``max_members`` jobs.
+
+    A set's group P (``solve_fleet``, robust) must be one group, dominated
     (``rollmux.fleet_planner``: C_P <= sum_k g_k T_ref(k) / iter_k(P), g = ``value``) and
-    keep both jobs' pace with the pause (``planner.members_keep_pace``). With I_k
+    keep every member's pace with the pause (``planner.members_keep_pace``). With I_k
     iterations left and iter_k, C_k now, staying costs about (dollars x 3600)
 
         S = sum_k I_k iter_k C_k.
 
-    Moving costs P while both run, t = min_k I_k iter_k(P) seconds, and during the pause
-    (the longer of the two); then the survivor s's remaining I'_s = I_s - t / iter_s(P)
-    iterations, alone in P or moved to its Gavel+ option with another pause (step 2; the
-    cheaper of the two, an estimate):
+    In P member k runs t_k = I_k iter_k(P) seconds. P is paid until every member but
+    the last, s, has finished, t = the second largest t_k, and during the pause (the
+    longest of the members'); then s has I'_s = I_s - t / iter_s(P) iterations left,
+    alone in P or moved to its Gavel+ option with another pause (step 2; the cheaper of
+    the two, an estimate that pays P whole while it empties):
 
         M = C_P (t + pause) + min(C_P I'_s T_P(s), g_s (I'_s T_ref(s) + pause)).
 
-    The pair with the largest S - M > 0 moves; None when no pair pays.
+    The set with the largest S - M > 0 moves; None when no set pays.
     """
     view = group_id.split(":", 1)[0]
     b = state.views[view][1].groups[group_id].members[0].job.job_id
-    now_b = progress(b)
-    if now_b is None:
+    if progress(b) is None:
         return None
+    alone: dict[str, str] = {}  # job -> its group, every other job alone that reports progress
+    for gid, other in state.groups.items():
+        if gid != group_id and len(other.members) == 1 and progress(other.members[0].job.job_id) is not None:
+            alone[other.members[0].job.job_id] = gid
     best: tuple[float, RegroupPlan] | None = None
-    for gid, other in list(state.groups.items()):
-        if gid == group_id or len(other.members) != 1:
+    near: list[tuple[float, str]] = []  # (V(P) / C_P of the pair, partner)
+    for a in alone:
+        got = _alone_set(state, (a, b), {a: alone[a], b: group_id}, progress, pause_s, space, value)
+        if got is None:
             continue
-        a = other.members[0].job.job_id
-        now_a = progress(a)
-        if now_a is None:
-            continue
-        jobs = {a: state.originals[a], b: state.originals[b]}
-        solution = solve_fleet(state.fleet, list(jobs.values()), state.profiles, space, robust=True, only=state.only)
-        groups = [(name, g) for name, (_, sub) in solution.state.views.items() for g in sub.groups.values()]
-        if len(groups) != 1:
-            continue
-        (target, new), = groups
-        target_sub = solution.state.views[target][1]
-        analysis = target_sub.analysis(new.group_id)
-        cost_new = target_sub.group_cost_per_hour(new.group_id)
-        it = analysis.iteration_s
-        if cost_new > sum(value(j) * j.t_solo / it[k] for k, j in jobs.items()) * (1 + VALUE_TOL):
-            continue
-        pause = max(pause_s(a), pause_s(b))
-        if not members_keep_pace(analysis, new.members, progress, pause):
-            continue
-        left = {a: now_a[0], b: now_b[0]}
-        stay = sum(left[k] * state.analysis(g).iteration_s[k] * state.group_cost_per_hour(g)
-                   for k, g in ((a, gid), (b, group_id)))
-        both = min(left[k] * it[k] for k in jobs)
-        s = max(jobs, key=lambda k: left[k] * it[k])
-        rest_left = left[s] - both / it[s]
-        alone = next(m.job for m in new.members if m.job.job_id == s).t_solo  # its solo iteration in P's view
-        rest = min(rest_left * alone * cost_new, value(jobs[s]) * (rest_left * jobs[s].t_solo + pause))
-        move = cost_new * (both + pause) + rest
-        if move < stay * (1 - _COST_TOL) and (best is None or stay - move > best[0]):
-            cost_old = state.group_cost_per_hour(gid) + state.group_cost_per_hour(group_id)
-            best = (stay - move, RegroupPlan((gid, group_id), (new,), cost_old, cost_new, view=target))
+        ratio, gain, plan = got
+        near.append((ratio, a))
+        if plan is not None and (best is None or gain > best[0]):
+            best = (gain, plan)
+    partners = [a for _, a in sorted(near, reverse=True)[:_PARTNERS]]
+    for size in range(2, max_members):
+        for chosen in combinations(partners, size):
+            ids = (*chosen, b)
+            got = _alone_set(state, ids, {**{a: alone[a] for a in chosen}, b: group_id}, progress, pause_s, space,
+                             value)
+            if got is not None and got[2] is not None and (best is None or got[1] > best[0]):
+                best = (got[1], got[2])
     return best[1] if best is not None else None
+
+
+#: partners of ``_join_alone`` tried in sets of three or more (their pairs nearest dominance)
+_PARTNERS = 4
+
+
+def _alone_set(state: FleetState, ids: tuple[str, ...], groups: dict[str, str],
+               progress: Callable[[str], tuple[int, float] | None], pause_s: Callable[[str], float],
+               space: Space, value: Callable[[Job], float]) -> tuple[float, float, RegroupPlan | None] | None:
+    """``_join_alone``'s test of one set of jobs alone (``groups``: each one's group now):
+    None when their joint optimum is not one group, else (V(P) / C_P, the gain S - M,
+    the move or None when P is not dominated, a member loses pace or the move does not
+    pay)."""
+    jobs = {k: state.originals[k] for k in ids}
+    solution = solve_fleet(state.fleet, list(jobs.values()), state.profiles, space, robust=True, only=state.only)
+    found = [(name, g) for name, (_, sub) in solution.state.views.items() for g in sub.groups.values()]
+    if len(found) != 1:
+        return None
+    (target, new), = found
+    target_sub = solution.state.views[target][1]
+    analysis = target_sub.analysis(new.group_id)
+    cost_new = target_sub.group_cost_per_hour(new.group_id)
+    it = analysis.iteration_s
+    worth = sum(value(j) * j.t_solo / it[k] for k, j in jobs.items())
+    ratio = worth / cost_new
+    if cost_new > worth * (1 + VALUE_TOL):
+        return ratio, 0.0, None
+    pause = max(pause_s(k) for k in ids)
+    if not members_keep_pace(analysis, new.members, progress, pause):
+        return ratio, 0.0, None
+    left = {k: progress(k)[0] for k in ids}
+    stay = sum(left[k] * state.analysis(groups[k]).iteration_s[k] * state.group_cost_per_hour(groups[k]) for k in ids)
+    ends = sorted((left[k] * it[k], k) for k in ids)
+    both, s = ends[-2][0], ends[-1][1]
+    rest_left = left[s] - both / it[s]
+    alone = next(m.job for m in new.members if m.job.job_id == s).t_solo  # its solo iteration in P's view
+    rest = min(rest_left * alone * cost_new, value(jobs[s]) * (rest_left * jobs[s].t_solo + pause))
+    move = cost_new * (both + pause) + rest
+    if move >= stay * (1 - _COST_TOL):
+        return ratio, stay - move, None
+    cost_old = sum(state.group_cost_per_hour(groups[k]) for k in ids)
+    return ratio, stay - move, RegroupPlan(tuple(groups[k] for k in ids), (new,), cost_old, cost_new, view=target)

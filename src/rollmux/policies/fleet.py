@@ -13,7 +13,8 @@ is judged against the job's solo time on the reference types.
   left alone moved to a cheaper view). With ``hedge=True`` (``rollmux-hedge``) arrivals keep
   each group dominated by its members' Gavel+ options (``fleet_planner``, "Dominance over
   Gavel+"), and a job alone in its group, after an arrival or a departure, is first
-  offered a partner alone in another group (``fleet_exact._pair_alone``).
+  offered partners alone in other groups, one to three of them
+  (``fleet_exact._join_alone``).
 * ``FleetAlone``: each job alone on its own nodes, by one of ``fleet_planner.alone_options``:
   a fixed one (solo-d on a view, co-located on a pool: run there even when it misses
   its SLO, as the two-pool baselines do), or with ``gavel=True`` each job's cheapest
@@ -96,6 +97,7 @@ class FleetAlone:
 #: rollmux-hedge regroups after every arrival that opens a group, so its exact solves are
 #: kept to this many jobs: on the first 80 jobs of philly-mix, 228.2 $/h in 20 s against
 #: 220.3 $/h in 528 s (under cProfile) with the default (10); on production 561.8 against 560.7 $/h
+#: (measured before jobs alone were gathered by more than two; the largest gathering is this size too)
 HEDGE_MAX_JOBS = 4
 
 
