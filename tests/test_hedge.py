@@ -1,6 +1,6 @@
 """Dominance over Gavel+ (``rollmux-hedge``): every group an arrival makes costs at most
 what its members would cost alone on their Gavel+ options for the same work, a job alone
-is paired with another one alone when that pays, and the replay's bill stays below
+is gathered with one or more others alone when that pays, and the replay's bill stays below
 Gavel+'s on the example fleet and on random three-type traces.
 """
 from __future__ import annotations

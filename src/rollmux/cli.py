@@ -108,7 +108,7 @@ def simulate(
                                       "rollmux-lifetime and rollmux-full-lifetime (each arrival placed by the "
                                       "dollars it adds until its group ends, not its $/h), rollmux-hedge (no "
                                       "group dearer than its jobs alone on their cheapest options, jobs alone "
-                                      "paired; docs/fleet.md), solo-d, "
+                                      "gathered; docs/fleet.md), solo-d, "
                                       "colocated, gavel, random, most-idle, optimal "
                                       "(small traces only)."),
     duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic "

@@ -137,7 +137,7 @@ def serve(
                                            "rollmux-full-lifetime (each arrival placed by the dollars it adds "
                                            "until its group ends, from the iterations each job has left), "
                                            "rollmux-hedge (no group dearer than its jobs alone on their cheapest "
-                                           "options; jobs alone paired; planned as a fleet of one pair of types), "
+                                           "options; jobs alone gathered; planned as a fleet of one pair of types), "
                                            "decision for decision as "
                                            "`rollmux simulate` does. On a fleet: rollmux, rollmux-full, "
                                            "rollmux-lifetime, rollmux-full-lifetime, rollmux-regroup or "
