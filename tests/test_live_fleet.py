@@ -19,6 +19,7 @@ from rollmux.policies import make_policy
 from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_rollmux
 from rollmux.runtime.control import (FLEET_LIVE_POLICIES, ClusterConflict, ControlError, ControlPlane, NeverFits)
 from rollmux.sim.engine import simulate
+from rollmux.traces.builtin import load_trace
 from rollmux.traces.format import read_trace
 from rollmux.traces.generate import generate
 from test_live_moves import _live_replay, _moves_of
@@ -110,6 +111,42 @@ def test_a_two_pool_plane_runs_rollmux_hedge_as_a_fleet_of_one_view_decision_for
     with pytest.raises(ClusterConflict) as err:
         cp.reconcile(dearer, 1.0)
     assert err.value.field == "pools"
+
+
+def test_a_job_alone_gathers_two_others_live_as_in_the_simulator():
+    """``rollmux-hedge``'s gathering of three jobs alone into one group (six production
+    8B_32k jobs and two others, drawn with a fixed seed): the plane makes the same moves
+    at the same instants as the simulator, three groups replaced by one, and runs the
+    same phases on the same nodes, through restores."""
+    import random
+
+    cluster = Cluster()
+    rows = load_trace("production")[0]
+    rng = random.Random(13)
+    picked = rng.sample([r for r in rows if r.model == "8B_32k"], 6) + rng.sample(rows, 2)
+    jobs = []
+    for i, j in enumerate(sorted(picked, key=lambda j: j.arrival_s)):
+        iterations = rng.randint(20, 80)
+        jobs.append(dataclasses.replace(j, job_id=f"p{i}", arrival_s=rng.choice((300.0, 900.0, 3000.0)) * i,
+                                        duration_s=None, iterations=iterations))
+    policy = make_policy("rollmux-hedge", cluster=cluster)
+    replaced = []
+    regroup = policy.regroup
+
+    def recorded(*args, **kwargs):
+        plan = regroup(*args, **kwargs)
+        if plan is not None:
+            replaced.append(len(plan.replaced))
+        return plan
+
+    policy.regroup = recorded
+    r = simulate(jobs, cluster, policy, record_spans=True, migration_s=300.0)
+    assert r.slo_attainment == 1.0 and 3 in replaced, f"the trace must gather three jobs: {replaced}"
+    sim = [(job, pool, gid, tuple(nodes), start) for gid, job, pool, nodes, start, *_ in r.spans]
+    live, moves = _live_replay(jobs, cluster, 300.0, "rollmux-hedge", restore_every=3)
+    assert sorted((j, f, t) for j, f, t, _ in moves) == sorted(_moves_of(sim))
+    key = lambda p: (p[4], p[0], p[1])  # noqa: E731
+    assert sorted(live, key=key) == sorted(sim, key=key)
 
 
 def test_no_node_is_held_by_two_groups_at_once_across_views():
