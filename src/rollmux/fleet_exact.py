@@ -314,11 +314,11 @@ def _alone_set(state: FleetState, ids: tuple[str, ...], groups: dict[str, str],
     left = {k: progress(k)[0] for k in ids}
     stay = sum(left[k] * state.analysis(groups[k]).iteration_s[k] * state.group_cost_per_hour(groups[k]) for k in ids)
     ends = sorted((left[k] * it[k], k) for k in ids)
-    both, s = ends[-2][0], ends[-1][1]
-    rest_left = left[s] - both / it[s]
+    t, s = ends[-2][0], ends[-1][1]  # P is paid whole until every member but s has finished
+    rest_left = left[s] - t / it[s]
     alone = next(m.job for m in new.members if m.job.job_id == s).t_solo  # its solo iteration in P's view
     rest = min(rest_left * alone * cost_new, value(jobs[s]) * (rest_left * jobs[s].t_solo + pause))
-    move = cost_new * (both + pause) + rest
+    move = cost_new * (t + pause) + rest
     if move >= stay * (1 - _COST_TOL):
         return ratio, stay - move, None
     cost_old = sum(state.group_cost_per_hour(groups[k]) for k in ids)
