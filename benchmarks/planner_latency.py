@@ -23,9 +23,15 @@ order of a group's members (``Space.all_orders``), as before it. ``--objective l
 times the lifetime objective (``rollmux.lifetime``): every candidate evaluated, each
 running job with a remaining iteration count drawn once (uniform in 1..500).
 
+``--repeats K`` draws K independent workloads per N (seeds ``--seed`` to ``--seed`` + K - 1,
+each its own plan and probes) and reports the median of their K medians: at small N one
+draw's median moves by half from run to run on a shared machine, with the workload's
+mix of outcomes and with the machine.
+
     python benchmarks/planner_latency.py [--sizes 5,9,13,100,500,1000,2000] [--probes 50]
                                          [--space paper|full|paper-one-order|full-one-order]
                                          [--exact-sizes 4,5,6,7,8,9,10] [--objective rate|lifetime]
+                                         [--repeats 1]
 """
 from __future__ import annotations
 
@@ -79,28 +85,37 @@ def main() -> None:
     ap.add_argument("--exact-sizes", default="4,5,6,7,8,9,10")
     ap.add_argument("--objective", default="rate", choices=("rate", "lifetime"))
     ap.add_argument("--exact-instances", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="independent draws per N (seeds seed, seed+1, ...): the median is then the median of "
+                         "the draws' medians, p99 is over every probe, and the draws' medians are listed")
     args = ap.parse_args()
     planner = Planner(args.tie_break, space=SPACES[args.space], objective=args.objective)
     draw = random.Random(args.seed)
     left: dict[str, int] = {}
     remaining = (lambda k: left.setdefault(k, draw.randint(1, 500))) if args.objective == "lifetime" else None
     print(f"placement space: {args.space}, objective: {args.objective}")
-    print(f"{'N':>6} {'groups':>7} {'median ms':>10} {'p99 ms':>9} {'paper ms':>9} {'speed-up':>9} {'build s':>8}")
+    draws = "  draws' medians ms" if args.repeats > 1 else ""
+    print(f"{'N':>6} {'groups':>7} {'median ms':>10} {'p99 ms':>9} {'paper ms':>9} {'speed-up':>9} {'build s':>8}{draws}")
     for n in [int(x) for x in args.sizes.split(",")]:
-        t0 = time.perf_counter()
-        state, probes = build(n, args.seed, args.tie_break, args.workload, args.space)
-        built = time.perf_counter() - t0
-        lat = []
-        for job in probes[: args.probes]:
-            t = time.perf_counter()
-            planner.decide(state, job, remaining=remaining)
-            lat.append((time.perf_counter() - t) * 1e3)
+        lat, medians, built = [], [], 0.0
+        for r in range(args.repeats):
+            t0 = time.perf_counter()
+            state, probes = build(n, args.seed + r, args.tie_break, args.workload, args.space)
+            built += time.perf_counter() - t0
+            one = []
+            for job in probes[: args.probes]:
+                t = time.perf_counter()
+                planner.decide(state, job, remaining=remaining)
+                one.append((time.perf_counter() - t) * 1e3)
+            medians.append(statistics.median(one))
+            lat += one
         lat.sort()
-        med = statistics.median(lat)
+        med = statistics.median(medians)
         p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
         paper = PAPER_MS.get(n)
         ratio = f"{paper / med:8.1f}x" if paper else "       -"
-        print(f"{n:>6} {len(state.groups):>7} {med:>10.3f} {p99:>9.3f} {paper or '-':>9} {ratio} {built:>8.1f}")
+        listed = "  " + " ".join(f"{m:.3f}" for m in medians) if args.repeats > 1 else ""
+        print(f"{n:>6} {len(state.groups):>7} {med:>10.3f} {p99:>9.3f} {paper or '-':>9} {ratio} {built:>8.1f}{listed}")
     if args.exact_sizes:
         exact_table([int(x) for x in args.exact_sizes.split(",")], args.exact_instances, args.seed)
 

@@ -7,6 +7,7 @@ import random
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rollmux.histories import check_planner, steady_slowdowns, stress_plan
 from rollmux.intra import MemberProfile, worst_start
@@ -67,6 +68,25 @@ def test_every_order_is_the_worst_over_explicit_reorderings(group):
     for m in group:
         assert every[m.job_id] == pytest.approx(brute[m.job_id], rel=1e-12, abs=1e-9)
         assert every[m.job_id] >= one[m.job_id] - 1e-9
+
+
+@settings(max_examples=120, deadline=None)
+@given(members(), st.floats(0.5, 2.0), st.booleans())
+def test_a_limit_stops_early_only_when_some_member_is_over_it(group, factor, orders):
+    """``worst_start(limit=...)``: with every member within its limit the answer is the
+    full search's; with some member over it, the early answer names a member over its
+    limit and no value above the full search's. So a check of "everyone within the
+    limit" gives the same verdict either way."""
+    if len(group) > 4:
+        group = group[:4]
+    full = worst_start(group, orders=orders)
+    limit = {m.job_id: factor * m.t_solo for m in group}
+    early = worst_start(group, orders=orders, limit=limit)
+    if all(full[k] <= limit[k] for k in limit):
+        assert early == full
+    else:
+        assert any(early[k] > limit[k] for k in limit)
+        assert all(early[k] <= full[k] for k in limit)
 
 
 def _plan(space: Space, seed: int, mix: str) -> PlanState:

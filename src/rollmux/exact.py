@@ -549,8 +549,9 @@ def _meets_slo_from_every_start(profiles: list[MemberProfile], jobs: list[Job], 
     over every order of the members with ``orders``; an asynchronous group has none to check)."""
     if any(p.staleness for p in profiles):
         return True
-    worst = worst_start(profiles, orders)
-    return all(worst[p.job_id] <= j.slo * p.t_solo * (1 + SLO_EPS) for p, j in zip(profiles, jobs))
+    limit = {p.job_id: j.slo * p.t_solo * (1 + SLO_EPS) for p, j in zip(profiles, jobs)}
+    worst = worst_start(profiles, orders, limit)
+    return all(worst[k] <= v for k, v in limit.items())
 
 
 def _pinnings(demand: list[_Demand], k: int, cap: float) -> Iterator[tuple[tuple[int, ...], ...]]:

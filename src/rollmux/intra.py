@@ -205,7 +205,8 @@ def sync_key(members: Sequence[MemberProfile]) -> tuple:
     return tuple(key)
 
 
-def worst_start(members: Sequence[MemberProfile], orders: bool = False) -> dict[str, float]:
+def worst_start(members: Sequence[MemberProfile], orders: bool = False,
+                limit: dict[str, float] | None = None) -> dict[str, float]:
     """Each member's slowest steady iteration over the group's starts: every member ready
     at the same instant, each for rollout or for training (2^n starts; ``analyze`` runs
     the one with all ready for rollout).
@@ -226,11 +227,17 @@ def worst_start(members: Sequence[MemberProfile], orders: bool = False) -> dict[
     Either way the result bounds the schedules reachable from these starts, not every
     schedule. Synchronous members only (an asynchronous group is analysed by
     ``rollmux.intra_async``); a group falling into parts is taken part by part, and a
-    member alone in its part has one schedule."""
+    member alone in its part has one schedule.
+
+    With ``limit`` (seconds, by member id) the search stops at the first start that gives
+    a member an iteration above its limit: that member's value is then above its limit
+    and the others' are lower bounds. A caller that only asks whether every member stays
+    within its limit gets the same answer sooner when some member does not."""
     if any(m.staleness for m in members):
         raise ValueError("worst_start takes synchronous members only")
     key = sync_key(members)
     worst = [0.0] * len(key)
+    cap = [limit[m.job_id] for m in members] if limit is not None else None
     for part in _parts(key):
         seen: set[tuple] = set()
         for order in (permutations(part) if orders and len(part) > 1 else (part,)):
@@ -243,6 +250,8 @@ def worst_start(members: Sequence[MemberProfile], orders: bool = False) -> dict[
                 shape = _simulated(sub, mask, joins)
                 for local, i in enumerate(order):
                     worst[i] = max(worst[i], shape.iteration_s[local])
+                if cap is not None and any(worst[i] > cap[i] for i in order):
+                    return {m.job_id: w for m, w in zip(members, worst)}
     return {m.job_id: w for m, w in zip(members, worst)}
 
 
