@@ -14,7 +14,7 @@ out of the comparison. ``--paper-objective`` places with the planner's own margi
 placement adds until its group ends (``rollmux.lifetime``); ``--regroup`` also regroups
 after departures (``fleet_exact.plan_fleet_regroup``: ``rollmux-regroup`` and
 ``rollmux-full-regroup``). ``--hedge`` replays ``rollmux-hedge`` instead (the full space,
-every group dominated by its members' Gavel+ options, jobs alone paired; the other
+every group dominated by its members' Gavel+ options, jobs alone gathered; the other
 options are then ignored).
 
     python benchmarks/fleet_replay.py [--instances 15] [--jobs 12] [--space paper|full] [--seed 1]

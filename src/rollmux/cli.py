@@ -21,7 +21,7 @@ from rollmux.cli_output import write_json as _write_json
 from rollmux.cli_service import register as register_service_commands
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.planner import TIE_BREAKS
-from rollmux.policies import DEFAULT_POLICIES, FLEET_BACKED, KNOWN
+from rollmux.policies import DEFAULT_POLICIES, KNOWN, check_accounting
 from rollmux.report.progress import progress_reporter
 from rollmux.cli_choices import SPACES, AccountingName, DurationModel, SpaceName
 from rollmux.traces.philly import MIXES
@@ -172,10 +172,8 @@ def simulate(
         if html is not None:
             check_writable(html, "--html")
         acct = ACCOUNTINGS[accounting.value]
-        fleet_backed = [n for n in names if n in FLEET_BACKED]
-        if fleet_backed and acct.name != "ours":
-            raise RollMuxError(f"--policies {', '.join(fleet_backed)}: runs under --accounting ours only "
-                               "(it plans on the fleet planner, docs/fleet.md)")
+        for name in names:
+            check_accounting(name, acct)
         cl = acct.apply_cluster(_load_cluster(cluster))
         jobs, info = load_trace(trace, cl, seed)
     except (RollMuxError, OSError) as err:

@@ -74,8 +74,9 @@ own order), else nothing; the job's Gavel+ option is offered too, on its own nod
 none has the nodes now (bounded pools), the views' own choices compete as they are. The
 co-location prospect test is left out: dominance decides where co-location pays. A
 lone group is dominated only when it is the job's Gavel+ option, so a job that arrives
-alone starts there; ``fleet_exact.plan_fleet_regroup`` with ``value`` then pairs it
-with another job alone when their joint group is dominated and pays for the move.
+alone starts there; ``fleet_exact.plan_fleet_regroup`` with ``value`` then gathers it
+with one to three other jobs alone when their joint group is dominated and pays for the
+move.
 Departures and the moves' pauses can still break the invariant for a while (the
 survivors of a group, a job stopped in a move), so the bound is a target, not a
 guarantee: docs/fleet.md measures it.
@@ -91,7 +92,7 @@ from typing import Callable, Mapping
 
 from rollmux import colocation
 from rollmux.fleet import Fleet, Profiles, View, speed_factor, translate
-from rollmux.model import ROLLOUT, TRAIN, Group, Job, Member
+from rollmux.model import ROLLOUT, TRAIN, Cluster, Group, Job, Member
 from rollmux.errors import PlacementError
 from rollmux.improve import materialize
 from rollmux.intra import GroupAnalysis, analyze
@@ -471,8 +472,7 @@ class FleetPlanner:
         """Whether the group ``placement`` makes in view ``name`` is dominated (module docstring)."""
         view, sub = state.views[name]
         cluster = view.cluster
-        cost = (len(placement.new_rollout) * cluster.node_price(ROLLOUT)
-                + len(placement.new_train) * cluster.node_price(TRAIN))
+        cost = _added_cost(cluster, placement)
         if placement.group_id is None:
             it = colocation.iteration_s(moved, cluster) if placement.colocated else moved.t_solo
             members = [(job, it)]
@@ -505,8 +505,7 @@ class FleetPlanner:
             placement = _alone_placement(sub, mine, option.kind == "co-located")
             if placement is not None and not short_text(state, view, placement):
                 outcome = OUTCOME[COLOCATE] if placement.colocated else OUTCOME[NEW]
-                added = (len(placement.new_rollout) * view.cluster.node_price(ROLLOUT)
-                         + len(placement.new_train) * view.cluster.node_price(TRAIN))
+                added = _added_cost(view.cluster, placement)
                 cand = Candidate(COLOCATE if placement.colocated else NEW, None, placement, added, "chosen",
                                  f"Gavel+ option: {option.name}")
                 decision = Decision(job.job_id, outcome, placement, added, (cand,))
@@ -546,8 +545,7 @@ class FleetPlanner:
         """dE of the module docstring for ``decision`` in ``view``."""
         placement = decision.placement
         cluster = view.cluster
-        added = (len(placement.new_rollout) * cluster.node_price(ROLLOUT)
-                 + len(placement.new_train) * cluster.node_price(TRAIN))
+        added = _added_cost(cluster, placement)
         factor = speed_factor(job, moved)
         if placement.group_id is None:
             slow = colocation.slowdown(moved, cluster) if placement.colocated else 1.0
@@ -658,6 +656,12 @@ def gavel_ranking(fleet: Fleet, profiles: Profiles, job: Job) -> list[AloneOptio
 def gavel_option(fleet: Fleet, profiles: Profiles, job: Job) -> AloneOption:
     """Gavel+'s choice for ``job``: the first of ``gavel_ranking``."""
     return gavel_ranking(fleet, profiles, job)[0]
+
+
+def _added_cost(cluster: Cluster, placement: Placement) -> float:
+    """$/h of the nodes ``placement`` adds in a view of ``cluster``."""
+    return (len(placement.new_rollout) * cluster.node_price(ROLLOUT)
+            + len(placement.new_train) * cluster.node_price(TRAIN))
 
 
 def _alone_placement(sub: PlanState, job: Job, colocated: bool) -> Placement | None:

@@ -27,9 +27,7 @@ def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS, clu
     ``rollmux-hedge`` is the fleet planner's (``rollmux.policies.fleet``) on ``cluster``
     (default: the paper's testbed) as a fleet of one view, and needs our accounting."""
     acct = accounting
-    if name in FLEET_BACKED and accounting is not OURS:
-        raise SpecError("policy", name, f"--accounting ours ({name} plans on the fleet planner, which keeps "
-                        "only our accounting)")
+    check_accounting(name, accounting)
     factories = {
         "rollmux": lambda: RollMuxPolicy("first", "rollmux", accounting=acct),
         "rollmux-bestfit": lambda: RollMuxPolicy("best-fit", "rollmux-bestfit", accounting=acct),
@@ -56,6 +54,14 @@ def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS, clu
     if name not in factories:
         raise ValueError(f"policy {name!r}: expected one of {', '.join(KNOWN)}")
     return factories[name]()
+
+
+def check_accounting(name: str, accounting: CostAccounting) -> None:
+    """SpecError when policy ``name`` cannot run under ``accounting``: a fleet-backed one
+    runs under our accounting only."""
+    if name in FLEET_BACKED and accounting is not OURS:
+        raise SpecError("policy", name, f"--accounting ours ({name} runs under --accounting ours only: it plans "
+                        "on the fleet planner, which keeps only our accounting; docs/fleet.md)")
 
 
 def _fleet_backed(name: str, cluster: Cluster) -> Policy:
