@@ -81,7 +81,7 @@ def oracle(key: tuple, train_first: int = 0) -> _Shape:
             ex.finish(ids[i], now)
             if pool == TRAIN:
                 done[i] += 1
-    return _fallback(spans, now, n, dur, pool_nodes)
+    return intra._floored(_fallback(spans, now, n, dur, pool_nodes), key)  # the floor: tests/test_planner_scale.py
 
 
 def _state(ex: GroupExecutor, heap: list, now: int) -> tuple:

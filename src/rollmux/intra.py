@@ -146,10 +146,10 @@ def t_cycle(members: Sequence[MemberProfile]) -> float:
 def t_load(members: Sequence[MemberProfile]) -> float:
     load: dict[str, float] = {}
     for m in members:
-        for pool in POOLS:
-            d = m.duration(pool)
-            for n in m.nodes(pool):
-                load[n] = load.get(n, 0.0) + d
+        for n in m.rollout_nodes:
+            load[n] = load.get(n, 0.0) + m.t_roll
+        for n in m.train_nodes:
+            load[n] = load.get(n, 0.0) + m.t_train
     return max(load.values())
 
 
@@ -253,6 +253,12 @@ def worst_start(members: Sequence[MemberProfile], orders: bool = False,
                 if cap is not None and any(worst[i] > cap[i] for i in order):
                     return {m.job_id: w for m, w in zip(members, worst)}
     return {m.job_id: w for m, w in zip(members, worst)}
+
+
+def forget() -> None:
+    """Drop every memoized analysis and kernel set-up (a cold start, for benchmarks)."""
+    _memo.clear()
+    _setups.clear()
 
 
 def _remember(memo_key: tuple, shape: "_Shape") -> None:
@@ -382,6 +388,53 @@ def _layout(pins: tuple) -> _Layout:
                    (pool_masks[0].bit_count(), pool_masks[1].bit_count()))
 
 
+class _Setup(NamedTuple):
+    """What ``_simulate`` derives from a key alone (the same for every start of it)."""
+
+    layout: _Layout
+    length: list[int]  # ticks per slot
+    switch: list[int]
+    switched: list[int]  # length + switch
+    anchor: int  # the rollout slot of the member with the longest solo iteration
+    step_limit: int
+    train: int  # the offset that sorts training entries after every rollout entry
+    requeue: list[int]  # a phase ending on slot s requeues its member's other phase at end + requeue[s]
+
+
+_setups: dict[tuple, _Setup] = {}
+_SETUP_LIMIT = 4096  # keys in a row: the starts of one key come one after another
+
+
+def _setup(key: tuple) -> _Setup:
+    n = len(key)
+    pins = tuple(map(_pins, key))
+    layout = _layouts.get(pins)
+    if layout is None:
+        if len(_layouts) >= _MEMO_LIMIT:
+            _layouts.clear()
+        layout = _layouts[pins] = _layout(pins)
+    length = []
+    switch = []
+    for k in key:
+        length += (round(k[0] * TICKS_PER_S), round(k[1] * TICKS_PER_S))
+        switch += (round(k[4] * TICKS_PER_S), round(k[5] * TICKS_PER_S))
+    anchor = 0
+    for s in range(2, 2 * n, 2):
+        if length[s] + length[s + 1] > length[anchor] + length[anchor + 1]:
+            anchor = s
+    step_limit = 4 * MAX_ITERATIONS * n + 100
+    # times stay below horizon (a step advances by at most one phase), so the training
+    # entries, offset by train, sort after every rollout entry
+    horizon = (step_limit + 2) * (max(length) + max(switch) + 1)
+    train = 1 << (horizon.bit_length() + layout.shift)
+    setup = _Setup(layout, length, switch, [d + sw for d, sw in zip(length, switch)], anchor, step_limit, train,
+                   [train + 1, -1] * n)
+    if len(_setups) >= _SETUP_LIMIT:
+        _setups.clear()
+    _setups[key] = setup
+    return setup
+
+
 def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _Shape:
     """Run the rule in integer microsecond ticks, so that a repeated state is seen exactly.
 
@@ -409,30 +462,10 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _S
     and switch seconds are >= 0 (the job contract), so time never goes back.
     """
     n = len(key)
-    pins = tuple(map(_pins, key))
-    layout = _layouts.get(pins)
-    if layout is None:
-        if len(_layouts) >= _MEMO_LIMIT:
-            _layouts.clear()
-        layout = _layouts[pins] = _layout(pins)
+    setup = _setups.get(key) or _setup(key)
+    layout, length, switch, switched, anchor, step_limit, train, requeue = setup
     shift, mask, own, others, keep, names, pools, _, _ = layout
     low = (1 << shift) - 1
-    length = []
-    switch = []
-    for k in key:
-        length += (round(k[0] * TICKS_PER_S), round(k[1] * TICKS_PER_S))
-        switch += (round(k[4] * TICKS_PER_S), round(k[5] * TICKS_PER_S))
-    switched = [d + sw for d, sw in zip(length, switch)]
-    anchor = 0
-    for s in range(2, 2 * n, 2):
-        if length[s] + length[s + 1] > length[anchor] + length[anchor + 1]:
-            anchor = s
-    step_limit = 4 * MAX_ITERATIONS * n + 100
-    # times stay below horizon (a step advances by at most one phase), so the training
-    # entries, offset by train, sort after every rollout entry
-    horizon = (step_limit + 2) * (max(length) + max(switch) + 1)
-    train = 1 << (horizon.bit_length() + shift)
-    requeue = [train + 1, -1] * n
     queue = sorted(train + 2 * i + 1 if train_first >> i & 1 else 2 * i for i in range(n))
     running: list[int] = []
     spans: list[tuple[int, str, tuple[str, ...], int, int, int]] = []
@@ -456,14 +489,15 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _S
                 e = pop(running)
         first = len(spans)
         held = 0
-        for e in queue[:]:  # dispatch: rollout queue, then training queue, FCFS, reserving
+        waiting = []
+        for e in queue:  # dispatch: rollout queue, then training queue, FCFS, reserving
             s = e & low
             m = mask[s]
             if (busy | held) & m:
                 held |= m
+                waiting.append(e)
                 continue
             busy |= m
-            queue.remove(e)
             if last & others[s]:  # one of its nodes last ran another member
                 sw = switch[s]
                 end = now + switched[s]
@@ -475,6 +509,7 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _S
             if s == anchor:
                 starts0 += 1
                 snap_step = step
+        queue = waiting
         # (the anchor's first start, before any phase ended, can't recur: at the later
         # ones its rollout nodes have a last job)
         if snap_step == step and (last or not mask[anchor]):
@@ -503,7 +538,115 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _S
             seen[state] = (now, first, len(spans), starts0, step)
             if starts0 > MAX_ITERATIONS:
                 break
-    return _fallback(spans, now, n, length, layout)
+    return _floored(_fallback(spans, now, n, length, layout), key)
+
+
+def _floored(shape: _Shape, key: tuple) -> _Shape:
+    """A fallback shape with each member's iteration raised to its ``peer_floors``
+    component floor (of the durations in ticks, as run) where the second-half estimate is
+    below it: the floor bounds the long-run iteration of every schedule, so the estimate
+    only moves towards the truth, and a check that rejects on the floor agrees with the
+    analysis (the planner's ``_peer_miss``)."""
+    ticks = [(round(k[0] * TICKS_PER_S), round(k[1] * TICKS_PER_S), k[2], k[3], round(k[4] * TICKS_PER_S),
+              round(k[5] * TICKS_PER_S)) for k in key]
+    floors = peer_floors(ticks)  # in ticks: the durations the run used
+    if not any(floors):
+        return shape
+    iteration = tuple(it if f is None else max(it, f[1] / TICKS_PER_S) for it, f in zip(shape.iteration_s, floors))
+    return _Shape(shape.period, iteration, shape.utilization, shape.window, shape.t0)
+
+
+def peer_floors(rows: Sequence[tuple]) -> list[tuple[float, float] | None]:
+    """Floors of synchronous members' iterations from the turns that peers take.
+
+    ``rows`` are (t_roll, t_train, rollout nodes, training nodes, switch_roll,
+    switch_train), one per member (a synchronous ``analyze`` key's entries, or profiles'
+    fields). Two members are *peers* when they share a rollout node and a training node;
+    only members with disjoint rollout and training nodes and both phases at least one
+    tick take part (others have no floor here). Returns per member None (no peer) or
+    (gap floor, component floor).
+
+    Claim 1 (turns). Peers A and B alternate: between two trainings of A there is a
+    training of B, and between two rollouts of A a rollout of B. Proof for trainings:
+    let A's training end at t1 (it ran on a training node n of B's). At t1 B is (a)
+    queued for training: its entry is older than A's next training entry (A's rollout
+    takes a tick), so, FCFS with a waiting entry reserving its nodes, B takes n first;
+    (b) queued for or running rollout: its rollout holds or is ahead of A's on their
+    common rollout node, so A's rollout starts after B's ends, B queues for training
+    first and runs first as in (a). B cannot be training at t1 (n). Rollouts: the same
+    with the pools swapped (at A's rollout end B is queued for rollout, ahead; or queued
+    for or running training on n, ahead of A's training, so it queues for rollout
+    first). Hence every phase of a member with a peer pays its switch seconds: a peer
+    ran on one of its nodes since its previous phase there (a first phase of the
+    repeating window has a previous one, or a node whose last job is another's, as
+    the window's state repeats).
+
+    Claim 2 (gap floor). Between two consecutive training ends of A lie A's rollout,
+    then its training, and before that training, on each training node n of A, one
+    training of every peer B that trains on n (Claim 1, each within the gap since it
+    must end before A's training takes n). So every gap is at least
+
+        g_A = max(R_A + s_rA, max_n sum_{B peer on n} (T_B + s_tB)) + T_A + s_tA,
+
+    and so is the mean gap of the fallback and a periodic window's iteration.
+
+    Claim 3 (component floor). Peers alternate, so in a repeating window every member of
+    a connected component C of the peer relation completes the same number c of
+    iterations, and its iteration is period / c. Every phase pays its switch (Claim 1),
+    and phases on a node never overlap, so for every node x
+
+        iter_C >= F_C = max( max_x sum_{k in C on x} (d_k(x) + s_k(x)),  max_{k in C} (R_k + s_rk + T_k + s_tk) ).
+
+    The same holds for the long-run rate of any schedule. A run without a repeat is
+    measured over its second half, where counts in C may differ by the component's
+    diameter; ``_floored`` raises that estimate to F_C, so the analysis reports
+    iter >= F_C for every member of C, either way. Durations are rounded to ticks in
+    the analysis: callers compare with a slack (the planner's ``_TICK_SLACK``)."""
+    n = len(rows)
+    sets = [(set(r[2]), set(r[3])) if min(r[0], r[1]) >= 1e-6 and r[2] and r[3] else None for r in rows]
+    peers: list[list[int]] = [[] for _ in range(n)]
+    found = False
+    for i, si in enumerate(sets):
+        if si is None or not si[0].isdisjoint(si[1]):
+            continue
+        for j in range(i + 1, n):
+            sj = sets[j]
+            if sj is not None and not si[0].isdisjoint(sj[0]) and not si[1].isdisjoint(sj[1]) and sj[0].isdisjoint(sj[1]):
+                peers[i].append(j)
+                peers[j].append(i)
+                found = True
+    if not found:
+        return [None] * n
+    comp = [-1] * n
+    floors: list[tuple[float, float] | None] = [None] * n
+    for start in range(n):
+        if comp[start] >= 0 or not peers[start]:
+            continue
+        members, stack = [], [start]
+        comp[start] = start
+        while stack:
+            i = stack.pop()
+            members.append(i)
+            for j in peers[i]:
+                if comp[j] < 0:
+                    comp[j] = start
+                    stack.append(j)
+        load: dict = {}
+        cycle = 0.0
+        for i in members:
+            r = rows[i]
+            roll, train = r[0] + r[4], r[1] + r[5]
+            cycle = max(cycle, roll + train)
+            for x in r[2]:
+                load[x] = load.get(x, 0.0) + roll
+            for x in r[3]:
+                load[x] = load.get(x, 0.0) + train
+        floor = max(cycle, max(load.values()))
+        for i in members:
+            r = rows[i]
+            wait = max(sum(rows[j][1] + rows[j][5] for j in peers[i] if x in rows[j][3]) for x in r[3])
+            floors[i] = (max(r[0] + r[4], wait) + r[1] + r[5], floor)
+    return floors
 
 
 def _finish(period_ticks, iters, window, t0, length, layout) -> _Shape:

@@ -26,7 +26,8 @@ constraint covers the wait of a job joining mid-rotation (and the hold-up its ad
 causes), which matters for short jobs. Before any analysis a necessary condition prunes
 candidates: at SLO rates no node may be busier than all the time (``_peak_demand``), and
 in a group on one node per pool the members take turns (``_shared_pair_miss``), and so do
-members pinned identically in a group of any shape (``_turn_class_miss``, fast path only).
+members that share a node in each pool in a group of any shape (``_peer_miss``, fast path
+only).
 
 Objective (``objective``)
 -------------------------
@@ -64,9 +65,10 @@ necessary conditions, for asynchronous members:
   any k with its own T_solo_k.
 * ``_shared_pair_miss`` is skipped for a group with an asynchronous member: its bound
   uses R_k + T_k as a floor of every member's iteration, false for a pipelined one.
-* ``_turn_class_miss`` only forms classes of synchronous members: its proof needs A's
-  rollout between two trainings of A (A synchronous) and only the FCFS queue order of
-  the other members of K (also synchronous); members outside K may be anything.
+* ``_peer_miss`` only pairs synchronous members: its proof needs A's rollout between
+  two trainings of A (A synchronous) and only the FCFS queue order of its peers (also
+  synchronous); other members may be anything, except that its component floor is
+  applied to all-synchronous groups only.
 The saturation gate keeps T_cycle = max_k (R_k + T_k) (``rollmux.intra``): a prune, not
 an SLO check. tests/test_planner_async.py places random mixes and replays them.
 
@@ -210,7 +212,7 @@ largest share s among the chosen nodes of a pool (rounding is monotone, so
 max_n fl(s_n + x) = fl(max_n s_n + x) and fl(s + x) >= s), or fl(0 + x) does for a new
 node. A candidate that ``_peak_demand`` rejects is never chosen, under either tie
 break, so leaving it out changes nothing; a group none of whose candidates pass is not
-expanded at all. (3) Before the analysis it applies ``_turn_class_miss`` and, with the
+expanded at all. (3) Before the analysis it applies ``_peer_miss`` and, with the
 whole-run checks, ``_startup_floor_miss``: necessary conditions that only reject what the
 steady or start-up check would (proofs in their docstrings). On the first 2,000 jobs of
 the full Philly trace the second alone stands in for 90% of the analyses (85,283 of
@@ -228,7 +230,7 @@ from typing import Callable
 from rollmux import colocation, lifetime
 from rollmux.accounting import OURS, CostAccounting
 from rollmux.errors import PlacementError
-from rollmux.intra import GroupAnalysis, MemberProfile, analyze, t_cycle, t_load, worst_start
+from rollmux.intra import GroupAnalysis, MemberProfile, analyze, peer_floors, t_cycle, t_load, worst_start
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Group, Job, Member
 from rollmux.plan_state import GroupView, Placement, PlanState
 
@@ -790,7 +792,7 @@ class Planner:
         miss = _shared_pair_miss(members, slo)
         if not miss and opt.peak_checked:
             jobs = [m.job for m in opt.group.members] + [job] if self.accounting.whole_run_slo_checks else None
-            miss = _turn_class_miss(members, slo, jobs) or (jobs is not None and _startup_floor_miss(members, jobs))
+            miss = _peer_miss(members, slo, jobs) or (jobs is not None and _startup_floor_miss(members, jobs))
         if miss:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected", miss)
         a = analyze(members)
@@ -894,70 +896,49 @@ def _shared_pair_miss(members: list[MemberProfile], slo: dict[str, float]) -> st
     return ""
 
 
-def _turn_class_miss(members: list[MemberProfile], slo: dict[str, float], jobs: list[Job] | None) -> str:
-    """A third necessary condition, for members pinned identically ("turn classes").
+def _peer_miss(members: list[MemberProfile], slo: dict[str, float], jobs: list[Job] | None) -> str:
+    """A third necessary condition: members that share a node in each pool take turns.
 
-    Let K be the members with one and the same rollout node tuple and training node tuple,
-    |K| >= 2, in a group of any shape. Claim: between two training phases of A in K every
-    other B in K runs one training phase (and the same for rollout phases). The proof of
-    ``_shared_pair_miss`` carries over, whatever the other members do: let A's training
-    end at t1. At t1, B is (a) queued for training: it queued before A re-queues, needs
-    exactly A's nodes, and the FCFS dispatch takes queue entries in (ready, admission)
-    order, a waiting one reserving its nodes, so B starts before A whenever A could; (b) queued for rollout since
-    before t1: the same argument on the rollout queue starts B's rollout first, and A's
-    rollout needs B's nodes, so it starts after B's ends; B then queues for training
-    first and runs first as in (a); (c) running rollout: A's rollout starts after it
-    ends, again B queues for training first. B cannot be training at t1 (A's nodes). So
-    on A's nodes another member of K runs between any two phases of A: every phase of A
-    after its first pays its switch seconds.
-
-    Take two consecutive training ends of A, e_i < e_{i+1} (i >= 1). Inside (e_i, e_{i+1}]
-    lie A's next rollout (which starts after e_i) then A's next training, and, before that
-    training and on its nodes, one training of every other B in K (each after the previous
-    phase on the node, so with its switch seconds). Hence every gap satisfies
-
-        e_{i+1} - e_i >= max(T_roll_A + s_roll_A, sum_{B in K, B != A} (T_train_B + s_train_B))
-                         + T_train_A + s_train_A  =: bound_A.
-
-    The analysis reports A's iteration as period / trainings in the period (a whole number
-    of gaps) or, without a repeat, as the mean gap over the run's second half (infinite
-    with fewer than two ends): in both cases >= bound_A, so bound_A > SLO_A * T_solo_A
-    (plus ``_TICK_SLACK`` for the rounding to microseconds) makes the steady check fail.
-    With ``jobs`` (whole-run checks on) the start-up check ``_startup_miss`` also needs
-    iter_A + period / n_A <= SLO_A * T_solo_A, and the period is at least A's iteration
-    (a whole number of A's iterations, or the second half that holds A's measured gaps),
-    so bound_A * (1 + 1 / n_A) above it (slack doubled) fails it too. Only the gaps are used,
-    never long-run rates, so the claim holds for the no-repeat fallback as well. Members
-    with a phase under one microsecond (zero ticks) are left out: the strict "queued
-    before" steps above need every phase of K to last at least one tick; so are
-    asynchronous members (the claim needs A's rollout between its trainings), and hosted
-    ones (``Member.hosted``: rollout and training on the same nodes, so the dispatch's
-    rollout-queue-first order can start A's rollout before B's training there).
+    ``rollmux.intra.peer_floors`` has the proofs. Synchronous members sharing a rollout
+    node and a training node ("peers") alternate, whatever the other members do, so
+    every gap between two training ends of a member A with a peer is at least its gap
+    floor g_A; and in a group of synchronous members only, the analysis reports every
+    member of a connected set C of peers at least F_C, C's busiest node (phases plus
+    switch seconds) or its longest switched iteration (a run without a repeat is raised
+    to it). So F_C > SLO_A x T_solo_A (g_A with an asynchronous member in the group) fails
+    the steady check. With ``jobs`` (whole-run checks on) the start-up check
+    ``_startup_miss`` needs iter_A + period / n_A <= SLO_A x T_solo_A, and the period is
+    at least g_A (a whole number of A's gaps, or the fallback's half that holds A's
+    measured gaps), so iter_A + g_A / n_A above it fails that check too. ``_TICK_SLACK``
+    (doubled for the start-up form) covers the analysis' rounding to microseconds.
+    Members pinned identically share both nodes, so this subsumes the turn classes of
+    earlier versions, and a group on one node per pool is one set C
+    (``_shared_pair_miss``'s bound is F_C). Asynchronous members take no part: the
+    claims need A's rollout between two trainings of A (and B's queue order); the
+    floors of the others hold whatever the asynchronous ones do, F_C aside, as
+    ``rollmux.intra_async`` does not raise its fallback to it.
     """
-    classes: dict[tuple, list[MemberProfile]] = {}
-    for m in members:
-        if (m.rollout_nodes and m.train_nodes and min(m.t_roll, m.t_train) >= 1e-6 and not m.staleness
-                and set(m.rollout_nodes).isdisjoint(m.train_nodes)):
-            classes.setdefault((m.rollout_nodes, m.train_nodes), []).append(m)
+    sync = [m for m in members if not m.staleness]
+    floors = peer_floors([(m.t_roll, m.t_train, m.rollout_nodes, m.train_nodes, m.switch_roll, m.switch_train)
+                          for m in sync])
+    whole = len(sync) == len(members)
     by_id = {j.job_id: j for j in jobs} if jobs is not None else {}
-    for group in classes.values():
-        if len(group) < 2:
+    for m, f in zip(sync, floors):
+        if f is None:
             continue
-        trains = sum(b.t_train + b.switch_train for b in group)
-        for a in group:
-            own = a.t_train + a.switch_train
-            bound = max(a.t_roll + a.switch_roll, trains - own) + own
-            limit = slo[a.job_id] * a.t_solo
-            if bound > limit * (1 + SLO_EPS) + _TICK_SLACK:
-                return (f"SLO of job {a.job_id}: at least {bound / a.t_solo:.3f} > {slo[a.job_id]:.3f} "
-                        f"(identically pinned members take turns, iteration >= {bound:.1f}s)")
-            job = by_id.get(a.job_id)
-            if job is None or (job.iterations is None and job.duration_s is None):
-                continue
-            n = job.solo_iterations()
-            if bound * (1 + 1 / n) > job.slo * job.t_solo * (1 + SLO_EPS) + 2 * _TICK_SLACK:
-                return (f"SLO of job {a.job_id}: at least {bound * (1 + 1 / n) / a.t_solo:.3f} > "
-                        f"{job.slo:.3f} over its {n} iterations with start-up (identically pinned members take turns)")
+        gap, comp = f
+        floor = comp if whole else gap
+        if floor > slo[m.job_id] * m.t_solo * (1 + SLO_EPS) + _TICK_SLACK:
+            return (f"SLO of job {m.job_id}: at least {floor / m.t_solo:.3f} > {slo[m.job_id]:.3f} "
+                    f"(members sharing a node in each pool take turns, iteration >= {floor:.1f}s)")
+        job = by_id.get(m.job_id)
+        if job is None or (job.iterations is None and job.duration_s is None):
+            continue
+        n = job.solo_iterations()
+        mean = floor + gap / n
+        if mean > job.slo * job.t_solo * (1 + SLO_EPS) + 2 * _TICK_SLACK:
+            return (f"SLO of job {m.job_id}: at least {mean / job.t_solo:.3f} > {job.slo:.3f} over its {n} "
+                    f"iterations with start-up (members sharing a node in each pool take turns)")
     return ""
 
 
