@@ -255,10 +255,16 @@ def worst_start(members: Sequence[MemberProfile], orders: bool = False,
     return {m.job_id: w for m, w in zip(members, worst)}
 
 
-def forget() -> None:
-    """Drop every memoized analysis and kernel set-up (a cold start, for benchmarks)."""
-    _memo.clear()
-    _setups.clear()
+def memo_snapshot() -> tuple[dict, dict]:
+    """A copy of the analysis memo and of the kernel set-ups (``memo_restore`` puts it
+    back): benchmarks time one decision several times from the same memo."""
+    return dict(_memo), dict(_setups)
+
+
+def memo_restore(snapshot: tuple[dict, dict]) -> None:
+    for live, saved in zip((_memo, _setups), snapshot):
+        live.clear()
+        live.update(saved)
 
 
 def _remember(memo_key: tuple, shape: "_Shape") -> None:
