@@ -24,12 +24,12 @@ times the lifetime objective (``rollmux.lifetime``): every candidate evaluated, 
 running job with a remaining iteration count drawn once (uniform in 1..500).
 
 ``--passes P`` (default 3) decides each probe P times, each time from the analysis memo
-as the plan's construction left it (``rollmux.intra.memo_snapshot``/``memo_restore``:
-no pass reuses a shape that an earlier pass or probe analysed), and keeps the fastest.
-The work is the same every pass; on a shared machine (a third of the CPU stolen by
-neighbours at times, 2026-11-27) the fastest pass is the decision's own cost, the
-others add the neighbours'. ``--passes 1`` times one pass per probe as before (a probe
-then also finds the shapes that earlier probes analysed).
+as a single pass would find it (``rollmux.intra.memo_snapshot``/``memo_restore``: what
+the plan's construction and the earlier probes analysed, nothing of this probe's other
+passes), and keeps the fastest. The work is the same every pass; on a shared machine (a
+third of the CPU stolen by neighbours at times, 2026-11-27) the fastest pass is the
+decision's own cost, the others add the neighbours'. ``--passes 1`` is one pass per
+probe, as before.
 
 ``--repeats K`` draws K independent workloads per N (seeds ``--seed`` to ``--seed`` + K - 1,
 each its own plan and probes) and reports the median of their K medians: at small N one
@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--objective", default="rate", choices=("rate", "lifetime"))
     ap.add_argument("--exact-instances", type=int, default=3)
     ap.add_argument("--passes", type=int, default=3,
-                    help="times each probe is decided, each from the memo the plan left; the fastest counts")
+                    help="times each probe is decided, each from the memo one pass would find; the fastest counts")
     ap.add_argument("--repeats", type=int, default=1,
                     help="independent draws per N (seeds seed, seed+1, ...): the median is then the median of "
                          "the draws' medians, p99 is over every probe, and the draws' medians are listed")
@@ -114,9 +114,9 @@ def main() -> None:
             state, probes = build(n, args.seed + r, args.tie_break, args.workload, args.space)
             built += time.perf_counter() - t0
             one = []
-            memo = intra.memo_snapshot() if args.passes > 1 else None  # the memo as the plan left it
             for job in probes[: args.probes]:
                 fastest = float("inf")
+                memo = intra.memo_snapshot() if args.passes > 1 else None  # as one pass would find it
                 for _ in range(args.passes):
                     if memo is not None:
                         intra.memo_restore(memo)  # no pass reuses what another analysed
