@@ -299,3 +299,22 @@ def test_repeated_shapes_reuse_the_pinning_layout():
     other = ((31, 20) + key[0][2:], key[1])  # same pinning, other durations
     assert_same(other)
     assert intra._simulate(key) == first
+
+
+def test_a_memo_snapshot_restores_exactly_what_was_analysed():
+    """``memo_snapshot``/``memo_restore`` (the latency benchmark's passes): shapes analysed
+    after the snapshot are gone once it is restored, the earlier ones stay, and an
+    analysis after the restore gives the same answer."""
+    first = [profile(100.0, 50.0, ("r0",), ("t0",), job="a"), profile(80.0, 60.0, ("r0",), ("t0",), job="b")]
+    second = [profile(90.0, 40.0, ("r0",), ("t0",), job="a"), profile(70.0, 30.0, ("r1",), ("t0",), job="b")]
+    before = intra.analyze(first)
+    snap = intra.memo_snapshot()
+    try:
+        after = intra.analyze(second)
+        assert intra.sync_key(second) in intra._memo
+        intra.memo_restore(snap)
+        assert intra.sync_key(second) not in intra._memo and intra.sync_key(first) in intra._memo
+        assert intra.analyze(second).iteration_s == after.iteration_s
+        assert intra.analyze(first).iteration_s == before.iteration_s
+    finally:
+        intra.memo_restore(snap)
