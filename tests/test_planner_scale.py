@@ -11,7 +11,7 @@ from rollmux.accounting import ACCOUNTINGS
 from rollmux.intra import MemberProfile, _simulated, analyze, peer_floors, sync_key
 from rollmux.model import Cluster, Job, SwitchCost
 from rollmux.plan_state import PlanState
-from rollmux.planner import FULL_SPACE, PAPER_SPACE, SLO_EPS, Planner, _peer_miss, _slo_miss, _startup_miss
+from rollmux.planner import FULL_SPACE, PAPER_SPACE, Planner, _peer_miss, _slo_miss, _startup_miss
 
 WARM = Cluster()
 FIXED = Cluster(switch_cost=SwitchCost("fixed", 3.0, 7.0))
