@@ -609,33 +609,32 @@ def peer_floors(rows: Sequence[tuple]) -> list[tuple[float, float] | None]:
     iter >= F_C for every member of C, either way. Durations are rounded to ticks in
     the analysis: callers compare with a slack (the planner's ``_TICK_SLACK``)."""
     n = len(rows)
-    sets = [(set(r[2]), set(r[3])) if min(r[0], r[1]) >= 1e-6 and r[2] and r[3] else None for r in rows]
+    sets: list[tuple[set, set] | None] = []  # (rollout nodes, training nodes) of the members taking part
+    for r in rows:
+        roll, train = set(r[2]), set(r[3])
+        sets.append((roll, train) if min(r[0], r[1]) >= 1e-6 and roll and train and roll.isdisjoint(train) else None)
     peers: list[list[int]] = [[] for _ in range(n)]
-    found = False
     for i, si in enumerate(sets):
-        if si is None or not si[0].isdisjoint(si[1]):
-            continue
         for j in range(i + 1, n):
             sj = sets[j]
-            if sj is not None and not si[0].isdisjoint(sj[0]) and not si[1].isdisjoint(sj[1]) and sj[0].isdisjoint(sj[1]):
+            if si is not None and sj is not None and not si[0].isdisjoint(sj[0]) and not si[1].isdisjoint(sj[1]):
                 peers[i].append(j)
                 peers[j].append(i)
-                found = True
-    if not found:
+    if not any(peers):
         return [None] * n
-    comp = [-1] * n
+    seen = [False] * n
     floors: list[tuple[float, float] | None] = [None] * n
     for start in range(n):
-        if comp[start] >= 0 or not peers[start]:
+        if seen[start] or not peers[start]:
             continue
         members, stack = [], [start]
-        comp[start] = start
+        seen[start] = True
         while stack:
             i = stack.pop()
             members.append(i)
             for j in peers[i]:
-                if comp[j] < 0:
-                    comp[j] = start
+                if not seen[j]:
+                    seen[j] = True
                     stack.append(j)
         load: dict = {}
         cycle = 0.0
