@@ -19,10 +19,16 @@ $(STAMP): pyproject.toml
 	       >/dev/null 2>&1; } || true
 	touch $(STAMP)
 
-.PHONY: install simulate test bench
-install: $(STAMP)
+# The compiled analysis kernel (rollmux.native): rebuilt when kernel.py changes; best effort,
+# never fatal (without a C compiler the source runs, slower).
+NATIVE := src/rollmux/_native/kernel.sha256
+$(NATIVE): src/rollmux/kernel.py $(STAMP)
+	-$(VENV)/bin/rollmux kernel build
 
-simulate: $(STAMP)
+.PHONY: install simulate test bench
+install: $(STAMP) $(NATIVE)
+
+simulate: $(STAMP) $(NATIVE)
 	$(VENV)/bin/rollmux simulate --out out --json out/results.json
 
 # Two passes over the tests not marked slow: first the in-process ones on two workers
@@ -30,11 +36,11 @@ simulate: $(STAMP)
 # timing: tests/conftest.py) alone, one at a time. Both always run; the target fails if
 # either failed. pytest exits 5 when a pass collects no tests; that is not a failure.
 PYTEST := RAY_AUTH_MODE=disabled $(VENV)/bin/python -m pytest
-test: $(STAMP)
+test: $(STAMP) $(NATIVE)
 	@$(PYTEST) -m "not slow and not serial" -n 2; a=$$?; [ $$a -eq 5 ] && a=0; \
 	$(PYTEST) -m "not slow and serial"; b=$$?; [ $$b -eq 5 ] && b=0; \
 	echo "make test: in-process pass rc=$$a, serial pass rc=$$b"; [ $$a -eq 0 ] && [ $$b -eq 0 ]
 
-bench: $(STAMP)
+bench: $(STAMP) $(NATIVE)
 	$(VENV)/bin/python benchmarks/planner_latency.py
 	$(VENV)/bin/python benchmarks/sim_throughput.py

@@ -24,7 +24,7 @@ times the lifetime objective (``rollmux.lifetime``): every candidate evaluated, 
 running job with a remaining iteration count drawn once (uniform in 1..500).
 
 ``--passes P`` (default 3) decides each probe P times, each time from the analysis memo
-as a single pass would find it (``rollmux.intra.memo_snapshot``/``memo_restore``: what
+as a single pass would find it (``rollmux.kernel.memo_snapshot``/``memo_restore``: what
 the plan's construction and the earlier probes analysed, nothing of this probe's other
 passes), and keeps the fastest. The work is the same every pass; on a shared machine (a
 third of the CPU stolen by neighbours at times, 2026-11-27) the fastest pass is the
@@ -49,7 +49,7 @@ from dataclasses import replace
 import statistics
 import time
 
-from rollmux import intra
+from rollmux import kernel, native
 from rollmux.exact import solve
 from rollmux.model import Cluster
 from rollmux.plan_state import PlanState
@@ -104,7 +104,7 @@ def main() -> None:
     draw = random.Random(args.seed)
     left: dict[str, int] = {}
     remaining = (lambda k: left.setdefault(k, draw.randint(1, 500))) if args.objective == "lifetime" else None
-    print(f"placement space: {args.space}, objective: {args.objective}")
+    print(f"placement space: {args.space}, objective: {args.objective}, kernel: {native.status()}")
     draws = "  draws' medians ms" if args.repeats > 1 else ""
     print(f"{'N':>6} {'groups':>7} {'median ms':>10} {'p99 ms':>9} {'paper ms':>9} {'speed-up':>9} {'build s':>8}{draws}")
     for n in [int(x) for x in args.sizes.split(",")]:
@@ -116,10 +116,10 @@ def main() -> None:
             one = []
             for job in probes[: args.probes]:
                 fastest = float("inf")
-                memo = intra.memo_snapshot() if args.passes > 1 else None  # as one pass would find it
+                memo = kernel.memo_snapshot() if args.passes > 1 else None  # as one pass would find it
                 for _ in range(args.passes):
                     if memo is not None:
-                        intra.memo_restore(memo)  # no pass reuses what another analysed
+                        kernel.memo_restore(memo)  # no pass reuses what another analysed
                     t = time.perf_counter()
                     planner.decide(state, job, remaining=remaining)
                     fastest = min(fastest, (time.perf_counter() - t) * 1e3)

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.execution import GroupExecutor
-from rollmux.intra import TICKS_PER_S, MemberProfile, analyze
+from rollmux.intra import MemberProfile, analyze
+from rollmux.kernel import TICKS_PER_S
 from rollmux.intra_async import _search
 from rollmux.model import ROLLOUT, TRAIN, Job
 

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.execution import GroupExecutor
-from rollmux.intra import MemberProfile, _parts, _simulate, analyze
+from rollmux.intra import MemberProfile, analyze
+from rollmux.kernel import _parts, _simulate
 
 _member = st.tuples(st.integers(1, 300), st.integers(1, 300), st.integers(0, 1), st.integers(0, 1))
 

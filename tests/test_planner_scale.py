@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.accounting import ACCOUNTINGS
-from rollmux.intra import MemberProfile, _simulated, analyze, peer_floors, sync_key
+from rollmux.intra import MemberProfile, analyze, sync_key
+from rollmux.kernel import _simulated, peer_floors
 from rollmux.model import Cluster, Job, SwitchCost
 from rollmux.plan_state import PlanState
 from rollmux.planner import FULL_SPACE, PAPER_SPACE, Planner, _peer_miss, _slo_miss, _startup_miss

@@ -1,4 +1,7 @@
 """RollMux: multiplexing RL post-training jobs across disaggregated GPU pools."""
+from rollmux import native as _native
+
+_native.install()  # the compiled kernel, where it was built from today's source
 
 
 def __getattr__(name: str):

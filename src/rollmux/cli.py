@@ -496,6 +496,7 @@ register_service_commands(app)
 
 from rollmux.cli_fleet import register as register_fleet  # noqa: E402
 from rollmux.cli_frameworks import register as register_frameworks  # noqa: E402
+from rollmux.cli_kernel import register as register_kernel  # noqa: E402
 from rollmux.cli_whatif import register as register_whatif  # noqa: E402
 from rollmux.demo import register as register_demo  # noqa: E402
 from rollmux.demo_rollart import register as register_rollart  # noqa: E402
@@ -505,3 +506,4 @@ register_fleet(app)
 register_frameworks(app, trace_app, console, _fail)
 register_demo(app)
 register_rollart(app)
+register_kernel(app)

@@ -1,9 +1,9 @@
 """Steady state of a group with an asynchronous member, found by ``GroupExecutor`` itself.
 
-Contract: ``simulate_async(key)`` returns the ``intra._Shape`` of the group ``key``
+Contract: ``simulate_async(key)`` returns the ``kernel._Shape`` of the group ``key``
 (``intra.analyze``'s memo key with each member's staleness as a 7th field).
 
-One run (``_search``) is ``intra._simulate``'s search done by ``GroupExecutor``: member i
+One run (``_search``) is ``kernel._simulate``'s search done by ``GroupExecutor``: member i
 is job ``str(i)``, admitted i-th at its admission tick (all at 0 for the base run);
 durations and switch seconds in integer microsecond ticks; at each instant every phase
 end is applied (rule 11: in any order), then the admissions of that instant, then one
@@ -19,7 +19,7 @@ deterministic and its future depends on that state only, so the first repeat, at
 instants t0 < t1, makes the schedule periodic with period t1 - t0 (an *orbit*); member
 i's iteration is the period over the trainings it started in [t0, t1). Without a repeat
 within ``MAX_ITERATIONS`` starts of the anchor (or the step limit), each member's rate is
-measured over the second half of the run (``intra._fallback``).
+measured over the second half of the run (``kernel._fallback``).
 
 Why more than one run: with an asynchronous member the orbit depends on *when* a member
 joined. Measured (docs/rollart.md): an asynchronous A (R = 144.6 s, T = 422.2 s, k = 1)
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from rollmux.execution import GroupExecutor
-from rollmux.intra import MAX_ITERATIONS, TICKS_PER_S, _fallback, _finish, _layout, _Shape
+from rollmux.kernel import MAX_ITERATIONS, TICKS_PER_S, _fallback, _finish, _layout, _Shape
 from rollmux.model import ROLLOUT, TRAIN
 
 _SLOT = {ROLLOUT: 0, TRAIN: 1}

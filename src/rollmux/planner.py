@@ -230,7 +230,8 @@ from typing import Callable
 from rollmux import colocation, lifetime
 from rollmux.accounting import OURS, CostAccounting
 from rollmux.errors import PlacementError
-from rollmux.intra import GroupAnalysis, MemberProfile, analyze, peer_floors, t_cycle, t_load, worst_start
+from rollmux.intra import GroupAnalysis, MemberProfile, analyze, t_cycle, t_load, worst_start
+from rollmux.kernel import peer_floors
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Group, Job, Member
 from rollmux.plan_state import GroupView, Placement, PlanState
 
@@ -899,7 +900,7 @@ def _shared_pair_miss(members: list[MemberProfile], slo: dict[str, float]) -> st
 def _peer_miss(members: list[MemberProfile], slo: dict[str, float], jobs: list[Job] | None) -> str:
     """A third necessary condition: members that share a node in each pool take turns.
 
-    ``rollmux.intra.peer_floors`` has the proofs. Synchronous members sharing a rollout
+    ``rollmux.kernel.peer_floors`` has the proofs. Synchronous members sharing a rollout
     node and a training node ("peers") alternate, whatever the other members do, so
     every gap between two training ends of a member A with a peer is at least its gap
     floor g_A; and in a group of synchronous members only, the analysis reports every
