@@ -3,6 +3,7 @@ source, a stale or missing build leaves the source running, and the compiled and
 kernels give the same answers, bit for bit."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import shutil
@@ -18,11 +19,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def _can_build() -> bool:
-    try:
-        import mypyc  # noqa: F401
-    except ImportError:
-        return False
-    return shutil.which(os.environ.get("CC", "cc")) is not None
+    return importlib.util.find_spec("mypyc") is not None and shutil.which(os.environ.get("CC", "cc")) is not None
 
 
 def random_keys(count: int, seed: int) -> list[tuple]:
