@@ -120,3 +120,14 @@ def test_a_failed_build_leaves_no_record(build_dir):
         native.build()
     assert not native.RECORD.exists()
     assert native.compiled_path()[0] is None
+
+
+def test_the_speed_benchmark_runs_and_compares_answers():
+    """``benchmarks/kernel_speed.py`` (short): both kernels answer alike, a row per entry point."""
+    script = HERE.parent / "benchmarks" / "kernel_speed.py"
+    run = subprocess.run([sys.executable, str(script), "--groups", "12", "--rounds", "1"], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [line.split() for line in run.stdout.splitlines() if line.startswith(("shape_of", "worst_iterations"))]
+    assert [r[0] for r in rows] == ["shape_of", "worst_iterations"]
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 and r[3].endswith("x") for r in rows)
