@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from partitions import cheapest_partition
 from rollmux.exact import ExactLimitError, lower_bound, objective_lower_bound, solve
-from rollmux.intra import MemberProfile, analyze
+from rollmux.intra import MemberProfile, analyze, worst_start
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
 from rollmux.planner import SLO_EPS, Planner, Space
@@ -57,12 +57,19 @@ def _fits(cluster: Cluster, block: list[Job], pool: str, pins: tuple[tuple[int, 
     return all(v <= cluster.pool(pool).host_mem_gb for v in used.values())
 
 
-def _slo_ok(block: list[Job], profiles: list[MemberProfile]) -> bool:
+def _slo_ok(block: list[Job], profiles: list[MemberProfile], every_start: bool = True) -> bool:
+    """The steady state within every SLO and, with ``every_start`` (the solver's default
+    space), also the slowest start in every order of the members."""
     a = analyze(profiles)
-    return all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in block)
+    if not all(a.slowdown[j.job_id] <= j.slo * (1 + SLO_EPS) for j in block):
+        return False
+    if not every_start:
+        return True
+    worst = worst_start(profiles, orders=True)
+    return all(worst[j.job_id] <= j.slo * j.t_solo * (1 + SLO_EPS) for j in block)
 
 
-def _feasible_shapes(cluster: Cluster, block: list[Job], robust: bool):
+def _feasible_shapes(cluster: Cluster, block: list[Job], robust: bool, every_start: bool):
     """Every feasible (rollout nodes, training nodes, member profiles) of the block, rollout
     nodes ascending; no pinning symmetry is used."""
     if len(block) > cluster.max_group_size:
@@ -82,12 +89,12 @@ def _feasible_shapes(cluster: Cluster, block: list[Job], robust: bool):
                                           sw.seconds(j.model, TRAIN)) for i, j in enumerate(block)]
                 subsets = [keep for size in range(1, len(block) + 1) if robust or size == len(block)
                            for keep in itertools.combinations(range(len(block)), size)]
-                if all(_slo_ok([block[i] for i in keep], [profiles[i] for i in keep]) for keep in subsets):
+                if all(_slo_ok([block[i] for i in keep], [profiles[i] for i in keep], every_start) for keep in subsets):
                     yield r, t, profiles
 
 
 def _block_cost(cluster: Cluster, block: list[Job], robust: bool) -> float:
-    for r, t, _ in _feasible_shapes(cluster, block, robust):
+    for r, t, _ in _feasible_shapes(cluster, block, robust, every_start=True):  # the default space
         return r * cluster.node_price(ROLLOUT) + t * cluster.node_price(TRAIN)
     return float("inf")
 
@@ -95,7 +102,7 @@ def _block_cost(cluster: Cluster, block: list[Job], robust: bool) -> float:
 def _block_waste(cluster: Cluster, block: list[Job], robust: bool) -> float:
     """The least of node $/h minus sum_j (busy node-$ of j's solo iteration) / (its iteration)."""
     gpn, best = cluster.gpus_per_node, float("inf")
-    for r, t, profiles in _feasible_shapes(cluster, block, robust):
+    for r, t, profiles in _feasible_shapes(cluster, block, robust, every_start=False):  # as its test's space
         iteration = analyze(profiles).iteration_s
         work = sum((j.t_roll_s * j.nodes(ROLLOUT, gpn) * cluster.node_price(ROLLOUT)
                     + j.t_train_s * j.nodes(TRAIN, gpn) * cluster.node_price(TRAIN)) / iteration[j.job_id]

@@ -204,6 +204,53 @@ def test_a_window_holds_the_phases_started_at_its_first_instant():
         assert shape.utilization[1] == pytest.approx((3 * 10 + 3 * 10 + 2 * 30) / (2 * 90))
 
 
+def brute_worst(key: tuple) -> list[float]:
+    """Every order of every part from every start, each run on its own (no memo, no joins)."""
+    from itertools import permutations
+
+    worst = [0.0] * len(key)
+    for part in kernel._parts(key):
+        for order in permutations(part):
+            sub, _ = kernel._part_key(key, list(order))
+            for mask in range(1 << len(order)):
+                shape = kernel._simulate(sub, mask)
+                for local, i in enumerate(order):
+                    worst[i] = max(worst[i], shape.iteration_s[local])
+    return worst
+
+
+@settings(max_examples=300, deadline=None)
+@given(members())
+def test_every_order_skips_only_starts_an_earlier_run_settled(group):
+    """``worst_iterations`` over every order skips the starts that an earlier run settled
+    (same start, same order on every pair that may meet at instant 0, no other pair
+    consulted): the worst is the brute force's, ties, zero-tick phases, co-located
+    members and switches included."""
+    key = key_of(group)
+    snap = kernel.memo_snapshot()
+    try:
+        kernel.memo_restore(({}, {}))
+        assert kernel.worst_iterations(key, True, None) == brute_worst(key)
+    finally:
+        kernel.memo_restore(snap)
+
+
+def test_every_order_skips_runs_where_orders_cannot_matter():
+    """Five members on private rollout nodes and two training nodes: at instant 0 only
+    the members of one queue on a common node meet, so far fewer runs than 5! x 2^5."""
+    group = [profile(40 + 7 * j, 30 + 11 * j, [f"r{j}"], [f"t{j % 2}"], 1, 2, str(j)) for j in range(5)]
+    key = key_of(group)
+    snap = kernel.memo_snapshot()
+    try:
+        kernel.memo_restore(({}, {}))
+        worst = kernel.worst_iterations(key, True, None)
+        runs = len(kernel._memo)  # every run is remembered, once
+    finally:
+        kernel.memo_restore(snap)
+    assert worst == brute_worst(key)
+    assert runs <= 120 * 32 // 4
+
+
 def test_worst_start_is_the_slowest_start_of_each_part():
     """Two members on one node pair, and one alone: the pair's worst over its four starts,
     computed here from the kernel directly; the lone member runs solo whatever the start."""

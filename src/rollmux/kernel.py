@@ -60,23 +60,79 @@ def worst_iterations(key: tuple, orders: bool, cap: list[float] | None) -> list[
     """``rollmux.intra.worst_start`` on a synchronous key: each member's slowest steady
     iteration over the starts (2^n per order of each part, every order with ``orders``;
     orders that give a part the same key once), stopping at the first start that puts
-    a member above ``cap`` (seconds, by member index) when given."""
+    a member above ``cap`` (seconds, by member index) when given.
+
+    Over every order, a start is skipped when an earlier run settled it: a run from the
+    same start (which members are ready for training) whose order agreed with this one
+    on every pair that may meet at instant 0 (two members in one queue with a node in
+    common), and that consulted the order on no other pair (``_simulate``'s ``pairs``).
+    That run made the choices this one would make at every step, so its iteration times
+    are this one's. Not where two members of the part tie for the longest solo
+    iteration: the order then picks the anchor, whose starts time the search."""
     worst = [0.0] * len(key)
     for part in _parts(key):
         seen: set[tuple] = set()
+        meets = _meets(key, part) if orders and len(part) > 1 else None
+        settled: set[tuple] = set()
         for order in (permutations(part) if orders and len(part) > 1 else (part,)):
             sub, _ = _part_key(key, list(order))
             if sub in seen:
                 continue
             seen.add(sub)
+            rank = {i: local for local, i in enumerate(order)}
             joins: dict[tuple, tuple] = {}  # snapshot state -> the steady state it leads to, and when
             for mask in range(1 << len(order) if len(order) > 1 else 1):
-                shape = _simulated(sub, mask, joins)
+                memo_key = (sub, mask) if mask else sub
+                shape = _memo.get(memo_key)
+                if shape is None:
+                    pairs: set | None = None
+                    settles: tuple = ()
+                    common: frozenset = frozenset()
+                    if meets is not None:
+                        at = 0  # the start by member index
+                        for local, i in enumerate(order):
+                            if mask >> local & 1:
+                                at |= 1 << i
+                        listed, common = meets(at)
+                        settles = (at, tuple([rank[a] < rank[b] for a, b in listed]))
+                        if settles in settled:
+                            continue
+                        pairs = set()
+                    shape = _simulate(sub, mask, joins, pairs)
+                    _remember(memo_key, shape)
+                    if pairs is not None and all(a >= 0 and (min(order[a], order[b]), max(order[a], order[b])) in common
+                                                 for a, b in pairs):
+                        settled.add(settles)
                 for local, i in enumerate(order):
                     worst[i] = max(worst[i], shape.iteration_s[local])
                 if cap is not None and any(worst[i] > cap[i] for i in order):
                     return worst
     return worst
+
+
+def _meets(key: tuple, part: list[int]) -> Callable[[int], tuple[list[tuple[int, int]], frozenset]] | None:
+    """For ``worst_iterations``: a cached function of a start (bit i set: member i ready
+    for training) giving the pairs (a, b), a < b, of ``part`` that may meet at instant 0
+    (in one queue, with a node in common in that pool), listed and as a set; None when
+    two members tie for the longest solo iteration in ticks (the anchor would depend on
+    the order)."""
+    solo = [round(key[i][0] * TICKS_PER_S) + round(key[i][1] * TICKS_PER_S) for i in part]
+    if solo.count(max(solo)) > 1:
+        return None
+    cache: dict[int, tuple[list[tuple[int, int]], frozenset]] = {}
+
+    def meets(at: int) -> tuple[list[tuple[int, int]], frozenset]:
+        found = cache.get(at)
+        if found is None:
+            listed = []
+            for x, a in enumerate(part):
+                for b in part[x + 1:]:
+                    pool = at >> a & 1
+                    if pool == at >> b & 1 and set(key[a][2 + pool]) & set(key[b][2 + pool]):
+                        listed.append((min(a, b), max(a, b)))
+            found = cache[at] = (listed, frozenset(listed))
+        return found
+    return meets
 
 
 def memo_snapshot() -> tuple[dict, dict]:
@@ -266,7 +322,7 @@ def _setup(key: tuple) -> _Setup:
     return setup
 
 
-def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _Shape:
+def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None, pairs: set | None = None) -> _Shape:
     """Run the rule in integer microsecond ticks, so that a repeated state is seen exactly.
 
     Every member is ready at 0: for rollout, or for training when its bit of
@@ -282,6 +338,17 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _S
     returns that steady state: the same period, iteration times and utilizations as
     running on (window and ``t0`` are the earlier run's). A run that finds a repeat adds
     its states; one that falls back adds none.
+
+    ``pairs``, when given, collects every pair of members (i, j), i < j, whose admission
+    order this run consulted: two entries of one queue ready at the same instant, with a
+    node in common, met in a dispatch (the dispatch then served i's first). Entries of
+    one instant with no node in common commute: each one's grant or reservation leaves
+    the other's unchanged, and what later entries see is their union. Completions of one
+    instant never share a node (a node runs one phase at a time), so their order is
+    immaterial. So every run of this key whose admission order agrees with this one on
+    these pairs (and that starts the same way) makes the same choices at every step and
+    settles into the same schedule. A run that joins an earlier one adds that run's
+    pairs (or (-1, -1), unknown, when that run collected none).
 
     A specialised copy of ``GroupExecutor`` (checked against it by
     tests/test_intra_kernel.py): member i is job ``str(i)``, admitted i-th, so FCFS ties
@@ -305,6 +372,8 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _S
     seen: dict[tuple, tuple[int, int, int, int, int]] = {}  # state -> now, spans marks, snapshot, step
     busy = last = now = starts0 = 0
     snap_step = -1
+    block = -1  # the instant (and queue) of the entries in ``met``
+    met: list[int] = []
     for step in range(step_limit + 1):
         if step:  # apply every completion at the next instant (a dispatch leaves one running)
             e = pop(running)
@@ -324,6 +393,15 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _S
         for e in queue:  # dispatch: rollout queue, then training queue, FCFS, reserving
             s = e & low
             m = mask[s]
+            if pairs is not None:
+                if e >> shift != block:
+                    block = e >> shift
+                    met = [s]
+                else:
+                    for t in met:
+                        if mask[t] & m:
+                            pairs.add((t >> 1, s >> 1))
+                    met.append(s)
             if (busy | held) & m:
                 held |= m
                 waiting.append(e)
@@ -341,14 +419,17 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _S
                 starts0 += 1
                 snap_step = step
         queue = waiting
+        block = -1
         # (the anchor's first start, before any phase ended, can't recur: at the later
         # ones its rollout nodes have a last job)
         if snap_step == step and (last or not mask[anchor]):
             rel = (now << shift).__rsub__
             state = (*sorted(map(rel, running)), None, *map(rel, queue), last)
             if joins is not None and state in joins:
-                shape, snaps_left, steps_left = joins[state]
+                shape, snaps_left, steps_left, earlier = joins[state]
                 if starts0 + snaps_left - 1 <= MAX_ITERATIONS and step + steps_left <= step_limit:
+                    if pairs is not None:
+                        pairs.update(earlier if earlier is not None else ((-1, -1),))
                     return shape
             prev = seen.get(state)
             if prev is not None:
@@ -363,8 +444,8 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None) -> _S
                 shape = _finish(now - t0, iters, spans[span0:first], t0, length, layout)
                 if joins is not None:
                     for x, (*_, snap, at) in seen.items():
-                        joins[x] = ((shape, starts0 - snap, step - at) if snap < snap0 else
-                                    (shape, starts0 - snap0, step - step0))
+                        joins[x] = ((shape, starts0 - snap, step - at, pairs) if snap < snap0 else
+                                    (shape, starts0 - snap0, step - step0, pairs))
                 return shape
             start = first  # the window holds the phases started in [t0, now): also those that
             while start and spans[start - 1][3] == now:  # started at now before a zero-length one ended
