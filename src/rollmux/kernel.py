@@ -82,27 +82,23 @@ def worst_iterations(key: tuple, orders: bool, cap: list[float] | None) -> list[
             rank = {i: local for local, i in enumerate(order)}
             joins: dict[tuple, tuple] = {}  # snapshot state -> the steady state it leads to, and when
             for mask in range(1 << len(order) if len(order) > 1 else 1):
-                memo_key = (sub, mask) if mask else sub
-                shape = _memo.get(memo_key)
-                if shape is None:
-                    pairs: set | None = None
-                    settles: tuple = ()
-                    common: frozenset = frozenset()
-                    if meets is not None:
-                        at = 0  # the start by member index
-                        for local, i in enumerate(order):
-                            if mask >> local & 1:
-                                at |= 1 << i
-                        listed, common = meets(at)
-                        settles = (at, tuple([rank[a] < rank[b] for a, b in listed]))
-                        if settles in settled:
-                            continue
-                        pairs = set()
-                    shape = _simulate(sub, mask, joins, pairs)
-                    _remember(memo_key, shape)
-                    if pairs is not None and all(a >= 0 and (min(order[a], order[b]), max(order[a], order[b])) in common
-                                                 for a, b in pairs):
-                        settled.add(settles)
+                pairs: set | None = None
+                settles: tuple = ()
+                common: frozenset = frozenset()
+                if meets is not None:
+                    at = 0  # the start by member index
+                    for local, i in enumerate(order):
+                        if mask >> local & 1:
+                            at |= 1 << i
+                    listed, common = meets(at)
+                    settles = (at, tuple([rank[a] < rank[b] for a, b in listed]))
+                    if settles in settled:
+                        continue
+                    pairs = set()
+                shape = _simulated(sub, mask, joins, pairs)
+                if pairs is not None and all(a >= 0 and (min(order[a], order[b]), max(order[a], order[b])) in common
+                                             for a, b in pairs):
+                    settled.add(settles)
                 for local, i in enumerate(order):
                     worst[i] = max(worst[i], shape.iteration_s[local])
                 if cap is not None and any(worst[i] > cap[i] for i in order):
@@ -154,15 +150,18 @@ def _remember(memo_key: tuple, shape: _Shape) -> None:
     _memo[memo_key] = shape
 
 
-def _simulated(key: tuple, train_first: int = 0, joins: dict | None = None) -> _Shape:
+def _simulated(key: tuple, train_first: int = 0, joins: dict | None = None, pairs: set | None = None) -> _Shape:
     """``_simulate`` of a connected group's key, memoized (all ready for rollout under the
-    key itself, as ``analyze`` stores it; another start under (key, start)). ``joins`` as
-    ``_simulate``'s, shared by the starts of one key."""
+    key itself, as ``analyze`` stores it; another start under (key, start)). ``joins`` and
+    ``pairs`` as ``_simulate``'s, shared by the starts of one key; a shape from the memo
+    adds (-1, -1) to ``pairs``: which pairs its run consulted is unknown."""
     memo_key = (key, train_first) if train_first else key
     shape = _memo.get(memo_key)
     if shape is None:
-        shape = _simulate(key, train_first, joins)
+        shape = _simulate(key, train_first, joins, pairs)
         _remember(memo_key, shape)
+    elif pairs is not None:
+        pairs.add((-1, -1))
     return shape
 
 

@@ -25,11 +25,8 @@ import hashlib
 import importlib.abc
 import importlib.util
 import os
-import shutil
-import subprocess
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -97,6 +94,10 @@ def status() -> str:
 
 def build() -> Path:
     """Compile ``kernel.py`` (see the contract); returns the shim's path."""
+    import shutil  # here, not at ``import rollmux``, which only looks for a build
+    import subprocess
+    import tempfile
+
     source = SOURCE.read_bytes()
     RECORD.unlink(missing_ok=True)  # no record while the files change
     with tempfile.TemporaryDirectory(prefix="rollmux-native-") as tmp:
