@@ -1,6 +1,7 @@
 """TRL's GRPOTrainer as RollMux jobs: two toy GRPO jobs (tiny random Qwen2, CPU) run
 together under the live control plane on a local Ray cluster, short version; plus the
-phase checks and the toy reward on their own."""
+phase checks, the toy reward, the SmolLM2-shaped policy, the refusals of a bad policy or
+device and the cache that notes CUDA memory, on their own."""
 from __future__ import annotations
 
 import json
@@ -48,6 +49,7 @@ def test_two_trl_jobs_alternate_without_overlap_and_learn(tmp_path, monkeypatch)
     summary = run_two_jobs(tmp_path, steps=STEPS, log=lines.append, timeout_s=240)
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert summary["checks"]["ok"], summary["checks"]
+    assert (summary["device"], summary["policy"]) == ("cpu", "tiny-qwen2")
     jobs = summary["jobs"]
     assert set(jobs) == {j.job_id for j in JOBS}
     assert len({j["group"] for j in jobs.values()}) == 1, "both jobs share one co-execution group"
@@ -62,6 +64,10 @@ def test_two_trl_jobs_alternate_without_overlap_and_learn(tmp_path, monkeypatch)
         assert len(j["losses"]) == STEPS and all(math.isfinite(x) for x in j["losses"])
         # park + (load, offload) per phase + hand-back load, all on the warm path
         assert j["switches"]["count"] == 2 + 4 * STEPS and j["switches"]["paths"] == ["warm"]
+        # fp32 weights and two AdamW moments of the 75k-parameter policy, plus its buffers and step counters
+        assert 12 * j["parameters"] < j["switches"]["bytes_max"] < 12.01 * j["parameters"]
+        assert 70_000 < j["parameters"] < 80_000
+        assert j["device_memory"] is None, "no CUDA switch, nothing noted"
         spans += [dict(s, job=job_id) for s in j["phase_spans"]]
     # the jobs ran together: some phase of one overlaps in time a phase of the other on another node
     assert any(a["job"] != b["job"] and a["node"] != b["node"] and a["start"] < b["end"] and b["start"] < a["end"]
@@ -81,3 +87,63 @@ def test_profile_runs_a_trl_job_alone_and_reports_worst_case_phases(tmp_path):
     assert len(prof.rollout_s) == len(prof.train_s) == 2
     assert prof.t_roll_s == max(prof.rollout_s) >= prof.mean_roll_s > 0
     assert prof.t_train_s == max(prof.train_s) >= prof.mean_train_s > 0
+
+
+def test_bad_policy_or_device_is_refused_before_anything_starts(tmp_path):
+    pytest.importorskip("transformers")
+    import torch
+
+    from rollmux.errors import SpecError
+    from rollmux.integrations.trl_jobs import run_two_jobs
+
+    with pytest.raises(SpecError, match="policy='gpt-9'"):
+        run_two_jobs(tmp_path, steps=1, policy="gpt-9")
+    with pytest.raises(SpecError, match="device='tpu'"):
+        run_two_jobs(tmp_path, steps=1, device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(SpecError, match="CUDA"):
+            run_two_jobs(tmp_path, steps=1, device="cuda")
+    assert list(tmp_path.iterdir()) == [], "nothing written"
+
+
+def test_smollm2_shaped_policy_has_smollm2_135m_architecture_over_the_toy_vocabulary():
+    pytest.importorskip("transformers")
+    import torch
+
+    from rollmux.integrations.trl_toy import POLICIES, toy_tokenizer
+
+    tok = toy_tokenizer()
+    model = POLICIES["smollm2-135m"].build(tok, 3)
+    c = model.config
+    assert (c.model_type, c.num_hidden_layers, c.hidden_size, c.intermediate_size) == ("llama", 30, 576, 1536)
+    assert (c.num_attention_heads, c.num_key_value_heads, c.rope_theta if hasattr(c, "rope_theta") else
+            c.rope_parameters["rope_theta"]) == (9, 3, 100000.0)
+    assert c.vocab_size == len(tok) and model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    # SmolLM2-135M's 134.5M parameters less 49,152 - 17 embedding rows of width 576
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008 - (49_152 - len(tok)) * 576
+    again = POLICIES["smollm2-135m"].build(tok, 3)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))
+
+
+def test_device_memory_cache_notes_cuda_switches_only():
+    import torch
+
+    from rollmux.integrations.trl_jobs import DeviceMemoryCache
+
+    cpu = DeviceMemoryCache(1 << 20)
+    module = torch.nn.Linear(8, 8)
+    cpu.register("k", module, None)
+    cpu.offload("k")
+    cpu.load("k", "cpu")
+    assert cpu.after == {"load": [], "offload": []} and cpu.summary() is None
+    if not torch.cuda.is_available():
+        return
+    gpu = DeviceMemoryCache(1 << 30)
+    big = torch.nn.Linear(4096, 4096).cuda()                      # 64 MiB of fp32 state
+    gpu.register("k", big, None)
+    gpu.offload("k")
+    gpu.load("k", "cuda")
+    gpu.offload("k")
+    summary = gpu.summary()
+    assert summary["offload"]["count"] == 2 and summary["load"]["count"] == 1
+    assert summary["load"]["allocated_min"] - summary["offload"]["allocated_max"] >= 4096 * 4096 * 4

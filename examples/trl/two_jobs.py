@@ -1,9 +1,10 @@
-"""Two TRL GRPO jobs multiplexed by RollMux on CPU: a local Ray cluster (one rollout node,
-one training node), the control plane on 127.0.0.1, and each job's ``GRPOTrainer``
+"""Two TRL GRPO jobs multiplexed by RollMux: a local Ray cluster (one rollout node, one
+training node), the control plane on 127.0.0.1, and each job's ``GRPOTrainer``
 (``rollmux.integrations.trl.RollMuxGRPOTrainer``) in a Ray actor pinned to its node.
 
     RAY_AUTH_MODE=disabled python examples/trl/two_jobs.py --out trl-out            # 60 steps per job
     RAY_AUTH_MODE=disabled python examples/trl/two_jobs.py --out trl-out --quick    # 8 steps per job
+    RAY_AUTH_MODE=disabled python examples/trl/two_jobs.py --out trl-out --device cuda --policy smollm2-135m
 
 Writes ``<out>/summary.json`` (steps done, reward before/after, phase spans per node,
 checks: alternation per job, no overlap on a node) and prints a report. Exits 1 if a
@@ -15,7 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from rollmux.integrations.trl_jobs import DEFAULT_STEPS, QUICK_STEPS, run_two_jobs
+from rollmux.integrations.trl_jobs import DEFAULT_STEPS, DEVICES, QUICK_STEPS, run_two_jobs
+from rollmux.integrations.trl_toy import POLICIES
 
 
 def main() -> int:
@@ -23,9 +25,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("trl-out"), help="where summary.json goes")
     parser.add_argument("--steps", type=int, default=None, help=f"optimizer steps per job (default {DEFAULT_STEPS})")
     parser.add_argument("--quick", action="store_true", help=f"a short run: {QUICK_STEPS} steps per job")
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="where the trainers run: cpu, or cuda (both jobs share the machine's first GPU)")
+    parser.add_argument("--policy", choices=sorted(POLICIES), default="tiny-qwen2",
+                        help="tiny-qwen2 (75k parameters) or smollm2-135m (SmolLM2-135M's architecture, "
+                             "toy vocabulary: 106M parameters; for a GPU)")
     args = parser.parse_args()
     steps = args.steps or (QUICK_STEPS if args.quick else DEFAULT_STEPS)
-    summary = run_two_jobs(args.out, steps=steps)
+    summary = run_two_jobs(args.out, steps=steps, device=args.device, policy=args.policy)
     return 0 if summary["checks"]["ok"] else 1
 
 

@@ -37,7 +37,7 @@ Contract
   the same module the optimizer updates, so each rollout samples with the latest
   update without any copy. With ``use_vllm`` TRL pushes the weights to vLLM itself at
   the start of generation, which is inside the rollout grant (not exercised here:
-  the examples and tests run on CPU without vLLM).
+  the examples and tests run without vLLM).
 * Refused (``SpecError``): a configuration that generates in the middle of a gradient
   accumulation (``steps_per_generation x num_iterations`` not a multiple of
   ``gradient_accumulation_steps``): an offload drops the accumulated gradients.
@@ -107,12 +107,14 @@ class RollMuxGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose generation and updates run under ``job``'s RollMux grants (module docstring).
 
     Extra keyword arguments: ``job`` (a placed or waiting ``JobHandle``; this process
-    must drive it) and ``cache_budget_bytes`` (host memory for the parked state).
+    must drive it), ``cache_budget_bytes`` (host memory for the parked state) and
+    ``cache`` (a ``StateCache`` to park it in instead of a new one of that budget, e.g.
+    one shared with the job's other state or one that observes its switches).
     Everything else is ``GRPOTrainer``'s.
     """
 
     def __init__(self, *args: Any, job: JobHandle, cache_budget_bytes: int = CACHE_BUDGET_BYTES,
-                 **kwargs: Any) -> None:
+                 cache: StateCache | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         generate_every = self.args.steps_per_generation * self.num_iterations
         if generate_every % self.args.gradient_accumulation_steps:
@@ -120,7 +122,8 @@ class RollMuxGRPOTrainer(GRPOTrainer):
                             "steps_per_generation x num_iterations a multiple of gradient_accumulation_steps "
                             f"({self.args.gradient_accumulation_steps}), so that no generation falls inside an "
                             "accumulation", "RollMuxGRPOTrainer")
-        self.phases = PhaseHolder(job, StateCache(cache_budget_bytes), f"{job.job_id}/policy")
+        self.phases = PhaseHolder(job, cache if cache is not None else StateCache(cache_budget_bytes),
+                                  f"{job.job_id}/policy")
         self.add_callback(_StateCallback(self))
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -11,14 +11,20 @@
 3. Starts each job's trainer as a Ray actor pinned to the job's training node
    (``RayJobRunner``; no actor on the rollout node, since TRL generates in the trainer
    process). The actor attaches to its job with the job's token (it heartbeats from
-   then on), builds the tiny Qwen2 policy and runs ``RollMuxGRPOTrainer`` for
-   ``steps`` optimizer steps (one generation each), then completes the job.
+   then on), builds the policy (``policy``: a name in ``trl_toy.POLICIES``) and runs
+   ``RollMuxGRPOTrainer`` on ``device`` (``cpu``, or ``cuda``: the actor's first GPU)
+   for ``steps`` optimizer steps (one generation each), then completes the job.
 4. Writes ``summary.json``: per job the steps done (TRL's ``global_step``), the reward
    TRL logged before (mean of the first steps) and after (mean of the last steps), every
    logged reward and loss, the phase spans one per node (grant arrival to release, as
-   the job's SDK recorded them), the service's view (state, iterations done) and the
-   warm switches; plus ``checks`` (``phase_checks``: alternation per job, no overlap on a
-   node) and the wall time.
+   the job's SDK recorded them), the service's view (state, iterations done), the warm
+   switches and, on ``cuda``, the device memory around them (``DeviceMemoryCache``);
+   plus ``checks`` (``phase_checks``: alternation per job, no overlap on a node) and the
+   wall time.
+
+On a one-GPU machine both trainers use the same GPU, which stands for both nodes: one
+job's generation (rollout grant) may run on it while the other job's update (train
+grant) does. Between its phases a job's state is parked in host memory.
 """
 from __future__ import annotations
 
@@ -37,23 +43,25 @@ from rollmux.integrations.checks import phase_checks
 from rollmux.model import TRAIN
 from rollmux.runtime.ray_adapter import WorkerInfo
 from rollmux.runtime.sdk import JobHandle
+from rollmux.runtime.state_cache import SwitchRecord, StateCache
 
 DEFAULT_STEPS = 60
 QUICK_STEPS = 8
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TRANSFORMERS_OFFLINE": "1",
                "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+DEVICES = ("cpu", "cuda")
+CACHE_BUDGET_BYTES = 8 * 1024**3
 
 
 @dataclass(frozen=True, slots=True)
 class TRLJob:
-    """One toy GRPO job: its id, task shift, seed and batch shape (TRL's names)."""
+    """One toy GRPO job: its id, task shift, seed and batch shape (TRL's names); the policy sets the learning rate."""
 
     job_id: str
     shift: int
     seed: int
     batch: int = 64              # completions per step (per_device_train_batch_size)
     num_generations: int = 8     # completions per prompt (the GRPO group)
-    learning_rate: float = 1e-2
     t_roll_s: float = 1.0        # declared phase times for the planner
     t_train_s: float = 1.0
     slo: float = 2.0
@@ -70,43 +78,108 @@ class TRLJobWorker:
         os.environ.update(OFFLINE_ENV)
         self.info = info
 
-    def run(self, url: str, token: str, job: TRLJob, steps: int) -> dict:
+    def run(self, url: str, token: str, job: TRLJob, steps: int, device: str, policy: str) -> dict:
         """Attach to ``job`` and train it for ``steps`` steps under RollMux grants; returns what it measured."""
         from rollmux.integrations.trl import logged_series
         from rollmux.runtime.sdk import Client
 
+        cache = DeviceMemoryCache(CACHE_BUDGET_BYTES)
         client = Client(url)
         handle = client.attach(job.job_id, token)
         try:
             with handle.lifetime(), tempfile.TemporaryDirectory(prefix=f"rollmux-{job.job_id}-") as out:
-                trainer = build_trainer(handle, job, steps, out)
+                trainer = build_trainer(handle, job, steps, out, device=device, policy=policy, cache=cache)
                 trainer.train()
         finally:
             client.close()
         logs = trainer.state.log_history
         return {"steps_done": trainer.state.global_step, "history": handle.history,
                 "rewards": logged_series(logs, "reward"), "losses": logged_series(logs, "loss"),
+                "parameters": sum(p.numel() for p in trainer.model.parameters()),
                 "switches": [{"direction": s.direction, "path": s.path, "bytes": s.bytes, "seconds": s.seconds}
-                             for s in trainer.switches]}
+                             for s in trainer.switches],
+                "device_memory": cache.summary()}
 
 
-def build_trainer(handle: JobHandle, job: TRLJob, steps: int, output_dir: str):
-    """The toy job's ``RollMuxGRPOTrainer`` (CPU, ``steps`` optimizer steps, one generation each)."""
+class DeviceMemoryCache(StateCache):
+    """A ``StateCache`` that notes the CUDA allocator's bytes right after each warm switch.
+
+    ``after[direction]``: ``torch.cuda.memory_allocated`` (bytes in live tensors) and
+    ``memory_reserved`` (bytes the allocator holds from the driver) after each ``load``
+    or ``offload`` to or from a CUDA device; nothing is noted for a CPU device. After an
+    offload, what is left is everything of the process that is not the parked state.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        super().__init__(budget_bytes)
+        self.after: dict[str, list[tuple[int, int]]] = {"load": [], "offload": []}
+
+    def load(self, key, device) -> SwitchRecord:
+        record = super().load(key, device)
+        self._note("load", torch.device(device))
+        return record
+
+    def offload(self, key) -> SwitchRecord:
+        device = self._entry(key).device
+        record = super().offload(key)
+        self._note("offload", device)
+        return record
+
+    def _note(self, direction: str, device: torch.device) -> None:
+        if device.type == "cuda":
+            self.after[direction].append((torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)))
+
+    def summary(self) -> dict | None:
+        """None without CUDA switches; else the GPU's name, the peak allocated and the ranges after each direction."""
+        if not self.after["offload"]:
+            return None
+        out: dict = {"gpu": torch.cuda.get_device_name(), "peak_allocated": torch.cuda.max_memory_allocated()}
+        for direction, notes in self.after.items():
+            out[direction] = {"count": len(notes),
+                              "allocated_min": min(a for a, _ in notes), "allocated_max": max(a for a, _ in notes),
+                              "reserved_min": min(r for _, r in notes), "reserved_max": max(r for _, r in notes)}
+        return out
+
+
+def build_trainer(handle: JobHandle, job: TRLJob, steps: int, output_dir: str, *, device: str = "cpu",
+                  policy: str = "tiny-qwen2", cache: StateCache | None = None):
+    """The toy job's ``RollMuxGRPOTrainer`` on ``device`` with ``policy`` (``steps`` optimizer steps, one generation each)."""
     from trl import GRPOConfig
 
     from rollmux.integrations.trl import RollMuxGRPOTrainer
-    from rollmux.integrations.trl_toy import COMPLETION_LEN, digit_reward, shift_dataset, tiny_qwen2, toy_tokenizer
+    from rollmux.integrations.trl_toy import COMPLETION_LEN, digit_reward, shift_dataset, toy_tokenizer
 
+    chosen = _policy(policy)
+    _check_device(device)
     tokenizer = toy_tokenizer()
-    config = GRPOConfig(output_dir=output_dir, use_cpu=True, max_steps=steps, seed=job.seed,
+    config = GRPOConfig(output_dir=output_dir, use_cpu=device == "cpu", max_steps=steps, seed=job.seed,
                         per_device_train_batch_size=job.batch, num_generations=job.num_generations,
-                        max_completion_length=COMPLETION_LEN, learning_rate=job.learning_rate,
+                        max_completion_length=COMPLETION_LEN, learning_rate=chosen.learning_rate,
                         lr_scheduler_type="constant", beta=0.0, logging_steps=1, save_strategy="no",
                         report_to="none", disable_tqdm=True)
     # --- the user's lines: a TRL GRPOTrainer, run as a RollMux job -------------------------
-    return RollMuxGRPOTrainer(job=handle, model=tiny_qwen2(tokenizer, job.seed), reward_funcs=digit_reward,
-                              args=config, processing_class=tokenizer,
+    return RollMuxGRPOTrainer(job=handle, model=chosen.build(tokenizer, job.seed), reward_funcs=digit_reward,
+                              args=config, processing_class=tokenizer, cache=cache,
                               train_dataset=shift_dataset(job.shift, job.batch * steps, job.seed))
+
+
+def _policy(name: str):
+    from rollmux.integrations.trl_toy import POLICIES
+
+    if name not in POLICIES:
+        from rollmux.errors import SpecError
+
+        raise SpecError("policy", name, f"one of {sorted(POLICIES)}")
+    return POLICIES[name]
+
+
+def _check_device(device: str) -> None:
+    from rollmux.errors import SpecError
+
+    if device not in DEVICES:
+        raise SpecError("device", device, f"one of {list(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecError("device", device, "a machine where torch sees a CUDA device (torch.cuda.is_available())")
 
 
 def profile_toy(handle: JobHandle, iterations: int) -> None:
@@ -116,12 +189,19 @@ def profile_toy(handle: JobHandle, iterations: int) -> None:
 
 
 def run_two_jobs(out_dir: Path, steps: int = DEFAULT_STEPS, jobs: tuple[TRLJob, ...] = JOBS,
-                 log: Callable[[str], None] = print, timeout_s: float = 900.0) -> dict:
-    """Run ``jobs`` together for ``steps`` steps each; write and return ``summary.json`` (module docstring)."""
+                 log: Callable[[str], None] = print, timeout_s: float = 900.0, *, device: str = "cpu",
+                 policy: str = "tiny-qwen2") -> dict:
+    """Run ``jobs`` together for ``steps`` steps each; write and return ``summary.json`` (module docstring).
+
+    Bad arguments (``steps`` < 1, an unknown ``policy`` or ``device``, ``cuda`` where
+    torch sees no GPU) raise ``SpecError`` before anything starts.
+    """
     if steps < 1:
         from rollmux.errors import SpecError
 
         raise SpecError("steps", steps, "an integer >= 1")
+    _policy(policy)
+    _check_device(device)
     for key, value in {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", **OFFLINE_ENV}.items():
         os.environ.setdefault(key, value)
     import ray
@@ -140,13 +220,14 @@ def run_two_jobs(out_dir: Path, steps: int = DEFAULT_STEPS, jobs: tuple[TRLJob, 
         client = Client(url, token=admin)
         try:
             handles = [client.submit({"job_id": j.job_id, "t_roll_s": j.t_roll_s, "t_train_s": j.t_train_s,
-                                      "slo": j.slo, "model": "tiny-qwen2"}, heartbeat=False) for j in jobs]
+                                      "slo": j.slo, "model": policy}, heartbeat=False) for j in jobs]
             placements = [h.wait_placed(timeout_s=60) for h in handles]
             for h, p in zip(handles, placements):
                 log(f"{h.job_id}: group {p['group_id']}, rollout {p['rollout_nodes']}, train {p['train_nodes']}")
                 plan = Placement(p["group_id"], (), tuple(p["train_nodes"]))
                 runners.append(RayJobRunner(h.job_id, plan, TRLJobWorker, TRLJobWorker).start())
-            refs = [r.workers(TRAIN)[0].run.remote(url, h.token, j, steps) for r, h, j in zip(runners, handles, jobs)]
+            refs = [r.workers(TRAIN)[0].run.remote(url, h.token, j, steps, device, policy)
+                    for r, h, j in zip(runners, handles, jobs)]
             results = dict(zip([j.job_id for j in jobs], ray.get(refs, timeout=timeout_s)))
             views = {j.job_id: client.job(j.job_id) for j in jobs}
         finally:
@@ -154,6 +235,7 @@ def run_two_jobs(out_dir: Path, steps: int = DEFAULT_STEPS, jobs: tuple[TRLJob, 
                 r.shutdown()
             client.close()
     summary = _summary(jobs, steps, results, views, placements, time.time() - t0)
+    summary.update(device=device, policy=policy)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     for line in summary_lines(summary):
         log(line)
@@ -184,6 +266,7 @@ def _summary(jobs, steps, results, views, placements, wall_s) -> dict:
             "switches": {"count": len(r["switches"]), "paths": sorted({s["path"] for s in r["switches"]}),
                          "bytes_max": max(s["bytes"] for s in r["switches"]),
                          "load_mean_ms": statistics.fmean(loads), "offload_mean_ms": statistics.fmean(offloads)},
+            "parameters": r["parameters"], "device_memory": r["device_memory"],
         }
     checks = phase_checks(spans_by_job, {j.job_id: steps for j in jobs})
     starts = [s["start"] for spans in spans_by_job.values() for s in spans]
@@ -193,7 +276,9 @@ def _summary(jobs, steps, results, views, placements, wall_s) -> dict:
 
 def summary_lines(summary: dict) -> list[str]:
     """The human-readable report of a ``summary.json``."""
-    lines = [f"{len(summary['jobs'])} TRL GRPO jobs x {summary['steps']} steps: {summary['wall_s']:.0f} s in all, "
+    params = max(j["parameters"] for j in summary["jobs"].values())
+    lines = [f"{len(summary['jobs'])} TRL GRPO jobs x {summary['steps']} steps ({summary['policy']}, "
+             f"{params / 1e6:.2f}M parameters, {summary['device']}): {summary['wall_s']:.0f} s in all, "
              f"{summary['phases_wall_s']:.1f} s from first grant to last release"]
     for job_id, j in summary["jobs"].items():
         lines.append(f"{job_id:<10} group {j['group']}  steps {j['steps_done']} (service: {j['service_state']}, "
@@ -201,6 +286,13 @@ def summary_lines(summary: dict) -> list[str]:
                      f"{j['reward_after']:.3f}  rollout {j['mean_rollout_s']:.3f} s  train {j['mean_train_s']:.3f} s  "
                      f"switches {j['switches']['count']} (load {j['switches']['load_mean_ms']:.2f} ms, "
                      f"offload {j['switches']['offload_mean_ms']:.2f} ms, {j['switches']['bytes_max'] / 1e6:.2f} MB)")
+        memory = j["device_memory"]
+        if memory:
+            lines.append(f"{'':<10} {memory['gpu']}: allocated after each load {memory['load']['allocated_min'] / 1e9:.2f}-"
+                         f"{memory['load']['allocated_max'] / 1e9:.2f} GB, after each offload "
+                         f"{memory['offload']['allocated_min'] / 1e9:.2f}-{memory['offload']['allocated_max'] / 1e9:.2f} GB "
+                         f"(reserved {memory['offload']['reserved_max'] / 1e9:.2f} GB at most), "
+                         f"peak {memory['peak_allocated'] / 1e9:.2f} GB")
     c = summary["checks"]
     lines.append(f"checks: alternation {c['alternates']}, overlaps on a node {len(c['overlaps'])}, "
                  f"{'ok' if c['ok'] else 'FAILED'}")

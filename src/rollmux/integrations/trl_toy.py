@@ -1,8 +1,17 @@
-"""A verifiable toy task for TRL jobs: tiny tokenizer, tiny Qwen2 policy, data, reward.
+"""A verifiable toy task for TRL jobs: tiny tokenizer, policies, data, reward.
 
 Nothing is downloaded. The vocabulary is the GRPO demo's character set
 (``rollmux.grpo.task.CHARS``) plus ``<pad>``, ``<eos>`` and ``<unk>``; the tokenizer is
 character-level, built with ``tokenizers`` and wrapped as a ``PreTrainedTokenizerFast``.
+
+Policies (``POLICIES``, randomly initialised, same seed same weights):
+
+* ``tiny-qwen2``: a ``Qwen2ForCausalLM`` of width 64 and 2 layers (75k parameters), for
+  CPU runs and tests;
+* ``smollm2-135m``: a ``LlamaForCausalLM`` with SmolLM2-135M's architecture (30 layers,
+  width 576, 9 query and 3 key/value heads, MLP width 1536, rope theta 1e5, tied
+  embeddings) over the toy vocabulary instead of SmolLM2's 49,152 tokens: 106M
+  parameters rather than 135M, the size of model whose state a GPU run switches.
 
 Task ``shift`` (``shift`` = 0 or 1): the prompt is one digit and ``>`` (``"7>"``); the
 policy should answer with the digit ``(d + shift) mod 10`` repeated. ``digit_reward``
@@ -14,6 +23,8 @@ function as a keyword argument.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -46,6 +57,30 @@ def tiny_qwen2(tokenizer, seed: int, hidden: int = 64, layers: int = 2):
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                          bos_token_id=tokenizer.eos_token_id)
     return Qwen2ForCausalLM(config)
+
+
+def smollm2_shaped(tokenizer, seed: int):
+    """SmolLM2-135M's architecture, randomly initialised, over ``tokenizer``'s vocabulary (module docstring)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, rope_theta=100000.0, rms_norm_eps=1e-5,
+                         max_position_embeddings=32, tie_word_embeddings=True,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=tokenizer.eos_token_id)
+    return LlamaForCausalLM(config)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A toy policy: how to build it (``build(tokenizer, seed)``) and the learning rate it trains with."""
+
+    build: Callable
+    learning_rate: float
+
+
+POLICIES = {"tiny-qwen2": Policy(tiny_qwen2, 1e-2), "smollm2-135m": Policy(smollm2_shaped, 1e-4)}
 
 
 def shift_dataset(shift: int, rows: int, seed: int):
