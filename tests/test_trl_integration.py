@@ -147,3 +147,21 @@ def test_device_memory_cache_notes_cuda_switches_only():
     summary = gpu.summary()
     assert summary["offload"]["count"] == 2 and summary["load"]["count"] == 1
     assert summary["load"]["allocated_min"] - summary["offload"]["allocated_max"] >= 4096 * 4096 * 4
+
+
+def test_compare_alone_sums_the_solo_runs_and_checks_the_series_value_for_value():
+    from rollmux.errors import SpecError
+    from rollmux.integrations.trl_jobs import compare_alone
+
+    def run(wall, **jobs):
+        return {"steps": 2, "phases_wall_s": wall,
+                "jobs": {k: {"rewards": r, "losses": [0.5, -0.25]} for k, r in jobs.items()}}
+
+    together = run(7.0, a=[0.1, 0.2], b=[0.3, 0.4])
+    out = compare_alone(together, [run(5.0, a=[0.1, 0.2]), run(9.0, b=[0.3, 0.5])])
+    assert (out["together_s"], out["alone_s"], out["speedup"]) == (7.0, 14.0, 2.0)
+    assert out["same_rewards"] == {"a": True, "b": False} and out["same_losses"] == {"a": True, "b": True}
+    with pytest.raises(SpecError, match="alone"):
+        compare_alone(together, [run(5.0, a=[0.1, 0.2])])
+    with pytest.raises(SpecError, match="2 steps each"):
+        compare_alone(together, [run(5.0, a=[0.1, 0.2]), dict(run(9.0, b=[0.3, 0.4]), steps=3)])

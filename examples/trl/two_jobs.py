@@ -5,6 +5,7 @@ training node), the control plane on 127.0.0.1, and each job's ``GRPOTrainer``
     RAY_AUTH_MODE=disabled python examples/trl/two_jobs.py --out trl-out            # 60 steps per job
     RAY_AUTH_MODE=disabled python examples/trl/two_jobs.py --out trl-out --quick    # 8 steps per job
     RAY_AUTH_MODE=disabled python examples/trl/two_jobs.py --out trl-out --device cuda --policy smollm2-135m
+    RAY_AUTH_MODE=disabled python examples/trl/two_jobs.py --out solo-out --alone trl-copy   # the baseline
 
 Writes ``<out>/summary.json`` (steps done, reward before/after, phase spans per node,
 checks: alternation per job, no overlap on a node) and prints a report. Exits 1 if a
@@ -16,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rollmux.integrations.trl_jobs import DEFAULT_STEPS, DEVICES, QUICK_STEPS, run_two_jobs
+from rollmux.integrations.trl_jobs import DEFAULT_STEPS, DEVICES, JOBS, QUICK_STEPS, run_two_jobs
 from rollmux.integrations.trl_toy import POLICIES
 
 
@@ -30,9 +31,12 @@ def main() -> int:
     parser.add_argument("--policy", choices=sorted(POLICIES), default="tiny-qwen2",
                         help="tiny-qwen2 (75k parameters) or smollm2-135m (SmolLM2-135M's architecture, "
                              "toy vocabulary: 106M parameters; for a GPU)")
+    parser.add_argument("--alone", choices=[j.job_id for j in JOBS], default=None,
+                        help="run only this job, by itself under the same service (the solo baseline)")
     args = parser.parse_args()
     steps = args.steps or (QUICK_STEPS if args.quick else DEFAULT_STEPS)
-    summary = run_two_jobs(args.out, steps=steps, device=args.device, policy=args.policy)
+    jobs = tuple(j for j in JOBS if args.alone in (None, j.job_id))
+    summary = run_two_jobs(args.out, steps=steps, jobs=jobs, device=args.device, policy=args.policy)
     return 0 if summary["checks"]["ok"] else 1
 
 

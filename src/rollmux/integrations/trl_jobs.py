@@ -277,7 +277,8 @@ def _summary(jobs, steps, results, views, placements, wall_s) -> dict:
 def summary_lines(summary: dict) -> list[str]:
     """The human-readable report of a ``summary.json``."""
     params = max(j["parameters"] for j in summary["jobs"].values())
-    lines = [f"{len(summary['jobs'])} TRL GRPO jobs x {summary['steps']} steps ({summary['policy']}, "
+    n = len(summary["jobs"])
+    lines = [f"{n} TRL GRPO job{'s' if n > 1 else ''} x {summary['steps']} steps ({summary['policy']}, "
              f"{params / 1e6:.2f}M parameters, {summary['device']}): {summary['wall_s']:.0f} s in all, "
              f"{summary['phases_wall_s']:.1f} s from first grant to last release"]
     for job_id, j in summary["jobs"].items():
@@ -297,3 +298,25 @@ def summary_lines(summary: dict) -> list[str]:
     lines.append(f"checks: alternation {c['alternates']}, overlaps on a node {len(c['overlaps'])}, "
                  f"{'ok' if c['ok'] else 'FAILED'}")
     return lines
+
+
+def compare_alone(together: dict, alone: list[dict]) -> dict:
+    """Compare a run of jobs together with runs of each alone (``summary.json`` dicts of the same steps).
+
+    ``together_s``: first grant to last release of the run together; ``alone_s``: the
+    same summed over the runs alone, i.e. the jobs one after the other; ``speedup``:
+    ``alone_s / together_s``. ``same_rewards`` / ``same_losses``: per job, whether the
+    series TRL logged together equal those it logged alone, value for value (switching
+    the state in and out between phases should change nothing a job computes).
+    """
+    alone_jobs = {job_id: j for summary in alone for job_id, j in summary["jobs"].items()}
+    if set(alone_jobs) != set(together["jobs"]) or any(s["steps"] != together["steps"] for s in alone):
+        from rollmux.errors import SpecError
+
+        raise SpecError("alone", sorted(alone_jobs), f"one run alone of each job of {sorted(together['jobs'])}, "
+                        f"{together['steps']} steps each")
+    together_s = together["phases_wall_s"]
+    alone_s = sum(s["phases_wall_s"] for s in alone)
+    return {"together_s": together_s, "alone_s": alone_s, "speedup": alone_s / together_s,
+            "same_rewards": {k: j["rewards"] == alone_jobs[k]["rewards"] for k, j in together["jobs"].items()},
+            "same_losses": {k: j["losses"] == alone_jobs[k]["losses"] for k, j in together["jobs"].items()}}
