@@ -73,6 +73,7 @@ def test_two_trl_jobs_alternate_without_overlap_and_learn(tmp_path, monkeypatch)
     assert any(a["job"] != b["job"] and a["node"] != b["node"] and a["start"] < b["end"] and b["start"] < a["end"]
                for a in spans for b in spans)
     assert any("checks:" in line and line.endswith("ok") for line in lines)
+    assert all((tmp_path / name).stat().st_size > 10_000 for name in ("gantt.png", "rewards.png"))
     import ray
 
     assert not ray.is_initialized()
@@ -165,3 +166,19 @@ def test_compare_alone_sums_the_solo_runs_and_checks_the_series_value_for_value(
         compare_alone(together, [run(5.0, a=[0.1, 0.2])])
     with pytest.raises(SpecError, match="2 steps each"):
         compare_alone(together, [run(5.0, a=[0.1, 0.2]), dict(run(9.0, b=[0.3, 0.4]), steps=3)])
+
+
+def test_write_plots_draws_a_window_and_refuses_an_empty_one(tmp_path):
+    pytest.importorskip("matplotlib")
+    from rollmux.errors import SpecError
+    from rollmux.integrations.trl_jobs import write_plots
+
+    spans = [{"pool": pool, "node": node, "iteration": i, "start": 10.0 + 2 * i + k, "end": 11.0 + 2 * i + k}
+             for i in range(5) for k, (pool, node) in enumerate((("rollout", "R0"), ("train", "T0")))]
+    summary = {"policy": "tiny-qwen2", "device": "cpu",
+               "jobs": {"a": {"phase_spans": spans, "rewards": [0.1, 0.2, 0.4, 0.5, 0.7]}}}
+    paths = write_plots(summary, tmp_path / "plots", window=(2.0, 6.0), alone=[summary])
+    assert [p.name for p in paths] == ["gantt.png", "rewards.png"] and all(p.stat().st_size > 10_000 for p in paths)
+    with pytest.raises(SpecError, match="window"):
+        write_plots(summary, tmp_path / "none", window=(100.0, 200.0))
+    assert not (tmp_path / "none" / "gantt.png").exists()

@@ -20,7 +20,8 @@
    the job's SDK recorded them), the service's view (state, iterations done), the warm
    switches and, on ``cuda``, the device memory around them (``DeviceMemoryCache``);
    plus ``checks`` (``phase_checks``: alternation per job, no overlap on a node) and the
-   wall time.
+   wall time. Beside it ``gantt.png`` (the measured phases per node) and ``rewards.png``
+   (``write_plots``).
 
 On a one-GPU machine both trainers use the same GPU, which stands for both nodes: one
 job's generation (rollout grant) may run on it while the other job's update (train
@@ -237,6 +238,7 @@ def run_two_jobs(out_dir: Path, steps: int = DEFAULT_STEPS, jobs: tuple[TRLJob, 
     summary = _summary(jobs, steps, results, views, placements, time.time() - t0)
     summary.update(device=device, policy=policy)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_plots(summary, out_dir)
     for line in summary_lines(summary):
         log(line)
     return summary
@@ -298,6 +300,42 @@ def summary_lines(summary: dict) -> list[str]:
     lines.append(f"checks: alternation {c['alternates']}, overlaps on a node {len(c['overlaps'])}, "
                  f"{'ok' if c['ok'] else 'FAILED'}")
     return lines
+
+
+def write_plots(summary: dict, out_dir: Path, window: tuple[float, float] | None = None,
+                alone: list[dict] | None = None) -> list[Path]:
+    """``gantt.png`` and ``rewards.png`` of a ``summary.json`` in ``out_dir``; returns their paths.
+
+    The Gantt chart has one lane per node and one bar per phase (grant arrival to
+    release); with ``window`` (a, b), only the phases that start between a and b seconds
+    after the first grant. The reward chart has each
+    job's logged reward per step; with ``alone`` (summaries of the jobs' runs alone), those
+    too, dashed.
+    """
+    from rollmux.report.demo_plots import measured_gantt, reward_curves
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spans = [{"job_id": job_id, "pool": s["pool"], "nodes": [s["node"]], "start": s["start"], "end": s["end"]}
+             for job_id, j in summary["jobs"].items() for s in j["phase_spans"]]
+    first = min(s["start"] for s in spans)
+    if window is not None:
+        spans = [s for s in spans if first + window[0] <= s["start"] < first + window[1]]
+        if not spans:
+            from rollmux.errors import SpecError
+
+            raise SpecError("window", window, "seconds after the first grant in which some phase starts")
+    n = len(summary["jobs"])
+    policy = f"{summary['policy']} on {summary['device']}"
+    shown = (f", the phases started {window[0]:g}-{window[1]:g} s after the first grant (axis: from the first "
+             "of them)" if window is not None else "")
+    gantt = measured_gantt(spans, out_dir / "gantt.png",
+                           f"{n} TRL GRPO job{'s' if n > 1 else ''} ({policy}): phases per node{shown}\n"
+                           "solid: rollout, hatched: train")
+    solo = {k: j["rewards"] for a in alone or () for k, j in a["jobs"].items()}
+    curves = {k: {"multiplexed": j["rewards"], "solo": solo.get(k, [])} for k, j in summary["jobs"].items()}
+    return [gantt, reward_curves(curves, out_dir / "rewards.png", "TRL GRPO reward per step",
+                                 "reward logged by TRL (mean over the step's completions)", "step")]
 
 
 def compare_alone(together: dict, alone: list[dict]) -> dict:

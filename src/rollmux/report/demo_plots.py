@@ -77,7 +77,9 @@ def measured_gantt(spans: list[dict], path: Path, title: str = "", moves: list[d
     return save(fig, path)
 
 
-def reward_curves(curves: dict[str, dict[str, list[float]]], path: Path) -> Path:
+def reward_curves(curves: dict[str, dict[str, list[float]]], path: Path, title: str = "GRPO reward per iteration",
+                  ylabel: str = "mean reward (fraction of answer characters correct)",
+                  xlabel: str = "iteration") -> Path:
     """``curves``: job -> {"multiplexed": [...], "solo": [...]} mean reward per iteration."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (job, runs) in enumerate(curves.items()):
@@ -85,9 +87,9 @@ def reward_curves(curves: dict[str, dict[str, list[float]]], path: Path) -> Path
         ax.plot(runs["multiplexed"], color=c, label=f"{job} (multiplexed)")
         if runs.get("solo"):
             ax.plot(runs["solo"], color=c, linestyle="--", alpha=0.6, label=f"{job} (solo)")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("mean reward (fraction of answer characters correct)")
-    ax.set_title("GRPO reward per iteration")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return save(fig, path)
