@@ -5,16 +5,7 @@
 # benchmarks/engine_sleep.py. Logs and JSON go to $OUT (default ./gpu-out).
 # torch_memory_saver comes from a wheel in .whl/ when the machine cannot reach a package index.
 set -uo pipefail
-OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled GLOO_SOCKET_IFNAME=lo
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:src
-else
-  export PYTHONPATH=src
-fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+source benchmarks/gpu_env.sh
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
 timeout 240 python3 -m pytest -q -p no:cacheprovider -p no:warnings -m 'not slow' \
   tests/test_state_cache.py tests/test_sharded_state.py tests/test_engine_memory.py 2>&1 | tee "$OUT/tests.log"

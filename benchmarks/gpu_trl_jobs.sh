@@ -6,24 +6,18 @@
 # on a CUDA machine with torch and transformers; wheels in .whl/ (benchmarks/device_wheels.py)
 # are installed first when the machine cannot reach a package index. Output goes to $OUT.
 set -uo pipefail
-OUT=${OUT:-gpu-out}
 STEPS=${STEPS:-60}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:src
-else
-  export PYTHONPATH=src
-fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+source benchmarks/gpu_env.sh
 python3 -c "import torch, transformers, trl, ray; print('torch', torch.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__, 'ray', ray.__version__)" | tee -a "$OUT/gpu.txt"
 timeout 120 python3 -m pytest -q -p no:cacheprovider -p no:warnings tests/test_trl_integration.py \
   -k "device_memory or smollm2 or refused or compare" 2>&1 | tee "$OUT/tests.log"
 for run in together trl-copy trl-next; do
   alone=(); [ "$run" = together ] || alone=(--alone "$run")
   timeout 300 python3 examples/trl/two_jobs.py --out "$OUT/$run" --device cuda --policy smollm2-135m \
-    --steps "$STEPS" "${alone[@]}" 2>&1 | grep -v "pid=" | tee "$OUT/$run.log"
+    --steps "$STEPS" "${alone[@]}" > "$OUT/$run.full.log" 2>&1
+  rc=$?
+  grep -v "pid=" "$OUT/$run.full.log" | tee "$OUT/$run.log"   # without the actors' TRL logs
+  [ "$rc" = 0 ] || { echo "$run: exit status $rc (the actors' logs: $OUT/$run.full.log)"; exit "$rc"; }
 done
 python3 - "$OUT" <<'PY' | tee "$OUT/compare.txt"
 import json, sys

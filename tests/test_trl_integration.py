@@ -182,3 +182,20 @@ def test_write_plots_draws_a_window_and_refuses_an_empty_one(tmp_path):
     with pytest.raises(SpecError, match="window"):
         write_plots(summary, tmp_path / "none", window=(100.0, 200.0))
     assert not (tmp_path / "none" / "gantt.png").exists()
+
+
+def test_example_refuses_bad_arguments_with_a_message_and_status_2(tmp_path):
+    pytest.importorskip("trl")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    example = Path(__file__).parents[1] / "examples" / "trl" / "two_jobs.py"
+    bad = [(["--steps", "0"], "steps=0")] + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "device='cuda'")])
+    for args, message in bad:
+        done = subprocess.run([sys.executable, str(example), "--out", str(tmp_path / "out"), *args],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()

@@ -17,6 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from rollmux.errors import RollMuxError
 from rollmux.integrations.trl_jobs import DEFAULT_STEPS, DEVICES, JOBS, QUICK_STEPS, run_two_jobs
 from rollmux.integrations.trl_toy import POLICIES
 
@@ -34,9 +35,13 @@ def main() -> int:
     parser.add_argument("--alone", choices=[j.job_id for j in JOBS], default=None,
                         help="run only this job, by itself under the same service (the solo baseline)")
     args = parser.parse_args()
-    steps = args.steps or (QUICK_STEPS if args.quick else DEFAULT_STEPS)
+    steps = args.steps if args.steps is not None else QUICK_STEPS if args.quick else DEFAULT_STEPS
     jobs = tuple(j for j in JOBS if args.alone in (None, j.job_id))
-    summary = run_two_jobs(args.out, steps=steps, jobs=jobs, device=args.device, policy=args.policy)
+    try:
+        summary = run_two_jobs(args.out, steps=steps, jobs=jobs, device=args.device, policy=args.policy)
+    except RollMuxError as exc:  # a bad argument: nothing was started
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0 if summary["checks"]["ok"] else 1
 
 
