@@ -2,7 +2,7 @@
 # Two TRL GRPO jobs with SmolLM2-135M-shaped policies (106M parameters) on one GPU under
 # RollMux, then each job alone (the baseline), then the comparison: together vs one after
 # the other, and whether each job's logged rewards and losses are the same value for value.
-# Also the CUDA-only checks of tests/test_trl_integration.py. Run from the repository root
+# First four quick tests of tests/test_trl_integration.py (one checks CUDA memory). Run from the repository root
 # on a CUDA machine with torch and transformers; wheels in .whl/ (benchmarks/device_wheels.py)
 # are installed first when the machine cannot reach a package index. Output goes to $OUT.
 set -uo pipefail
