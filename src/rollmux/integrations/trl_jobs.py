@@ -51,7 +51,6 @@ QUICK_STEPS = 8
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TRANSFORMERS_OFFLINE": "1",
                "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 DEVICES = ("cpu", "cuda")
-CACHE_BUDGET_BYTES = 8 * 1024**3
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +80,7 @@ class TRLJobWorker:
 
     def run(self, url: str, token: str, job: TRLJob, steps: int, device: str, policy: str) -> dict:
         """Attach to ``job`` and train it for ``steps`` steps under RollMux grants; returns what it measured."""
-        from rollmux.integrations.trl import logged_series
+        from rollmux.integrations.trl import CACHE_BUDGET_BYTES, logged_series
         from rollmux.runtime.sdk import Client
 
         cache = DeviceMemoryCache(CACHE_BUDGET_BYTES)
