@@ -86,6 +86,16 @@ def test_a_bad_fleet_file_names_the_field(data, field):
     assert err.value.field == field
 
 
+def test_the_fleet_planner_refuses_the_hosting_space_before_planning():
+    # it used to plan, and a hosted member arrived in the analysis with no rollout node (ZeroDivisionError)
+    from rollmux.planner import FULL_SPACE, HOSTING_SPACE
+
+    for space in (HOSTING_SPACE, dataclasses.replace(FULL_SPACE, hosting=True)):
+        with pytest.raises(SpecError, match="hosting is not offered across views"):
+            FleetPlanner(fleet_of(Cluster()), space=space)
+    FleetPlanner(fleet_of(Cluster()), space=FULL_SPACE)
+
+
 def test_a_gpu_type_outside_the_table_is_accepted_with_its_figures():
     fleet = fleet_from_dict({"pools": [{"gpu": "L40S", "tflops": 362.0, "tb_per_s": 0.864,
                                         "price_per_gpu_hour": 1.2}, {"gpu": "H800"}]})

@@ -93,7 +93,7 @@ from typing import Callable, Mapping
 from rollmux import colocation
 from rollmux.fleet import Fleet, Profiles, View, speed_factor, translate
 from rollmux.model import ROLLOUT, TRAIN, Cluster, Group, Job, Member
-from rollmux.errors import PlacementError
+from rollmux.errors import PlacementError, SpecError
 from rollmux.improve import materialize
 from rollmux.intra import GroupAnalysis, analyze
 from rollmux.lifetime import Remaining, lifetime_cost
@@ -376,6 +376,9 @@ class FleetPlanner:
                  space: Space = PAPER_SPACE, sharing_cost: bool | None = None, objective: str = "rate",
                  hedge: bool = False) -> None:
         fleet.validate()
+        if space.hosting:  # a hosted member's phases are not translated between views
+            raise SpecError("space", space, "a space without hosting (the paper's or the full space): hosting is "
+                            "not offered across views", "FleetPlanner")
         self.fleet = fleet
         self.profiles = profiles or Profiles()
         self.hedge = hedge  # dominance over Gavel+ (module docstring)
