@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from rollmux.errors import SpecError
 from rollmux.integrations.checks import phase_checks
 from rollmux.model import TRAIN
 from rollmux.runtime.ray_adapter import WorkerInfo
@@ -167,15 +168,11 @@ def _policy(name: str):
     from rollmux.integrations.trl_toy import POLICIES
 
     if name not in POLICIES:
-        from rollmux.errors import SpecError
-
         raise SpecError("policy", name, f"one of {sorted(POLICIES)}")
     return POLICIES[name]
 
 
 def _check_device(device: str) -> None:
-    from rollmux.errors import SpecError
-
     if device not in DEVICES:
         raise SpecError("device", device, f"one of {list(DEVICES)}")
     if device == "cuda" and not torch.cuda.is_available():
@@ -197,8 +194,6 @@ def run_two_jobs(out_dir: Path, steps: int = DEFAULT_STEPS, jobs: tuple[TRLJob, 
     torch sees no GPU) raise ``SpecError`` before anything starts.
     """
     if steps < 1:
-        from rollmux.errors import SpecError
-
         raise SpecError("steps", steps, "an integer >= 1")
     _policy(policy)
     _check_device(device)
@@ -278,8 +273,7 @@ def _summary(jobs, steps, results, views, placements, wall_s) -> dict:
 def summary_lines(summary: dict) -> list[str]:
     """The human-readable report of a ``summary.json``."""
     params = max(j["parameters"] for j in summary["jobs"].values())
-    n = len(summary["jobs"])
-    lines = [f"{n} TRL GRPO job{'s' if n > 1 else ''} x {summary['steps']} steps ({summary['policy']}, "
+    lines = [f"{_jobs_label(summary)} x {summary['steps']} steps ({summary['policy']}, "
              f"{params / 1e6:.2f}M parameters, {summary['device']}): {summary['wall_s']:.0f} s in all, "
              f"{summary['phases_wall_s']:.1f} s from first grant to last release"]
     for job_id, j in summary["jobs"].items():
@@ -301,6 +295,11 @@ def summary_lines(summary: dict) -> list[str]:
     return lines
 
 
+def _jobs_label(summary: dict) -> str:
+    n = len(summary["jobs"])
+    return f"{n} TRL GRPO job{'s' if n > 1 else ''}"
+
+
 def write_plots(summary: dict, out_dir: Path, window: tuple[float, float] | None = None,
                 alone: list[dict] | None = None) -> list[Path]:
     """``gantt.png`` and ``rewards.png`` of a ``summary.json`` in ``out_dir``; returns their paths.
@@ -313,23 +312,20 @@ def write_plots(summary: dict, out_dir: Path, window: tuple[float, float] | None
     """
     from rollmux.report.demo_plots import measured_gantt, reward_curves
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     spans = [{"job_id": job_id, "pool": s["pool"], "nodes": [s["node"]], "start": s["start"], "end": s["end"]}
              for job_id, j in summary["jobs"].items() for s in j["phase_spans"]]
     first = min(s["start"] for s in spans)
     if window is not None:
         spans = [s for s in spans if first + window[0] <= s["start"] < first + window[1]]
         if not spans:
-            from rollmux.errors import SpecError
-
             raise SpecError("window", window, "seconds after the first grant in which some phase starts")
-    n = len(summary["jobs"])
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     policy = f"{summary['policy']} on {summary['device']}"
     shown = (f", the phases started {window[0]:g}-{window[1]:g} s after the first grant (axis: from the first "
              "of them)" if window is not None else "")
     gantt = measured_gantt(spans, out_dir / "gantt.png",
-                           f"{n} TRL GRPO job{'s' if n > 1 else ''} ({policy}): phases per node{shown}\n"
+                           f"{_jobs_label(summary)} ({policy}): phases per node{shown}\n"
                            "solid: rollout, hatched: train")
     solo = {k: j["rewards"] for a in alone or () for k, j in a["jobs"].items()}
     curves = {k: {"multiplexed": j["rewards"], "solo": solo.get(k, [])} for k, j in summary["jobs"].items()}
@@ -348,8 +344,6 @@ def compare_alone(together: dict, alone: list[dict]) -> dict:
     """
     alone_jobs = {job_id: j for summary in alone for job_id, j in summary["jobs"].items()}
     if set(alone_jobs) != set(together["jobs"]) or any(s["steps"] != together["steps"] for s in alone):
-        from rollmux.errors import SpecError
-
         raise SpecError("alone", sorted(alone_jobs), f"one run alone of each job of {sorted(together['jobs'])}, "
                         f"{together['steps']} steps each")
     together_s = together["phases_wall_s"]
