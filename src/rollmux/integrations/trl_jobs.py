@@ -301,14 +301,15 @@ def _jobs_label(summary: dict) -> str:
 
 
 def write_plots(summary: dict, out_dir: Path, window: tuple[float, float] | None = None,
-                alone: list[dict] | None = None) -> list[Path]:
+                alone: list[dict] | None = None, reward_title: str = "TRL GRPO reward per step",
+                reward_axis: str = "reward logged by TRL (mean over the step's completions)") -> list[Path]:
     """``gantt.png`` and ``rewards.png`` of a ``summary.json`` in ``out_dir``; returns their paths.
 
     The Gantt chart has one lane per node and one bar per phase (grant arrival to
     release); with ``window`` (a, b), only the phases that start between a and b seconds
     after the first grant. The reward chart has each
     job's logged reward per step; with ``alone`` (summaries of the jobs' runs alone), those
-    too, dashed.
+    too, dashed. ``reward_title`` and ``reward_axis`` label the reward chart.
     """
     from rollmux.report.demo_plots import measured_gantt, reward_curves
 
@@ -329,8 +330,7 @@ def write_plots(summary: dict, out_dir: Path, window: tuple[float, float] | None
                            "solid: rollout, hatched: train")
     solo = {k: j["rewards"] for a in alone or () for k, j in a["jobs"].items()}
     curves = {k: {"multiplexed": j["rewards"], "solo": solo.get(k, [])} for k, j in summary["jobs"].items()}
-    return [gantt, reward_curves(curves, out_dir / "rewards.png", "TRL GRPO reward per step",
-                                 "reward logged by TRL (mean over the step's completions)", "step")]
+    return [gantt, reward_curves(curves, out_dir / "rewards.png", reward_title, reward_axis, "step")]
 
 
 def compare_alone(together: dict, alone: list[dict]) -> dict:
