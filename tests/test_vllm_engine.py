@@ -220,3 +220,83 @@ def test_real_engine_sleeps_gives_memory_back_and_wakes_to_the_same_outputs(tmp_
             engine.wake()  # awake again for the next level's state
     finally:
         llm.llm_engine.engine_core.shutdown()
+
+
+class ToyEngine(RecordingLLM):
+    """An engine stand-in for the two-job run on CPU: the exported policy, loaded with
+    transformers; a level-2 sleep poisons its weights (NaN), so that only a reload through
+    ``load_weights`` brings them back."""
+
+    def __init__(self, folder: Path) -> None:
+        from transformers import AutoModelForCausalLM
+
+        super().__init__()
+        self.folder = folder
+        self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        self.awake = True
+        self.llm_engine.engine_core = SimpleNamespace(shutdown=lambda: self.calls.append(("shutdown",)))
+
+    def sleep(self, level: int = 1) -> None:
+        super().sleep(level)
+        assert self.awake, "slept twice"
+        self.awake = False
+        if level == 2:
+            with torch.no_grad():
+                for param in self.model.parameters():
+                    param.fill_(float("nan"))
+
+    def wake_up(self, tags=None) -> None:
+        super().wake_up(tags)
+        self.awake = True
+
+    def collective_rpc(self, method: str, kwargs: dict) -> None:
+        from safetensors.torch import load_file
+
+        assert method == "reload_weights" and Path(kwargs["weights_path"]) == self.folder
+        state = load_file(str(self.folder / "model.safetensors"))
+        self.model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+        self.model.tie_weights()
+
+
+def toy_sample(llm: ToyEngine, prompts, n):
+    """``vllm_jobs.sample`` on the stand-in: n sampled completions per prompt and their summed log-probabilities."""
+    assert llm.awake, "sampled while asleep"
+    completions, logprobs = [], []
+    with torch.no_grad():
+        for p in prompts:
+            ids = torch.tensor([p] * n)
+            out = llm.model.generate(ids, do_sample=True, max_new_tokens=8, min_new_tokens=8, pad_token_id=0)
+            group = out[:, len(p):].tolist()
+            logits = llm.model(input_ids=out).logits[:, len(p) - 1:-1].log_softmax(-1)
+            lp = logits.gather(-1, out[:, len(p):].unsqueeze(-1)).squeeze(-1).sum(-1)
+            completions.append(group)
+            logprobs.append([float(x) for x in lp])
+    return completions, logprobs
+
+
+def test_two_jobs_run_on_cpu_with_stand_in_engines(tmp_path: Path, monkeypatch):
+    """The whole run around the engines (control plane, grants, level-2 reloads, trainer
+    state cache, summary, plots) with engines that only answer correctly when the
+    trainer's latest weights were pushed into them at each wake."""
+    from rollmux.integrations import vllm_jobs
+
+    monkeypatch.setattr(vllm_jobs, "_check_machine", lambda: None)
+    engines: list[ToyEngine] = []
+    monkeypatch.setattr(vllm_jobs, "start_engine",
+                        lambda folder, job, utilization: engines.append(ToyEngine(folder)) or engines[-1])
+    monkeypatch.setattr(vllm_jobs, "sample", toy_sample)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (60e9, 80e9))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "stand-in")
+    lines: list[str] = []
+    summary = run_two_jobs(tmp_path / "out", iterations=3, policy="tiny-qwen2", log=lines.append,
+                           trainer_device="cpu")
+    assert summary["checks"]["ok"] and summary["engines_awake_together"] == []
+    for job_id, j in summary["jobs"].items():
+        assert j["service_state"] == "done" and j["service_iterations_done"] == 3
+        assert len(j["rewards"]) == 3 and len(j["logprob_gap"]) == 3
+        assert j["logprob_gap_max"] < 1e-2, (job_id, j["logprob_gap"])  # sampled with the trainer's weights
+        assert [r["direction"] for r in j["engine_records"]] == ["sleep"] + ["wake", "sleep"] * 3
+    assert summary["reserved_fraction"] == pytest.approx(1.1)
+    assert [e.calls[-1] for e in engines] == [("shutdown",)] * 2
+    assert {p.name for p in (tmp_path / "out").iterdir()} >= {"summary.json", "gantt.png", "rewards.png"}
+    assert any("phases alternate: True" in line for line in lines)

@@ -295,21 +295,22 @@ def summary_lines(summary: dict) -> list[str]:
     return lines
 
 
-def _jobs_label(summary: dict) -> str:
+def _jobs_label(summary: dict, kind: str = "TRL GRPO") -> str:
     n = len(summary["jobs"])
-    return f"{n} TRL GRPO job{'s' if n > 1 else ''}"
+    return f"{n} {kind} job{'s' if n > 1 else ''}"
 
 
 def write_plots(summary: dict, out_dir: Path, window: tuple[float, float] | None = None,
                 alone: list[dict] | None = None, reward_title: str = "TRL GRPO reward per step",
-                reward_axis: str = "reward logged by TRL (mean over the step's completions)") -> list[Path]:
+                reward_axis: str = "reward logged by TRL (mean over the step's completions)",
+                kind: str = "TRL GRPO") -> list[Path]:
     """``gantt.png`` and ``rewards.png`` of a ``summary.json`` in ``out_dir``; returns their paths.
 
     The Gantt chart has one lane per node and one bar per phase (grant arrival to
     release); with ``window`` (a, b), only the phases that start between a and b seconds
     after the first grant. The reward chart has each
     job's logged reward per step; with ``alone`` (summaries of the jobs' runs alone), those
-    too, dashed. ``reward_title`` and ``reward_axis`` label the reward chart.
+    too, dashed. ``reward_title`` and ``reward_axis`` label the reward chart, ``kind`` the jobs.
     """
     from rollmux.report.demo_plots import measured_gantt, reward_curves
 
@@ -326,7 +327,7 @@ def write_plots(summary: dict, out_dir: Path, window: tuple[float, float] | None
     shown = (f", the phases started {window[0]:g}-{window[1]:g} s after the first grant (axis: from the first "
              "of them)" if window is not None else "")
     gantt = measured_gantt(spans, out_dir / "gantt.png",
-                           f"{_jobs_label(summary)} ({policy}): phases per node{shown}\n"
+                           f"{_jobs_label(summary, kind)} ({policy}): phases per node{shown}\n"
                            "solid: rollout, hatched: train")
     solo = {k: j["rewards"] for a in alone or () for k, j in a["jobs"].items()}
     curves = {k: {"multiplexed": j["rewards"], "solo": solo.get(k, [])} for k, j in summary["jobs"].items()}

@@ -35,13 +35,13 @@ Needs a CUDA GPU and vLLM (``DeviceUnavailableError`` otherwise); the learner al
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import random
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -71,6 +71,11 @@ class VllmJob:
     t_roll_s: float = 1.0
     t_train_s: float = 1.0
     slo: float = 2.0
+
+    @property
+    def name(self) -> str:
+        """The job id (``rollmux.grpo.driver.run_together`` keys results by ``name``)."""
+        return self.job_id
 
 
 JOBS = (VllmJob("vllm-copy", shift=0, seed=1), VllmJob("vllm-next", shift=1, seed=2))
@@ -137,7 +142,7 @@ class GRPOLearner:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        out = {"reward": statistics.fmean(r for group in rewards for r in group), "loss": float(loss)}
+        out = {"reward": statistics.fmean(r for group in rewards for r in group), "loss": float(loss.detach())}
         if engine_logprobs is not None:
             engine = torch.tensor([x for group in engine_logprobs for x in group], device=self.device)
             out["logprob_gap"] = float(((engine - per_seq.detach()).abs() / lengths).mean())
@@ -198,7 +203,7 @@ def _run_job(handle, job: VllmJob, learner: GRPOLearner, engine, folder: Path, i
             prompts, targets = learner.batch()
             with handle.phase("rollout", state=engine):
                 completions, logprobs = sample(engine.llm, prompts, job.num_generations)
-            with handle.phase("train", state=cache, key=key):
+            with handle.phase("train", state=cache, key=key, device=learner.device):
                 steps.append(learner.step(prompts, targets, completions, logprobs))
                 learner.export(folder)
     return {"steps": steps, "history": handle.history, "engine": engine.summary(),
@@ -209,8 +214,10 @@ def _run_job(handle, job: VllmJob, learner: GRPOLearner, engine, folder: Path, i
 
 def run_two_jobs(out_dir: Path, iterations: int = DEFAULT_ITERATIONS, jobs: tuple[VllmJob, ...] = JOBS,
                  utilization: float = DEFAULT_UTILIZATION, policy: str = "smollm2-135m",
-                 log: Callable[[str], None] = print, timeout_s: float = 900.0) -> dict:
-    """Run ``jobs`` together for ``iterations`` steps each; write and return ``summary.json`` (module docstring)."""
+                 log: Callable[[str], None] = print, trainer_device: str = "cuda") -> dict:
+    """Run ``jobs`` together for ``iterations`` steps each; write and return ``summary.json`` (module docstring).
+
+    The engines run on the GPU; ``trainer_device`` is where the trainers do (the GPU by default)."""
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise SpecError("iterations", iterations, "an integer >= 1")
     if not 0.05 <= utilization < 1.0:
@@ -220,6 +227,7 @@ def run_two_jobs(out_dir: Path, iterations: int = DEFAULT_ITERATIONS, jobs: tupl
     _check_machine()
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     from rollmux.demo import _control_plane
+    from rollmux.grpo.driver import run_together
     from rollmux.integrations.vllm_engine import VllmEngineState
     from rollmux.runtime.sdk import Client
 
@@ -227,10 +235,11 @@ def run_two_jobs(out_dir: Path, iterations: int = DEFAULT_ITERATIONS, jobs: tupl
     out_dir.mkdir(parents=True, exist_ok=True)
     shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
     t0 = time.time()
-    with tempfile.TemporaryDirectory(prefix="rollmux-vllm-", dir=shm) as weights_root:
+    with contextlib.ExitStack() as stack:
+        weights_root = stack.enter_context(tempfile.TemporaryDirectory(prefix="rollmux-vllm-", dir=shm))
         learners, folders, engines, startup = [], [], [], {}
         for job in jobs:
-            learner = GRPOLearner(job, policy, "cuda")
+            learner = GRPOLearner(job, policy, trainer_device)
             folder = Path(weights_root) / job.job_id
             learner.export(folder)
             learners.append(learner)
@@ -239,6 +248,7 @@ def run_two_jobs(out_dir: Path, iterations: int = DEFAULT_ITERATIONS, jobs: tupl
             log(f"{job.job_id}: starting its vLLM engine ({utilization:.2f} of the GPU), then parking it")
             t_start = time.perf_counter()
             llm = start_engine(folder, job, utilization)
+            stack.callback(llm.llm_engine.engine_core.shutdown)  # also when a later step fails
             startup[job.job_id] = time.perf_counter() - t_start
 
             def load(llm, folder=folder):
@@ -250,42 +260,26 @@ def run_two_jobs(out_dir: Path, iterations: int = DEFAULT_ITERATIONS, jobs: tupl
         log(f"engines asleep: {free / 1e9:.1f} of {total / 1e9:.1f} GB free")
         with _control_plane(1, 1, out_dir) as (url, admin):
             client = Client(url, token=admin)
-            results: dict = {}
-            errors: list[BaseException] = []
             try:
                 handles = [client.submit({"job_id": j.job_id, "t_roll_s": j.t_roll_s, "t_train_s": j.t_train_s,
                                           "slo": j.slo, "model": policy}) for j in jobs]
                 placements = [h.wait_placed(timeout_s=60) for h in handles]
                 for h, p in zip(handles, placements):
                     log(f"{h.job_id}: group {p['group_id']}, rollout {p['rollout_nodes']}, train {p['train_nodes']}")
-
-                def work(h, job, learner, engine, folder):
-                    try:
-                        results[job.job_id] = _run_job(h, job, learner, engine, folder, iterations)
-                    except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller's thread
-                        errors.append(exc)
-                threads = [threading.Thread(target=work, args=args, name=f"job-{args[1].job_id}")
-                           for args in zip(handles, jobs, learners, engines, folders)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join(timeout_s)
-                if errors:
-                    raise errors[0]
-                if any(t.is_alive() for t in threads):
-                    raise TimeoutError(f"the jobs did not end within {timeout_s:g} s")
+                parts = {j.job_id: (learner, engine, folder) for j, learner, engine, folder
+                         in zip(jobs, learners, engines, folders)}
+                results = run_together(list(jobs), handles,
+                                       lambda job, h: _run_job(h, job, *parts[job.job_id], iterations))
                 views = {j.job_id: client.job(j.job_id) for j in jobs}
             finally:
                 client.close()
-        for engine in engines:
-            engine.llm.llm_engine.engine_core.shutdown()
     summary = _summary(jobs, iterations, results, views, placements, startup, time.time() - t0)
-    summary.update(policy=policy, device="cuda", gpu=torch.cuda.get_device_name(), gpu_total_gb=total / 1e9,
+    summary.update(policy=policy, device=f"vLLM on cuda, trainers on {trainer_device}", gpu=torch.cuda.get_device_name(), gpu_total_gb=total / 1e9,
                    utilization=utilization, reserved_fraction=utilization * len(jobs))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     from rollmux.integrations.trl_jobs import write_plots
     write_plots(summary, out_dir, reward_title="GRPO reward per step (vLLM rollouts)",
-                reward_axis="mean reward of the step's completions")
+                reward_axis="mean reward of the step's completions", kind="GRPO")
     for line in summary_lines(summary):
         log(line)
     return summary
