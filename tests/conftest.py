@@ -17,7 +17,7 @@ SERIAL_MODULES = frozenset({
     "test_live_tail", "test_native", "test_ray_adapter", "test_ray_start", "test_report_html", "test_reward_service",
     "test_rollart_demo", "test_rollart_live", "test_sdk", "test_service_e2e", "test_service_fleet",
     "test_service_hostile", "test_sharded_state", "test_state_cache", "test_store", "test_trl_integration",
-    "test_verl_adapter", "test_weight_sync", "test_whatif", "test_whatif_fleet",
+    "test_verl_adapter", "test_vllm_engine", "test_weight_sync", "test_whatif", "test_whatif_fleet",
 })
 
 
