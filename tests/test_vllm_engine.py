@@ -300,3 +300,14 @@ def test_two_jobs_run_on_cpu_with_stand_in_engines(tmp_path: Path, monkeypatch):
     assert [e.calls[-1] for e in engines] == [("shutdown",)] * 2
     assert {p.name for p in (tmp_path / "out").iterdir()} >= {"summary.json", "gantt.png", "rewards.png"}
     assert any("phases alternate: True" in line for line in lines)
+
+
+def test_summed_logprob_uses_the_cumulative_figure_else_the_per_token_entries():
+    from rollmux.integrations.vllm_jobs import _summed_logprob
+
+    entry = lambda x: SimpleNamespace(logprob=x)  # noqa: E731
+    with_total = SimpleNamespace(cumulative_logprob=-1.5, logprobs=None, token_ids=[4, 5])
+    per_token = SimpleNamespace(cumulative_logprob=None, token_ids=[4, 5],
+                                logprobs=[{4: entry(-0.25), 9: entry(-3.0)}, {5: entry(-0.5)}])
+    assert _summed_logprob(with_total) == -1.5
+    assert _summed_logprob(per_token) == -0.75

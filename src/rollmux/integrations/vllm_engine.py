@@ -80,7 +80,10 @@ def _free_bytes() -> int | None:
 
 
 class VllmEngineState:
-    """Sleep and wake of one vLLM engine at its job's phase boundaries (module docstring)."""
+    """Sleep and wake of one vLLM engine at its job's phase boundaries (module docstring).
+
+    ``measure()`` gives the device's free bytes at each switch (default: the CUDA driver's
+    count; None where there is no CUDA, and then the records carry no bytes)."""
 
     def __init__(self, llm: Any, level: int = 1, load_weights: Callable[[Any], None] | None = None,
                  measure: Callable[[], int | None] = _free_bytes) -> None:

@@ -188,8 +188,16 @@ def sample(llm, prompts: list[list[int]], n: int) -> tuple[list[list[list[int]]]
     params = SamplingParams(n=n, temperature=1.0, max_tokens=COMPLETION_LEN, logprobs=0, detokenize=False)
     outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     completions = [[list(c.token_ids) for c in o.outputs] for o in outputs]
-    logprobs = [[float(c.cumulative_logprob) for c in o.outputs] for o in outputs]
+    logprobs = [[_summed_logprob(c) for c in o.outputs] for o in outputs]
     return completions, logprobs
+
+
+def _summed_logprob(completion) -> float:
+    """A vLLM ``CompletionOutput``'s summed log-probability of its tokens: its cumulative
+    figure, else (a version that leaves it unset) the sum of the per-token entries."""
+    if completion.cumulative_logprob is not None:
+        return float(completion.cumulative_logprob)
+    return float(sum(step[token].logprob for step, token in zip(completion.logprobs, completion.token_ids)))
 
 
 def _run_job(handle, job: VllmJob, learner: GRPOLearner, engine, folder: Path, iterations: int) -> dict:
