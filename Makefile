@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 # The compiled analysis kernel (rollmux.native): rebuilt when kernel.py changes; best effort,
 # never fatal (without a C compiler the source runs, slower).
 NATIVE := src/rollmux/_native/kernel.sha256
-$(NATIVE): src/rollmux/kernel.py $(STAMP)
+$(NATIVE): src/rollmux/kernel.py src/rollmux/_csim.c $(STAMP)
 	-$(VENV)/bin/rollmux kernel build
 
 .PHONY: install simulate test bench

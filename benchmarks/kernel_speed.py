@@ -1,15 +1,17 @@
-"""The analysis kernel compiled (``rollmux.native``) against its pure-Python source, in
-the same run.
+"""The analysis kernel compiled (``rollmux.native``) against its source, with and without
+the C simulation loop, in the same run.
 
 Draws random synchronous groups of 2 to 5 members over three rollout and three training
 nodes (shared and private nodes, switch seconds or none) and times, with an empty memo
 each round, ``shape_of`` (one start, as ``intra.analyze``) and ``worst_iterations``
 (every start; every order too for up to four members, as ``intra.worst_start`` for the
-planner's check). The kernel the package imports (compiled where it is built) and the
-source, loaded beside it as a second module with its own memo, take turns round by
-round, so that both see the same spells of a shared machine; each keeps its fastest
-round. The two must return the same answers. Prints seconds per entry point and the
-ratio.
+planner's check). Three kernels take turns round by round, so that all see the same
+spells of a shared machine, and each keeps its fastest round: the one the package
+imports (compiled, with the C loop, where they are built), the source loaded beside it
+as a second module with its own memo (with the C loop where it is built), and the
+source with its own Python loop (``pure``: the kernel with nothing built). All must
+return the same answers. Prints seconds per entry point and the ratios to the imported
+kernel.
 
     python benchmarks/kernel_speed.py [--groups 400] [--seed 3] [--rounds 7]
 """
@@ -42,11 +44,14 @@ def groups(count: int, seed: int) -> list[tuple]:
     return keys
 
 
-def source_kernel():
-    """``kernel.py`` itself, imported as a module of its own (its own memo)."""
-    spec = importlib.util.spec_from_file_location("rollmux._kernel_source", native.SOURCE)
+def source_kernel(name: str, c_loop: bool = True):
+    """``kernel.py`` itself, imported as a module of its own (its own memo); without
+    ``c_loop``, it runs its Python loop for every key."""
+    spec = importlib.util.spec_from_file_location(name, native.SOURCE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if not c_loop:
+        module._csim = None  # read by each key's set-up
     return module
 
 
@@ -63,10 +68,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
     keys = groups(args.groups, args.seed)
-    kernels = {"imported": kernel, "source": source_kernel()}
+    kernels = {"imported": kernel, "source": source_kernel("rollmux._kernel_source"),
+               "pure": source_kernel("rollmux._kernel_pure", c_loop=False)}
     print(f"{args.groups} groups of 2-5 members (seed {args.seed}), fastest of {args.rounds} alternating rounds")
-    print(f"imported: {native.status()}")
-    print(f"{'entry point':<18} {'imported s':>11} {'source s':>9} {'source / imported':>18}")
+    print(f"imported: {native.status()}; simulation loop: {native.simulator_status()}")
+    print(f"{'entry point':<18} {'imported s':>11} {'source s':>9} {'pure s':>8} {'source / imported':>18} "
+          f"{'pure / imported':>16}")
     for name, call in ENTRY_POINTS.items():
         best = dict.fromkeys(kernels, float("inf"))
         answers = {}
@@ -76,10 +83,10 @@ def main() -> None:
                 t = time.perf_counter()
                 answers[label] = [call(k, key) for key in keys]
                 best[label] = min(best[label], time.perf_counter() - t)
-        if answers["imported"] != answers["source"]:
-            sys.exit(f"{name}: the two kernels gave different answers")
-        print(f"{name:<18} {best['imported']:>11.3f} {best['source']:>9.3f} "
-              f"{best['source'] / best['imported']:>17.2f}x")
+        if not answers["imported"] == answers["source"] == answers["pure"]:
+            sys.exit(f"{name}: the kernels gave different answers")
+        print(f"{name:<18} {best['imported']:>11.4f} {best['source']:>9.4f} {best['pure']:>8.4f} "
+              f"{best['source'] / best['imported']:>17.2f}x {best['pure'] / best['imported']:>15.2f}x")
 
 
 if __name__ == "__main__":

@@ -104,7 +104,8 @@ def main() -> None:
     draw = random.Random(args.seed)
     left: dict[str, int] = {}
     remaining = (lambda k: left.setdefault(k, draw.randint(1, 500))) if args.objective == "lifetime" else None
-    print(f"placement space: {args.space}, objective: {args.objective}, kernel: {native.status()}")
+    print(f"placement space: {args.space}, objective: {args.objective}, kernel: {native.status()}, "
+          f"simulation loop: {native.simulator_status()}")
     draws = "  draws' medians ms" if args.repeats > 1 else ""
     print(f"{'N':>6} {'groups':>7} {'median ms':>10} {'p99 ms':>9} {'paper ms':>9} {'speed-up':>9} {'build s':>8}{draws}")
     for n in [int(x) for x in args.sizes.split(",")]:

@@ -90,6 +90,11 @@ def build_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(native, "RECORD", out / "kernel.sha256")
     monkeypatch.setattr(native, "SHIM", out / f"kernel{native.SUFFIX}")
     monkeypatch.setattr(native, "LIB", tmp_path / f"kernel__mypyc{native.SUFFIX}")
+    csim = tmp_path / "_csim.c"
+    csim.write_bytes(native.CSIM_SOURCE.read_bytes())
+    monkeypatch.setattr(native, "CSIM_SOURCE", csim)
+    monkeypatch.setattr(native, "CSIM", out / f"_csim{native.SUFFIX}")
+    monkeypatch.setattr(native, "CSIM_RECORD", out / "csim.sha256")
     monkeypatch.delenv(native.PURE_ENV, raising=False)
     return tmp_path
 
@@ -108,6 +113,40 @@ def test_the_source_runs_unless_the_build_matches_it(build_dir, monkeypatch):
     native.RECORD.write_text(native.digest() + "\n")
     monkeypatch.setenv(native.PURE_ENV, "1")
     assert native.compiled_path() == (None, f"{native.PURE_ENV} is set")
+
+
+def test_the_kernel_loop_runs_unless_the_c_build_matches_its_source(build_dir, monkeypatch):
+    assert native.simulator_path() == (None, "not built (rollmux kernel build)")
+    assert native.simulator() is None
+    native.OUT.mkdir()
+    native.CSIM_RECORD.write_text(__import__("hashlib").sha256(native.CSIM_SOURCE.read_bytes()).hexdigest() + "\n")
+    assert "not built for this interpreter" in native.simulator_path()[1]
+    native.CSIM.write_bytes(b"")
+    assert native.simulator_path() == (native.CSIM, "C")
+    native.CSIM_SOURCE.write_text(native.CSIM_SOURCE.read_text() + "\n/* an edit */\n")
+    assert native.simulator_path() == (None, "_csim.c changed since the build (rollmux kernel build)")
+    monkeypatch.setenv(native.PURE_ENV, "1")
+    assert native.simulator_path() == (None, f"{native.PURE_ENV} is set")
+
+
+def test_the_c_loop_builds_loads_and_a_failed_build_leaves_no_record(build_dir):
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("no C compiler here")
+    path = native.build_simulator()
+    assert path == native.CSIM and native.simulator_path() == (path, "C")
+    assert callable(native.simulator().simulate)
+    native.CSIM_SOURCE.write_text(native.CSIM_SOURCE.read_text() + "\nthis is not C;\n")
+    with pytest.raises(native.BuildError, match="did not build"):
+        native.build_simulator()
+    assert not native.CSIM_RECORD.exists() and native.simulator() is None
+
+
+def test_the_package_runs_the_c_loop_where_it_can_be_built():
+    if os.environ.get(native.PURE_ENV):
+        pytest.skip(f"{native.PURE_ENV} is set")
+    if not _can_build():
+        pytest.skip("no mypyc or no C compiler here: the kernel's loop runs")
+    assert native.simulator_status() == "C", "make install (or rollmux kernel build) builds it"
 
 
 def test_a_failed_build_leaves_no_record(build_dir):
@@ -130,4 +169,5 @@ def test_the_speed_benchmark_runs_and_compares_answers():
     assert run.returncode == 0, run.stderr[-2000:]
     rows = [line.split() for line in run.stdout.splitlines() if line.startswith(("shape_of", "worst_iterations"))]
     assert [r[0] for r in rows] == ["shape_of", "worst_iterations"]
-    assert all(float(r[1]) > 0 and float(r[2]) > 0 and r[3].endswith("x") for r in rows)
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 and float(r[3]) > 0 and r[4].endswith("x") and r[5].endswith("x")
+               for r in rows)

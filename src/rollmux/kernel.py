@@ -11,7 +11,11 @@ bounded memo of shapes (and one of each key's set-up and each pinning pattern's 
 Pure Python over ints, tuples and lists, with no classes of its own beyond tuples, so
 that mypyc can compile it unchanged: ``rollmux.native`` builds the compiled copy and
 loads it in place of this file while the two match (``make install`` builds it; without
-a C compiler or after an edit of this file, the package runs this source).
+a C compiler or after an edit of this file, the package runs this source). The loop of
+``_simulate`` also exists in C (``_csim.c``, built by the same command): where it is
+built and fresh, and the group fits machine words (``_Setup.native``), ``_simulate``
+hands it the set-up and finishes in Python from what it returns; otherwise, or with
+``ROLLMUX_PURE_PYTHON`` set, its own loop runs. Both give the same shapes.
 """
 from __future__ import annotations
 
@@ -22,10 +26,16 @@ from operator import itemgetter
 from typing import Callable, NamedTuple, Sequence
 
 from rollmux.model import POOLS, ROLLOUT, TRAIN
+from rollmux.native import simulator
 
 MAX_ITERATIONS = 60
 TICKS_PER_S = 1_000_000
 _MEMO_LIMIT = 200_000
+#: the C simulation loop (``rollmux._csim``), or None: see the module contract
+_csim = simulator()
+#: bits of machine word the C loop may use for ``last`` (nodes x members) and for a
+#: queue entry (``train`` and the times below it, with their slot)
+_WORD_BITS = 63
 
 
 class _Shape(NamedTuple):
@@ -176,24 +186,30 @@ def _part_key(key: tuple, part: list[int]) -> tuple[tuple, dict[int, int]]:
 
 def _parts(key: tuple) -> list[list[int]]:
     """The connected parts of a group's sharing graph (members joined by a common node),
-    as member indices in admission order, parts ordered by their first member."""
-    owner: dict[int, int] = {}
-    root = list(range(len(key)))
-
-    def find(i: int) -> int:
-        while root[i] != i:
-            root[i] = root[root[i]]
-            i = root[i]
-        return i
-
+    as member indices in admission order, parts ordered by their first member. Each part
+    is kept with the bits of its nodes; a member merges every part whose nodes meet its
+    own (parts never share a node, so one pass over them suffices)."""
+    parts: list[tuple[int, list[int]]] = []
     for i, k in enumerate(key):
-        for x in (*k[2], *k[3]):
-            j = owner.setdefault(x, i)
-            root[find(i)] = find(j)
-    parts: dict[int, list[int]] = {}
-    for i in range(len(key)):
-        parts.setdefault(find(i), []).append(i)
-    return list(parts.values())
+        bits = 0
+        for x in k[2]:
+            bits |= 1 << x
+        for x in k[3]:
+            bits |= 1 << x
+        merged = [i]
+        kept: list[tuple[int, list[int]]] = []
+        for part_bits, members in parts:
+            if part_bits & bits:
+                bits |= part_bits
+                merged += members
+            else:
+                kept.append((part_bits, members))
+        merged.sort()
+        kept.append((bits, merged))
+        parts = kept
+    out = [members for _, members in parts]
+    out.sort(key=itemgetter(0))
+    return out
 
 
 def _joined(key: tuple, parts: list[list[int]]) -> _Shape:
@@ -243,6 +259,7 @@ class _Layout(NamedTuple):
     pools: tuple[str, ...]
     nodes: list[int]  # nodes per slot
     pool_sizes: tuple[int, int]
+    node_count: int  # nodes in all (bits of ``mask``)
 
 
 _layouts: dict[tuple, _Layout] = {}
@@ -271,7 +288,7 @@ def _layout(pins: tuple) -> _Layout:
             names.append(tuple(map(str, nodes)))
             counts.append(len(nodes))
     return _Layout((2 * n - 1).bit_length(), mask, own, others, keep, names, POOLS * n, counts,
-                   (pool_masks[0].bit_count(), pool_masks[1].bit_count()))
+                   (pool_masks[0].bit_count(), pool_masks[1].bit_count()), node_count)
 
 
 class _Setup(NamedTuple):
@@ -285,6 +302,7 @@ class _Setup(NamedTuple):
     step_limit: int
     train: int  # the offset that sorts training entries after every rollout entry
     requeue: list[int]  # a phase ending on slot s requeues its member's other phase at end + requeue[s]
+    native: bool  # the C loop runs this key: it is built, and ``last`` and every entry fit a machine word
 
 
 _setups: dict[tuple, _Setup] = {}
@@ -313,8 +331,9 @@ def _setup(key: tuple) -> _Setup:
     # entries, offset by train, sort after every rollout entry
     horizon = (step_limit + 2) * (max(length) + max(switch) + 1)
     train = 1 << (horizon.bit_length() + layout.shift)
+    native = _csim is not None and layout.node_count * n <= _WORD_BITS and train.bit_length() < _WORD_BITS - 1
     setup = _Setup(layout, length, switch, [d + sw for d, sw in zip(length, switch)], anchor, step_limit, train,
-                   [train + 1, -1] * n)
+                   [train + 1, -1] * n, native)
     if len(_setups) >= _SETUP_LIMIT:
         _setups.clear()
     _setups[key] = setup
@@ -360,8 +379,10 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None, pairs
     """
     n = len(key)
     setup = _setups.get(key) or _setup(key)
-    layout, length, switch, switched, anchor, step_limit, train, requeue = setup
-    shift, mask, own, others, keep, names, pools, _, _ = layout
+    if setup.native:
+        return _simulate_c(key, setup, train_first, joins, pairs)
+    layout, length, switch, switched, anchor, step_limit, train, requeue, _ = setup
+    shift, mask, own, others, keep, names, pools, _, _, _ = layout
     low = (1 << shift) - 1
     queue = sorted(train + 2 * i + 1 if train_first >> i & 1 else 2 * i for i in range(n))
     running: list[int] = []
@@ -453,6 +474,29 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None, pairs
             if starts0 > MAX_ITERATIONS:
                 break
     return _floored(_fallback(spans, now, n, length, layout), key)
+
+
+def _simulate_c(key: tuple, setup: _Setup, train_first: int, joins: dict | None, pairs: set | None) -> _Shape:
+    """``_simulate`` with its loop in C (``_csim.c``): the same steps, and here what follows
+    the loop (the shape from the window, ``joins`` filled, the fallback)."""
+    layout = setup.layout
+    n = len(key)
+    queue = sorted(setup.train + 2 * i + 1 if train_first >> i & 1 else 2 * i for i in range(n))
+    out = _csim.simulate(n, layout.shift, setup.step_limit, setup.anchor, MAX_ITERATIONS, layout.mask, layout.own,
+                         layout.others, layout.keep, setup.length, setup.switch, setup.switched, setup.requeue, queue,
+                         layout.names, layout.pools, joins, pairs)
+    if out[0] == 0:  # met a state of an earlier run of this key
+        joined: _Shape = out[1]
+        return joined
+    if out[0] == 1:
+        now, t0, iters, window, seen, starts0, step, snap0, step0 = out[1:]
+        shape = _finish(now - t0, iters, window, t0, setup.length, layout)
+        if joins is not None:
+            for x, snap, at in seen:
+                joins[x] = ((shape, starts0 - snap, step - at, pairs) if snap < snap0 else
+                            (shape, starts0 - snap0, step - step0, pairs))
+        return shape
+    return _floored(_fallback(out[2], out[1], n, setup.length, layout), key)
 
 
 def _floored(shape: _Shape, key: tuple) -> _Shape:

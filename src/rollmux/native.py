@@ -16,6 +16,13 @@ compiler runs the same code, slower. ``status()`` says which one runs and why.
 The shim is kept out of the package directory on purpose: a ``kernel<suffix>`` beside
 ``kernel.py`` would be imported before it by Python's own finder, fresh or not.
 
+The simulation loop in C. ``build()`` then compiles ``_csim.c`` (the loop of
+``kernel._simulate``, in machine words) into ``_native/_csim<suffix>`` with setuptools
+and records its source's SHA-256 in ``_native/csim.sha256``. ``simulator()`` (called by
+``rollmux.kernel`` at import, compiled or not) loads it when the record matches
+today's ``_csim.c`` and ``ROLLMUX_PURE_PYTHON`` is unset, else returns None and the
+kernel runs its own loop; ``simulator_status()`` says which and why.
+
     rollmux kernel build     # make install runs it; never needed for correctness
     rollmux kernel status
 """
@@ -38,6 +45,11 @@ SHIM = OUT / f"kernel{SUFFIX}"
 LIB = PACKAGE / f"kernel__mypyc{SUFFIX}"
 MODULE = "rollmux.kernel"
 PURE_ENV = "ROLLMUX_PURE_PYTHON"
+CSIM_SOURCE = PACKAGE / "_csim.c"
+CSIM = OUT / f"_csim{SUFFIX}"
+CSIM_RECORD = OUT / "csim.sha256"
+_SETUP = ("from setuptools import Extension, setup; setup(name='rollmux-csim', script_args=['-q', 'build_ext', "
+          "'--inplace'], ext_modules=[Extension('_csim', ['_csim.c'], extra_compile_args=['-O2'])])")
 
 
 class BuildError(RuntimeError):
@@ -92,8 +104,66 @@ def status() -> str:
     return f"pure Python ({compiled_path()[1]})"
 
 
+def simulator_path() -> tuple[Path | None, str]:
+    """The C simulation loop to load, or None and why the kernel runs its own."""
+    if os.environ.get(PURE_ENV):
+        return None, f"{PURE_ENV} is set"
+    try:
+        recorded = CSIM_RECORD.read_text().strip()
+    except OSError:
+        return None, "not built (rollmux kernel build)"
+    if not CSIM.exists():
+        return None, f"not built for this interpreter ({SUFFIX})"
+    if recorded != hashlib.sha256(CSIM_SOURCE.read_bytes()).hexdigest():
+        return None, "_csim.c changed since the build (rollmux kernel build)"
+    return CSIM, "C"
+
+
+def simulator():
+    """The C simulation loop's module (``rollmux._csim``), or None where it is not fresh."""
+    path, _ = simulator_path()
+    if path is None:
+        return None
+    spec = importlib.util.spec_from_file_location("rollmux._csim", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def simulator_status() -> str:
+    """Which simulation loop the kernel runs: "C", or "the kernel's own (why)"."""
+    from rollmux import kernel
+
+    if kernel._csim is not None:
+        return "C"
+    return f"the kernel's own ({simulator_path()[1]})"
+
+
+def build_simulator() -> Path:
+    """Compile ``_csim.c`` (see the contract); returns the extension's path."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    source = CSIM_SOURCE.read_bytes()
+    CSIM_RECORD.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="rollmux-csim-") as tmp:
+        Path(tmp, "_csim.c").write_bytes(source)
+        run = subprocess.run([sys.executable, "-c", _SETUP], cwd=tmp, capture_output=True, text=True)
+        built = Path(tmp, f"_csim{SUFFIX}")
+        if run.returncode or not built.exists():
+            raise BuildError(f"the C simulation loop did not build (exit {run.returncode}):\n"
+                             f"{(run.stdout + run.stderr)[-4000:]}")
+        OUT.mkdir(exist_ok=True)
+        staged = CSIM.with_name(CSIM.name + ".new")
+        shutil.copyfile(built, staged)
+        os.replace(staged, CSIM)
+    CSIM_RECORD.write_text(hashlib.sha256(source).hexdigest() + "\n")
+    return CSIM
+
+
 def build() -> Path:
-    """Compile ``kernel.py`` (see the contract); returns the shim's path."""
+    """Compile ``kernel.py``, then the C simulation loop (see the contract); returns the shim's path."""
     import shutil  # here, not at ``import rollmux``, which only looks for a build
     import subprocess
     import tempfile
@@ -118,4 +188,5 @@ def build() -> Path:
             shutil.copyfile(path, staged)
             os.replace(staged, target)
     RECORD.write_text(hashlib.sha256(source).hexdigest() + "\n")
+    build_simulator()
     return SHIM

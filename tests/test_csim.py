@@ -1,0 +1,71 @@
+"""The C simulation loop (``_csim.c``) against the kernel's own Python loop: the same
+shapes, worst iterations, pairs consulted and joins, key for key.
+
+``pure`` is a second copy of ``rollmux/kernel.py`` loaded with no C loop; ``rollmux.kernel``
+uses the C loop where it is built and fresh (``rollmux kernel build``)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from rollmux import kernel, native
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from test_native import random_keys  # noqa: E402
+
+pytestmark = pytest.mark.skipif(kernel._csim is None, reason=f"no C loop here ({native.simulator_path()[1]})")
+
+
+@pytest.fixture(scope="module")
+def pure():
+    spec = importlib.util.spec_from_file_location("rollmux_kernel_pure", native.SOURCE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module._csim = None  # before any set-up: every key runs the Python loop
+    return module
+
+
+def test_every_key_of_the_property_set_runs_in_c():
+    keys = random_keys(200, 11)
+    kernel.memo_restore(({}, {}))
+    assert all(kernel._setup(key).native for key in keys)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_shapes_from_every_start_agree(pure, seed):
+    kernel.memo_restore(({}, {}))
+    for key in random_keys(150, seed):
+        n = len(key)
+        for train_first in range(1 << n) if n <= 3 else (0, (1 << n) - 1, 1):
+            pairs_c, pairs_py = set(), set()
+            joins_c: dict = {}
+            joins_py: dict = {}
+            c = kernel._simulate(key, train_first, joins_c, pairs_c)
+            py = pure._simulate(key, train_first, joins_py, pairs_py)
+            assert c == py, (key, train_first)
+            assert pairs_c == pairs_py, (key, train_first)
+            assert {k: v[1:3] for k, v in joins_c.items()} == {k: v[1:3] for k, v in joins_py.items()}
+            assert all(v[0] == c for v in joins_c.values())
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_worst_iterations_over_every_order_agree(pure, seed):
+    kernel.memo_restore(({}, {}))
+    for key in random_keys(80, seed):
+        for orders in (False, True):
+            assert kernel.worst_iterations(key, orders, None) == pure.worst_iterations(key, orders, None), key
+            cap = [max(k[0] + k[1], 1.0) * 1.3 for k in key]
+            assert kernel.worst_iterations(key, orders, cap) == pure.worst_iterations(key, orders, cap), key
+
+
+def test_groups_too_wide_for_a_word_run_the_python_loop():
+    members = 9  # nine members over eight nodes: 72 bits of "last"
+    key = tuple((10.0 + i, 20.0, (i % 4,), (4 + i % 4,), 0.0, 0.0) for i in range(members))
+    kernel.memo_restore(({}, {}))
+    assert not kernel._setup(key).native
+    shape = kernel.shape_of(key)
+    assert len(shape.iteration_s) == members and all(x > 0 for x in shape.iteration_s)
