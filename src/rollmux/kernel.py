@@ -185,8 +185,9 @@ def _part_key(key: tuple, part: list[int]) -> tuple[tuple, dict[int, int]]:
 
 
 def _parts(key: tuple) -> list[list[int]]:
-    """The connected parts of a group's sharing graph (members joined by a common node),
-    as member indices in admission order, parts ordered by their first member. Each part
+    """The connected parts of a key's sharing graph (members joined by a common node; the
+    key's node indices are small ints), as member indices in admission order, parts
+    ordered by their first member. Each part
     is kept with the bits of its nodes; a member merges every part whose nodes meet its
     own (parts never share a node, so one pass over them suffices)."""
     parts: list[tuple[int, list[int]]] = []
