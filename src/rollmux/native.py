@@ -61,19 +61,26 @@ def digest() -> str:
     return hashlib.sha256(SOURCE.read_bytes()).hexdigest()
 
 
+def _stale(record: Path, built: tuple[Path, ...], source: Path) -> str | None:
+    """Why the build recorded in ``record`` must not run (None when it may): the opt-out
+    set, no record, a file of it missing, or ``source`` edited since."""
+    if os.environ.get(PURE_ENV):
+        return f"{PURE_ENV} is set"
+    try:
+        recorded = record.read_text().strip()
+    except OSError:
+        return "not built (rollmux kernel build)"
+    if not all(path.exists() for path in built):
+        return f"not built for this interpreter ({SUFFIX})"
+    if recorded != hashlib.sha256(source.read_bytes()).hexdigest():
+        return f"{source.name} changed since the build (rollmux kernel build)"
+    return None
+
+
 def compiled_path() -> tuple[Path | None, str]:
     """The shim to import for ``rollmux.kernel``, or None and why the source runs."""
-    if os.environ.get(PURE_ENV):
-        return None, f"{PURE_ENV} is set"
-    try:
-        recorded = RECORD.read_text().strip()
-    except OSError:
-        return None, "not built (rollmux kernel build)"
-    if not (SHIM.exists() and LIB.exists()):
-        return None, f"not built for this interpreter ({SUFFIX})"
-    if recorded != digest():
-        return None, "kernel.py changed since the build (rollmux kernel build)"
-    return SHIM, "compiled with mypyc"
+    why = _stale(RECORD, (SHIM, LIB), SOURCE)
+    return (None, why) if why else (SHIM, "compiled with mypyc")
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -106,17 +113,8 @@ def status() -> str:
 
 def simulator_path() -> tuple[Path | None, str]:
     """The C simulation loop to load, or None and why the kernel runs its own."""
-    if os.environ.get(PURE_ENV):
-        return None, f"{PURE_ENV} is set"
-    try:
-        recorded = CSIM_RECORD.read_text().strip()
-    except OSError:
-        return None, "not built (rollmux kernel build)"
-    if not CSIM.exists():
-        return None, f"not built for this interpreter ({SUFFIX})"
-    if recorded != hashlib.sha256(CSIM_SOURCE.read_bytes()).hexdigest():
-        return None, "_csim.c changed since the build (rollmux kernel build)"
-    return CSIM, "C"
+    why = _stale(CSIM_RECORD, (CSIM,), CSIM_SOURCE)
+    return (None, why) if why else (CSIM, "C")
 
 
 def simulator():
