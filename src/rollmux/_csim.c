@@ -8,13 +8,15 @@
  * one (tests/test_csim.py).
  *
  * simulate(n, shift, step_limit, anchor, max_iterations, mask, own, others, keep,
- *          length, switch, switched, requeue, queue, names, pools, joins, pairs)
+ *          length, switch, switched, requeue, queue, names, pools, nodes, pool_sizes, joins, pairs)
  * returns one of
  *   (0, shape)                                   a state of ``joins`` was met: its shape
- *   (1, now, t0, iters, window, seen, starts0, step, snap0, step0)
- *                                                a state repeated; ``seen`` lists
- *                                                (state, starts0 then, step then) when
- *                                                ``joins`` is given, else None
+ *   (1, period, iteration, utilization, window, t0, seen, starts0, step, snap0, step0)
+ *                                                a state repeated: the fields of the
+ *                                                shape (kernel._finish's arithmetic);
+ *                                                ``seen`` lists (state, starts0 then,
+ *                                                step then) when ``joins`` is given,
+ *                                                else None
  *   (2, now, spans)                              no repeat: the spans of the second half
  * with the pairs of members whose order it consulted added to ``pairs`` (a set) when
  * given. Spans are (member, pool, nodes, start, switch, end) tuples, as in Python.
@@ -43,7 +45,8 @@ typedef struct {
     int n, shift, anchor, step_limit, max_iterations;
     int64_t low;
     uint64_t *mask, *own, *others, *keep;
-    int64_t *length, *switch_, *switched, *requeue;
+    int64_t *length, *switch_, *switched, *requeue, *nodes;
+    long long rolls, trains;
     PyObject *names, *pools;
 } Setup;
 
@@ -176,12 +179,12 @@ static int flush_pairs(PyObject *pairs, const unsigned char *met_pairs, int n) {
 
 static PyObject *simulate(PyObject *self, PyObject *args) {
     Setup s;
-    PyObject *mask, *own, *others, *keep, *length, *switch_, *switched, *requeue, *queue0, *joins, *pairs;
-    if (!PyArg_ParseTuple(args, "iiiiiO!O!O!O!O!O!O!O!O!O!O!OO", &s.n, &s.shift, &s.step_limit, &s.anchor,
+    PyObject *mask, *own, *others, *keep, *length, *switch_, *switched, *requeue, *queue0, *nodes, *joins, *pairs;
+    if (!PyArg_ParseTuple(args, "iiiiiO!O!O!O!O!O!O!O!O!O!O!O!(LL)OO", &s.n, &s.shift, &s.step_limit, &s.anchor,
                           &s.max_iterations, &PyList_Type, &mask, &PyList_Type, &own, &PyList_Type, &others,
                           &PyList_Type, &keep, &PyList_Type, &length, &PyList_Type, &switch_, &PyList_Type, &switched,
                           &PyList_Type, &requeue, &PyList_Type, &queue0, &PyList_Type, &s.names, &PyTuple_Type,
-                          &s.pools, &joins, &pairs))
+                          &s.pools, &PyList_Type, &nodes, &s.rolls, &s.trains, &joins, &pairs))
         return NULL;
     int n = s.n, slots = 2 * n;
     if (n < 1 || n > 63 || s.shift < 1 || s.shift > 8 || PyList_GET_SIZE(queue0) != n ||
@@ -201,7 +204,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
 
     PyObject *result = NULL;
     uint64_t *words = PyMem_Calloc(4 * (size_t)slots, sizeof(uint64_t));
-    int64_t *ints = PyMem_Calloc(4 * (size_t)slots + 3 * (size_t)n + 2, sizeof(int64_t));
+    int64_t *ints = PyMem_Calloc(5 * (size_t)slots + 3 * (size_t)n + 2, sizeof(int64_t));
     unsigned char *met_pairs = PyMem_Calloc((size_t)n * n, 1);
     int *met = PyMem_Calloc((size_t)n + 1, sizeof(int));
     Py_ssize_t span_cap = 256, nspans = 0;
@@ -220,13 +223,14 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     s.switch_ = ints + slots;
     s.switched = ints + 2 * slots;
     s.requeue = ints + 3 * slots;
-    int64_t *running = ints + 4 * slots;
+    s.nodes = ints + 4 * slots;
+    int64_t *running = ints + 5 * slots;
     int64_t *queue = running + n + 1;
     int64_t *waiting = queue + n + 1;
     if (read_u64(mask, slots, s.mask) || read_u64(own, slots, s.own) || read_u64(others, slots, s.others) ||
         read_u64(keep, slots, s.keep) || read_i64(length, slots, s.length) || read_i64(switch_, slots, s.switch_) ||
         read_i64(switched, slots, s.switched) || read_i64(requeue, slots, s.requeue) ||
-        read_i64(queue0, n, queue))
+        read_i64(nodes, slots, s.nodes) || read_i64(queue0, n, queue))
         goto done;
 
     int nrun = 0, nqueue = n;
@@ -369,20 +373,40 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
             if (prev >= 0) {
                 Py_XDECREF(key);
                 Seen *p = &seen[prev];
-                PyObject *iters = PyList_New(n);
-                if (!iters) goto done_state;
+                int64_t period_ticks = now - p->now;
+                double period = (double)period_ticks / 1e6;
+                PyObject *iteration = PyTuple_New(n);
+                if (!iteration) goto done_state;
                 long *count = PyMem_Calloc((size_t)n, sizeof(long));
                 if (!count) {
-                    Py_DECREF(iters);
+                    Py_DECREF(iteration);
                     PyErr_NoMemory();
                     goto done_state;
                 }
                 for (Py_ssize_t k = p->nspans; k < nspans; k++)
                     if (spans[k].slot & 1) count[spans[k].slot >> 1]++;
-                for (int i = 0; i < n; i++) PyList_SET_ITEM(iters, i, PyLong_FromLong(count[i]));
+                for (int i = 0; i < n; i++)
+                    PyTuple_SET_ITEM(iteration, i,
+                                     PyFloat_FromDouble(count[i] > 0 ? period / (double)count[i] : Py_HUGE_VAL));
                 PyMem_Free(count);
                 while (first > p->start && spans[first - 1].start == now) first--;
-                PyObject *window = spans_list(&s, spans, p->start, first);
+                int64_t roll = 0, train = 0; /* node-ticks busy in the window, per pool */
+                for (Py_ssize_t k = p->start; k < first; k++) {
+                    int sl = spans[k].slot;
+                    if (sl & 1)
+                        train += s.length[sl] * s.nodes[sl];
+                    else
+                        roll += s.length[sl] * s.nodes[sl];
+                }
+                PyObject *util = NULL;
+                if (period_ticks <= 0)
+                    util = Py_BuildValue("(dd)", 0.0, 0.0);
+                else if (s.rolls == 0 || s.trains == 0)
+                    PyErr_SetString(PyExc_ZeroDivisionError, "division by zero");
+                else /* exact integers below 2^53: one correctly rounded division each, as Python's */
+                    util = Py_BuildValue("(dd)", (double)roll / ((double)s.rolls * (double)period_ticks),
+                                         (double)train / ((double)s.trains * (double)period_ticks));
+                PyObject *window = util ? spans_list(&s, spans, p->start, first) : NULL;
                 PyObject *seen_list = Py_None;
                 Py_INCREF(Py_None);
                 if (window && joins != Py_None) {
@@ -393,9 +417,10 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
                                                                       seen[k].step));
                 }
                 if (window && seen_list && flush_pairs(pairs, met_pairs, n) == 0)
-                    result = Py_BuildValue("(iLLOOOllll)", 1, (long long)now, (long long)p->now, iters, window,
+                    result = Py_BuildValue("(idOOOLOllll)", 1, period, iteration, util, window, (long long)p->now,
                                            seen_list, starts0, step, p->starts0, p->step);
-                Py_DECREF(iters);
+                Py_XDECREF(util);
+                Py_DECREF(iteration);
                 Py_XDECREF(window);
                 Py_XDECREF(seen_list);
                 goto done_state;

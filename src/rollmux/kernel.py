@@ -478,20 +478,20 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None, pairs
 
 
 def _simulate_c(key: tuple, setup: _Setup, train_first: int, joins: dict | None, pairs: set | None) -> _Shape:
-    """``_simulate`` with its loop in C (``_csim.c``): the same steps, and here what follows
-    the loop (the shape from the window, ``joins`` filled, the fallback)."""
+    """``_simulate`` with its loop in C (``_csim.c``): the same steps and, on a repeat, the
+    shape as ``_finish`` computes it; here what follows (``joins`` filled, the fallback)."""
     layout = setup.layout
     n = len(key)
     queue = sorted(setup.train + 2 * i + 1 if train_first >> i & 1 else 2 * i for i in range(n))
     out = _csim.simulate(n, layout.shift, setup.step_limit, setup.anchor, MAX_ITERATIONS, layout.mask, layout.own,
                          layout.others, layout.keep, setup.length, setup.switch, setup.switched, setup.requeue, queue,
-                         layout.names, layout.pools, joins, pairs)
+                         layout.names, layout.pools, layout.nodes, layout.pool_sizes, joins, pairs)
     if out[0] == 0:  # met a state of an earlier run of this key
         joined: _Shape = out[1]
         return joined
-    if out[0] == 1:
-        now, t0, iters, window, seen, starts0, step, snap0, step0 = out[1:]
-        shape = _finish(now - t0, iters, window, t0, setup.length, layout)
+    if out[0] == 1:  # a repeat: the shape as ``_finish`` computes it
+        period, iteration, util, window, t0, seen, starts0, step, snap0, step0 = out[1:]
+        shape = _Shape(period, iteration, util, window, t0)
         if joins is not None:
             for x, snap, at in seen:
                 joins[x] = ((shape, starts0 - snap, step - at, pairs) if snap < snap0 else
