@@ -13,7 +13,8 @@
  *   (0, shape)                                   a state of ``joins`` was met: its shape
  *   (1, period, iteration, utilization, window, t0, seen, starts0, step, snap0, step0)
  *                                                a state repeated: the fields of the
- *                                                shape (kernel._finish's arithmetic);
+ *                                                shape (kernel._finish's arithmetic,
+ *                                                its int divisions by Python);
  *                                                ``seen`` lists (state, starts0 then,
  *                                                step then) when ``joins`` is given,
  *                                                else None
@@ -175,6 +176,45 @@ static int flush_pairs(PyObject *pairs, const unsigned char *met_pairs, int n) {
                 Py_DECREF(t);
             }
     return 0;
+}
+
+/* The node-ticks busy in spans[from:to] of one pool (0 rollout, 1 training): the sum of
+ * length x nodes of their slots, as a Python int (machine words while they suffice). */
+static PyObject *busy_ticks(const Setup *s, const Span *spans, Py_ssize_t from, Py_ssize_t to, int pool) {
+    int64_t sum = 0;
+    Py_ssize_t k = from;
+    for (; k < to; k++) {
+        int sl = spans[k].slot;
+        int64_t term;
+        if ((sl & 1) != pool) continue;
+        if (__builtin_mul_overflow(s->length[sl], s->nodes[sl], &term) || __builtin_add_overflow(sum, term, &sum))
+            break;
+    }
+    if (k == to) return PyLong_FromLongLong(sum);
+    PyObject *total = PyLong_FromLong(0); /* too large for a word: Python ints throughout */
+    for (k = from; total && k < to; k++) {
+        int sl = spans[k].slot;
+        if ((sl & 1) != pool) continue;
+        PyObject *a = PyLong_FromLongLong(s->length[sl]), *b = PyLong_FromLongLong(s->nodes[sl]);
+        PyObject *term = a && b ? PyNumber_Multiply(a, b) : NULL;
+        PyObject *next = term ? PyNumber_Add(total, term) : NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(term);
+        Py_SETREF(total, next);
+    }
+    return total;
+}
+
+/* busy / (nodes x period) with Python's true division of ints. */
+static PyObject *exact_share(PyObject *busy, long long nodes, int64_t period_ticks) {
+    PyObject *a = PyLong_FromLongLong(nodes), *b = PyLong_FromLongLong(period_ticks);
+    PyObject *den = a && b ? PyNumber_Multiply(a, b) : NULL;
+    PyObject *out = den ? PyNumber_TrueDivide(busy, den) : NULL;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(den);
+    return out;
 }
 
 static PyObject *simulate(PyObject *self, PyObject *args) {
@@ -390,22 +430,20 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
                                      PyFloat_FromDouble(count[i] > 0 ? period / (double)count[i] : Py_HUGE_VAL));
                 PyMem_Free(count);
                 while (first > p->start && spans[first - 1].start == now) first--;
-                int64_t roll = 0, train = 0; /* node-ticks busy in the window, per pool */
-                for (Py_ssize_t k = p->start; k < first; k++) {
-                    int sl = spans[k].slot;
-                    if (sl & 1)
-                        train += s.length[sl] * s.nodes[sl];
-                    else
-                        roll += s.length[sl] * s.nodes[sl];
-                }
                 PyObject *util = NULL;
-                if (period_ticks <= 0)
+                if (period_ticks <= 0) {
                     util = Py_BuildValue("(dd)", 0.0, 0.0);
-                else if (s.rolls == 0 || s.trains == 0)
-                    PyErr_SetString(PyExc_ZeroDivisionError, "division by zero");
-                else /* exact integers below 2^53: one correctly rounded division each, as Python's */
-                    util = Py_BuildValue("(dd)", (double)roll / ((double)s.rolls * (double)period_ticks),
-                                         (double)train / ((double)s.trains * (double)period_ticks));
+                } else { /* Python's exact int / int, as _finish: the same float, ZeroDivisionError alike */
+                    PyObject *roll = busy_ticks(&s, spans, p->start, first, 0);
+                    PyObject *train = roll ? busy_ticks(&s, spans, p->start, first, 1) : NULL;
+                    PyObject *u0 = train ? exact_share(roll, s.rolls, period_ticks) : NULL;
+                    PyObject *u1 = u0 ? exact_share(train, s.trains, period_ticks) : NULL;
+                    if (u1) util = PyTuple_Pack(2, u0, u1);
+                    Py_XDECREF(roll);
+                    Py_XDECREF(train);
+                    Py_XDECREF(u0);
+                    Py_XDECREF(u1);
+                }
                 PyObject *window = util ? spans_list(&s, spans, p->start, first) : NULL;
                 PyObject *seen_list = Py_None;
                 Py_INCREF(Py_None);
