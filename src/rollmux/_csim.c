@@ -118,10 +118,24 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 static PyObject *span_tuple(const Setup *s, const Span *sp) {
+    PyObject *t = PyTuple_New(6);
+    if (!t) return NULL;
     PyObject *nodes = PyList_GET_ITEM(s->names, sp->slot);
     PyObject *pool = PyTuple_GET_ITEM(s->pools, sp->slot);
-    return Py_BuildValue("(iOOLLL)", sp->slot >> 1, pool, nodes, (long long)sp->start, (long long)sp->sw,
-                         (long long)sp->end);
+    Py_INCREF(nodes);
+    Py_INCREF(pool);
+    PyTuple_SET_ITEM(t, 0, PyLong_FromLong(sp->slot >> 1));
+    PyTuple_SET_ITEM(t, 1, pool);
+    PyTuple_SET_ITEM(t, 2, nodes);
+    PyTuple_SET_ITEM(t, 3, PyLong_FromLongLong(sp->start));
+    PyTuple_SET_ITEM(t, 4, PyLong_FromLongLong(sp->sw));
+    PyTuple_SET_ITEM(t, 5, PyLong_FromLongLong(sp->end));
+    for (int k = 0; k < 6; k++)
+        if (!PyTuple_GET_ITEM(t, k)) {
+            Py_DECREF(t);
+            return NULL;
+        }
+    return t;
 }
 
 static PyObject *spans_list(const Setup *s, const Span *spans, Py_ssize_t from, Py_ssize_t to) {
