@@ -1,15 +1,13 @@
 /* The execution rule's simulation loop in C: rollmux.kernel._simulate's loop, step for step.
  *
- * rollmux.kernel prepares everything from the key (its _Setup and _Layout) and calls
- * simulate() when the group fits machine words (see kernel._setup: nodes x members
- * <= 63 bits of ``last``, times below 2^62 with their slot and queue offset); else it
- * runs its own Python loop. The two must agree exactly: the tests run every property
+ * prepare() derives from a key what kernel._setup and kernel._layout do, in machine
+ * words, when the group fits them (nodes x members <= 63 bits of ``last``, times below
+ * 2^62 with their slot and queue offset); rollmux.kernel keeps that set-up and runs
+ * simulate() on it, else its own Python loop. The two must agree exactly: the tests run every property
  * test of tests/test_intra_kernel.py through this loop and compare it with the Python
  * one (tests/test_csim.py).
  *
- * simulate(n, shift, step_limit, anchor, max_iterations, mask, own, others, keep,
- *          length, switch, switched, requeue, queue, names, pools, nodes, pool_sizes, joins, pairs)
- * returns one of
+ * simulate(prepared, train_first, joins, pairs) returns one of
  *   (0, shape)                                   a state of ``joins`` was met: its shape
  *   (1, period, iteration, utilization, window, t0, seen, starts0, step, snap0, step0)
  *                                                a state repeated: the fields of the
@@ -25,6 +23,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 typedef struct {
@@ -44,35 +43,166 @@ typedef struct {
 
 typedef struct {
     int n, shift, anchor, step_limit, max_iterations;
-    int64_t low;
+    int64_t low, train;
     uint64_t *mask, *own, *others, *keep;
     int64_t *length, *switch_, *switched, *requeue, *nodes;
     long long rolls, trains;
     PyObject *names, *pools;
 } Setup;
 
-static int read_u64(PyObject *list, int count, uint64_t *out) {
-    if (!PyList_Check(list) || PyList_GET_SIZE(list) != count) {
-        PyErr_SetString(PyExc_TypeError, "expected a list of the group's slots");
-        return -1;
-    }
-    for (int i = 0; i < count; i++) {
-        out[i] = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(list, i));
-        if (PyErr_Occurred()) return -1;
-    }
-    return 0;
+#define CAPSULE "rollmux._csim.setup"
+
+static void setup_free(PyObject *capsule) {
+    Setup *s = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (!s) return;
+    Py_XDECREF(s->names);
+    Py_XDECREF(s->pools);
+    PyMem_Free(s->mask);
+    PyMem_Free(s->length);
+    PyMem_Free(s);
 }
 
-static int read_i64(PyObject *list, int count, int64_t *out) {
-    if (!PyList_Check(list) || PyList_GET_SIZE(list) != count) {
-        PyErr_SetString(PyExc_TypeError, "expected a list of the group's slots");
+static int bit_length(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
+
+/* round(x * 1e6) as Python computes it for a float or an int x (ties to even), when the
+ * result is a finite integer below 2^52; else -1 (the key then runs the Python loop). */
+static int64_t ticks(PyObject *x) {
+    double v = PyFloat_AsDouble(x);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
         return -1;
     }
-    for (int i = 0; i < count; i++) {
-        out[i] = PyLong_AsLongLong(PyList_GET_ITEM(list, i));
-        if (PyErr_Occurred()) return -1;
+    if (PyLong_Check(x) && (v >= 4503599627370496.0 || v <= -4503599627370496.0)) return -1; /* int not exact */
+    double t = nearbyint(v * 1e6);
+    if (!(t >= 0.0 && t < 4503599627370496.0)) return -1;
+    return (int64_t)t;
+}
+
+/* prepare(key, max_iterations, pools): kernel._setup and kernel._layout of a synchronous
+ * key for this loop, or None where the group does not fit machine words (nodes x
+ * members > 63 bits, times of 2^62 or more) or a field is not what the loop takes. */
+static PyObject *prepare(PyObject *self, PyObject *args) {
+    PyObject *key, *pools2;
+    int max_iterations;
+    if (!PyArg_ParseTuple(args, "O!iO!", &PyTuple_Type, &key, &max_iterations, &PyTuple_Type, &pools2)) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(key);
+    if (n < 1 || n > 63 || PyTuple_GET_SIZE(pools2) != 2) Py_RETURN_NONE;
+    int slots = 2 * (int)n;
+    int node_count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyTuple_GET_ITEM(key, i);
+        if (!PyTuple_Check(k) || PyTuple_GET_SIZE(k) != 6) Py_RETURN_NONE;
+        for (int pool = 0; pool < 2; pool++) {
+            PyObject *nodes = PyTuple_GET_ITEM(k, 2 + pool);
+            if (!PyTuple_Check(nodes)) Py_RETURN_NONE;
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(nodes); j++) {
+                PyObject *x = PyTuple_GET_ITEM(nodes, j);
+                if (!PyLong_CheckExact(x)) Py_RETURN_NONE;
+                long v = PyLong_AsLong(x);
+                if (v < 0 || v > 62) {
+                    PyErr_Clear();
+                    Py_RETURN_NONE;
+                }
+                if (v + 1 > node_count) node_count = (int)v + 1;
+            }
+        }
     }
-    return 0;
+    if ((long)node_count * n > 63) Py_RETURN_NONE;
+    Setup *s = PyMem_Calloc(1, sizeof(Setup));
+    if (!s) return PyErr_NoMemory();
+    s->mask = PyMem_Calloc(4 * (size_t)slots, sizeof(uint64_t));
+    s->length = PyMem_Calloc(5 * (size_t)slots, sizeof(int64_t));
+    s->names = PyList_New(slots);
+    s->pools = PyTuple_New(slots);
+    PyObject *capsule = NULL;
+    if (!s->mask || !s->length || !s->names || !s->pools) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto fail;
+    }
+    s->own = s->mask + slots;
+    s->others = s->mask + 2 * slots;
+    s->keep = s->mask + 3 * slots;
+    s->switch_ = s->length + slots;
+    s->switched = s->length + 2 * slots;
+    s->requeue = s->length + 3 * slots;
+    s->nodes = s->length + 4 * slots;
+    s->n = (int)n;
+    s->max_iterations = max_iterations;
+    s->shift = bit_length((uint64_t)(2 * n - 1));
+    s->low = ((int64_t)1 << s->shift) - 1;
+    uint64_t member_bits = ((uint64_t)1 << n) - 1, all_fields = node_count * n == 64 ? ~(uint64_t)0
+                                                                   : (((uint64_t)1 << (node_count * n)) - 1);
+    uint64_t pool_masks[2] = {0, 0};
+    int64_t max_length = 0, max_switch = 0;
+    for (int i = 0; i < n; i++) {
+        PyObject *k = PyTuple_GET_ITEM(key, i);
+        for (int pool = 0; pool < 2; pool++) {
+            int sl = 2 * i + pool;
+            int64_t d = ticks(PyTuple_GET_ITEM(k, pool)), sw = ticks(PyTuple_GET_ITEM(k, 4 + pool));
+            if (d < 0 || sw < 0) goto not_native;
+            s->length[sl] = d;
+            s->switch_[sl] = sw;
+            s->switched[sl] = d + sw;
+            if (d > max_length) max_length = d;
+            if (sw > max_switch) max_switch = sw;
+            PyObject *nodes = PyTuple_GET_ITEM(k, 2 + pool);
+            Py_ssize_t count = PyTuple_GET_SIZE(nodes);
+            PyObject *names = PyTuple_New(count);
+            if (!names) goto fail;
+            PyList_SET_ITEM(s->names, sl, names);
+            uint64_t m = 0, mine = 0, fields = 0;
+            for (Py_ssize_t j = 0; j < count; j++) {
+                long x = PyLong_AsLong(PyTuple_GET_ITEM(nodes, j));
+                m |= (uint64_t)1 << x;
+                mine |= (uint64_t)1 << (x * n + i);
+                fields |= member_bits << (x * n);
+                PyObject *name = PyUnicode_FromFormat("%ld", x);
+                if (!name) goto fail;
+                PyTuple_SET_ITEM(names, j, name);
+            }
+            pool_masks[pool] |= m;
+            s->mask[sl] = m;
+            s->own[sl] = mine;
+            s->others[sl] = fields ^ mine;
+            s->keep[sl] = all_fields ^ fields;
+            s->nodes[sl] = count;
+            PyObject *pool_name = PyTuple_GET_ITEM(pools2, pool);
+            Py_INCREF(pool_name);
+            PyTuple_SET_ITEM(s->pools, sl, pool_name);
+        }
+    }
+    s->rolls = __builtin_popcountll(pool_masks[0]);
+    s->trains = __builtin_popcountll(pool_masks[1]);
+    s->anchor = 0;
+    for (int sl = 2; sl < slots; sl += 2)
+        if (s->length[sl] + s->length[sl + 1] > s->length[s->anchor] + s->length[s->anchor + 1]) s->anchor = sl;
+    s->step_limit = 4 * max_iterations * (int)n + 100;
+    int64_t horizon;
+    if (__builtin_mul_overflow((int64_t)s->step_limit + 2, max_length + max_switch + 1, &horizon)) goto not_native;
+    int train_bits = bit_length((uint64_t)horizon) + s->shift; /* train = 1 << train_bits */
+    if (train_bits + 1 >= 62) goto not_native;                  /* kernel: train.bit_length() < 62 */
+    s->train = (int64_t)1 << train_bits;
+    for (int i = 0; i < n; i++) {
+        s->requeue[2 * i] = s->train + 1;
+        s->requeue[2 * i + 1] = -1;
+    }
+    capsule = PyCapsule_New(s, CAPSULE, setup_free);
+    if (!capsule) goto fail;
+    return capsule;
+not_native:
+    Py_DECREF(s->names);
+    Py_DECREF(s->pools);
+    PyMem_Free(s->mask);
+    PyMem_Free(s->length);
+    PyMem_Free(s);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(s->names);
+    Py_XDECREF(s->pools);
+    PyMem_Free(s->mask);
+    PyMem_Free(s->length);
+    PyMem_Free(s);
+    return NULL;
 }
 
 /* min-heap of int64 */
@@ -232,20 +362,13 @@ static PyObject *exact_share(PyObject *busy, long long nodes, int64_t period_tic
 }
 
 static PyObject *simulate(PyObject *self, PyObject *args) {
-    Setup s;
-    PyObject *mask, *own, *others, *keep, *length, *switch_, *switched, *requeue, *queue0, *nodes, *joins, *pairs;
-    if (!PyArg_ParseTuple(args, "iiiiiO!O!O!O!O!O!O!O!O!O!O!O!(LL)OO", &s.n, &s.shift, &s.step_limit, &s.anchor,
-                          &s.max_iterations, &PyList_Type, &mask, &PyList_Type, &own, &PyList_Type, &others,
-                          &PyList_Type, &keep, &PyList_Type, &length, &PyList_Type, &switch_, &PyList_Type, &switched,
-                          &PyList_Type, &requeue, &PyList_Type, &queue0, &PyList_Type, &s.names, &PyTuple_Type,
-                          &s.pools, &PyList_Type, &nodes, &s.rolls, &s.trains, &joins, &pairs))
-        return NULL;
-    int n = s.n, slots = 2 * n;
-    if (n < 1 || n > 63 || s.shift < 1 || s.shift > 8 || PyList_GET_SIZE(queue0) != n ||
-        PyList_GET_SIZE(s.names) != slots || PyTuple_GET_SIZE(s.pools) != slots) {
-        PyErr_SetString(PyExc_ValueError, "simulate: inconsistent group set-up");
-        return NULL;
-    }
+    PyObject *capsule, *joins, *pairs;
+    unsigned long long train_first;
+    if (!PyArg_ParseTuple(args, "OKOO", &capsule, &train_first, &joins, &pairs)) return NULL;
+    Setup *prepared = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (!prepared) return NULL;
+    Setup s = *prepared;
+    int n = s.n;
     if (joins != Py_None && !PyDict_Check(joins)) {
         PyErr_SetString(PyExc_TypeError, "simulate: joins must be a dict or None");
         return NULL;
@@ -254,38 +377,25 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "simulate: pairs must be a set or None");
         return NULL;
     }
-    s.low = ((int64_t)1 << s.shift) - 1;
 
     PyObject *result = NULL;
-    uint64_t *words = PyMem_Calloc(4 * (size_t)slots, sizeof(uint64_t));
-    int64_t *ints = PyMem_Calloc(5 * (size_t)slots + 3 * (size_t)n + 2, sizeof(int64_t));
+    int64_t *work = PyMem_Calloc(3 * (size_t)n + 3, sizeof(int64_t));
     unsigned char *met_pairs = PyMem_Calloc((size_t)n * n, 1);
     int *met = PyMem_Calloc((size_t)n + 1, sizeof(int));
     Py_ssize_t span_cap = 256, nspans = 0;
     Span *spans = PyMem_Malloc(span_cap * sizeof(Span));
     int seen_cap = s.max_iterations + 4, nseen = 0;
     Seen *seen = PyMem_Calloc((size_t)seen_cap, sizeof(Seen));
-    if (!words || !ints || !met_pairs || !met || !spans || !seen) {
+    if (!work || !met_pairs || !met || !spans || !seen) {
         PyErr_NoMemory();
         goto done;
     }
-    s.mask = words;
-    s.own = words + slots;
-    s.others = words + 2 * slots;
-    s.keep = words + 3 * slots;
-    s.length = ints;
-    s.switch_ = ints + slots;
-    s.switched = ints + 2 * slots;
-    s.requeue = ints + 3 * slots;
-    s.nodes = ints + 4 * slots;
-    int64_t *running = ints + 5 * slots;
+    int64_t *running = work;
     int64_t *queue = running + n + 1;
     int64_t *waiting = queue + n + 1;
-    if (read_u64(mask, slots, s.mask) || read_u64(own, slots, s.own) || read_u64(others, slots, s.others) ||
-        read_u64(keep, slots, s.keep) || read_i64(length, slots, s.length) || read_i64(switch_, slots, s.switch_) ||
-        read_i64(switched, slots, s.switched) || read_i64(requeue, slots, s.requeue) ||
-        read_i64(nodes, slots, s.nodes) || read_i64(queue0, n, queue))
-        goto done;
+    int filled = 0; /* every member ready at 0: for training where its bit of train_first is set */
+    for (int i = 0; i < n; i++)
+        insort(queue, &filled, (train_first >> i & 1) ? s.train + 2 * i + 1 : 2 * i);
 
     int nrun = 0, nqueue = n;
     uint64_t busy = 0, last = 0;
@@ -528,12 +638,12 @@ done:
     PyMem_Free(spans);
     PyMem_Free(met);
     PyMem_Free(met_pairs);
-    PyMem_Free(ints);
-    PyMem_Free(words);
+    PyMem_Free(work);
     return result;
 }
 
 static PyMethodDef methods[] = {
+    {"prepare", prepare, METH_VARARGS, "A key's set-up for simulate, or None (see the file's comment)."},
     {"simulate", simulate, METH_VARARGS, "rollmux.kernel._simulate's loop (see the file's comment)."},
     {NULL, NULL, 0, NULL},
 };

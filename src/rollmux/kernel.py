@@ -13,9 +13,10 @@ that mypyc can compile it unchanged: ``rollmux.native`` builds the compiled copy
 loads it in place of this file while the two match (``make install`` builds it; without
 a C compiler or after an edit of this file, the package runs this source). The loop of
 ``_simulate`` also exists in C (``_csim.c``, built by the same command): where it is
-built and fresh, and the group fits machine words (``_Setup.native``), ``_simulate``
-hands it the set-up and finishes in Python from what it returns; otherwise, or with
-``ROLLMUX_PURE_PYTHON`` set, its own loop runs. Both give the same shapes.
+built and fresh, and the group fits machine words (``_csim.prepare`` says), ``_simulate``
+runs it on the key's set-up prepared in C and finishes in Python from what it returns;
+otherwise, or with ``ROLLMUX_PURE_PYTHON`` set, its own loop runs. Both give the same
+shapes.
 """
 from __future__ import annotations
 
@@ -33,9 +34,6 @@ TICKS_PER_S = 1_000_000
 _MEMO_LIMIT = 200_000
 #: the C simulation loop (``rollmux._csim``), or None: see the module contract
 _csim = simulator()
-#: bits of machine word the C loop may use for ``last`` (nodes x members) and for a
-#: queue entry (``train`` and the times below it, with their slot)
-_WORD_BITS = 63
 
 
 class _Shape(NamedTuple):
@@ -260,7 +258,6 @@ class _Layout(NamedTuple):
     pools: tuple[str, ...]
     nodes: list[int]  # nodes per slot
     pool_sizes: tuple[int, int]
-    node_count: int  # nodes in all (bits of ``mask``)
 
 
 _layouts: dict[tuple, _Layout] = {}
@@ -289,7 +286,7 @@ def _layout(pins: tuple) -> _Layout:
             names.append(tuple(map(str, nodes)))
             counts.append(len(nodes))
     return _Layout((2 * n - 1).bit_length(), mask, own, others, keep, names, POOLS * n, counts,
-                   (pool_masks[0].bit_count(), pool_masks[1].bit_count()), node_count)
+                   (pool_masks[0].bit_count(), pool_masks[1].bit_count()))
 
 
 class _Setup(NamedTuple):
@@ -303,10 +300,9 @@ class _Setup(NamedTuple):
     step_limit: int
     train: int  # the offset that sorts training entries after every rollout entry
     requeue: list[int]  # a phase ending on slot s requeues its member's other phase at end + requeue[s]
-    native: bool  # the C loop runs this key: it is built, and ``last`` and every entry fit a machine word
 
 
-_setups: dict[tuple, _Setup] = {}
+_setups: dict[tuple, object] = {}  # a key's _Setup, or the C loop's prepared set-up of it
 _SETUP_LIMIT = 4096  # keys in a row: the starts of one key come one after another
 
 
@@ -332,9 +328,8 @@ def _setup(key: tuple) -> _Setup:
     # entries, offset by train, sort after every rollout entry
     horizon = (step_limit + 2) * (max(length) + max(switch) + 1)
     train = 1 << (horizon.bit_length() + layout.shift)
-    native = _csim is not None and layout.node_count * n <= _WORD_BITS and train.bit_length() < _WORD_BITS - 1
     setup = _Setup(layout, length, switch, [d + sw for d, sw in zip(length, switch)], anchor, step_limit, train,
-                   [train + 1, -1] * n, native)
+                   [train + 1, -1] * n)
     if len(_setups) >= _SETUP_LIMIT:
         _setups.clear()
     _setups[key] = setup
@@ -379,11 +374,13 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None, pairs
     and switch seconds are >= 0 (the job contract), so time never goes back.
     """
     n = len(key)
-    setup = _setups.get(key) or _setup(key)
-    if setup.native:
-        return _simulate_c(key, setup, train_first, joins, pairs)
-    layout, length, switch, switched, anchor, step_limit, train, requeue, _ = setup
-    shift, mask, own, others, keep, names, pools, _, _, _ = layout
+    prepared = _setups.get(key)
+    if prepared is None:
+        prepared = _prepare(key)
+    if not isinstance(prepared, _Setup):
+        return _simulate_c(key, prepared, train_first, joins, pairs)
+    layout, length, switch, switched, anchor, step_limit, train, requeue = prepared
+    shift, mask, own, others, keep, names, pools, _, _ = layout
     low = (1 << shift) - 1
     queue = sorted(train + 2 * i + 1 if train_first >> i & 1 else 2 * i for i in range(n))
     running: list[int] = []
@@ -477,15 +474,23 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None, pairs
     return _floored(_fallback(spans, now, n, length, layout), key)
 
 
-def _simulate_c(key: tuple, setup: _Setup, train_first: int, joins: dict | None, pairs: set | None) -> _Shape:
+def _prepare(key: tuple) -> object:
+    """The C loop's set-up of ``key`` (``_csim.prepare``: what ``_setup`` and ``_layout``
+    derive, in machine words) where the loop is built and the group fits, else the
+    Python loop's ``_setup``; kept in ``_setups`` either way."""
+    prepared = _csim.prepare(key, MAX_ITERATIONS, POOLS) if _csim is not None else None
+    if prepared is None:
+        return _setup(key)
+    if len(_setups) >= _SETUP_LIMIT:
+        _setups.clear()
+    _setups[key] = prepared
+    return prepared
+
+
+def _simulate_c(key: tuple, prepared: object, train_first: int, joins: dict | None, pairs: set | None) -> _Shape:
     """``_simulate`` with its loop in C (``_csim.c``): the same steps and, on a repeat, the
     shape as ``_finish`` computes it; here what follows (``joins`` filled, the fallback)."""
-    layout = setup.layout
-    n = len(key)
-    queue = sorted(setup.train + 2 * i + 1 if train_first >> i & 1 else 2 * i for i in range(n))
-    out = _csim.simulate(n, layout.shift, setup.step_limit, setup.anchor, MAX_ITERATIONS, layout.mask, layout.own,
-                         layout.others, layout.keep, setup.length, setup.switch, setup.switched, setup.requeue, queue,
-                         layout.names, layout.pools, layout.nodes, layout.pool_sizes, joins, pairs)
+    out = _csim.simulate(prepared, train_first, joins, pairs)
     if out[0] == 0:  # met a state of an earlier run of this key
         joined: _Shape = out[1]
         return joined
@@ -497,7 +502,9 @@ def _simulate_c(key: tuple, setup: _Setup, train_first: int, joins: dict | None,
                 joins[x] = ((shape, starts0 - snap, step - at, pairs) if snap < snap0 else
                             (shape, starts0 - snap0, step - step0, pairs))
         return shape
-    return _floored(_fallback(out[2], out[1], n, setup.length, layout), key)
+    pins = tuple(map(_pins, key))  # no repeat (rare): ticks and layout for the fallback's arithmetic
+    length = [round(x * TICKS_PER_S) for k in key for x in (k[0], k[1])]
+    return _floored(_fallback(out[2], out[1], len(key), length, _layouts.get(pins) or _layout(pins)), key)
 
 
 def _floored(shape: _Shape, key: tuple) -> _Shape:
