@@ -52,14 +52,17 @@ typedef struct {
 
 #define CAPSULE "rollmux._csim.setup"
 
-static void setup_free(PyObject *capsule) {
-    Setup *s = PyCapsule_GetPointer(capsule, CAPSULE);
-    if (!s) return;
+static void setup_release(Setup *s) {
     Py_XDECREF(s->names);
     Py_XDECREF(s->pools);
     PyMem_Free(s->mask);
     PyMem_Free(s->length);
     PyMem_Free(s);
+}
+
+static void setup_free(PyObject *capsule) {
+    Setup *s = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (s) setup_release(s);
 }
 
 static int bit_length(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
@@ -190,18 +193,10 @@ static PyObject *prepare(PyObject *self, PyObject *args) {
     if (!capsule) goto fail;
     return capsule;
 not_native:
-    Py_DECREF(s->names);
-    Py_DECREF(s->pools);
-    PyMem_Free(s->mask);
-    PyMem_Free(s->length);
-    PyMem_Free(s);
+    setup_release(s);
     Py_RETURN_NONE;
 fail:
-    Py_XDECREF(s->names);
-    Py_XDECREF(s->pools);
-    PyMem_Free(s->mask);
-    PyMem_Free(s->length);
-    PyMem_Free(s);
+    setup_release(s);
     return NULL;
 }
 
