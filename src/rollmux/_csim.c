@@ -388,11 +388,10 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     int64_t *running = work;
     int64_t *queue = running + n + 1;
     int64_t *waiting = queue + n + 1;
-    int filled = 0; /* every member ready at 0: for training where its bit of train_first is set */
+    int nrun = 0, nqueue = 0; /* every member ready at 0: for training where its bit of train_first is set */
     for (int i = 0; i < n; i++)
-        insort(queue, &filled, (train_first >> i & 1) ? s.train + 2 * i + 1 : 2 * i);
+        insort(queue, &nqueue, (train_first >> i & 1) ? s.train + 2 * i + 1 : 2 * i);
 
-    int nrun = 0, nqueue = n;
     uint64_t busy = 0, last = 0;
     int64_t now = 0;
     long starts0 = 0, snap_step = -1;

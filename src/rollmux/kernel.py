@@ -228,8 +228,7 @@ def _joined(key: tuple, parts: list[list[int]]) -> _Shape:
         for local, i in enumerate(part):
             iteration[i] = shape.iteration_s[local]
         period = max(period, shape.period)
-        pins = tuple(map(_pins, sub))
-        pool_sizes = (_layouts.get(pins) or _layout(pins)).pool_sizes
+        pool_sizes = _layout_of(sub).pool_sizes
         for p in range(2):
             busy[p] += shape.utilization[p] * pool_sizes[p]
             sizes[p] += pool_sizes[p]
@@ -306,19 +305,33 @@ _setups: dict[tuple, object] = {}  # a key's _Setup, or the C loop's prepared se
 _SETUP_LIMIT = 4096  # keys in a row: the starts of one key come one after another
 
 
-def _setup(key: tuple) -> _Setup:
-    n = len(key)
+def _layout_of(key: tuple) -> _Layout:
+    """The layout of ``key``'s pinning pattern, from ``_layouts`` or made and kept there."""
     pins = tuple(map(_pins, key))
     layout = _layouts.get(pins)
     if layout is None:
         if len(_layouts) >= _MEMO_LIMIT:
             _layouts.clear()
         layout = _layouts[pins] = _layout(pins)
-    length: list[int] = []
-    switch: list[int] = []
-    for k in key:
-        length += (round(k[0] * TICKS_PER_S), round(k[1] * TICKS_PER_S))
-        switch += (round(k[4] * TICKS_PER_S), round(k[5] * TICKS_PER_S))
+    return layout
+
+
+def _ticks(key: tuple, first: int) -> list[int]:
+    """Per slot (2 i + pool), the ticks of member i's field ``first + pool`` (0: durations, 4: switches)."""
+    return [round(k[first + p] * TICKS_PER_S) for k in key for p in (0, 1)]
+
+
+def _keep_setup(key: tuple, setup: object) -> None:
+    if len(_setups) >= _SETUP_LIMIT:
+        _setups.clear()
+    _setups[key] = setup
+
+
+def _setup(key: tuple) -> _Setup:
+    n = len(key)
+    layout = _layout_of(key)
+    length = _ticks(key, 0)
+    switch = _ticks(key, 4)
     anchor = 0
     for s in range(2, 2 * n, 2):
         if length[s] + length[s + 1] > length[anchor] + length[anchor + 1]:
@@ -330,9 +343,7 @@ def _setup(key: tuple) -> _Setup:
     train = 1 << (horizon.bit_length() + layout.shift)
     setup = _Setup(layout, length, switch, [d + sw for d, sw in zip(length, switch)], anchor, step_limit, train,
                    [train + 1, -1] * n)
-    if len(_setups) >= _SETUP_LIMIT:
-        _setups.clear()
-    _setups[key] = setup
+    _keep_setup(key, setup)
     return setup
 
 
@@ -481,9 +492,7 @@ def _prepare(key: tuple) -> object:
     prepared = _csim.prepare(key, MAX_ITERATIONS, POOLS) if _csim is not None else None
     if prepared is None:
         return _setup(key)
-    if len(_setups) >= _SETUP_LIMIT:
-        _setups.clear()
-    _setups[key] = prepared
+    _keep_setup(key, prepared)
     return prepared
 
 
@@ -502,9 +511,7 @@ def _simulate_c(key: tuple, prepared: object, train_first: int, joins: dict | No
                 joins[x] = ((shape, starts0 - snap, step - at, pairs) if snap < snap0 else
                             (shape, starts0 - snap0, step - step0, pairs))
         return shape
-    pins = tuple(map(_pins, key))  # no repeat (rare): ticks and layout for the fallback's arithmetic
-    length = [round(x * TICKS_PER_S) for k in key for x in (k[0], k[1])]
-    return _floored(_fallback(out[2], out[1], len(key), length, _layouts.get(pins) or _layout(pins)), key)
+    return _floored(_fallback(out[2], out[1], len(key), _ticks(key, 0), _layout_of(key)), key)  # no repeat
 
 
 def _floored(shape: _Shape, key: tuple) -> _Shape:

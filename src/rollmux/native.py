@@ -56,9 +56,9 @@ class BuildError(RuntimeError):
     """mypyc could not compile the kernel (its output is the message)."""
 
 
-def digest() -> str:
-    """The SHA-256 of ``kernel.py`` as it is now."""
-    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()
+def digest(source: Path | None = None) -> str:
+    """The SHA-256 of ``source`` (default ``kernel.py``) as it is now."""
+    return hashlib.sha256((source or SOURCE).read_bytes()).hexdigest()
 
 
 def _stale(record: Path, built: tuple[Path, ...], source: Path) -> str | None:
@@ -72,7 +72,7 @@ def _stale(record: Path, built: tuple[Path, ...], source: Path) -> str | None:
         return "not built (rollmux kernel build)"
     if not all(path.exists() for path in built):
         return f"not built for this interpreter ({SUFFIX})"
-    if recorded != hashlib.sha256(source.read_bytes()).hexdigest():
+    if recorded != digest(source):
         return f"{source.name} changed since the build (rollmux kernel build)"
     return None
 

@@ -5,7 +5,30 @@ A span is a dict with ``pool`` (``rollout`` / ``train``), ``nodes`` (list of nod
 """
 from __future__ import annotations
 
+import statistics
+
 from rollmux.model import ROLLOUT, TRAIN
+
+
+def history_spans(history: list[tuple]) -> list[dict]:
+    """A job's spans from its SDK handle's ``history`` ((pool, nodes, seq, start, end) per
+    phase, in the order it ran them), each with its iteration (two phases per iteration)."""
+    return [{"pool": pool, "nodes": list(nodes), "iteration": i // 2, "start": start, "end": end}
+            for i, (pool, nodes, _seq, start, end) in enumerate(history)]
+
+
+def span_report(spans: list[dict]) -> dict:
+    """A job's mean rollout and train phase seconds, and its spans one per node (``phase_spans``)."""
+    return {"mean_rollout_s": statistics.fmean(s["end"] - s["start"] for s in spans if s["pool"] == ROLLOUT),
+            "mean_train_s": statistics.fmean(s["end"] - s["start"] for s in spans if s["pool"] == TRAIN),
+            "phase_spans": [{"node": node, "pool": s["pool"], "iteration": s["iteration"], "start": s["start"],
+                             "end": s["end"]} for s in spans for node in s["nodes"]]}
+
+
+def phases_wall(spans_by_job: dict[str, list[dict]]) -> float:
+    """Seconds from the first grant to the last release, over every job."""
+    spans = [s for job_spans in spans_by_job.values() for s in job_spans]
+    return max(s["end"] for s in spans) - min(s["start"] for s in spans)
 
 
 def phase_checks(spans_by_job: dict[str, list[dict]], iterations: dict[str, int]) -> dict:

@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from rollmux.errors import SpecError
-from rollmux.integrations.checks import phase_checks
+from rollmux.integrations.checks import history_spans, phase_checks, phases_wall, span_report
 from rollmux.model import TRAIN
 from rollmux.runtime.ray_adapter import WorkerInfo
 from rollmux.runtime.sdk import JobHandle
@@ -243,9 +243,7 @@ def _summary(jobs, steps, results, views, placements, wall_s) -> dict:
     spans_by_job = {}
     for j, placement in zip(jobs, placements):
         r = results[j.job_id]
-        spans = [{"pool": pool, "nodes": list(nodes), "iteration": i // 2, "start": start, "end": end}
-                 for i, (pool, nodes, _seq, start, end) in enumerate(r["history"])]
-        spans_by_job[j.job_id] = spans
+        spans = spans_by_job[j.job_id] = history_spans(r["history"])
         k = max(1, min(5, len(r["rewards"]) // 4))
         loads = [s["seconds"] * 1e3 for s in r["switches"] if s["direction"] == "load"]
         offloads = [s["seconds"] * 1e3 for s in r["switches"] if s["direction"] == "offload"]
@@ -255,19 +253,15 @@ def _summary(jobs, steps, results, views, placements, wall_s) -> dict:
             "service_iterations_done": views[j.job_id]["iterations_done"],
             "reward_before": statistics.fmean(r["rewards"][:k]), "reward_after": statistics.fmean(r["rewards"][-k:]),
             "rewards": r["rewards"], "losses": r["losses"],
-            "mean_rollout_s": statistics.fmean(s["end"] - s["start"] for s in spans if s["pool"] == "rollout"),
-            "mean_train_s": statistics.fmean(s["end"] - s["start"] for s in spans if s["pool"] == "train"),
-            "phase_spans": [{"node": node, "pool": s["pool"], "iteration": s["iteration"],
-                             "start": s["start"], "end": s["end"]} for s in spans for node in s["nodes"]],
+            **span_report(spans),
             "switches": {"count": len(r["switches"]), "paths": sorted({s["path"] for s in r["switches"]}),
                          "bytes_max": max(s["bytes"] for s in r["switches"]),
                          "load_mean_ms": statistics.fmean(loads), "offload_mean_ms": statistics.fmean(offloads)},
             "parameters": r["parameters"], "device_memory": r["device_memory"],
         }
     checks = phase_checks(spans_by_job, {j.job_id: steps for j in jobs})
-    starts = [s["start"] for spans in spans_by_job.values() for s in spans]
-    ends = [s["end"] for spans in spans_by_job.values() for s in spans]
-    return {"steps": steps, "wall_s": wall_s, "phases_wall_s": max(ends) - min(starts), "jobs": out, "checks": checks}
+    return {"steps": steps, "wall_s": wall_s, "phases_wall_s": phases_wall(spans_by_job), "jobs": out,
+            "checks": checks}
 
 
 def summary_lines(summary: dict) -> list[str]:

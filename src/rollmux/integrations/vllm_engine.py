@@ -38,6 +38,7 @@ sleeps is one per process.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -167,9 +168,9 @@ class VllmEngineState:
             rs = [r for r in self.records if r.direction == direction]
             if not rs:
                 continue
-            seconds = sorted(r.seconds for r in rs)
             moved = [r.device_bytes for r in rs if r.device_bytes is not None]
-            out[direction] = {"count": len(rs), "median_s": seconds[len(seconds) // 2], "max_s": seconds[-1],
-                              "device_gb_median": sorted(moved)[len(moved) // 2] / 1e9 if moved else None,
-                              "load_s_median": sorted(r.load_s for r in rs)[len(rs) // 2]}
+            out[direction] = {"count": len(rs), "median_s": statistics.median_high(r.seconds for r in rs),
+                              "max_s": max(r.seconds for r in rs),
+                              "device_gb_median": statistics.median_high(moved) / 1e9 if moved else None,
+                              "load_s_median": statistics.median_high(r.load_s for r in rs)}
         return out

@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 
 from rollmux.errors import DeviceUnavailableError, SpecError
-from rollmux.integrations.checks import phase_checks
+from rollmux.integrations.checks import history_spans, phase_checks, phases_wall, span_report
 from rollmux.integrations.trl_toy import COMPLETION_LEN, POLICIES, toy_tokenizer
 from rollmux.runtime.state_cache import StateCache
 
@@ -297,9 +297,7 @@ def _summary(jobs, iterations, results, views, placements, startup, wall_s) -> d
     out, spans_by_job = {}, {}
     for job, placement in zip(jobs, placements):
         r = results[job.job_id]
-        spans = [{"pool": pool, "nodes": list(nodes), "iteration": i // 2, "start": start, "end": end}
-                 for i, (pool, nodes, _seq, start, end) in enumerate(r["history"])]
-        spans_by_job[job.job_id] = spans
+        spans = spans_by_job[job.job_id] = history_spans(r["history"])
         rewards = [s["reward"] for s in r["steps"]]
         gaps = [s["logprob_gap"] for s in r["steps"]]
         k = max(1, min(5, len(rewards) // 4))
@@ -310,17 +308,12 @@ def _summary(jobs, iterations, results, views, placements, startup, wall_s) -> d
             "reward_before": statistics.fmean(rewards[:k]), "reward_after": statistics.fmean(rewards[-k:]),
             "rewards": rewards, "losses": [s["loss"] for s in r["steps"]], "logprob_gap": gaps,
             "logprob_gap_max": max(gaps),
-            "mean_rollout_s": statistics.fmean(s["end"] - s["start"] for s in spans if s["pool"] == "rollout"),
-            "mean_train_s": statistics.fmean(s["end"] - s["start"] for s in spans if s["pool"] == "train"),
+            **span_report(spans),
             "engine_start_s": startup[job.job_id], "engine": r["engine"], "engine_records": r["engine_records"],
             "trainer_load_median_s": statistics.median(loads) if loads else None,
-            "phase_spans": [{"node": node, "pool": s["pool"], "iteration": s["iteration"],
-                             "start": s["start"], "end": s["end"]} for s in spans for node in s["nodes"]],
         }
     checks = phase_checks(spans_by_job, {j.job_id: iterations for j in jobs})
-    starts = [s["start"] for spans in spans_by_job.values() for s in spans]
-    ends = [s["end"] for spans in spans_by_job.values() for s in spans]
-    return {"steps": iterations, "wall_s": wall_s, "phases_wall_s": max(ends) - min(starts), "jobs": out,
+    return {"steps": iterations, "wall_s": wall_s, "phases_wall_s": phases_wall(spans_by_job), "jobs": out,
             "checks": checks, "engines_awake_together": engines_overlap(out)}
 
 
