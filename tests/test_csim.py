@@ -69,3 +69,40 @@ def test_groups_too_wide_for_a_word_run_the_python_loop():
     assert isinstance(kernel._prepare(key), kernel._Setup)
     shape = kernel.shape_of(key)
     assert len(shape.iteration_s) == members and all(x > 0 for x in shape.iteration_s)
+
+
+def test_runs_without_a_repeat_give_the_python_fallback_shape(pure):
+    """A run that finds no repeat within its limits measures the second half in C
+    (``_csim.simulate``'s tag 2): the same shape as the Python loop's ``_fallback``,
+    floors applied after, and the window kept from the start with all ready for rollout
+    only."""
+    kernel.memo_restore(({}, {}))
+    found = 0
+    for key in random_keys(150, 1) + random_keys(150, 2):
+        prepared = kernel._csim.prepare(key, kernel.MAX_ITERATIONS, kernel.POOLS)
+        if kernel._csim.simulate(prepared, 0, None, None)[0] != 2:
+            continue
+        found += 1
+        for train_first in (0, 1, (1 << len(key)) - 1):
+            c, py = kernel._simulate(key, train_first), pure._simulate(key, train_first)
+            assert c == py, (key, train_first)
+            assert (c.window == []) == (train_first != 0)
+    assert found >= 5
+
+
+def test_the_order_scan_refuses_what_it_cannot_take():
+    def run(order, mask, collect):
+        return (1.0, 1.0), set()
+
+    part, ids, nodes = (0, 1), (0, 1), ((0,), (0,))
+    with pytest.raises(ValueError, match="2 to 10 members"):
+        kernel._csim.scan((0,), (0,), ((0,),), ((1,),), False, None, [0.0], run)
+    with pytest.raises(ValueError, match="0..63"):
+        kernel._csim.scan(part, ids, ((0,), (64,)), nodes, False, None, [0.0, 0.0], run)
+    with pytest.raises(ValueError, match="iteration times"):
+        kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, None, [0.0, 0.0], lambda o, m, c: ((1.0,), None))
+    with pytest.raises(ZeroDivisionError):  # an error in a run reaches the caller
+        kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, None, [0.0, 0.0], lambda o, m, c: 1 / 0)
+    worst = [0.0, 0.0]
+    assert kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, (0.5, 9.0), worst, run) is True
+    assert worst == [1.0, 1.0]  # the first run put member 0 above its cap: the scan stopped there

@@ -16,9 +16,11 @@
  *                                                ``seen`` lists (state, starts0 then,
  *                                                step then) when ``joins`` is given,
  *                                                else None
- *   (2, now, spans)                              no repeat: the spans of the second half
+ *   (2, period, iteration, utilization, window, t0)
+ *                                                no repeat: kernel._fallback's shape (the
+ *                                                second half's rates), before _floored
  * with the pairs of members whose order it consulted added to ``pairs`` (a set) when
- * given. Spans are (member, pool, nodes, start, switch, end) tuples, as in Python.
+ * given. The window is empty where train_first is not 0 (kernel._windowed). Spans are (member, pool, nodes, start, switch, end) tuples, as in Python.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -562,7 +564,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
                     Py_XDECREF(u0);
                     Py_XDECREF(u1);
                 }
-                PyObject *window = util ? spans_list(&s, spans, p->start, first) : NULL;
+                PyObject *window = !util ? NULL : train_first ? PyList_New(0) : spans_list(&s, spans, p->start, first);
                 PyObject *seen_list = Py_None;
                 Py_INCREF(Py_None);
                 if (window && joins != Py_None) {
@@ -604,22 +606,64 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
             if (starts0 > s.max_iterations || nseen == seen_cap) break;
         }
     }
-    { /* no repeat: the second half's spans */
-        int64_t half = now / 2;
-        PyObject *out = PyList_New(0);
-        for (Py_ssize_t k = 0; out && k < nspans; k++) {
-            if (spans[k].start >= half && spans[k].end <= now) {
+    { /* no repeat: kernel._fallback's shape, measured over the second half */
+        int64_t half = now / 2, period_ticks = now - half;
+        PyObject *window = PyList_New(0), *iteration = PyTuple_New(n), *util = NULL;
+        int64_t *first_end = PyMem_Malloc(2 * (size_t)n * sizeof(int64_t));
+        long *ends = PyMem_Calloc((size_t)n, sizeof(long));
+        Span *kept = PyMem_Malloc((nspans ? (size_t)nspans : 1) * sizeof(Span));
+        Py_ssize_t nkept = 0;
+        if (!first_end || !ends || !kept) PyErr_NoMemory();
+        for (Py_ssize_t k = 0; window && iteration && first_end && ends && kept && k < nspans; k++) {
+            if (spans[k].start < half || spans[k].end > now) continue;
+            kept[nkept++] = spans[k];
+            if (!train_first) {
                 PyObject *t = span_tuple(&s, &spans[k]);
-                if (!t || PyList_Append(out, t) < 0) {
+                if (!t || PyList_Append(window, t) < 0) {
                     Py_XDECREF(t);
-                    Py_CLEAR(out);
+                    Py_CLEAR(window);
                     break;
                 }
                 Py_DECREF(t);
             }
+            if (spans[k].slot & 1) { /* a training end of member slot >> 1 */
+                int i = spans[k].slot >> 1;
+                if (ends[i]++ == 0) first_end[2 * i] = spans[k].end;
+                first_end[2 * i + 1] = spans[k].end;
+            }
         }
-        if (out && flush_pairs(pairs, met_pairs, n) == 0) result = Py_BuildValue("(iLO)", 2, (long long)now, out);
-        Py_XDECREF(out);
+        if (window && iteration && first_end && ends && kept) {
+            /* (e[-1] - e[0]) / (len(e) - 1) / TICKS_PER_S: both divisions correctly rounded,
+             * as Python's, the difference exact in a double (times below 2^52) */
+            for (int i = 0; i < n; i++)
+                PyTuple_SET_ITEM(iteration, i, PyFloat_FromDouble(
+                    ends[i] > 1 ? (double)(first_end[2 * i + 1] - first_end[2 * i]) / (double)(ends[i] - 1) / 1e6
+                                : Py_HUGE_VAL));
+            if (period_ticks <= 0) {
+                util = Py_BuildValue("(dd)", 0.0, 0.0);
+            } else { /* Python's exact int / int, as _finish */
+                PyObject *roll = busy_ticks(&s, kept, 0, nkept, 0);
+                PyObject *train = roll ? busy_ticks(&s, kept, 0, nkept, 1) : NULL;
+                PyObject *u0 = train ? exact_share(roll, s.rolls, period_ticks) : NULL;
+                PyObject *u1 = u0 ? exact_share(train, s.trains, period_ticks) : NULL;
+                if (u1) util = PyTuple_Pack(2, u0, u1);
+                Py_XDECREF(roll);
+                Py_XDECREF(train);
+                Py_XDECREF(u0);
+                Py_XDECREF(u1);
+            }
+        }
+        for (int i = 0; util && i < n; i++)
+            if (!PyTuple_GET_ITEM(iteration, i)) Py_CLEAR(util);
+        if (util && flush_pairs(pairs, met_pairs, n) == 0)
+            result = Py_BuildValue("(idOOOL)", 2, (double)period_ticks / 1e6, iteration, util, window,
+                                   (long long)half);
+        Py_XDECREF(window);
+        Py_XDECREF(iteration);
+        Py_XDECREF(util);
+        PyMem_Free(first_end);
+        PyMem_Free(ends);
+        PyMem_Free(kept);
     }
 done_state:
     PyMem_Free(state);
@@ -636,9 +680,240 @@ done:
     return result;
 }
 
+/* A set of uint64 values (stored plus one, so that 0 marks a free slot), for scan(). */
+typedef struct {
+    uint64_t *slots;
+    size_t cap, used;
+} U64Set;
+
+static int u64set_add(U64Set *t, uint64_t v); /* 1 added, 0 present, -1 no memory */
+
+static int u64set_has(const U64Set *t, uint64_t v) {
+    if (!t->cap) return 0;
+    size_t k = (size_t)((v + 1) * 0x9E3779B97F4A7C15ULL) & (t->cap - 1);
+    for (; t->slots[k]; k = (k + 1) & (t->cap - 1))
+        if (t->slots[k] == v + 1) return 1;
+    return 0;
+}
+
+static int u64set_grow(U64Set *t) {
+    size_t cap = t->cap ? 2 * t->cap : 64;
+    U64Set bigger = {PyMem_Calloc(cap, sizeof(uint64_t)), cap, 0};
+    if (!bigger.slots) return -1;
+    for (size_t k = 0; k < t->cap; k++)
+        if (t->slots[k]) u64set_add(&bigger, t->slots[k] - 1);
+    PyMem_Free(t->slots);
+    *t = bigger;
+    return 0;
+}
+
+static int u64set_add(U64Set *t, uint64_t v) {
+    if (2 * (t->used + 1) > t->cap && u64set_grow(t) < 0) return -1;
+    size_t k = (size_t)((v + 1) * 0x9E3779B97F4A7C15ULL) & (t->cap - 1);
+    for (; t->slots[k]; k = (k + 1) & (t->cap - 1))
+        if (t->slots[k] == v + 1) return 0;
+    t->slots[k] = v + 1;
+    t->used++;
+    return 1;
+}
+
+/* Whether members at positions x and y of a part meet at instant 0 of start ``at`` (bit
+ * x: x ready for training): in one queue, with a node in common in that pool. */
+static int meet(const uint64_t (*nodes)[2], unsigned at, int x, int y) {
+    int pool = at >> x & 1;
+    return pool == (int)(at >> y & 1) && (nodes[x][pool] & nodes[y][pool]) != 0;
+}
+
+#define SCAN_MAX 10 /* members of a part: the start and the orientation of its meeting pairs in 64 bits */
+
+/* scan(part, classes, rolls, trains, tie, caps, worst, run): kernel.worst_iterations'
+ * search over every order of one part, as its Python loop does it, order for order
+ * (itertools.permutations' order) and start for start. Positions 0..p-1 are the part's
+ * members (part: their key indices, ascending). classes[x] numbers x's durations and
+ * switch seconds (equal numbers: equal fields); rolls[x] and trains[x] are its node
+ * indices (0..63) in the key. An order whose sub-key (kernel._part_key) an earlier order
+ * had is skipped. Unless ``tie``, a start (at, the orientation of the pairs that meet at
+ * instant 0) settled by an earlier run is skipped, and a run settles its start when
+ * every pair whose order it consulted meets at instant 0. run(order, mask, collect)
+ * (order: key indices) returns (iteration times by local index, the consulted pairs or
+ * None). worst (floats by position) takes the maxima in place; caps (by position, or
+ * None) stop the scan: returns True at the first run after which a member is above its
+ * cap, else False. */
+static PyObject *scan(PyObject *self, PyObject *args) {
+    PyObject *part, *classes, *rolls, *trains, *caps, *worst, *run;
+    int tie;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!pOO!O", &PyTuple_Type, &part, &PyTuple_Type, &classes, &PyTuple_Type,
+                          &rolls, &PyTuple_Type, &trains, &tie, &caps, &PyList_Type, &worst, &run))
+        return NULL;
+    Py_ssize_t p = PyTuple_GET_SIZE(part);
+    if (p < 2 || p > SCAN_MAX || PyTuple_GET_SIZE(classes) != p || PyTuple_GET_SIZE(rolls) != p ||
+        PyTuple_GET_SIZE(trains) != p || PyList_GET_SIZE(worst) != p ||
+        (caps != Py_None && (!PyTuple_Check(caps) || PyTuple_GET_SIZE(caps) != p))) {
+        PyErr_SetString(PyExc_ValueError, "scan: a part of 2 to 10 members, every field by position");
+        return NULL;
+    }
+    uint64_t nodes[SCAN_MAX][2];
+    int cls[SCAN_MAX], perm[SCAN_MAX], rank[SCAN_MAX];
+    unsigned char lists[SCAN_MAX][2][64];
+    int lens[SCAN_MAX][2];
+    double w[SCAN_MAX], cap[SCAN_MAX];
+    for (int x = 0; x < p; x++) {
+        cls[x] = (int)PyLong_AsLong(PyTuple_GET_ITEM(classes, x));
+        w[x] = PyFloat_AsDouble(PyList_GET_ITEM(worst, x));
+        cap[x] = caps == Py_None ? 0.0 : PyFloat_AsDouble(PyTuple_GET_ITEM(caps, x));
+        if (PyErr_Occurred()) return NULL;
+        for (int pool = 0; pool < 2; pool++) {
+            PyObject *list = PyTuple_GET_ITEM(pool ? trains : rolls, x);
+            if (!PyTuple_Check(list) || PyTuple_GET_SIZE(list) > 64) {
+                PyErr_SetString(PyExc_ValueError, "scan: node indices 0..63 per member and pool");
+                return NULL;
+            }
+            nodes[x][pool] = 0;
+            lens[x][pool] = (int)PyTuple_GET_SIZE(list);
+            for (int j = 0; j < lens[x][pool]; j++) {
+                long v = PyLong_AsLong(PyTuple_GET_ITEM(list, j));
+                if (v < 0 || v > 63) {
+                    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "scan: node indices 0..63 per member and pool");
+                    return NULL;
+                }
+                lists[x][pool][j] = (unsigned char)v;
+                nodes[x][pool] |= 1ULL << v;
+            }
+        }
+        perm[x] = x;
+    }
+    PyObject *seen = PySet_New(NULL), *order = NULL, *result = NULL;
+    U64Set settled = {NULL, 0, 0};
+    unsigned char code[SCAN_MAX * 132];
+    if (!seen) return NULL;
+    for (;;) {
+        /* the order's sub-key, as a code: per member its class, then its nodes renamed by first use */
+        signed char rename[64];
+        memset(rename, -1, sizeof rename);
+        int next_name = 0;
+        Py_ssize_t len = 0;
+        for (int local = 0; local < p; local++) {
+            int x = perm[local];
+            rank[x] = local;
+            code[len++] = (unsigned char)cls[x];
+            for (int pool = 0; pool < 2; pool++) {
+                code[len++] = (unsigned char)lens[x][pool];
+                for (int j = 0; j < lens[x][pool]; j++) {
+                    int v = lists[x][pool][j];
+                    if (rename[v] < 0) rename[v] = (signed char)next_name++;
+                    code[len++] = (unsigned char)rename[v];
+                }
+            }
+        }
+        PyObject *sub = PyBytes_FromStringAndSize((const char *)code, len);
+        int fresh = sub ? PySet_Contains(seen, sub) : -1;
+        if (fresh == 0) fresh = PySet_Add(seen, sub) < 0 ? -1 : 1;
+        Py_XDECREF(sub);
+        if (fresh < 0) goto done;
+        if (fresh) {
+            Py_CLEAR(order);
+            for (unsigned mask = 0; mask < (1u << p); mask++) {
+                unsigned at = 0;
+                for (int local = 0; local < p; local++)
+                    if (mask >> local & 1) at |= 1u << perm[local];
+                uint64_t settles = at;
+                if (!tie) {
+                    int k = (int)p;
+                    for (int x = 0; x < p; x++)
+                        for (int y = x + 1; y < p; y++)
+                            if (meet(nodes, at, x, y)) settles |= (uint64_t)(rank[x] < rank[y]) << k++;
+                    if (u64set_has(&settled, settles)) continue;
+                }
+                if (!order) {
+                    order = PyTuple_New(p);
+                    if (!order) goto done;
+                    for (int local = 0; local < p; local++) {
+                        PyObject *i = PyTuple_GET_ITEM(part, perm[local]);
+                        Py_INCREF(i);
+                        PyTuple_SET_ITEM(order, local, i);
+                    }
+                }
+                PyObject *out = PyObject_CallFunction(run, "OIO", order, mask, tie ? Py_False : Py_True);
+                if (!out) goto done;
+                PyObject *iteration, *pairs;
+                if (!PyArg_ParseTuple(out, "O!O", &PyTuple_Type, &iteration, &pairs) ||
+                    PyTuple_GET_SIZE(iteration) != p) {
+                    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "scan: run must give p iteration times");
+                    Py_DECREF(out);
+                    goto done;
+                }
+                for (int local = 0; local < p; local++) {
+                    double v = PyFloat_AsDouble(PyTuple_GET_ITEM(iteration, local));
+                    if (v > w[perm[local]]) w[perm[local]] = v;
+                }
+                int settling = !tie && pairs != Py_None;
+                if (settling) { /* every consulted pair meets at instant 0 */
+                    PyObject *it = PyObject_GetIter(pairs), *pair;
+                    while (it && settling && (pair = PyIter_Next(it))) {
+                        long a = -1, b = -1;
+                        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+                            a = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+                            b = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+                        }
+                        settling = a >= 0 && a < p && b >= 0 && b < p && meet(nodes, at, perm[a], perm[b]);
+                        Py_DECREF(pair);
+                    }
+                    Py_XDECREF(it);
+                    if (!it || PyErr_Occurred()) {
+                        Py_DECREF(out);
+                        goto done;
+                    }
+                }
+                Py_DECREF(out);
+                if (settling && u64set_add(&settled, settles) < 0) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                int above = 0;
+                for (int x = 0; caps != Py_None && x < p; x++) above |= w[x] > cap[x];
+                if (above) {
+                    result = Py_True;
+                    goto done;
+                }
+            }
+        }
+        /* the next order (itertools.permutations' order of distinct positions) */
+        int i = (int)p - 2;
+        while (i >= 0 && perm[i] > perm[i + 1]) i--;
+        if (i < 0) break;
+        int j = (int)p - 1;
+        while (perm[j] < perm[i]) j--;
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+        for (int a = i + 1, b = (int)p - 1; a < b; a++, b--) {
+            t = perm[a];
+            perm[a] = perm[b];
+            perm[b] = t;
+        }
+    }
+    result = Py_False;
+done:
+    if (result) {
+        for (int x = 0; x < p; x++) {
+            PyObject *v = PyFloat_FromDouble(w[x]);
+            if (!v || PyList_SetItem(worst, x, v) < 0) {
+                result = NULL;
+                break;
+            }
+        }
+    }
+    Py_XINCREF(result);
+    Py_XDECREF(order);
+    Py_DECREF(seen);
+    PyMem_Free(settled.slots);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"prepare", prepare, METH_VARARGS, "A key's set-up for simulate, or None (see the file's comment)."},
     {"simulate", simulate, METH_VARARGS, "rollmux.kernel._simulate's loop (see the file's comment)."},
+    {"scan", scan, METH_VARARGS, "kernel.worst_iterations' search over every order of a part (see scan's comment)."},
     {NULL, NULL, 0, NULL},
 };
 

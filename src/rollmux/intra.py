@@ -102,9 +102,6 @@ class PhaseSpan:
 
 @dataclass(slots=True, frozen=True)
 class GroupAnalysis:
-    t_cycle: float
-    t_load: float
-    saturated: bool
     period: float
     iteration_s: dict[str, float]
     slowdown: dict[str, float]
@@ -112,6 +109,22 @@ class GroupAnalysis:
     _shape: "_Shape"
     _ids: tuple[str, ...]
     _nodes: tuple[str, ...]
+    _members: tuple[MemberProfile, ...]
+
+    @property
+    def t_cycle(self) -> float:
+        """The longest member's solo iteration (``t_cycle``)."""
+        return t_cycle(self._members)
+
+    @property
+    def t_load(self) -> float:
+        """The busiest node's phase seconds per turn (``t_load``)."""
+        return t_load(self._members)
+
+    @property
+    def saturated(self) -> bool:
+        """``t_load >= t_cycle``: some node is busy for a whole turn of the longest member."""
+        return self.t_load >= self.t_cycle
 
     @property
     def timeline(self) -> tuple[PhaseSpan, ...]:
@@ -139,48 +152,46 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
     """Steady state of the execution rule for ``members`` (admission order). O(n^2 x iterations)."""
     if not members:
         raise ValueError("a group needs at least one member")
-    node_index: dict[str, int] = {}
-    key_parts = []
     pipelined = any(m.staleness for m in members)
-    for m in members:
-        r = tuple(node_index.setdefault(n, len(node_index)) for n in m.rollout_nodes)
-        t = tuple(node_index.setdefault(n, len(node_index)) for n in m.train_nodes)
-        part = (m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train)
-        key_parts.append((*part, m.staleness) if pipelined else part)
-    key = tuple(key_parts)
+    key, names = _key(members, pipelined)
     if pipelined:
         from rollmux.intra_async import simulate_async
         shape = kernel.shape_of(key, simulate_async)
     else:
         shape = kernel.shape_of(key)
-    ids = tuple(m.job_id for m in members)
+    ids = tuple([m.job_id for m in members])
     iteration = dict(zip(ids, shape.iteration_s))
-    tc = t_cycle(members)
-    tl = t_load(members)
     return GroupAnalysis(
-        t_cycle=tc,
-        t_load=tl,
-        saturated=tl >= tc,
         period=shape.period,
         iteration_s=iteration,
         slowdown={m.job_id: iteration[m.job_id] / m.t_solo for m in members},
         utilization={ROLLOUT: shape.utilization[0], TRAIN: shape.utilization[1]},
         _shape=shape,
         _ids=ids,
-        _nodes=tuple(node_index),
+        _nodes=names,
+        _members=tuple(members),
     )
 
 
 def sync_key(members: Sequence[MemberProfile]) -> tuple:
     """The memo key of synchronous ``members`` as ``analyze`` builds it: per member its
     durations, its nodes numbered by first use, and its switch seconds."""
-    node_index: dict[str, int] = {}
-    key = []
+    return _key(members, False)[0]
+
+
+def _key(members: Sequence[MemberProfile], pipelined: bool) -> tuple[tuple, tuple[str, ...]]:
+    """``analyze``'s memo key (with each member's staleness when ``pipelined``) and the node
+    names in the order of their numbers."""
+    index: dict[str, int] = {}
+    key: list = []
     for m in members:
-        r = tuple(node_index.setdefault(x, len(node_index)) for x in m.rollout_nodes)
-        t = tuple(node_index.setdefault(x, len(node_index)) for x in m.train_nodes)
-        key.append((m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train))
-    return tuple(key)
+        r = tuple([index.setdefault(x, len(index)) for x in m.rollout_nodes])
+        t = tuple([index.setdefault(x, len(index)) for x in m.train_nodes])
+        if pipelined:
+            key.append((m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train, m.staleness))
+        else:
+            key.append((m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train))
+    return tuple(key), tuple(index)
 
 
 def worst_start(members: Sequence[MemberProfile], orders: bool = False,

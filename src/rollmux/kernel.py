@@ -42,7 +42,9 @@ class _Shape(NamedTuple):
     period: float
     iteration_s: tuple[float, ...]
     utilization: tuple[float, float]
-    window: list[tuple[int, str, tuple[str, ...], int, int, int]]  # one period, in ticks; nodes: str(index)
+    #: one period, in ticks (nodes: str(index)); empty in a shape from a start other than
+    #: every member ready for rollout (``_windowed``)
+    window: list[tuple[int, str, tuple[str, ...], int, int, int]]
     t0: int
 
 
@@ -79,6 +81,10 @@ def worst_iterations(key: tuple, orders: bool, cap: list[float] | None) -> list[
     iteration: the order then picks the anchor, whose starts time the search."""
     worst = [0.0] * len(key)
     for part in _parts(key):
+        if _csim is not None and orders and 1 < len(part) <= _SCAN_MAX and _scannable(key, part):
+            if _scan(key, part, cap, worst):
+                return worst
+            continue
         seen: set[tuple] = set()
         meets = _meets(key, part) if orders and len(part) > 1 else None
         settled: set[tuple] = set()
@@ -114,14 +120,53 @@ def worst_iterations(key: tuple, orders: bool, cap: list[float] | None) -> list[
     return worst
 
 
+#: members of a part that ``_csim.scan`` takes
+_SCAN_MAX = 10
+
+
+def _scannable(key: tuple, part: list[int]) -> bool:
+    """Whether ``_csim.scan`` takes ``part``: node indices 0..63 (always so in a key that
+    ``rollmux.intra.sync_key`` numbered, up to 64 nodes)."""
+    return all(0 <= x < 64 for i in part for x in key[i][2] + key[i][3])
+
+
+def _scan(key: tuple, part: list[int], cap: list[float] | None, worst: list[float]) -> bool:
+    """``worst_iterations``' search over every order of ``part`` with its loop in C
+    (``_csim.scan``): the same orders, starts and runs; here each run (``_simulated`` on
+    the order's sub-key, one ``joins`` map per order). Updates ``worst``; True when a
+    member went above its cap."""
+    classes: dict[tuple, int] = {}
+    ids = tuple([classes.setdefault((key[i][0], key[i][1], *key[i][4:]), len(classes)) for i in part])
+    cell: list = [None, (), {}]  # the order of the runs, its sub-key, its joins
+
+    def run(order: tuple, mask: int, collect: bool) -> tuple[tuple[float, ...], set | None]:
+        if order is not cell[0]:
+            cell[0], cell[1], cell[2] = order, _part_key(key, list(order))[0], {}
+        pairs: set | None = set() if collect else None
+        return _simulated(cell[1], mask, cell[2], pairs).iteration_s, pairs
+
+    local = [worst[i] for i in part]
+    capped = _csim.scan(tuple(part), ids, tuple([key[i][2] for i in part]), tuple([key[i][3] for i in part]),
+                        _tie(key, part), None if cap is None else tuple([cap[i] for i in part]), local, run)
+    for x, i in enumerate(part):
+        worst[i] = local[x]
+    return bool(capped)
+
+
+def _tie(key: tuple, part: list[int]) -> bool:
+    """Whether two members of ``part`` tie for the longest solo iteration in ticks (the
+    anchor then depends on the order)."""
+    solo = [round(key[i][0] * TICKS_PER_S) + round(key[i][1] * TICKS_PER_S) for i in part]
+    return solo.count(max(solo)) > 1
+
+
 def _meets(key: tuple, part: list[int]) -> Callable[[int], tuple[list[tuple[int, int]], frozenset]] | None:
     """For ``worst_iterations``: a cached function of a start (bit i set: member i ready
     for training) giving the pairs (a, b), a < b, of ``part`` that may meet at instant 0
     (in one queue, with a node in common in that pool), listed and as a set; None when
     two members tie for the longest solo iteration in ticks (the anchor would depend on
     the order)."""
-    solo = [round(key[i][0] * TICKS_PER_S) + round(key[i][1] * TICKS_PER_S) for i in part]
-    if solo.count(max(solo)) > 1:
+    if _tie(key, part):
         return None
     cache: dict[int, tuple[list[tuple[int, int]], frozenset]] = {}
 
@@ -361,7 +406,8 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None, pairs
     deterministic, so a run that reaches one of those states would settle into the same
     steady state; if it would also see the repeat within its limits, it stops there and
     returns that steady state: the same period, iteration times and utilizations as
-    running on (window and ``t0`` are the earlier run's). A run that finds a repeat adds
+    running on (window and ``t0`` are the earlier run's: ``_windowed``'s empty window
+    where that run started otherwise than all ready for rollout). A run that finds a repeat adds
     its states; one that falls back adds none.
 
     ``pairs``, when given, collects every pair of members (i, j), i < j, whose admission
@@ -470,7 +516,7 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None, pairs
                         iters[span[0]] += 1
                 while first > span0 and spans[first - 1][3] == now:  # a zero-length phase ran at now
                     first -= 1
-                shape = _finish(now - t0, iters, spans[span0:first], t0, length, layout)
+                shape = _windowed(_finish(now - t0, iters, spans[span0:first], t0, length, layout), train_first)
                 if joins is not None:
                     for x, (*_, snap, at) in seen.items():
                         joins[x] = ((shape, starts0 - snap, step - at, pairs) if snap < snap0 else
@@ -482,7 +528,14 @@ def _simulate(key: tuple, train_first: int = 0, joins: dict | None = None, pairs
             seen[state] = (now, start, len(spans), starts0, step)
             if starts0 > MAX_ITERATIONS:
                 break
-    return _floored(_fallback(spans, now, n, length, layout), key)
+    return _floored(_windowed(_fallback(spans, now, n, length, layout), train_first), key)
+
+
+def _windowed(shape: _Shape, train_first: int) -> _Shape:
+    """``shape`` as kept: with its window from the start with every member ready for
+    rollout, with an empty one from any other (only its iteration times are read, by
+    ``worst_iterations``; building the window cost more than the run)."""
+    return _Shape(shape.period, shape.iteration_s, shape.utilization, [], shape.t0) if train_first else shape
 
 
 def _prepare(key: tuple) -> object:
@@ -497,8 +550,9 @@ def _prepare(key: tuple) -> object:
 
 
 def _simulate_c(key: tuple, prepared: object, train_first: int, joins: dict | None, pairs: set | None) -> _Shape:
-    """``_simulate`` with its loop in C (``_csim.c``): the same steps and, on a repeat, the
-    shape as ``_finish`` computes it; here what follows (``joins`` filled, the fallback)."""
+    """``_simulate`` with its loop in C (``_csim.c``): the same steps and the shape as
+    ``_finish`` (a repeat) or ``_fallback`` (none) computes it; here what follows
+    (``joins`` filled, a fallback's floors)."""
     out = _csim.simulate(prepared, train_first, joins, pairs)
     if out[0] == 0:  # met a state of an earlier run of this key
         joined: _Shape = out[1]
@@ -511,7 +565,7 @@ def _simulate_c(key: tuple, prepared: object, train_first: int, joins: dict | No
                 joins[x] = ((shape, starts0 - snap, step - at, pairs) if snap < snap0 else
                             (shape, starts0 - snap0, step - step0, pairs))
         return shape
-    return _floored(_fallback(out[2], out[1], len(key), _ticks(key, 0), _layout_of(key)), key)  # no repeat
+    return _floored(_Shape(*out[1:]), key)  # no repeat: ``_fallback``'s shape
 
 
 def _floored(shape: _Shape, key: tuple) -> _Shape:
