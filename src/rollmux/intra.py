@@ -153,7 +153,7 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
     if not members:
         raise ValueError("a group needs at least one member")
     pipelined = any(m.staleness for m in members)
-    key, names = _key(members, pipelined)
+    key, names = kernel.key_of(members, pipelined)
     if pipelined:
         from rollmux.intra_async import simulate_async
         shape = kernel.shape_of(key, simulate_async)
@@ -176,22 +176,7 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
 def sync_key(members: Sequence[MemberProfile]) -> tuple:
     """The memo key of synchronous ``members`` as ``analyze`` builds it: per member its
     durations, its nodes numbered by first use, and its switch seconds."""
-    return _key(members, False)[0]
-
-
-def _key(members: Sequence[MemberProfile], pipelined: bool) -> tuple[tuple, tuple[str, ...]]:
-    """``analyze``'s memo key (with each member's staleness when ``pipelined``) and the node
-    names in the order of their numbers."""
-    index: dict[str, int] = {}
-    key: list = []
-    for m in members:
-        r = tuple([index.setdefault(x, len(index)) for x in m.rollout_nodes])
-        t = tuple([index.setdefault(x, len(index)) for x in m.train_nodes])
-        if pipelined:
-            key.append((m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train, m.staleness))
-        else:
-            key.append((m.t_roll, m.t_train, r, t, m.switch_roll, m.switch_train))
-    return tuple(key), tuple(index)
+    return kernel.key_of(members, False)[0]
 
 
 def worst_start(members: Sequence[MemberProfile], orders: bool = False,

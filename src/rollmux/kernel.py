@@ -24,7 +24,7 @@ import heapq
 from bisect import insort
 from itertools import permutations
 from operator import itemgetter
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from rollmux.model import POOLS, ROLLOUT, TRAIN
 from rollmux.native import simulator
@@ -49,6 +49,27 @@ class _Shape(NamedTuple):
 
 
 _memo: dict[tuple, _Shape] = {}
+
+
+def key_of(members: Sequence[Any], pipelined: bool) -> tuple[tuple, tuple[str, ...]]:
+    """The memo key of ``members`` (``rollmux.intra.MemberProfile``s, admission order) and
+    the node names by number: per member (t_roll, t_train, rollout node numbers, training
+    node numbers, switch_roll, switch_train), with its staleness appended when
+    ``pipelined``; nodes numbered by first use."""
+    index: dict[str, int] = {}
+    key: list[tuple] = []
+    for m in members:
+        roll: list[int] = []
+        for x in m.rollout_nodes:
+            roll.append(index.setdefault(x, len(index)))
+        train: list[int] = []
+        for x in m.train_nodes:
+            train.append(index.setdefault(x, len(index)))
+        if pipelined:
+            key.append((m.t_roll, m.t_train, tuple(roll), tuple(train), m.switch_roll, m.switch_train, m.staleness))
+        else:
+            key.append((m.t_roll, m.t_train, tuple(roll), tuple(train), m.switch_roll, m.switch_train))
+    return tuple(key), tuple(index)
 
 
 def shape_of(key: tuple, run: Callable[[tuple], _Shape] | None = None) -> _Shape:
