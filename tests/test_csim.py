@@ -101,6 +101,8 @@ def test_the_order_scan_refuses_what_it_cannot_take():
         kernel._csim.scan(part, ids, ((0,), (64,)), nodes, False, None, [0.0, 0.0], run)
     with pytest.raises(ValueError, match="iteration times"):
         kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, None, [0.0, 0.0], lambda o, m, c: ((1.0,), None))
+    with pytest.raises(TypeError):
+        kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, None, [0.0, 0.0], lambda o, m, c: (("x", 1.0), None))
     with pytest.raises(ZeroDivisionError):  # an error in a run reaches the caller
         kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, None, [0.0, 0.0], lambda o, m, c: 1 / 0)
     worst = [0.0, 0.0]

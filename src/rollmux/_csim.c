@@ -846,6 +846,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                     double v = PyFloat_AsDouble(PyTuple_GET_ITEM(iteration, local));
                     if (v > w[perm[local]]) w[perm[local]] = v;
                 }
+                if (PyErr_Occurred()) {
+                    Py_DECREF(out);
+                    goto done;
+                }
                 int settling = !tie && pairs != Py_None;
                 if (settling) { /* every consulted pair meets at instant 0 */
                     PyObject *it = PyObject_GetIter(pairs), *pair;
