@@ -382,7 +382,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     Py_ssize_t span_cap = 256, nspans = 0;
     Span *spans = PyMem_Malloc(span_cap * sizeof(Span));
     int seen_cap = s.max_iterations + 4, nseen = 0;
-    Seen *seen = PyMem_Calloc((size_t)seen_cap, sizeof(Seen));
+    Seen *seen = PyMem_Malloc((size_t)seen_cap * sizeof(Seen)); /* entries below nseen only are read */
     if (!work || !met_pairs || !met || !spans || !seen) {
         PyErr_NoMemory();
         goto done;
