@@ -16,7 +16,9 @@ a C compiler or after an edit of this file, the package runs this source). The l
 built and fresh, and the group fits machine words (``_csim.prepare`` says), ``_simulate``
 runs it on the key's set-up prepared in C and finishes in Python from what it returns;
 otherwise, or with ``ROLLMUX_PURE_PYTHON`` set, its own loop runs. Both give the same
-shapes.
+shapes. Likewise ``worst_iterations``' search over every order of a part (``_csim.scan``:
+the orders, starts and settled starts in C, each run through ``_simulated`` here) where
+the part has at most ``_SCAN_MAX`` members; both searches give the same maxima.
 """
 from __future__ import annotations
 
