@@ -358,6 +358,25 @@ static PyObject *exact_share(PyObject *busy, long long nodes, int64_t period_tic
     return out;
 }
 
+/* The utilizations of spans[from:to] over period_ticks, per pool: (0.0, 0.0) for an empty
+ * period, else Python's exact int / int, as kernel._finish (the same floats, and
+ * ZeroDivisionError alike). */
+static PyObject *utilization(const Setup *s, const Span *spans, Py_ssize_t from, Py_ssize_t to,
+                             int64_t period_ticks) {
+    if (period_ticks <= 0) return Py_BuildValue("(dd)", 0.0, 0.0);
+    PyObject *util = NULL;
+    PyObject *roll = busy_ticks(s, spans, from, to, 0);
+    PyObject *train = roll ? busy_ticks(s, spans, from, to, 1) : NULL;
+    PyObject *u0 = train ? exact_share(roll, s->rolls, period_ticks) : NULL;
+    PyObject *u1 = u0 ? exact_share(train, s->trains, period_ticks) : NULL;
+    if (u1) util = PyTuple_Pack(2, u0, u1);
+    Py_XDECREF(roll);
+    Py_XDECREF(train);
+    Py_XDECREF(u0);
+    Py_XDECREF(u1);
+    return util;
+}
+
 static PyObject *simulate(PyObject *self, PyObject *args) {
     PyObject *capsule, *joins, *pairs;
     unsigned long long train_first;
@@ -550,20 +569,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
                                      PyFloat_FromDouble(count[i] > 0 ? period / (double)count[i] : Py_HUGE_VAL));
                 PyMem_Free(count);
                 while (first > p->start && spans[first - 1].start == now) first--;
-                PyObject *util = NULL;
-                if (period_ticks <= 0) {
-                    util = Py_BuildValue("(dd)", 0.0, 0.0);
-                } else { /* Python's exact int / int, as _finish: the same float, ZeroDivisionError alike */
-                    PyObject *roll = busy_ticks(&s, spans, p->start, first, 0);
-                    PyObject *train = roll ? busy_ticks(&s, spans, p->start, first, 1) : NULL;
-                    PyObject *u0 = train ? exact_share(roll, s.rolls, period_ticks) : NULL;
-                    PyObject *u1 = u0 ? exact_share(train, s.trains, period_ticks) : NULL;
-                    if (u1) util = PyTuple_Pack(2, u0, u1);
-                    Py_XDECREF(roll);
-                    Py_XDECREF(train);
-                    Py_XDECREF(u0);
-                    Py_XDECREF(u1);
-                }
+                PyObject *util = utilization(&s, spans, p->start, first, period_ticks);
                 PyObject *window = !util ? NULL : train_first ? PyList_New(0) : spans_list(&s, spans, p->start, first);
                 PyObject *seen_list = Py_None;
                 Py_INCREF(Py_None);
@@ -639,19 +645,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
                 PyTuple_SET_ITEM(iteration, i, PyFloat_FromDouble(
                     ends[i] > 1 ? (double)(first_end[2 * i + 1] - first_end[2 * i]) / (double)(ends[i] - 1) / 1e6
                                 : Py_HUGE_VAL));
-            if (period_ticks <= 0) {
-                util = Py_BuildValue("(dd)", 0.0, 0.0);
-            } else { /* Python's exact int / int, as _finish */
-                PyObject *roll = busy_ticks(&s, kept, 0, nkept, 0);
-                PyObject *train = roll ? busy_ticks(&s, kept, 0, nkept, 1) : NULL;
-                PyObject *u0 = train ? exact_share(roll, s.rolls, period_ticks) : NULL;
-                PyObject *u1 = u0 ? exact_share(train, s.trains, period_ticks) : NULL;
-                if (u1) util = PyTuple_Pack(2, u0, u1);
-                Py_XDECREF(roll);
-                Py_XDECREF(train);
-                Py_XDECREF(u0);
-                Py_XDECREF(u1);
-            }
+            util = utilization(&s, kept, 0, nkept, period_ticks);
         }
         for (int i = 0; util && i < n; i++)
             if (!PyTuple_GET_ITEM(iteration, i)) Py_CLEAR(util);
