@@ -108,3 +108,41 @@ def test_the_order_scan_refuses_what_it_cannot_take():
     worst = [0.0, 0.0]
     assert kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, (0.5, 9.0), worst, run) is True
     assert worst == [1.0, 1.0]  # the first run put member 0 above its cap: the scan stopped there
+
+
+def test_the_planners_own_checks_agree(pure, monkeypatch):
+    """The keys the planner itself checks from every start in every order (a full-space
+    plan of 20 jobs of the paper's mix, then 40 probes): the C scan and the Python loop
+    give the same worst iterations, with the planner's caps and without."""
+    from rollmux import intra
+    from rollmux.model import Cluster
+    from rollmux.plan_state import PlanState
+    from rollmux.planner import FULL_SPACE, Planner
+    from rollmux.traces.generate import generate
+
+    calls = []
+
+    class Recording:  # ``intra``'s view of the kernel, noting each check of every start
+        shape_of = staticmethod(kernel.shape_of)
+        key_of = staticmethod(kernel.key_of)
+
+        @staticmethod
+        def worst_iterations(key, orders, cap):
+            calls.append((key, orders, cap))
+            return kernel.worst_iterations(key, orders, cap)
+
+    monkeypatch.setattr(intra, "kernel", Recording)
+    jobs = generate(60, 7)
+    state, planner = PlanState(Cluster()), Planner(space=FULL_SPACE)
+    for job in jobs[:20]:
+        state.apply(job, planner.decide(state, job).placement)
+    for job in jobs[20:]:
+        planner.decide(state, job)
+    monkeypatch.undo()
+    checked = [c for c in calls if c[1] and len(c[0]) > 1][:120]
+    assert len(checked) >= 40 and any(len(key) >= 3 for key, _, _ in checked)
+    for key, orders, cap in checked:
+        for limit in (cap, None):
+            kernel.memo_restore(({}, {}))
+            pure.memo_restore(({}, {}))
+            assert kernel.worst_iterations(key, orders, limit) == pure.worst_iterations(key, orders, limit), key
