@@ -105,9 +105,21 @@ def test_the_order_scan_refuses_what_it_cannot_take():
         kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, None, [0.0, 0.0], lambda o, m, c: (("x", 1.0), None))
     with pytest.raises(ZeroDivisionError):  # an error in a run reaches the caller
         kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, None, [0.0, 0.0], lambda o, m, c: 1 / 0)
+    runs = []
+
+    def counted(order, mask, collect):
+        runs.append((order, mask))
+        return (1.0, 1.0), set()
+
     worst = [0.0, 0.0]
-    assert kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, (0.5, 9.0), worst, run) is True
-    assert worst == [1.0, 1.0]  # the first run put member 0 above its cap: the scan stopped there
+    assert kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, (0.5, 9.0), worst, counted) is True
+    assert worst == [1.0, 1.0] and runs == [((0, 1), 0)]  # the first run put member 0 above its cap
+    runs.clear()
+    assert kernel._csim.scan(part, ids, nodes, ((1,), (1,)), False, (9.0, 9.0), [0.0, 0.0], counted) is False
+    # below the caps every start of the first order runs; of the second, only the starts
+    # where the two meet at instant 0 (both in one queue on a shared node) and so are
+    # ordered the other way: a start with them in different queues was settled already
+    assert runs == [((0, 1), 0), ((0, 1), 1), ((0, 1), 2), ((0, 1), 3), ((1, 0), 0), ((1, 0), 3)]
 
 
 def test_the_planners_own_checks_agree(pure, monkeypatch):
