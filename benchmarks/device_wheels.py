@@ -8,17 +8,19 @@ index: the wheels travel with the working tree, 64 MiB per call at most.
   rewritten without what a Python driver on a local cluster never loads (the Java jars,
   31 MB; the dashboard's web build; RLlib; Ray LLM), about 42 MB.
 * ``--set vllm``: vLLM 0.24.0 (it pins the machine's torch 2.11.0; its kernels link CUDA
-  13, as that torch does), the requirements the machine lacks, and the control plane's
-  wheels. vLLM's wheel (279 MB) is rewritten without the FlashAttention-2 kernels (the
+  13, as that torch does), the requirements the machine lacks, Ray (trimmed as above:
+  the two vLLM jobs' control plane) and the control plane's wheels. ``xgrammar`` is
+  0.2.5.post1: vLLM pins ``apache-tvm-ffi==0.1.9``, which later xgrammar releases cannot
+  load with. vLLM's wheel (279 MB) is rewritten without the FlashAttention-2 kernels (the
   H100/H200 run FlashAttention-3), the fused-MoE kernels (dense models only), the Rust
   front end binary and the CUTLASS headers of its JIT kernels: about 135 MB. The
-  set (about 170 MB) is then cut into ``--parts`` folders ``part1``... of at most
+  set (about 262 MB) is then cut into ``--parts`` folders ``part1``... of at most
   ``--part-mb`` MB, each carried by one call to the same warm machine; a wheel larger
   than a part travels as byte chunks ``NAME.whl.000``... that ``benchmarks/gpu_vllm.sh``
   joins again.
 
     python3 benchmarks/device_wheels.py                          # carry .whl (benchmarks/gpu_trl_jobs.sh)
-    python3 benchmarks/device_wheels.py --set vllm --dest .wv    # carry .wv/part1, part2, part3 in turn
+    python3 benchmarks/device_wheels.py --set vllm --dest .wv    # carry .wv/part1 ... part5 in turn
 
 The versions are those the GPU runs in docs/integrations.md used. The target is CPython
 3.12 on x86-64 Linux (the lent machine's Python).
@@ -45,12 +47,12 @@ VLLM_WHEELS = ("vllm==0.24.0", "apache-tvm-ffi==0.1.9", "astor==0.8.1", "blake3=
                "msgspec==0.22.0", "openai==2.54.0", "openai-harmony==0.0.8", "outlines-core==0.2.14",
                "partial-json-parser==0.2.1.1.post7", "prometheus-fastapi-instrumentator==8.1.0", "pybase64==1.5.1",
                "pycountry==26.2.16", "pydantic-extra-types==2.11.1", "python-json-logger==4.2.0", "pyzmq==27.3.0",
-               "setproctitle==1.3.8", "sniffio==1.3.1", "watchfiles==1.3.0", "xgrammar==0.2.8", "dill==0.4.1",
-               *CONTROL_PLANE)
+               "setproctitle==1.3.8", "sniffio==1.3.1", "watchfiles==1.3.0", "xgrammar==0.2.5.post1", "dill==0.4.1",
+               "ray==2.60.0", *CONTROL_PLANE)
 RAY_DROP = ("ray/jars/", "ray/dashboard/client/build/", "ray/rllib/", "ray/llm/")
 VLLM_DROP = ("vllm/vllm_flash_attn/_vllm_fa2_C", "vllm/_moe_C", "vllm/vllm-rs", "vllm/third_party/fmha_sm100/cutlass/include/",
              "vllm/third_party/deep_gemm/include/", *(f"vllm/third_party/deep_gemm/_C.cpython-3{v}" for v in (10, 11, 13, 14)))
-SETS = {"trl": (WHEELS, {"ray-": RAY_DROP}), "vllm": (VLLM_WHEELS, {"vllm-": VLLM_DROP})}
+SETS = {"trl": (WHEELS, {"ray-": RAY_DROP}), "vllm": (VLLM_WHEELS, {"vllm-": VLLM_DROP, "ray-": RAY_DROP})}
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_24_x86_64",
              "manylinux_2_31_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64",
              "manylinux1_x86_64", "any")
