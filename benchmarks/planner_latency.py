@@ -31,6 +31,15 @@ third of the CPU stolen by neighbours at times, 2026-11-27) the fastest pass is 
 decision's own cost, the others add the neighbours'. ``--passes 1`` is one pass per
 probe, as before.
 
+``--policy rollmux-hedge`` times that policy's arrival decision instead (the fleet planner on
+the paper's testbed as a fleet of one view, ``rollmux.policies.fleet``): its placement
+(``place``), plus, when the arrival opens a group, the regrouping ``rollmux-hedge`` asks for
+at once (gathering it with jobs alone, ``fleet_exact.plan_fleet_regroup``). The N running
+jobs are placed the same way, each regrouping applied. For the regrouping the probe is
+pinned, then unpinned after; every running job is taken half-way through its run at
+exactly its SLO's pace, with a pause of its iteration plus 300 s. ``place ms`` and
+``regroup ms`` are the medians of each part over the probes that ran it.
+
 ``--repeats K`` draws K independent workloads per N (seeds ``--seed`` to ``--seed`` + K - 1,
 each its own plan and probes) and reports the median of their K medians: at small N one
 draw's median moves by half from run to run on a shared machine, with the workload's
@@ -39,7 +48,7 @@ mix of outcomes and with the machine.
     python benchmarks/planner_latency.py [--sizes 5,9,13,100,500,1000,2000] [--probes 50]
                                          [--space paper|full|paper-one-order|full-one-order]
                                          [--exact-sizes 4,5,6,7,8,9,10] [--objective rate|lifetime]
-                                         [--repeats 1] [--passes 3]
+                                         [--repeats 1] [--passes 3] [--policy rollmux-hedge]
 """
 from __future__ import annotations
 
@@ -83,6 +92,107 @@ def build(n: int, seed: int, tie_break: str = "first", name: str = "synthetic",
     return state, jobs[n:]
 
 
+MIGRATION_S = 300.0  # the pause a regrouping charges each moved job, after its current iteration
+
+
+def hedge_build(n: int, seed: int, name: str = "synthetic"):
+    """``rollmux-hedge`` with ``n`` jobs placed one at a time (each regrouping applied) and
+    the jobs left for probes; returns (policy, state, probes)."""
+    from rollmux.policies import make_policy
+
+    policy = make_policy("rollmux-hedge")
+    state = policy.new_state()
+    jobs = workload(name, n + 200, seed)
+    for job in jobs[:n]:
+        d = policy.place(state, job)
+        gid = state.apply(job, d.placement)
+        if d.placement.group_id is None:
+            plan = _hedge_regroup(policy, state, gid)
+            if plan is not None:
+                hedge_apply(state, plan)
+    return policy, state, jobs[n:]
+
+
+def _hedge_regroup(policy, state, gid: str):
+    """The regrouping ``rollmux-hedge`` asks for after an arrival opened ``gid``; every job
+    half-way through its run at its SLO's pace."""
+    def progress(k: str) -> tuple[int, float]:
+        job = state.originals[k]
+        left = max(1, job.solo_iterations() // 2)
+        return left, job.slo * job.t_solo * left
+
+    def pause(k: str) -> float:
+        return state.analysis(state.job_group[k]).iteration_s[k] + MIGRATION_S
+
+    return policy.regroup(state, gid, progress, pause)
+
+
+def hedge_apply(state, plan) -> None:
+    """Move a regrouping's jobs at once (the simulator waits for each one's iteration end)."""
+    from rollmux.improve import open_regrouped
+
+    originals = {m.job.job_id: state.originals[m.job.job_id] for g in plan.groups for m in g.members}
+    for job_id in originals:
+        state.release(job_id)
+    for group in plan.groups:
+        open_regrouped(state, group, plan.view, originals)
+
+
+def hedge_probe(policy, state, job, passes: int) -> tuple[float, float | None]:
+    """ms of the probe's placement and, when it opens a group, of the regrouping then
+    asked for (the fastest of ``passes`` each, from the same memo); the state is left as it was."""
+    memo = kernel.memo_snapshot()
+    place, regroup = float("inf"), float("inf")
+    for _ in range(passes):
+        kernel.memo_restore(memo)
+        t = time.perf_counter()
+        d = policy.place(state, job)
+        place = min(place, (time.perf_counter() - t) * 1e3)
+    if d.placement is None or d.placement.group_id is not None:
+        return place, None
+    gid = state.apply(job, d.placement)
+    after = kernel.memo_snapshot()
+    for _ in range(passes):
+        kernel.memo_restore(after)
+        t = time.perf_counter()
+        _hedge_regroup(policy, state, gid)
+        regroup = min(regroup, (time.perf_counter() - t) * 1e3)
+    state.release(job.job_id)
+    return place, regroup
+
+
+def hedge_table(args) -> None:
+    """The ``--policy rollmux-hedge`` table (see the module's docstring)."""
+    print(f"policy: rollmux-hedge (fleet planner, full space), kernel: {native.status()}, "
+          f"simulation loop: {native.simulator_status()}")
+    print(f"{'N':>6} {'groups':>7} {'median ms':>10} {'p99 ms':>9} {'paper ms':>9} {'speed-up':>9} "
+          f"{'place ms':>9} {'regroup ms':>11} {'regroups':>9} {'build s':>8}")
+    for n in [int(x) for x in args.sizes.split(",")]:
+        total, places, regroups, medians, built = [], [], [], [], 0.0
+        for r in range(args.repeats):
+            t0 = time.perf_counter()
+            policy, state, probes = hedge_build(n, args.seed + r, args.workload)
+            built += time.perf_counter() - t0
+            one = []
+            for job in probes[: args.probes]:
+                place, regroup = hedge_probe(policy, state, job, args.passes)
+                places.append(place)
+                if regroup is not None:
+                    regroups.append(regroup)
+                one.append(place + (regroup or 0.0))
+            medians.append(statistics.median(one))
+            total += one
+        total.sort()
+        med = statistics.median(medians)
+        p99 = total[min(len(total) - 1, int(0.99 * len(total)))]
+        paper = PAPER_MS.get(n)
+        ratio = f"{paper / med:8.1f}x" if paper else "       -"
+        reg = f"{statistics.median(regroups):>11.3f}" if regroups else f"{'-':>11}"
+        groups = sum(len(s.groups) for _, s in state.views.values())
+        print(f"{n:>6} {groups:>7} {med:>10.3f} {p99:>9.3f} {paper or '-':>9} {ratio} "
+              f"{statistics.median(places):>9.3f} {reg} {len(regroups):>9} {built:>8.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="5,9,13,100,500,1000,2000")
@@ -99,7 +209,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1,
                     help="independent draws per N (seeds seed, seed+1, ...): the median is then the median of "
                          "the draws' medians, p99 is over every probe, and the draws' medians are listed")
+    ap.add_argument("--policy", default="rollmux", choices=("rollmux", "rollmux-hedge"),
+                    help="rollmux: the planner's decision (--space, --objective); rollmux-hedge: that policy's "
+                         "placement plus the regrouping it asks for after an arrival that opens a group")
     args = ap.parse_args()
+    if args.policy == "rollmux-hedge":
+        hedge_table(args)
+        return
     planner = Planner(args.tie_break, space=SPACES[args.space], objective=args.objective)
     draw = random.Random(args.seed)
     left: dict[str, int] = {}

@@ -350,11 +350,13 @@ class _Option:
 
     def members(self, state: PlanState, job: Job) -> list[MemberProfile]:
         """The group's members after the move, admission order, newcomer last."""
+        assert self.group is not None, "an option into no group has no members"
         view = state.view(self.group.group_id)
         newcomer = Member(job, self.placement.rollout_nodes, self.placement.train_nodes, self.kind == HOST)
         return [*view.profiles, state.profile(newcomer)]
 
     def slo(self, state: PlanState, job: Job) -> dict[str, float]:
+        assert self.group is not None, "an option into no group has no SLOs"
         return {**state.view(self.group.group_id).slo, job.job_id: job.slo}
 
 
@@ -460,9 +462,9 @@ class Planner:
         cap_j = _floor_cap(job) if floors else float("inf")
         scale_t = self.space.train_scaling
         new_ids: dict[str, dict[int, tuple[str, ...] | None]] = {}
-        for pool, top, share in ((ROLLOUT, need_r, share_r), (TRAIN, need_t if scale_t else 0, share_t)):
+        for pool, most, share in ((ROLLOUT, need_r, share_r), (TRAIN, need_t if scale_t else 0, share_t)):
             new_ids[pool] = {0: ()}
-            for m in range(1, top + 1):
+            for m in range(1, most + 1):
                 ids = state.peek_new(pool, m, job.mem(pool))
                 new_ids[pool][m] = None if ids is None or 0.0 + share > lim else ids
         # with every training node new the newcomer may share no training node (_group_floor)
@@ -532,6 +534,7 @@ class Planner:
         """
         group = state.group_of(job_id)
         member = group.member(job_id)
+        assert member is not None, f"job {job_id} is in no group's members"
         if group.colocated or member.hosted:  # its phase times are the co-located ones; it stays where it is
             return None
         others = [m for m in group.members if m is not member]
@@ -556,7 +559,8 @@ class Planner:
             a = analyze(opt.members(state, job))
             if a.iteration_s[job_id] * remaining > spare_s:
                 continue
-            if progress is not None and not members_keep_pace(a, opt.group.members, progress):
+            if progress is not None and opt.group is not None and not members_keep_pace(a, opt.group.members,
+                                                                                          progress):
                 continue
             chosen = Candidate(PACK, cand.group_id, cand.placement, -saving, "chosen",
                                f"frees {', '.join(freed[ROLLOUT] + freed[TRAIN])}", cand.max_slowdown)
@@ -781,7 +785,7 @@ class Planner:
             util = _cost_weighted(state, _solo_analysis(state, job, opt.placement), 1, 1)
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "feasible", "", 1.0, util)
         if not opt.peak_checked:
-            node, peak = _peak_demand(state.view(gid).share, job, opt.placement)
+            node, peak = _peak_demand(state.view(opt.group.group_id).share, job, opt.placement)
         if not opt.peak_checked and peak > 1.0 + SLO_EPS:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
                              f"SLO bound: node {node} would need {peak:.2f}x its time at the members' SLO rates")
@@ -793,7 +797,7 @@ class Planner:
         miss = _shared_pair_miss(members, slo)
         if not miss and opt.peak_checked:
             jobs = [m.job for m in opt.group.members] + [job] if self.accounting.whole_run_slo_checks else None
-            miss = _peer_miss(members, slo, jobs) or (jobs is not None and _startup_floor_miss(members, jobs))
+            miss = _peer_miss(members, slo, jobs) or (_startup_floor_miss(members, jobs) if jobs is not None else "")
         if miss:
             return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected", miss)
         a = analyze(members)

@@ -1,0 +1,54 @@
+"""benchmarks/planner_latency.py --policy rollmux-hedge: each probe's placement and the
+regrouping it then asks for are timed without changing the running jobs' plan."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "planner_latency.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("planner_latency", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _plan(state) -> tuple:
+    groups = {gid: (tuple(m.job.job_id for m in g.members), tuple(g.rollout_nodes), tuple(g.train_nodes))
+              for gid, g in state.groups.items()}
+    return dict(state.job_group), groups, state.cost_per_hour()
+
+
+def test_a_hedge_probe_leaves_the_plan_as_it_found_it(bench):
+    policy, state, probes = bench.hedge_build(6, 1)
+    assert len(state.job_group) == 6
+    # the build applied the policy's gatherings: some group holds more than one job
+    assert any(len(g.members) > 1 for g in state.groups.values())
+    before = _plan(state)
+    timed = []
+    for job in probes[:8]:
+        place, regroup = bench.hedge_probe(policy, state, job, passes=2)
+        assert place > 0 and (regroup is None or regroup > 0)
+        assert _plan(state) == before, job.job_id
+        assert job.job_id not in state.job_group
+        timed.append(regroup)
+    assert any(r is not None for r in timed)  # arrivals that open a group were regrouped
+
+
+def test_the_hedge_table_prints_one_row_per_size(bench, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["planner_latency.py", "--policy", "rollmux-hedge", "--sizes", "5,7",
+                                      "--probes", "3", "--passes", "1"])
+    bench.main()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("policy: rollmux-hedge")
+    rows = [line.split() for line in out[2:]]
+    assert [r[0] for r in rows] == ["5", "7"]
+    for r in rows:
+        median, p99 = float(r[2]), float(r[3])
+        assert 0 < median <= p99
