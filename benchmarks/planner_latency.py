@@ -161,6 +161,14 @@ def hedge_probe(policy, state, job, passes: int) -> tuple[float, float | None]:
     return place, regroup
 
 
+def summarize(n: int, medians: list[float], every: list[float]) -> tuple[float, float, str]:
+    """The row's median (of the draws' medians), p99 (over every probe) and speed-up text."""
+    every = sorted(every)
+    med = statistics.median(medians)
+    paper = PAPER_MS.get(n)
+    return med, every[min(len(every) - 1, int(0.99 * len(every)))], f"{paper / med:8.1f}x" if paper else "       -"
+
+
 def hedge_table(args) -> None:
     """The ``--policy rollmux-hedge`` table (see the module's docstring)."""
     print(f"policy: rollmux-hedge (fleet planner, full space), kernel: {native.status()}, "
@@ -182,14 +190,10 @@ def hedge_table(args) -> None:
                 one.append(place + (regroup or 0.0))
             medians.append(statistics.median(one))
             total += one
-        total.sort()
-        med = statistics.median(medians)
-        p99 = total[min(len(total) - 1, int(0.99 * len(total)))]
-        paper = PAPER_MS.get(n)
-        ratio = f"{paper / med:8.1f}x" if paper else "       -"
+        med, p99, ratio = summarize(n, medians, total)
         reg = f"{statistics.median(regroups):>11.3f}" if regroups else f"{'-':>11}"
         groups = sum(len(s.groups) for _, s in state.views.values())
-        print(f"{n:>6} {groups:>7} {med:>10.3f} {p99:>9.3f} {paper or '-':>9} {ratio} "
+        print(f"{n:>6} {groups:>7} {med:>10.3f} {p99:>9.3f} {PAPER_MS.get(n, '-'):>9} {ratio} "
               f"{statistics.median(places):>9.3f} {reg} {len(regroups):>9} {built:>8.1f}")
 
 
@@ -243,13 +247,10 @@ def main() -> None:
                 one.append(fastest)
             medians.append(statistics.median(one))
             lat += one
-        lat.sort()
-        med = statistics.median(medians)
-        p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-        paper = PAPER_MS.get(n)
-        ratio = f"{paper / med:8.1f}x" if paper else "       -"
+        med, p99, ratio = summarize(n, medians, lat)
         listed = "  " + " ".join(f"{m:.3f}" for m in medians) if args.repeats > 1 else ""
-        print(f"{n:>6} {len(state.groups):>7} {med:>10.3f} {p99:>9.3f} {paper or '-':>9} {ratio} {built:>8.1f}{listed}")
+        print(f"{n:>6} {len(state.groups):>7} {med:>10.3f} {p99:>9.3f} {PAPER_MS.get(n, '-'):>9} {ratio} "
+              f"{built:>8.1f}{listed}")
     if args.exact_sizes:
         exact_table([int(x) for x in args.exact_sizes.split(",")], args.exact_instances, args.seed)
 

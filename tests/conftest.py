@@ -1,4 +1,6 @@
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +27,17 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.stem in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
+
+
+@pytest.fixture(scope="session")
+def benchmark_script():
+    """Import ``benchmarks/<name>.py`` as a module (the scripts are not a package)."""
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

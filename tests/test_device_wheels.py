@@ -1,7 +1,6 @@
 """benchmarks/device_wheels.py: trimming a wheel and cutting a wheel set into carried parts."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import stat
@@ -10,15 +9,10 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "device_wheels.py"
-
 
 @pytest.fixture(scope="module")
-def wheels():
-    spec = importlib.util.spec_from_file_location("device_wheels", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def wheels(benchmark_script):
+    return benchmark_script("device_wheels")
 
 
 def _blob(path: Path, size: int, seed: int) -> bytes:

@@ -2,21 +2,14 @@
 regrouping it then asks for are timed without changing the running jobs' plan."""
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "planner_latency.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("planner_latency", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(benchmark_script):
+    return benchmark_script("planner_latency")
 
 
 def _plan(state) -> tuple:
