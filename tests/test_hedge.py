@@ -6,6 +6,7 @@ Gavel+'s on the example fleet and on random three-type traces.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from rollmux.accounting import PAPER
 from rollmux.cli import app
 from rollmux.errors import SpecError
 from rollmux.fleet import Profiles, fleet_of, load_profiles
-from rollmux.fleet_exact import plan_fleet_regroup, solve_fleet
+from rollmux.fleet_exact import _joint_group, plan_fleet_regroup, solve_fleet
 from rollmux.fleet_file import load_fleet
 from rollmux.fleet_planner import VALUE_TOL, FleetPlanner, alone_options, gavel_option
 from rollmux.model import Cluster, Job
@@ -88,6 +89,32 @@ def test_every_group_an_arrival_makes_is_dominated(seed):
             broken += bool(bad)
     if seed == 1:
         assert broken  # the check can fail: the plain planner's groups cost more than Gavel+ at some step
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_the_joint_group_of_a_gathering_is_the_exact_solvers_with_the_fits_alone_kept(seed):
+    """``_joint_group`` (step 0's solve, each job's fit alone kept between sets) against
+    ``solve_fleet``: None exactly when the optimum is not one group, else that group."""
+    fleet, profiles, _ = _example()
+    jobs = _random_jobs(seed, 6)
+    singles: dict = {}
+    ones = 0
+    for size in (2, 3):
+        for chosen in itertools.combinations(jobs, size):
+            plan = _joint_group(fleet, list(chosen), profiles, FULL_SPACE, (), singles)
+            exact = solve_fleet(fleet, list(chosen), profiles, FULL_SPACE, robust=True)
+            groups = [(name, g) for name, (_, sub) in exact.state.views.items() for g in sub.groups.values()]
+            if len(groups) != 1:
+                assert plan is None, chosen
+                continue
+            ones += 1
+            assert plan is not None and plan.cost_per_hour() == exact.cost_per_hour
+            (name, group), = groups
+            (got_name, got), = [(n, g) for n, (_, sub) in plan.views.items() for g in sub.groups.values()]
+            assert (got_name, got.rollout_nodes, got.train_nodes) == (name, group.rollout_nodes, group.train_nodes)
+            assert [m.job.job_id for m in got.members] == [m.job.job_id for m in group.members]
+    assert set(singles) == {j.job_id for j in jobs}  # every fit alone was kept, and reused
+    assert 0 < ones
 
 
 def test_a_job_alone_starts_on_its_gavel_option():

@@ -53,8 +53,64 @@ def solve_fleet(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles | None = N
     """Minimum-objective plan for ``jobs`` on ``fleet`` (module docstring), on every view
     or on those named in ``only``."""
     start = time.perf_counter()
+    found = _fleet_partition(fleet, jobs, profiles or Profiles(), space, robust, max_jobs, only, None)
+    return FleetSolution(found.state().cost_per_hour(), found.objective, found.state(), found.stats(start))
+
+
+def _joint_group(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, space: Space, only: tuple[str, ...],
+                 singles: dict[str, tuple[Fit, str] | None]) -> FleetState | None:
+    """``solve_fleet(..., robust=True)``'s plan when its optimum puts ``jobs`` in one group,
+    else None without building a plan. ``singles`` keeps each job's fit alone, by id,
+    between the calls of one caller (same jobs, fleet, profiles, space and views)."""
+    found = _fleet_partition(fleet, jobs, profiles, space, True, DEFAULT_MAX_JOBS, only, singles)
+    return found.state() if len(found.blocks) == 1 else None
+
+
+@dataclass(slots=True)
+class _Partition:
+    """``_fleet_partition``'s optimum: its objective, its blocks (masks of ``ordered``), their
+    fits and views; the plan is built on demand."""
+
+    fleet: Fleet
+    profiles: Profiles
+    only: tuple[str, ...]
+    ordered: list[Job]
+    views: list
+    moved: dict[str, list[Job | None]]
+    objective: float
+    fits: dict[int, Fit]
+    blocks: list[int]
+    chosen: dict[int, str]
+    counter: SearchCounter
+    _state: FleetState | None = None
+
+    def state(self) -> FleetState:
+        if self._state is None:
+            state = FleetState(self.fleet, self.profiles, self.only)
+            by_id = {j.job_id: j for j in self.ordered}
+            for view in self.views:
+                mine = [b for b in self.blocks if self.chosen[b] == view.name]
+                if not mine:
+                    continue
+                translated = [m if m is not None else self.ordered[i] for i, m in enumerate(self.moved[view.name])]
+                for job, placement in placements_of(view.cluster, translated, [(b, self.fits[b]) for b in mine],
+                                                    f"{view.name}:"):
+                    state.apply(by_id[job.job_id], placement)
+            self._state = state
+        return self._state
+
+    def stats(self, start: float) -> ExactStats:
+        c = self.counter
+        return ExactStats(len(self.ordered), c.searched, c.skipped, c.analyze_calls, time.perf_counter() - start)
+
+
+def _fleet_partition(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, space: Space, robust: bool,
+                     max_jobs: int, only: tuple[str, ...],
+                     singles: dict[str, tuple[Fit, str] | None] | None) -> _Partition:
+    """The method of the module docstring, up to the chosen blocks (``solve_fleet``);
+    with ``singles``, a job's fit alone (searched with no budget) is looked up there by its
+    id first and kept there (the caller's promise: an id names the same job every time)."""
     fleet.validate()
-    profiles = profiles or Profiles()
     if len(jobs) > max_jobs:
         raise ExactLimitError(f"exact solver: {len(jobs)} jobs > max_jobs={max_jobs} "
                               f"(the search grows like 3^n; raise max_jobs to insist)")
@@ -70,8 +126,8 @@ def solve_fleet(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles | None = N
     counter = SearchCounter()
     chosen: dict[int, str] = {}  # mask -> view of its cheapest group
 
-    def fit_of(mask: int, budget: float) -> Fit | None:
-        best: Fit | None = None
+    def search(mask: int, budget: float) -> tuple[Fit, str] | None:
+        best: tuple[Fit, str] | None = None
         positions = [i for i in range(len(ordered)) if mask >> i & 1]
         originals = [ordered[i] for i in positions]
         for view in views:
@@ -79,26 +135,29 @@ def solve_fleet(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles | None = N
             if any(m is None for m in members):
                 continue
             sigma = statistics.fmean(speed_factor(o, m) for o, m in zip(originals, members))
-            room = min(budget, best.cost if best else float("inf")) / sigma
+            room = min(budget, best[0].cost if best else float("inf")) / sigma
             fit = group_fit(view.cluster, members, room, robust, counter, space, view.name in colocating)
             if fit is not None:
-                best = Fit(fit.cost * sigma, fit.rollout, fit.train, fit.pins, fit.colocated)
-                chosen[mask] = view.name
+                best = Fit(fit.cost * sigma, fit.rollout, fit.train, fit.pins, fit.colocated), view.name
         return best
 
+    def fit_of(mask: int, budget: float) -> Fit | None:
+        alone = singles is not None and mask & (mask - 1) == 0 and budget == float("inf")
+        key = ordered[mask.bit_length() - 1].job_id if alone else ""
+        if alone and key in singles:
+            got = singles[key]
+            counter.skipped += 1
+        else:
+            got = search(mask, budget)
+            if alone:
+                singles[key] = got
+        if got is None:
+            return None
+        chosen[mask] = got[1]
+        return got[0]
+
     objective, fits, blocks = partition(ordered, fleet.max_group_size, fit_of)
-    state = FleetState(fleet, profiles, only)
-    by_id = {j.job_id: j for j in ordered}
-    for view in views:
-        mine = [b for b in blocks if chosen[b] == view.name]
-        if not mine:
-            continue
-        translated = [m if m is not None else ordered[i] for i, m in enumerate(moved[view.name])]
-        for job, placement in placements_of(view.cluster, translated, [(b, fits[b]) for b in mine], f"{view.name}:"):
-            state.apply(by_id[job.job_id], placement)
-    stats = ExactStats(len(ordered), counter.searched, counter.skipped, counter.analyze_calls,
-                       time.perf_counter() - start)
-    return FleetSolution(state.cost_per_hour(), objective, state, stats)
+    return _Partition(fleet, profiles, only, ordered, views, moved, objective, fits, blocks, chosen, counter)
 
 
 def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int = 3, max_jobs: int = 6,
@@ -264,8 +323,9 @@ def _join_alone(state: FleetState, group_id: str, progress: Callable[[str], tupl
             alone[other.members[0].job.job_id] = gid
     best: tuple[float, RegroupPlan] | None = None
     near: list[tuple[float, str]] = []  # (V(P) / C_P of the pair, partner)
+    singles: dict[str, tuple[Fit, str] | None] = {}  # each job's fit alone, found once for every set
     for a in alone:
-        got = _alone_set(state, (a, b), {a: alone[a], b: group_id}, progress, pause_s, space, value)
+        got = _alone_set(state, (a, b), {a: alone[a], b: group_id}, progress, pause_s, space, value, singles)
         if got is None:
             continue
         ratio, gain, plan = got
@@ -277,7 +337,7 @@ def _join_alone(state: FleetState, group_id: str, progress: Callable[[str], tupl
         for chosen in combinations(partners, size):
             ids = (*chosen, b)
             got = _alone_set(state, ids, {**{a: alone[a] for a in chosen}, b: group_id}, progress, pause_s, space,
-                             value)
+                             value, singles)
             if got is not None and got[2] is not None and (best is None or got[1] > best[0]):
                 best = (got[1], got[2])
     return best[1] if best is not None else None
@@ -289,18 +349,18 @@ _PARTNERS = 4
 
 def _alone_set(state: FleetState, ids: tuple[str, ...], groups: dict[str, str],
                progress: Callable[[str], tuple[int, float] | None], pause_s: Callable[[str], float],
-               space: Space, value: Callable[[Job], float]) -> tuple[float, float, RegroupPlan | None] | None:
+               space: Space, value: Callable[[Job], float],
+               singles: dict[str, tuple[Fit, str] | None]) -> tuple[float, float, RegroupPlan | None] | None:
     """``_join_alone``'s test of one set of jobs alone (``groups``: each one's group now):
     None when their joint optimum is not one group, else (V(P) / C_P, the gain S - M,
     the move or None when P is not dominated, a member loses pace or the move does not
     pay)."""
     jobs = {k: state.originals[k] for k in ids}
-    solution = solve_fleet(state.fleet, list(jobs.values()), state.profiles, space, robust=True, only=state.only)
-    found = [(name, g) for name, (_, sub) in solution.state.views.items() for g in sub.groups.values()]
-    if len(found) != 1:
+    plan = _joint_group(state.fleet, list(jobs.values()), state.profiles, space, state.only, singles)
+    if plan is None:
         return None
-    (target, new), = found
-    target_sub = solution.state.views[target][1]
+    (target, new), = [(name, g) for name, (_, sub) in plan.views.items() for g in sub.groups.values()]
+    target_sub = plan.views[target][1]
     analysis = target_sub.analysis(new.group_id)
     cost_new = target_sub.group_cost_per_hour(new.group_id)
     it = analysis.iteration_s
