@@ -17,7 +17,8 @@ from rollmux.accounting import PAPER
 from rollmux.cli import app
 from rollmux.errors import SpecError
 from rollmux.fleet import Profiles, fleet_of, load_profiles
-from rollmux.fleet_exact import _joint_group, plan_fleet_regroup, solve_fleet
+from rollmux import fleet_exact
+from rollmux.fleet_exact import _joint_group, _pair_slack, plan_fleet_regroup, solve_fleet
 from rollmux.fleet_file import load_fleet
 from rollmux.fleet_planner import VALUE_TOL, FleetPlanner, alone_options, gavel_option
 from rollmux.model import Cluster, Job
@@ -115,6 +116,38 @@ def test_the_joint_group_of_a_gathering_is_the_exact_solvers_with_the_fits_alone
             assert [m.job.job_id for m in got.members] == [m.job.job_id for m in group.members]
     assert set(singles) == {j.job_id for j in jobs}  # every fit alone was kept, and reused
     assert 0 < ones
+
+
+@pytest.mark.parametrize("count", [6, 30])
+def test_a_gathering_tries_as_pairs_every_job_alone_or_those_that_interleave_best(count, monkeypatch):
+    """Step 0 tries every job alone as b's partner, or, past ``_PAIRS`` of them, the
+    ``_PAIRS`` with the largest turn slack (ties by id)."""
+    policy = make_policy("rollmux-hedge")
+    state = policy.new_state()
+    jobs = [Job(f"a{i:02d}", 60.0 + 37 * (i % 7), 50.0 + 23 * (i % 5), slo=1.2 + 0.05 * (i % 9),
+                duration_s=36000.0) for i in range(count + 1)]
+    for job in jobs:
+        state.apply(job, policy.place(state, job).placement)
+    assert all(len(g.members) == 1 for g in state.groups.values())
+    b = jobs[-1]
+    tried = []
+
+    def record(state, ids, *args):
+        if len(ids) == 2:
+            tried.append(ids[0])
+        return None
+
+    monkeypatch.setattr(fleet_exact, "_alone_set", record)
+    fleet_exact._join_alone(state, state.job_group[b.job_id], lambda k: (10, 1e9), lambda k: 300.0, FULL_SPACE,
+                            policy.planner.gavel_value, 4)
+    others = jobs[:-1]
+    if count <= fleet_exact._PAIRS:
+        assert sorted(tried) == sorted(j.job_id for j in others)
+    else:
+        best = sorted(others, key=lambda j: (-_pair_slack(j, b), j.job_id))[:fleet_exact._PAIRS]
+        assert sorted(tried) == sorted(j.job_id for j in best)
+        assert min(_pair_slack(state.originals[a], b) for a in tried) >= max(
+            _pair_slack(j, b) for j in others if j.job_id not in tried)
 
 
 def test_a_job_alone_starts_on_its_gavel_option():

@@ -289,7 +289,11 @@ def _join_alone(state: FleetState, group_id: str, progress: Callable[[str], tupl
     other jobs alone in their groups (any view) into their joint optimum, when that is one
     group of at most ``max_members`` jobs.
 
-    Partners: every job a alone is tried as a pair {a, b}. Jobs of one kind that pair
+    Partners: every job a alone is tried as a pair {a, b}, or, when more than ``_PAIRS``
+    jobs are alone, the ``_PAIRS`` whose phases interleave best with b's: the largest
+    min(SLO_a T_solo_a, SLO_b T_solo_b) / max(R_a + T_a, R_b + T_b, R_a + R_b, T_a + T_b),
+    the slack of the turns two jobs on one rollout and one training node would take
+    (``planner._shared_pair_miss``'s bound without switches; ties by id). Jobs of one kind that pair
     badly can still gather well (three 8B_32k jobs on two rollout nodes and one training
     node beat each one co-located, two of them do not), so the ``_PARTNERS`` partners
     whose pair comes closest to dominance (largest V(P) / C_P, V(P) = sum_k g_k T_ref(k)
@@ -324,6 +328,9 @@ def _join_alone(state: FleetState, group_id: str, progress: Callable[[str], tupl
     best: tuple[float, RegroupPlan] | None = None
     near: list[tuple[float, str]] = []  # (V(P) / C_P of the pair, partner)
     singles: dict[str, tuple[Fit, str] | None] = {}  # each job's fit alone, found once for every set
+    if len(alone) > _PAIRS:
+        keep = set(sorted(alone, key=lambda a: (-_pair_slack(state.originals[a], state.originals[b]), a))[:_PAIRS])
+        alone = {a: gid for a, gid in alone.items() if a in keep}
     for a in alone:
         got = _alone_set(state, (a, b), {a: alone[a], b: group_id}, progress, pause_s, space, value, singles)
         if got is None:
@@ -345,6 +352,19 @@ def _join_alone(state: FleetState, group_id: str, progress: Callable[[str], tupl
 
 #: partners of ``_join_alone`` tried in sets of three or more (their pairs nearest dominance)
 _PARTNERS = 4
+#: jobs alone that ``_join_alone`` tries as pairs at most. On production and philly-mix no
+#: more are ever alone at once (the bills are the same without it), and on three
+#: 300-job synthetic traces with arrivals 20-50x denser it changed no bill; at 500 running
+#: jobs it cut a regrouping from 96 to 57-59 ms (docs/benchmarks.md)
+_PAIRS = 16
+
+
+def _pair_slack(a: Job, b: Job) -> float:
+    """``_join_alone``'s order of partners: how far two jobs taking turns on one rollout and
+    one training node stay within their SLOs (above 1: room left; switches left out)."""
+    period = max(a.t_roll_s + a.t_train_s, b.t_roll_s + b.t_train_s, a.t_roll_s + b.t_roll_s,
+                 a.t_train_s + b.t_train_s)
+    return min(a.slo * a.t_solo, b.slo * b.t_solo) / period
 
 
 def _alone_set(state: FleetState, ids: tuple[str, ...], groups: dict[str, str],
