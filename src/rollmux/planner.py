@@ -559,8 +559,8 @@ class Planner:
             a = analyze(opt.members(state, job))
             if a.iteration_s[job_id] * remaining > spare_s:
                 continue
-            if progress is not None and opt.group is not None and not members_keep_pace(a, opt.group.members,
-                                                                                          progress):
+            assert opt.group is not None, "a repacking option always targets a group"
+            if progress is not None and not members_keep_pace(a, opt.group.members, progress):
                 continue
             chosen = Candidate(PACK, cand.group_id, cand.placement, -saving, "chosen",
                                f"frees {', '.join(freed[ROLLOUT] + freed[TRAIN])}", cand.max_slowdown)
