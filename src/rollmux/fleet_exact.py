@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 from rollmux.exact import (DEFAULT_MAX_JOBS, ExactLimitError, ExactStats, Fit, SearchCounter, group_fit, partition,
                            placements_of)
-from rollmux.fleet import Fleet, Profiles, speed_factor, translate
+from rollmux.fleet import Fleet, Profiles, View, speed_factor, translate
 from rollmux.fleet_planner import VALUE_TOL, FleetState
 from rollmux.improve import Improvement, Regroup, RegroupPlan, plan_regroup, starts_in_time
 from rollmux.model import Job
@@ -54,7 +54,8 @@ def solve_fleet(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles | None = N
     or on those named in ``only``."""
     start = time.perf_counter()
     found = _fleet_partition(fleet, jobs, profiles or Profiles(), space, robust, max_jobs, only, None)
-    return FleetSolution(found.state().cost_per_hour(), found.objective, found.state(), found.stats(start))
+    state = found.state()
+    return FleetSolution(state.cost_per_hour(), found.objective, state, found.stats(start))
 
 
 def _joint_group(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, space: Space, only: tuple[str, ...],
@@ -69,35 +70,32 @@ def _joint_group(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, space: S
 @dataclass(slots=True)
 class _Partition:
     """``_fleet_partition``'s optimum: its objective, its blocks (masks of ``ordered``), their
-    fits and views; the plan is built on demand."""
+    fits and views; ``state`` builds its plan."""
 
     fleet: Fleet
     profiles: Profiles
     only: tuple[str, ...]
     ordered: list[Job]
-    views: list
+    views: list[View]
     moved: dict[str, list[Job | None]]
     objective: float
     fits: dict[int, Fit]
     blocks: list[int]
     chosen: dict[int, str]
     counter: SearchCounter
-    _state: FleetState | None = None
 
     def state(self) -> FleetState:
-        if self._state is None:
-            state = FleetState(self.fleet, self.profiles, self.only)
-            by_id = {j.job_id: j for j in self.ordered}
-            for view in self.views:
-                mine = [b for b in self.blocks if self.chosen[b] == view.name]
-                if not mine:
-                    continue
-                translated = [m if m is not None else self.ordered[i] for i, m in enumerate(self.moved[view.name])]
-                for job, placement in placements_of(view.cluster, translated, [(b, self.fits[b]) for b in mine],
-                                                    f"{view.name}:"):
-                    state.apply(by_id[job.job_id], placement)
-            self._state = state
-        return self._state
+        state = FleetState(self.fleet, self.profiles, self.only)
+        by_id = {j.job_id: j for j in self.ordered}
+        for view in self.views:
+            mine = [b for b in self.blocks if self.chosen[b] == view.name]
+            if not mine:
+                continue
+            translated = [m if m is not None else self.ordered[i] for i, m in enumerate(self.moved[view.name])]
+            for job, placement in placements_of(view.cluster, translated, [(b, self.fits[b]) for b in mine],
+                                                f"{view.name}:"):
+                state.apply(by_id[job.job_id], placement)
+        return state
 
     def stats(self, start: float) -> ExactStats:
         c = self.counter
