@@ -420,7 +420,7 @@ def test_on_a_two_pool_fleet_regrouping_replays_exactly_as_on_the_cluster(name, 
 def test_a_lone_job_moves_to_another_pair_of_types_only_when_its_remaining_dollars_fall():
     """``plan_fleet_regroup`` step 2: a job left alone in an H20/H800 group whose H200
     co-location costs less per iteration moves there with many iterations left, not with
-    too few to pay for the pause, and never on a bounded fleet."""
+    too few to pay for the pause, and on a bounded fleet only onto free nodes."""
     fleet = load_fleet(EXAMPLE / "three_types.yaml")
     job = Job("a", 100.0, 100.0, slo=2.0, iterations=1000)
     state = FleetState(fleet, Profiles({("a", "H200"): (40.0, 60.0)}))  # H200 2.5x / 1.7x faster
@@ -442,11 +442,15 @@ def test_a_lone_job_moves_to_another_pair_of_types_only_when_its_remaining_dolla
     assert plan(900, 900 * iteration + 1e5) is not None
     assert plan(900, 900 * iteration + 300.0) is None  # no spare seconds for the pause within its SLO
     assert plan_fleet_regroup(state, gid, lambda k: None, lambda k: 400.0, FULL_SPACE) is None  # cannot move now
-    bounded = FleetState(dataclasses.replace(fleet, pools=tuple(dataclasses.replace(p, nodes=4) for p in fleet.pools)),
-                         state.profiles)
-    bounded.apply(job, Placement(None, ("H20/H800:R0",), ("H20/H800:T0",), ("H20/H800:R0",), ("H20/H800:T0",)))
-    assert plan_fleet_regroup(bounded, next(iter(bounded.groups)), lambda k: (900, 1e9), lambda k: 400.0,
-                              FULL_SPACE) is None
+    # bounded pools: the move needs free nodes of the pools of its pair of types (the group
+    # it leaves holds none of them)
+    for h200, moves in ((4, True), (0, False)):
+        pools = tuple(dataclasses.replace(p, nodes=h200 if p.gpu == "H200" else 4) for p in fleet.pools)
+        bounded = FleetState(dataclasses.replace(fleet, pools=pools), state.profiles)
+        bounded.apply(job, Placement(None, ("H20/H800:R0",), ("H20/H800:T0",), ("H20/H800:R0",), ("H20/H800:T0",)))
+        got = plan_fleet_regroup(bounded, next(iter(bounded.groups)), lambda k: (900, 1e9), lambda k: 400.0,
+                                 FULL_SPACE)
+        assert (got.view if got else None) == (target if moves else None)
 
 
 def test_on_the_example_fleet_rollmux_full_is_the_cheapest_replay_at_every_slo():

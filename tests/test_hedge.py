@@ -256,9 +256,10 @@ def test_rollmux_hedge_on_two_pools_needs_our_accounting():
 
 
 def test_on_bounded_pools_rollmux_hedge_never_holds_more_nodes_than_a_pool_has():
-    """Bounded pools: no regrouping (unbounded only), a job waits when its Gavel+ option's
-    nodes are short and no dominated candidate has room, or takes the planner's own
-    choice; the replay never holds more GPUs than a pool has and every job runs."""
+    """Bounded pools: a job waits when its Gavel+ option's nodes are short and no
+    dominated candidate has room, or takes the planner's own choice; jobs alone are
+    gathered within the inventory (``rollmux.reservation``); the replay never holds more
+    GPUs than a pool has and every job runs."""
     from rollmux.traces.builtin import load_trace
 
     base = Cluster()
@@ -269,5 +270,5 @@ def test_on_bounded_pools_rollmux_hedge_never_holds_more_nodes_than_a_pool_has()
     result = simulate(jobs, cluster, make_policy("rollmux-hedge", cluster=cluster))
     assert len(result.jobs) == len(jobs) and not result.rejected
     assert result.peak_gpus["rollout"] <= 6 * 8 and result.peak_gpus["train"] <= 5 * 8
-    assert not result.outcomes["regrouped"]
+    assert result.outcomes["regrouped"] > 0
     assert result.outcomes["co-located"] >= 1  # Gavel+'s options taken where they had room

@@ -200,12 +200,53 @@ def test_plan_regroup_moves_whole_groups_only_when_every_job_keeps_pace():
     check_feasible(state, jobs)
 
 
-def test_plan_regroup_leaves_bounded_pools_alone():
-    cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=8), switch_cost=SwitchCost("fixed", 0.0, 0.0))
-    jobs = [Job("a", 80.0, 80.0, slo=2.0, arrival_s=0.0), Job("b", 40.0, 20.0, slo=1.5, arrival_s=1.0),
-            Job("c", 20.0, 60.0, slo=1.5, arrival_s=2.0)]
-    state = placed(cluster, jobs)
-    assert plan_regroup(state, state.job_group["c"], lambda k: (100, 1e9), lambda k: 0.0) is None
+def test_plan_regroup_on_a_bounded_pool_counts_free_and_emptied_nodes():
+    """The least wasteful regrouping of {a, b} and {c} (below) needs three rollout nodes;
+    the two groups it empties hold two. With a bounded rollout pool of three nodes (one
+    free) it is kept; with two (none free) it is refused, and the cheapest regrouping,
+    on two rollout nodes, still fits and is kept under the cost objective."""
+    jobs = [Job("a", 244.0, 127.0, slo=1.699, arrival_s=0.0), Job("b", 282.0, 108.0, slo=1.693, arrival_s=1.0),
+            Job("c", 129.0, 43.0, slo=1.912, arrival_s=2.0)]
+    roomy = lambda k: (100, 1e9)  # noqa: E731
+    for nodes, lean_kept in ((3, True), (2, False)):
+        state = placed(Cluster(rollout=PoolSpec("H20", 1.85, nodes=nodes)), jobs)
+        assert state.free_count("rollout") == nodes - 2
+        lean = plan_regroup(state, "g1", roomy, lambda k: 0.0, objective="waste")
+        if lean_kept:
+            assert [len(g.rollout_nodes) for g in lean.groups] == [3]
+        else:
+            assert lean is None or sum(len(g.rollout_nodes) for g in lean.groups) <= 2
+        cheap = plan_regroup(state, "g1", roomy, lambda k: 0.0)
+        assert [len(g.rollout_nodes) for g in cheap.groups] == [2]
+        # what it counted on is there once the two groups are empty
+        for gid in cheap.replaced:
+            for m in list(state.groups[gid].members):
+                state.release(m.job.job_id)
+        for g in cheap.groups:
+            materialize(state, g)
+        check_feasible(state, jobs)
+
+
+def test_pace_on_a_bounded_pool_counts_the_longest_pause_of_every_moved_job():
+    """On a bounded pool a new group may wait for nodes that another new group's members
+    still hold, so with ``joint_pause`` each group's pace is checked with the longest
+    pause of every moved job: x keeps pace with its own pause (none) and not with y's."""
+    from rollmux.improve import keeps_pace
+    from rollmux.planner import TRANSIENT_PERIODS
+
+    jobs = [Job("x", 100.0, 100.0, slo=1.0, arrival_s=0.0), Job("y", 100.0, 100.0, slo=1.0, arrival_s=1.0)]
+    solution = solve(Cluster(), jobs, robust=True)
+    assert len(solution.groups) == 2  # SLO 1.0: neither may share
+    state = PlanState(Cluster())
+    period = {m.job.job_id: analyze([state.profile(m, g.colocated) for m in g.members]).period
+              for g in solution.groups for m in g.members}
+    spare = {"x": 200.0 * 10 + TRANSIENT_PERIODS * period["x"] + 50.0, "y": 1e9}
+    progress = lambda k: (10, spare[k])  # noqa: E731
+    pause = {"x": 0.0, "y": 100.0}.__getitem__
+    assert keeps_pace(state, solution.groups, progress, pause)
+    assert not keeps_pace(state, solution.groups, progress, pause, joint_pause=True)
+    pause = {"x": 0.0, "y": 40.0}.__getitem__
+    assert keeps_pace(state, solution.groups, progress, pause, joint_pause=True)
 
 
 def test_plan_regroup_by_waste_takes_the_wider_group_that_slows_no_one():

@@ -265,7 +265,8 @@ def test_a_fleet_survives_its_state_file_and_restores_exactly():
        st.sampled_from(list(FLEET_ROLLMUX)))
 def test_any_sequence_of_arrivals_and_departures_keeps_every_node_in_one_place(ops, policy):
     """Random submits and completions on a small bounded fleet: every node of a pool is
-    free, withheld or in exactly one group, and the waiting line is retried in order."""
+    free, in exactly one group or held for exactly one pending regrouping (``cp.holds``),
+    and the waiting line is retried in order."""
     fleet, profiles, jobs = _example({"H20": 2, "H800": 3, "H200": 2})
     cp = ControlPlane(fleet, profiles=profiles, policy=policy)
     now = 0.0
@@ -281,10 +282,13 @@ def test_any_sequence_of_arrivals_and_departures_keeps_every_node_in_one_place(o
         for gid, group in cp.plan.groups.items():
             for node in {*group.rollout_nodes, *group.train_nodes}:
                 assert holder.setdefault(node, gid) == gid
+        reserved = [n for h in cp.holds.values() for nodes in h["reservation"]["held"].values() for n in nodes]
+        assert len(reserved) == len(set(reserved)) and not set(reserved) & set(holder)
         for pool in fleet.pools:
             free = cp.plan._free[pool.name]
             held = {n for n in holder if n.rsplit("-", 1)[0] == pool.name}
-            assert not held & set(free) and len(held) + len(free) == pool.nodes
+            mine = {n for n in reserved if n.rsplit("-", 1)[0] == pool.name}
+            assert not (held | mine) & set(free) and len(held) + len(mine) + len(free) == pool.nodes
         for job_id in cp.waiting:  # a waiting job has no group and its record says so
             assert cp.record(job_id).state == "waiting" and job_id not in cp.plan.job_group
 

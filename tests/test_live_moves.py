@@ -36,7 +36,7 @@ ROLLMUX = str(Path(sys.executable).with_name("rollmux"))
 
 def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
                  policy: str = "rollmux-consolidate", restore_every: int = 0,
-                 fault: str = "", profiles=None) -> tuple[list, list]:
+                 fault: str = "", profiles=None, out: dict | None = None) -> tuple[list, list]:
     """Run ``jobs`` through a ControlPlane in virtual time: arrivals at their times, each
     granted phase released after its worst-case time (plus the grant's switch cost),
     each move acknowledged ``migration_s`` after it was decided. With ``restore_every``
@@ -46,7 +46,8 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
     as it is decided; "fail"
     makes the first move's acknowledgement report a failure. ``cluster`` may be a fleet
     (with its ``profiles``). Returns the phases
-    (job, pool, group, nodes, start) and the moves (job, from, to, time)."""
+    (job, pool, group, nodes, start) and the moves (job, from, to, time); ``out["plane"]``
+    gets the plane as it ends."""
     cp = ControlPlane(cluster, policy=policy, migration_s=migration_s, profiles=profiles)
     ended: list[dict] = []
     steps = 0
@@ -118,6 +119,8 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
             assert per_job[job.job_id] == ["rollout", "train"] * job.iterations, f"{job.job_id}: lost or repeated"
     if fault:
         assert faults, f"the fault {fault!r} never had a chance"
+    if out is not None:
+        out["plane"] = cp
     return phases, moves
 
 

@@ -1,8 +1,9 @@
 """``rollmux demo --policy rollmux-consolidate`` / ``rollmux-regroup``: real GRPO jobs
 moved live between groups.
 
-``rollmux-regroup`` runs the same three jobs on an *unbounded* cluster (the exact solver
-behind regrouping opens groups on fresh nodes, so it plans on unbounded pools only). The
+``rollmux-regroup`` runs the same three jobs on an *unbounded* cluster, so that the new
+group opens on fresh nodes while the old ones drain (on bounded pools it would reuse the
+nodes they give back, ``rollmux.reservation``). The
 service mints node ids in order, R0, R1, ... and T0, T1, ..., so the Ray cluster is
 pre-created with ``REGROUP_NODES`` nodes per pool (one CPU each) for the fresh ones; the
 profile runs go through a separate bounded control plane over R0+T0 first, so that they

@@ -27,11 +27,12 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Callable, Sequence
 
+from rollmux import reservation
 from rollmux.exact import (DEFAULT_MAX_JOBS, ExactLimitError, ExactStats, Fit, SearchCounter, group_fit, partition,
                            placements_of)
 from rollmux.fleet import Fleet, Profiles, View, speed_factor, translate
 from rollmux.fleet_planner import VALUE_TOL, FleetState
-from rollmux.improve import Improvement, Regroup, RegroupPlan, plan_regroup, starts_in_time
+from rollmux.improve import Improvement, Regroup, RegroupPlan, keeps_pace, plan_regroup, starts_in_time
 from rollmux.model import Job
 from rollmux.planner import PAPER_SPACE, Space, members_keep_pace
 
@@ -242,19 +243,22 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
        o is in another view (inside v, step 1 already had the chance) and j keeps pace
        (``planner.members_keep_pace`` with the pause). A later arrival may still join o.
 
-    Unbounded fleets only (as on two pools: a new group opens on fresh nodes some time
-    after the decision). ``RegroupPlan.view`` names the view of the new groups.
+    On bounded pools every step solves on the fleet with its pools unbounded and keeps a
+    plan only when its new groups fit the free nodes plus the nodes of the groups it
+    empties (``reservation.fits``); the driver holds those nodes for them until they
+    open (``reservation.Reservation``). ``RegroupPlan.view`` names the view of the new
+    groups.
     """
-    if state.bounded_pools():
-        return None
     view = group_id.split(":", 1)[0]
     sub = state.views[view][1]
     if value is not None and len(sub.groups[group_id].members) == 1:
         plan = _join_alone(state, group_id, progress, pause_s, space, value, max_jobs)
-        if plan is not None:
+        if plan is not None and _fits(state, plan):
             return plan
     plan = plan_regroup(sub, group_id, progress, pause_s, max_jobs=max_jobs, space=space, objective="waste")
-    if plan is not None:
+    if plan is not None and _fits(state, replace(plan, view=view)) and (
+            reservation.covered_by_free(state, view, plan.groups)
+            or keeps_pace(sub, plan.groups, progress, pause_s, joint_pause=True)):
         return replace(plan, view=view)
     group = sub.groups[group_id]
     if len(group.members) != 1:
@@ -264,7 +268,8 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
     if now is None:
         return None
     left = now[0]
-    alone = solve_fleet(state.fleet, [state.originals[job_id]], state.profiles, space, robust=True, only=state.only)
+    alone = solve_fleet(_unbounded(state.fleet), [state.originals[job_id]], state.profiles, space, robust=True,
+                        only=state.only)
     (target, (_, target_sub)), = [(name, vs) for name, vs in alone.state.views.items() if vs[1].groups]
     if target == view:
         return None
@@ -277,7 +282,20 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
     move = left * cost_new * analysis.iteration_s[job_id] + cost_new * pause
     if move >= stay * (1 - _COST_TOL) or not members_keep_pace(analysis, new.members, progress, pause):
         return None
-    return RegroupPlan((group_id,), (new,), cost_old, cost_new, view=target)
+    plan = RegroupPlan((group_id,), (new,), cost_old, cost_new, view=target)
+    return plan if _fits(state, plan) else None
+
+
+def _unbounded(fleet: Fleet) -> Fleet:
+    """``fleet`` with every pool unbounded, as the exact solver requires (itself when it is)."""
+    if all(p.nodes is None for p in fleet.pools):
+        return fleet
+    return replace(fleet, pools=tuple(replace(p, nodes=None) for p in fleet.pools))
+
+
+def _fits(state: FleetState, plan: RegroupPlan) -> bool:
+    """Whether ``plan``'s new groups fit the fleet's bounded pools (``reservation.fits``)."""
+    return reservation.fits(state, plan.view, plan.replaced, plan.groups)
 
 
 def _join_alone(state: FleetState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
@@ -374,7 +392,7 @@ def _alone_set(state: FleetState, ids: tuple[str, ...], groups: dict[str, str],
     the move or None when P is not dominated, a member loses pace or the move does not
     pay)."""
     jobs = {k: state.originals[k] for k in ids}
-    plan = _joint_group(state.fleet, list(jobs.values()), state.profiles, space, state.only, singles)
+    plan = _joint_group(_unbounded(state.fleet), list(jobs.values()), state.profiles, space, state.only, singles)
     if plan is None:
         return None
     (target, new), = [(name, g) for name, (_, sub) in plan.views.items() for g in sub.groups.values()]

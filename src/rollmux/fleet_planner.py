@@ -278,6 +278,14 @@ class FleetState:
     def withhold(self, pool: str, node: str) -> bool:
         return self._free.withhold(pool, node)
 
+    def close_group(self, group_id: str) -> None:
+        """Mark a group that a regrouping empties: no arrival is placed there (``PlanState.closing``)."""
+        self.views[group_id.split(":", 1)[0]][1].closing.add(group_id)
+
+    def first_free(self, pool: str) -> str:
+        """The free node of bounded fleet pool ``pool`` that a new group would take first."""
+        return self._free[pool][0]
+
     def reinstate(self, pool: str, node: str) -> None:
         self._free.reinstate(pool, node)
 
@@ -564,6 +572,19 @@ class FleetPlanner:
             return (group.cost_per_hour(cluster) + added) * statistics.fmean(after[k] / solo[k] for k in after) - before
         n, cost, sigma = len(group.members), group.cost_per_hour(cluster), state.sigma(group)
         return (cost + added) * (sigma * n + factor) / (n + 1) - cost * sigma  # sigma(G'): one member more
+
+
+def short_sides(state: FleetState, view: View, placement: Placement) -> tuple[str, ...]:
+    """The sides (``rollout``, ``train``) of ``placement`` in ``view`` whose bounded fleet
+    pool lacks the nodes it adds: what a waiting job's time is charged to (``Decision.short_pools``)."""
+    want: dict[str, int] = {}
+    for side, new in ((ROLLOUT, placement.new_rollout), (TRAIN, placement.new_train)):
+        if new:
+            want[view.pool_of(side).name] = want.get(view.pool_of(side).name, 0) + len(new)
+    short = {pool for pool, count in want.items()
+             if state.free_nodes(pool) is not None and count > state.free_nodes(pool)}
+    return tuple(side for side, new in ((ROLLOUT, placement.new_rollout), (TRAIN, placement.new_train))
+                 if new and view.pool_of(side).name in short)
 
 
 def short_text(state: FleetState, view: View, placement: Placement) -> str:

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Callable
 
-from rollmux import colocation, waste
+from rollmux import colocation, reservation, waste
 from rollmux.errors import PlacementError
 from rollmux.exact import ExactSolution, objective_lower_bound, solve
 from rollmux.intra import analyze
@@ -179,15 +179,8 @@ def _unsupported(cluster: Cluster) -> str:
 
 def _fits(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution) -> bool:
     """The start-up check on every new group, and the inventory of bounded pools."""
-    if not all(starts_in_time(state, g) for g in solution.groups):
-        return False
-    for pool in POOLS:
-        free = state.free_count(pool)
-        if free is not None:
-            needed = sum(len(g.nodes(pool)) for g in solution.groups)
-            if needed > free + sum(len(g.nodes(pool)) for g in combo):
-                return False
-    return True
+    return (all(starts_in_time(state, g) for g in solution.groups)
+            and reservation.fits(state, "", tuple(g.group_id for g in combo), solution.groups))
 
 
 def starts_in_time(state: PlanState, group: Group) -> bool:
@@ -264,7 +257,8 @@ class RegroupPlan:
 def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
                  pause_s: Callable[[str], float], max_solves: int = 8,
                  max_jobs: int = DEFAULT_MAX_JOBS, one_node: bool = False,
-                 space: Space = PAPER_SPACE, objective: str = "cost") -> RegroupPlan | None:
+                 space: Space = PAPER_SPACE, objective: str = "cost",
+                 joint_pause: bool | None = None) -> RegroupPlan | None:
     """Regroup ``group_id`` with one other group while jobs run (the simulator's
     ``rollmux-regroup``). Pairs are solved exactly, largest possible saving first, at most
     ``max_solves`` of them; the result is the one saving most among those whose groups
@@ -278,7 +272,13 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     together, so its admission order is the solver's. The check per moved job k in new
     group N:  remaining_k x iter_k(N) + TRANSIENT_PERIODS x period(N) + max_{m in N} pause_s(m)
     <= spare_k (``planner.TRANSIENT_PERIODS``: time for the new group to settle).
-    Unbounded pools only (new groups open on fresh nodes some time after the decision).
+    On a bounded pool the new groups must fit its free nodes plus the nodes of the two
+    groups (``reservation.fits``), which the driver holds for them until they open
+    (``reservation.Reservation``). When the free nodes alone do not cover them, a new
+    group may wait for nodes that another new group's members still hold, so the pause
+    in its check is the largest over every moved job, not only over its own members
+    (``joint_pause``; by default exactly when a pool is bounded and its free nodes do not
+    cover the solution).
     ``one_node`` (``--accounting paper``'s ``one_node_per_pool``): the solver sees every job
     on one node per pool, as the planner placed it. ``space``: the placement space of the
     solves (``rollmux.planner.Space``); with co-location in it, co-located groups take part
@@ -288,8 +288,9 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     part of the bill that decisions change when jobs stay until their work is done, so a
     cheaper plan that slows its members more than it saves is refused).
     """
-    if _unsupported(state.cluster) or any(state.bounded(p) for p in POOLS):
+    if _unsupported(state.cluster):
         return None
+    bounded = any(state.bounded(p) for p in POOLS)
     group = state.groups[group_id]
     if not _in_space(group, space) or any(progress(m.job.job_id) is None for m in group.members):
         return None
@@ -307,7 +308,9 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
                          space=space, objective=objective)
         if solution is None:
             continue
-        if _fits(state, pair, solution) and _keeps_pace(state, solution, progress, pause_s):
+        joint = (bounded and not reservation.covered_by_free(state, "", solution.groups)
+                 if joint_pause is None else joint_pause)
+        if _fits(state, pair, solution) and keeps_pace(state, solution.groups, progress, pause_s, joint):
             ids = tuple(g.group_id for g in pair)
             if objective == "cost":
                 best = RegroupPlan(ids, solution.groups, value, solution.objective)
@@ -317,11 +320,15 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     return best
 
 
-def _keeps_pace(state: PlanState, solution: ExactSolution, progress: Callable[[str], tuple[int, float] | None],
-                pause_s: Callable[[str], float]) -> bool:
+def keeps_pace(state: PlanState, groups, progress: Callable[[str], tuple[int, float] | None],
+               pause_s: Callable[[str], float], joint_pause: bool = False) -> bool:
+    """``members_keep_pace`` for every new group of a regrouping (solver groups, analysed
+    in ``state``), with the pause of its own members, or with ``joint_pause`` of every
+    moved job (``plan_regroup``)."""
+    every = max(pause_s(m.job.job_id) for g in groups for m in g.members) if joint_pause else 0.0
     return all(members_keep_pace(analyze([state.profile(m, g.colocated) for m in g.members]), g.members, progress,
-                                 max(pause_s(m.job.job_id) for m in g.members))
-               for g in solution.groups)
+                                 every or max(pause_s(m.job.job_id) for m in g.members))
+               for g in groups)
 
 
 def _solver_cluster(cluster: Cluster) -> Cluster:

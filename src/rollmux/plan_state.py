@@ -140,6 +140,9 @@ class PlanState:
     _minted: dict[str, int] = field(default_factory=lambda: {ROLLOUT: 0, TRAIN: 0})
     _next_group: int = 0
     _analysis: dict[str, GroupAnalysis] = field(default_factory=dict)
+    # groups a regrouping on bounded pools is emptying: the planner places no job there
+    # (it would keep nodes that the regrouping's new groups count on; rollmux.reservation)
+    closing: set[str] = field(default_factory=set)
     _views: dict[str, GroupView] = field(default_factory=dict)
     _in_use: dict[str, int] = field(default_factory=lambda: {ROLLOUT: 0, TRAIN: 0})  # nodes in groups, per pool
     _listed: dict[str, tuple[str, int, float]] = field(default_factory=dict)  # node -> (pool, index, GB)
@@ -192,6 +195,14 @@ class PlanState:
 
     def withhold(self, pool: str, node: str) -> bool:
         return self._free.withhold(pool, node)
+
+    def close_group(self, group_id: str) -> None:
+        """Mark a group that a regrouping empties: no arrival is placed there (``closing``)."""
+        self.closing.add(group_id)
+
+    def first_free(self, pool: str) -> str:
+        """The free node of bounded ``pool`` that a new group would take first."""
+        return self._free[pool][0]
 
     def reinstate(self, pool: str, node: str) -> None:
         self._free.reinstate(pool, node)
@@ -351,6 +362,7 @@ class PlanState:
         closed = not group.members
         if closed:
             del self.groups[group.group_id]
+            self.closing.discard(group.group_id)
         self._analysis.pop(group.group_id, None)
         self._views.pop(group.group_id, None)
         return Release(job_id, group.group_id, tuple(released), closed)

@@ -408,7 +408,7 @@ class Planner:
         rejected: list[Candidate] = []
         options: list[_Option] = []
         for group in () if job.colocate else state.groups.values():
-            if group.colocated:
+            if group.colocated or group.group_id in state.closing:
                 continue
             gate = self._gate(state, group, need, job)
             if gate:
@@ -473,7 +473,8 @@ class Planner:
         options: list[_Option] = []
         for group in () if job.staleness or job.colocate else state.groups.values():
             n_train = len(group.train_nodes)
-            if group.colocated or len(group.members) >= limit_size or (not scale_t and need_t > n_train):
+            if (group.colocated or len(group.members) >= limit_size or (not scale_t and need_t > n_train)
+                    or group.group_id in state.closing):
                 continue
             if any(m.job.staleness for m in group.members):  # ASYNC_APART
                 continue
@@ -547,7 +548,8 @@ class Planner:
         need = {pool: len(member.nodes(pool)) for pool in POOLS}
         options: list[_Option] = []
         for target in state.groups.values():
-            if target is group or target.colocated or self._gate(state, target, need, job):
+            if (target is group or target.colocated or target.group_id in state.closing
+                    or self._gate(state, target, need, job)):
                 continue
             self._group_options(state, target, job, need, options, [])
         for opt in options:

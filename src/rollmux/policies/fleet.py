@@ -29,9 +29,9 @@ from typing import NamedTuple
 
 from rollmux.fleet import Fleet, Profiles, translate
 from rollmux.fleet_exact import plan_fleet_regroup
-from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, gavel_ranking, short_text
+from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, gavel_ranking, short_sides, short_text
 from rollmux.lifetime import Remaining
-from rollmux.model import Job
+from rollmux.model import ROLLOUT, TRAIN, Job
 from rollmux.planner import FULL_SPACE, PAPER_SPACE, Decision, Space
 from rollmux.policies.base import colocated_group, isolated
 
@@ -62,7 +62,13 @@ class FleetRollMux:
         d = self.planner.decide(state, job, remaining=remaining)
         if d.decision is not None and d.decision.placement is not None:
             return d.decision
-        return Decision(job.job_id, d.outcome, None, 0.0, (), d.reason)
+        short: tuple[str, ...] = ()
+        if d.outcome == "wait":  # the sides whose pools lacked nodes in the views that had room otherwise
+            sides = {side for v in d.verdicts if v.reason.startswith("inventory") and v.decision is not None
+                     and v.decision.placement is not None
+                     for side in short_sides(state, state.views[v.view][0], v.decision.placement)}
+            short = tuple(side for side in (ROLLOUT, TRAIN) if side in sides)
+        return Decision(job.job_id, d.outcome, None, 0.0, (), d.reason, short)
 
 
 class FleetAlone:
@@ -82,7 +88,7 @@ class FleetAlone:
             options = gavel_ranking(self.fleet, self.profiles, job)
         else:
             options = [next(o for o in alone_options(self.fleet, self.profiles, job) if o.name == self.option)]
-        shortest = ""
+        shortest, sides = "", ()
         for pick in options:
             view, sub = state.views[pick.view]
             moved = translate(self.fleet, self.profiles, job, view, strict=False)
@@ -90,8 +96,9 @@ class FleetAlone:
             short = short_text(state, view, decision.placement)
             if not short:
                 return decision
-            shortest = shortest or f"{pick.name}: {short}"
-        return Decision(job.job_id, "wait", None, 0.0, (), shortest)
+            if not shortest:
+                shortest, sides = f"{pick.name}: {short}", short_sides(state, view, decision.placement)
+        return Decision(job.job_id, "wait", None, 0.0, (), shortest, sides)
 
 
 #: rollmux-hedge regroups after every arrival that opens a group, so its exact solves are

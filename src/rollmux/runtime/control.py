@@ -49,7 +49,12 @@ Contract
   member of a new group has stopped, the group opens on fresh nodes and each member
   gets its move directive; the group admits them together, in the solver's order, once
   all have acknowledged. A member that departs or fails its move leaves the new group
-  (the solver checked every subset of it), the others carry on.
+  (the solver checked every subset of it), the others carry on. On bounded pools a
+  regrouping holds the nodes its new groups will take (``rollmux.reservation``, as in
+  the simulator): free ones at the decision, then those its jobs' old groups give back;
+  while it waits for such nodes no arrival joins a group it empties, and a new group
+  opens only when the held and free nodes cover it (retried ahead of the waiting line).
+  The holds are part of the state; a drained node leaves a hold, which takes another.
 * The placement space beyond the paper (policies ``rollmux-full`` and
   ``rollmux-full-regroup``, as in the simulator; ``make_policy`` builds every live
   policy): a job may also get training nodes of its own next to a group's, or run
@@ -104,6 +109,7 @@ from rollmux.improve import open_regrouped
 from rollmux.model import model_size_column
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
+from rollmux.reservation import Reservation, group_need
 from rollmux.policies import FLEET_BACKED, make_policy
 from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_rollmux
 from rollmux.runtime.store import Changes, hash_token
@@ -315,6 +321,9 @@ class ControlPlane:
         self._regroup_on_arrival = getattr(self.policy, "regroup_on_arrival", False)
         self.regroups: dict[str, dict] = {}  # id -> {"group": solver group, "waiting": [...], "acked": [...]}
         self._next_regroup = 0
+        # regrouping -> nodes held for its new groups on bounded pools (rollmux.reservation):
+        # {"reservation": Reservation.to_dict(), "unopened": groups not yet open, "replaced": [...]}
+        self.holds: dict[str, dict] = {}
         self.migration_s = migration_s
         self.tail_threshold = tail_threshold
         self.move_s: dict[str, float] = {}  # model size column -> largest measured move (s)
@@ -646,6 +655,11 @@ class ControlPlane:
         pool = self._pool_of(node)
         self._advance(now)
         self.drained.add(node)
+        for hold in self.holds.values():  # a held node leaves its hold, which takes another
+            held = Reservation.from_dict(hold["reservation"])
+            if held.drop(pool, node):
+                held.take_free(self.plan, pool)
+                hold["reservation"] = held.to_dict()
         self._withhold_drained()
         return self._jobs_on(node, pool)
 
@@ -936,6 +950,12 @@ class ControlPlane:
         cp.move_s = dict(glob.get("move_s", {}))
         cp.regroups = glob.get("regroups", {})
         cp._next_regroup = glob.get("next_regroup", 0)
+        cp.holds = glob.get("holds", {})
+        for hold in cp.holds.values():  # (closing groups are not part of a plan's snapshot)
+            if Reservation.from_dict(hold["reservation"]).waits_for_releases:
+                for old in hold["replaced"]:
+                    if old in cp.plan.groups:
+                        cp.plan.close_group(old)
         cp._cluster_dirty = False
         cp._dirty_groups = set(cp.executors)  # the next commit writes every group in this version's form
         return cp
@@ -945,7 +965,8 @@ class ControlPlane:
                 "grants_total": self.grants_total, "busy_s": dict(self.busy_s),
                 "provisioned_s": dict(self.provisioned_s), "clock": self._clock, "seq": self._seq,
                 "ord": self._ord, "inventory": self.plan.inventory(), "offer": sorted(self.offer),
-                "move_s": dict(self.move_s), "regroups": self.regroups, "next_regroup": self._next_regroup}
+                "move_s": dict(self.move_s), "regroups": self.regroups, "next_regroup": self._next_regroup,
+                "holds": self.holds}
 
     def _group_row(self, gid: str) -> dict:
         g = self.plan.groups[gid]
@@ -1088,12 +1109,24 @@ class ControlPlane:
         plan = self._regroup(self.plan, gid, lambda k: self._movable(k, now), pause)
         if plan is None:
             return
+        held = Reservation.start(self.plan, plan.view, plan.replaced, plan.groups)
+        hold = None
+        if held is not None:
+            hold = f"h{self._next_regroup}"
+            self.holds[hold] = {"reservation": held.to_dict(), "unopened": len(plan.groups),
+                                "replaced": list(plan.replaced)}
+            if held.waits_for_releases:
+                for old in plan.replaced:
+                    self.plan.close_group(old)
         for group in plan.groups:
             rid = f"r{self._next_regroup}"
             self._next_regroup += 1
             members = [m.job.job_id for m in group.members]
             self.regroups[rid] = {"group": _group_to_dict(group), "waiting": members, "stopped": [],
                                   "decided_at": now, "view": plan.view}
+            if hold is not None:
+                self.regroups[rid]["hold"] = hold
+                self.regroups[rid]["need"] = group_need(self.plan, plan.view, group)
             self._log(now, "regroup", "", ",".join(members), "", (), regroup=rid, replaced=list(plan.replaced),
                       cost_before=plan.cost_before, cost_after=plan.cost_after, waste_before=plan.waste_before,
                       waste_after=plan.waste_after)
@@ -1106,7 +1139,14 @@ class ControlPlane:
         gid = rec.group_id
         self.executors[gid].remove(rec.job_id)
         self._log(now, "remove", gid, rec.job_id, "", (), reason="regrouping")
-        if self.plan.release(rec.job_id).group_closed:
+        released = self.plan.release(rec.job_id)
+        hold = self.holds.get(entry.get("hold", ""))
+        if hold is not None:
+            held = Reservation.from_dict(hold["reservation"])
+            held.take_released(self.plan, [n for n in released.released_nodes if n not in self.drained])
+            hold["reservation"] = held.to_dict()
+        self._withhold_drained()
+        if released.group_closed:
             del self.executors[gid]
         else:
             self._dispatch(gid, now)
@@ -1116,15 +1156,24 @@ class ControlPlane:
         entry["waiting"].remove(rec.job_id)
         entry["stopped"].append(rec.job_id)
         self._open_regrouped(rid, now)
+        self._retry_waiting(now)  # (bounded pools: nodes that no hold wanted)
 
     def _open_regrouped(self, rid: str, now: float) -> None:
         """Open the regrouped group once nobody is left to stop; every member gets its directive."""
         entry = self.regroups[rid]
-        if entry["waiting"]:
+        if entry["waiting"] or "opened" in entry:
             return
+        hold = self.holds.get(entry.get("hold", ""))
         if not entry["stopped"]:
             del self.regroups[rid]
+            self._group_done(entry)
             return
+        if hold is not None:
+            held = Reservation.from_dict(hold["reservation"])
+            if not held.covers(self.plan, entry["need"]):
+                return  # short of bounded nodes: retried ahead of the waiting line
+            held.hand_over(self.plan, entry["need"])
+            hold["reservation"] = held.to_dict()
         group = _group_from_dict(entry["group"], self.jobs)
         # (a regrouping saved before fleets regrouped has no view)
         gid = open_regrouped(self.plan, group, entry.get("view", ""), {m.job.job_id: m.job for m in group.members})
@@ -1140,6 +1189,26 @@ class ControlPlane:
             self._log(now, "move", gid, rec.job_id, "", m.rollout_nodes + m.train_nodes, from_group=rec.move["from_group"],
                       rollout_nodes=list(m.rollout_nodes), train_nodes=list(m.train_nodes), regroup=rid)
         entry["opened"] = gid
+        self._group_done(entry)
+
+    def _group_done(self, entry: dict) -> None:
+        """One new group of a regrouping opened (or will never open): once none is left,
+        its hold gives back every node it still holds."""
+        key = entry.get("hold", "")
+        hold = self.holds.get(key)
+        if hold is None:
+            return
+        hold["unopened"] -= 1
+        if hold["unopened"] <= 0:
+            Reservation.from_dict(hold["reservation"]).close(self.plan)
+            del self.holds[key]
+            self._withhold_drained()
+
+    def _open_blocked(self, now: float) -> None:
+        """Open the regrouped groups whose members have all stopped and that were short of
+        bounded nodes (``_open_regrouped``), in the order they were decided."""
+        for rid in [r for r, e in self.regroups.items() if not e["waiting"] and e["stopped"] and "opened" not in e]:
+            self._open_regrouped(rid, now)
 
     def _admit_regrouped(self, rid: str, now: float) -> None:
         """Admit the members of an opened regrouped group together, in the solver's order,
@@ -1273,7 +1342,10 @@ class ControlPlane:
         self._retry_waiting(now)
 
     def _retry_waiting(self, now: float) -> list[str]:
-        """Try the waiting line in order; each job placed now leaves it. Returns those placed."""
+        """Try the waiting line in order; each job placed now leaves it. Returns those placed.
+        Regrouped groups short of bounded nodes go first (``_open_blocked``)."""
+        if self.holds:
+            self._open_blocked(now)
         placed = []
         for job_id in list(self.waiting):
             rec = self.jobs[job_id]

@@ -91,6 +91,7 @@ from rollmux.execution import GroupExecutor, Grant
 from rollmux.improve import open_regrouped
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
+from rollmux.reservation import Reservation, group_need
 from rollmux.policies.base import Policy
 from rollmux.sim.durations import DurationModel
 from rollmux.sim.metrics import (END_TO_END, ITERATION, Accounting, CostShares, JobOutcome, PolicyResult, bill_reward,
@@ -170,6 +171,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     gbusy: dict[str, list[float]] = {}  # group -> busy GPU-seconds so far, per pool in POOLS order
     frozen: dict[str, tuple[Cycle, int | None]] = {}  # group -> its cycle, the seq of its wake-up
     offer: set[str] = set()
+    blocked: list[dict] = []  # regrouped groups whose members stopped, short of bounded nodes
     moving: set[str] = set()  # moved, not yet admitted to their new group
     pending: dict[str, dict] = {}  # job -> its regrouping: {"group": solver Group, "waiting": job ids}
     dirty: dict[str, None] = {}  # groups touched at the current instant, in touch order
@@ -243,21 +245,30 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         if plan is None:
             return
         outcomes["regroupings"] += 1
+        held = Reservation.start(state, plan.view, plan.replaced, plan.groups)  # bounded pools only
+        if held is not None and held.waits_for_releases:
+            for gid in plan.replaced:
+                state.close_group(gid)
+        unopened = [len(plan.groups)]  # the plan's groups not yet open (shared by its entries)
         for group in plan.groups:
-            entry = {"group": group, "view": plan.view, "waiting": {m.job.job_id for m in group.members}}
+            entry = {"group": group, "view": plan.view, "waiting": {m.job.job_id for m in group.members},
+                     "held": held, "need": group_need(state, plan.view, group), "unopened": unopened}
             for m in group.members:
                 pending[m.job.job_id] = entry
 
     def stop_for_regroup(job_id: str, gid: str, now: float) -> None:
         """At its iteration boundary a regrouped job leaves its group; once every member of
-        its new group has, that group opens on fresh nodes and admits them together."""
-        nonlocal seq
+        its new group has, that group opens on fresh nodes and admits them together (on
+        bounded pools: on the nodes its reservation holds, ``open_entry``)."""
         entry = pending.pop(job_id)
         ex = executors[gid]
         ex.finish(job_id, now, requeue=False)
         ex.remove(job_id)
         settle(gid, now)
-        if state.release(job_id).group_closed:
+        released = state.release(job_id)
+        if entry["held"] is not None:
+            entry["held"].take_released(state, released.released_nodes)
+        if released.group_closed:
             del executors[gid]
         else:
             dirty[gid] = None
@@ -266,13 +277,29 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         outcomes["regrouped"] += 1
         entry["waiting"].discard(job_id)
         if not entry["waiting"]:
-            gid = open_regrouped(state, entry["group"], entry["view"], by_id)
-            for m in entry["group"].members:
-                kind_of[m.job.job_id] = state.placement_kind(m.job.job_id, "regrouped")
-            track(gid, now)
-            for m in entry["group"].members:  # same instant, admission order
-                heapq.heappush(heap, (now + migration_s, _MIGRATE, seq, m.job.job_id, ""))
-                seq += 1
+            open_entry(entry, now)
+        place_waiting(now)  # (bounded pools: nodes the reservation does not want)
+
+    def open_entry(entry: dict, now: float) -> None:
+        """Open a regrouped group whose members have all stopped, or on bounded pools
+        leave it short (``blocked``) until the held and free nodes cover it."""
+        nonlocal seq
+        held = entry["held"]
+        if held is not None:
+            if not held.covers(state, entry["need"]):
+                blocked.append(entry)
+                return
+            held.hand_over(state, entry["need"])
+        gid = open_regrouped(state, entry["group"], entry["view"], by_id)
+        entry["unopened"][0] -= 1
+        if held is not None and not entry["unopened"][0]:
+            held.close(state)
+        for m in entry["group"].members:
+            kind_of[m.job.job_id] = state.placement_kind(m.job.job_id, "regrouped")
+        track(gid, now)
+        for m in entry["group"].members:  # same instant, admission order
+            heapq.heappush(heap, (now + migration_s, _MIGRATE, seq, m.job.job_id, ""))
+            seq += 1
 
     def progress_of(job_id: str, now: float) -> tuple[int, float]:
         """Iterations ``job_id`` has left and the seconds it can still spend within its SLO."""
@@ -281,6 +308,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                 job.slo * job.t_solo * target[job_id] + job.slo * job.fill_s - (now - placed_at[job_id]))
 
     def place_waiting(now: float) -> None:
+        for entry in blocked[:]:  # a short regrouped group goes before the queue
+            blocked.remove(entry)
+            open_entry(entry, now)
         while waiting and try_place(by_id[waiting[0]], now):
             waiting.pop(0)
 

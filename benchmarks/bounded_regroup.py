@@ -1,0 +1,63 @@
+"""Regrouping on a fixed cluster: each regrouping policy with its regroupings on and off.
+
+Replays the first J jobs of the production trace (worst-case durations, our accounting)
+on clusters of R H20 and T H800 nodes (bounded pools: jobs queue for free nodes and SLOs
+are judged end to end, wait included). Each policy runs twice in the same process: as
+shipped, where a regrouping holds the nodes its new groups will take
+(``rollmux.reservation``), and with its ``regroup`` step removed, which is how it ran on
+bounded pools before (regrouping then needed unbounded pools). ``rollmux`` is printed
+for reference. The last column is the bill with regrouping over the bill without.
+
+    python benchmarks/bounded_regroup.py [--clusters 12x10:40,24x16:200] [--policies ...]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+from rollmux.model import Cluster
+from rollmux.policies import make_policy
+from rollmux.sim.engine import simulate
+from rollmux.traces.builtin import load_trace
+
+
+def run(jobs, cluster: Cluster, name: str, regroup: bool):
+    policy = make_policy(name, cluster=cluster)
+    if not regroup:
+        policy.regroup = None
+    t = time.perf_counter()
+    result = simulate([replace(j) for j in jobs], cluster, policy)
+    return result, time.perf_counter() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clusters", default="12x10:40,16x14:60,24x20:100,24x16:200,40x32:200",
+                        help="RxT:J, comma-separated: R H20 nodes, T H800 nodes, the first J production jobs")
+    parser.add_argument("--policies", default="rollmux-regroup,rollmux-hedge")
+    args = parser.parse_args()
+    base = Cluster()
+    print(f"{'cluster':>14} {'policy':>16} {'regroup':>8} {'$/h':>7} {'SLO e2e':>8} {'wait h':>7} "
+          f"{'regroupings':>12} {'wall s':>7} {'on/off':>7}")
+    for spec in args.clusters.split(","):
+        nodes, count = spec.split(":")
+        r, t = (int(x) for x in nodes.split("x"))
+        cluster = replace(base, rollout=replace(base.rollout, nodes=r), train=replace(base.train, nodes=t))
+        jobs = load_trace("production", cluster)[0][: int(count)]
+        label = f"{r}+{t} / {count}"
+        ref, wall = run(jobs, cluster, "rollmux", False)
+        print(f"{label:>14} {'rollmux':>16} {'-':>8} {ref.cost_per_hour:>7.1f} {ref.slo_attainment:>8.1%} "
+              f"{ref.summary()['mean_wait_s'] / 3600:>7.1f} {'-':>12} {wall:>7.1f} {'-':>7}")
+        for name in args.policies.split(","):
+            off, wall_off = run(jobs, cluster, name, False)
+            on, wall_on = run(jobs, cluster, name, True)
+            for tag, res, wall in (("off", off, wall_off), ("on", on, wall_on)):
+                ratio = f"{on.total_cost / off.total_cost:>7.3f}" if tag == "on" else f"{'':>7}"
+                print(f"{label:>14} {name:>16} {tag:>8} {res.cost_per_hour:>7.1f} {res.slo_attainment:>8.1%} "
+                      f"{res.summary()['mean_wait_s'] / 3600:>7.1f} {res.outcomes.get('regroupings', 0):>12} "
+                      f"{wall:>7.1f} {ratio}")
+
+
+if __name__ == "__main__":
+    main()
