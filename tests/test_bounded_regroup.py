@@ -164,17 +164,17 @@ def test_no_arrival_joins_a_group_a_regrouping_is_emptying():
         assert gid not in state.closing  # forgotten once the group is gone
 
 
-# --- live: the control plane regroups on bounded pools too ---------------------------
+# --- live: the control plane queues and regroups on bounded pools as the simulator ------
 
 @pytest.mark.parametrize("seed,nodes,every", [(0, 4, 0), (15, 5, 0), (0, 4, 3), (14, 5, 5)])
-def test_live_regrouping_on_bounded_pools_loses_nothing(seed, nodes, every, monkeypatch):
+def test_live_regrouping_on_bounded_pools_is_the_simulators(seed, nodes, every, monkeypatch):
     """A bounded cluster tight enough that jobs queue and regroupings count on the nodes
     they empty, driven in virtual time (restored from its persisted form every ``every``
-    steps): regroupings happen live, every job runs each of its iterations exactly once,
-    and the plane ends with no group, no pending regrouping, no hold and every node free.
-    (Live and simulated queues on bounded pools do not agree phase for phase, with or
-    without regrouping, so this is not the parity oracle of test_live_moves.)"""
-    from test_live_moves import _live_replay
+    steps): the live plane makes every phase and every move exactly as the simulator
+    (the parity oracle of test_live_moves, on bounded pools), every job runs each of its
+    iterations once, and the plane ends with no group, no regrouping, no hold and every
+    node free."""
+    from test_live_moves import _live_replay, _sim_record
 
     from rollmux.model import SwitchCost
 
@@ -182,6 +182,8 @@ def test_live_regrouping_on_bounded_pools_loses_nothing(seed, nodes, every, monk
     for j in jobs:
         j.iterations, j.duration_s = j.solo_iterations(), None
     cluster = replace(bounded(nodes, nodes), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    sim_phases, sim_moves, outcomes = _sim_record(jobs, cluster, 300.0, "rollmux-regroup")
+    assert outcomes["regrouped"] >= 1
     started = []
     start = Reservation.start.__func__
 
@@ -192,11 +194,58 @@ def test_live_regrouping_on_bounded_pools_loses_nothing(seed, nodes, every, monk
 
     monkeypatch.setattr(Reservation, "start", classmethod(counted))
     out: dict = {}
-    _live_replay(jobs, cluster, 300.0, "rollmux-regroup", restore_every=every, out=out)
+    live_phases, live_moves = _live_replay(jobs, cluster, 300.0, "rollmux-regroup", restore_every=every, out=out)
     assert any(started), "the trace must exercise a regrouping that waits for released nodes"
+    assert sorted((j, f, t) for j, f, t, _ in live_moves) == sorted(sim_moves)
+    key = lambda p: (p[4], p[0], p[1])  # noqa: E731
+    assert sorted(live_phases, key=key) == sorted(sim_phases, key=key)
     plane = out["plane"]
     assert plane.holds == {} and plane.regroups == {}
     assert plane.plan.free_count("rollout") == nodes and plane.plan.free_count("train") == nodes
+
+
+@pytest.mark.parametrize("policy,seed", [("rollmux", 0), ("rollmux", 7), ("rollmux-consolidate", 11)])
+def test_live_queue_on_bounded_pools_is_the_simulators(policy, seed):
+    """The waiting line is served first come, first placed live as in the simulator: the
+    same phases, placements and moves on a cluster where jobs queue."""
+    from test_live_moves import _live_replay, _sim_record
+
+    from rollmux.model import SwitchCost
+
+    jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    for j in jobs:
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    cluster = replace(bounded(4, 4), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    sim = simulate([replace(j) for j in jobs], cluster, make_policy(policy))
+    assert any(o.placed_s > o.arrival_s for o in sim.jobs), "the trace must queue"
+    sim_phases, sim_moves, _ = _sim_record(jobs, cluster, 300.0, policy)
+    live_phases, live_moves = _live_replay(jobs, cluster, 300.0, policy)
+    assert sorted((j, f, t) for j, f, t, _ in live_moves) == sorted(sim_moves)
+    key = lambda p: (p[4], p[0], p[1])  # noqa: E731
+    assert sorted(live_phases, key=key) == sorted(sim_phases, key=key)
+
+
+@pytest.mark.parametrize("seed,every", [(3, 3), (7, 0)])
+def test_live_rollmux_hedge_on_bounded_pools_is_the_simulators(seed, every):
+    """``rollmux-hedge`` (a fleet of one view) on 4 + 4 nodes where jobs queue and jobs
+    alone are gathered within the inventory: the same phases and moves live and in the
+    simulator, through restores too."""
+    from test_live_moves import _live_replay, _moves_of
+
+    from rollmux.model import SwitchCost
+
+    jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    for j in jobs:
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    cluster = replace(bounded(4, 4), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    r = simulate([replace(j) for j in jobs], cluster, make_policy("rollmux-hedge", cluster=cluster),
+                 record_spans=True, migration_s=300.0)
+    assert r.outcomes["regrouped"] >= 1 and any(o.placed_s > o.arrival_s for o in r.jobs)
+    sim = [(job, pool, gid, tuple(nodes), start) for gid, job, pool, nodes, start, *_ in r.spans]
+    live, moves = _live_replay(jobs, cluster, 300.0, "rollmux-hedge", restore_every=every)
+    assert sorted((j, f, t) for j, f, t, _ in moves) == sorted(_moves_of(sim))
+    key = lambda p: (p[4], p[0], p[1])  # noqa: E731
+    assert sorted(live, key=key) == sorted(sim, key=key)
 
 
 class _Driver:

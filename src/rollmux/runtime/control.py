@@ -12,8 +12,10 @@ Contract
 --------
 * Submit: the planner decides. A placed job is pinned (``PlanState.apply``), admitted
   to its group's executor (ready for rollout at ``now``) and the group is dispatched.
-  A job that must wait joins the back of the waiting line; a job that can never fit
-  the inventory raises ``NeverFits`` and changes nothing.
+  A job that must wait, or that arrives while others wait, joins the back of the
+  waiting line, which is served first come, first placed as in the simulator: its
+  head is retried whenever nodes may have freed, and nobody passes it. A job that can
+  never fit the inventory raises ``NeverFits`` and changes nothing.
 * Grants: ``GroupExecutor.dispatch`` decides who runs. A grant is the job's until the
   job releases that phase (``release``), departs or loses its lease. The execution rule
   guarantees that no two grants of a group share a node.
@@ -386,8 +388,8 @@ class ControlPlane:
         self.jobs.pop(job.job_id, None)
         self.jobs[job.job_id] = rec
         self._dirty_jobs.add(job.job_id)
-        if decision.placement is None:
-            rec.end_reason = decision.reason
+        if decision.placement is None or self.waiting:  # (first come, first placed: as the simulator)
+            rec.end_reason = decision.reason or "behind the waiting line"
             self.waiting.append(job.job_id)
         else:
             self._place(rec, decision, now)
@@ -1342,8 +1344,9 @@ class ControlPlane:
         self._retry_waiting(now)
 
     def _retry_waiting(self, now: float) -> list[str]:
-        """Try the waiting line in order; each job placed now leaves it. Returns those placed.
-        Regrouped groups short of bounded nodes go first (``_open_blocked``)."""
+        """Place the waiting line's jobs in order until its head must still wait; each job
+        placed leaves it. Returns those placed. Regrouped groups short of bounded nodes go
+        first (``_open_blocked``)."""
         if self.holds:
             self._open_blocked(now)
         placed = []
@@ -1351,7 +1354,7 @@ class ControlPlane:
             rec = self.jobs[job_id]
             decision = self._decide(rec.job)
             if decision.placement is None:
-                continue
+                break  # the head waits; nobody passes it (the simulator's FIFO line)
             self.waiting.remove(job_id)
             rec.outcome = decision.outcome
             rec.explanation = _explain(decision)
