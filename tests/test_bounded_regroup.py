@@ -326,3 +326,29 @@ def test_a_drained_node_leaves_a_hold_which_takes_another_and_nothing_is_lost():
     assert cp.holds == {} and cp.regroups == {}
     other = "train" if pool == "rollout" else "rollout"
     assert cp.plan.free_count(pool) == 3 and cp.plan.free_count(other) == 4 and node not in cp.plan._free[pool]
+
+
+def test_plan_time_regrouping_on_a_bounded_fleet_stays_within_its_pools():
+    """``rollmux fleet plan`` on the bounded three-type example: the exact regrouping
+    (``improve_fleet``) now runs there, lowers the plan's E and never holds more nodes
+    of a pool than the pool has."""
+    from pathlib import Path
+
+    from rollmux.fleet import load_profiles
+    from rollmux.fleet_exact import improve_fleet
+    from rollmux.fleet_file import load_fleet
+    from rollmux.fleet_planner import FleetPlanner, plan_jobs
+    from rollmux.traces.format import read_trace
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "fleet"
+    fleet = load_fleet(example / "three_types_bounded.yaml")
+    profiles = load_profiles(example / "profiles.csv", fleet)
+    jobs = read_trace(example / "jobs.csv")
+    state, _ = plan_jobs(FleetPlanner(fleet, profiles), jobs)
+    before = state.effective_cost_per_hour()
+    result = improve_fleet(state)
+    assert result.moves and result.cost_before == pytest.approx(before) and result.cost_after < before
+    assert state.effective_cost_per_hour() == pytest.approx(result.cost_after)
+    for pool in fleet.pools:
+        assert state.nodes_in_use(pool.name) <= pool.nodes
+        assert state.nodes_in_use(pool.name) + state.free_nodes(pool.name) == pool.nodes

@@ -165,11 +165,11 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
     views) has a cheaper exact plan (``solve_fleet``, robust: every subset keeps its SLOs;
     the start-up check on every new group), like ``rollmux.improve`` on one cluster. Costs
     are the fleet objective E. Sets of groups are tried largest E first; at most
-    ``max_solves`` solves."""
-    if any(p.nodes is not None for p in state.fleet.pools):
-        cost = state.effective_cost_per_hour()
-        return Improvement((), cost, cost, 0, True, "bounded pools: the exact solver plans on unbounded pools only")
+    ``max_solves`` solves. On bounded pools the solves are unbounded and a move is kept
+    only when its new groups fit the free nodes plus those of the groups it replaces
+    (``reservation.fits_views``)."""
     start = state.effective_cost_per_hour()
+    solver_fleet = _unbounded(state.fleet)
     tried: set[tuple[str, ...]] = set()
     moves: list[Regroup] = []
     solves = 0
@@ -190,11 +190,12 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
                     return Improvement(tuple(moves), start, state.effective_cost_per_hour(), solves, False)
                 solves += 1
                 tried.add(key)
-                solution = solve_fleet(state.fleet, jobs, state.profiles, space, robust=True, max_jobs=max_jobs,
+                solution = solve_fleet(solver_fleet, jobs, state.profiles, space, robust=True, max_jobs=max_jobs,
                                        only=state.only)
+                placed = [(name, g) for name, (_, sub) in solution.state.views.items() for g in sub.groups.values()]
                 if solution.objective < cost - _COST_TOL * max(1.0, cost) and all(
-                        starts_in_time(sub, g) for _, sub in solution.state.views.values()
-                        for g in sub.groups.values()):
+                        starts_in_time(solution.state.views[name][1], g) for name, g in placed) and (
+                        reservation.fits_views(state, key, placed)):
                     move = (cost, combo, solution)
                     break
             if move is not None:

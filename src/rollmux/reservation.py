@@ -64,9 +64,13 @@ def replaced_nodes(state, replaced: tuple[str, ...]) -> dict[str, list[str]]:
 
 
 def total_need(state, view: str, groups) -> dict[str, int]:
-    """``group_need`` summed over ``groups``."""
+    """``group_need`` summed over ``groups``, all opening in ``view``."""
+    return _summed(state, [(view, group) for group in groups])
+
+
+def _summed(state, placed) -> dict[str, int]:
     need: dict[str, int] = {}
-    for group in groups:
+    for view, group in placed:
         for pool, count in group_need(state, view, group).items():
             need[pool] = need.get(pool, 0) + count
     return need
@@ -74,9 +78,14 @@ def total_need(state, view: str, groups) -> dict[str, int]:
 
 def fits(state, view: str, replaced: tuple[str, ...], groups) -> bool:
     """The module's condition: need_p <= free_p + replaced_p on every bounded pool."""
+    return fits_views(state, replaced, [(view, group) for group in groups])
+
+
+def fits_views(state, replaced: tuple[str, ...], placed) -> bool:
+    """``fits`` for new groups that open in several views: ``placed`` is (view, group) pairs."""
     have = replaced_nodes(state, replaced)
     return all(count <= state.free_count(pool) + len(have.get(pool, ()))
-               for pool, count in total_need(state, view, groups).items())
+               for pool, count in _summed(state, placed).items())
 
 
 def covered_by_free(state, view: str, groups) -> bool:
