@@ -314,6 +314,10 @@ def test_a_drained_node_leaves_a_hold_which_takes_another_and_nothing_is_lost():
     assert held(cp), "the trace must hold a node for a regrouping"
     (hold,) = cp.holds.values()
     pool, node = held(cp)[0]
+    doc = cp.status(driver.now)  # what `rollmux status` shows: the held nodes and the regroupings
+    assert doc["held"] == sorted(n for _, n in held(cp))
+    assert doc["regroupings"] and all(r["held"] for r in doc["regroupings"])
+    assert doc["nodes"][pool]["free"] == cp.plan.free_count(pool)
     wanted = sum(hold["reservation"]["want"].values())
     free_before = cp.plan.free_count(pool)
     cp.drain(node, now=driver.now)

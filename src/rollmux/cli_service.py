@@ -196,8 +196,13 @@ def status(url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT,
                                              pins, holders, queues)), f"{g['cost_per_hour']:.2f}")
     console.print(groups)
     console.print(_jobs_table(doc["jobs"]))
+    for r in doc.get("regroupings", []):
+        state = f"opened as {r['opened']}" if r["opened"] else f"stopping {', '.join(r['waiting']) or '-'}"
+        console.print(escape(f"regrouping {r['regroup']}: {', '.join(r['members'])} ({state})"))
     console.print(f"waiting: {escape(', '.join(doc['waiting']) or '-')}   "
-                  f"drained: {escape(', '.join(doc['drained']) or '-')}   cost: ${doc['cost_per_hour']:.2f}/h")
+                  f"drained: {escape(', '.join(doc['drained']) or '-')}   "
+                  f"held for regroupings: {escape(', '.join(doc.get('held', [])) or '-')}   "
+                  f"cost: ${doc['cost_per_hour']:.2f}/h")
 
 
 def _vs_profile(job: dict) -> str:

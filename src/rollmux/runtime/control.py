@@ -852,8 +852,16 @@ class ControlPlane:
                  **({"grants": [asdict(g) for g in r.grants], "pipeline": r.pipeline()} if r.asynchronous else {})}
                 for r in self.jobs.values()]
         nodes = {p: {"free": self.plan.free_count(p)} for p in self.pool_nodes()}
+        # pending regroupings: who still has to stop, who has, and the nodes held for them
+        regroupings = [{"regroup": rid, "members": [m["job_id"] for m in e["group"]["members"]],
+                        "waiting": list(e["waiting"]), "stopped": list(e["stopped"]),
+                        "opened": e.get("opened"), "held": self.holds.get(e.get("hold", ""), {})
+                        .get("reservation", {}).get("held", {})}
+                       for rid, e in self.regroups.items()]
         return {"now": now, "groups": groups, "waiting": list(self.waiting), "jobs": jobs,
-                "drained": sorted(self.drained), "nodes": nodes, "cost_per_hour": self.plan.cost_per_hour()}
+                "drained": sorted(self.drained), "nodes": nodes, "regroupings": regroupings,
+                "held": sorted(n for h in self.holds.values() for ns in h["reservation"]["held"].values() for n in ns),
+                "cost_per_hour": self.plan.cost_per_hour()}
 
     def counts(self) -> dict[str, int]:
         out = {s: 0 for s in JOB_STATES}
