@@ -55,6 +55,15 @@ def placed(cluster: Cluster, jobs: list[Job]) -> PlanState:
     return state
 
 
+def carry_out(state: PlanState, plan) -> None:
+    """Apply an online regrouping at once: its groups' jobs leave, its new groups open."""
+    for gid in plan.replaced:
+        for m in list(state.groups[gid].members):
+            state.release(m.job.job_id)
+    for g in plan.groups:
+        materialize(state, g)
+
+
 def check_feasible(state: PlanState, jobs: list[Job]) -> None:
     cluster, gpn = state.cluster, state.cluster.gpus_per_node
     assert sorted(state.job_group) == sorted(j.job_id for j in jobs)
@@ -191,11 +200,7 @@ def test_plan_regroup_moves_whole_groups_only_when_every_job_keeps_pace():
     assert plan_regroup(state, "g1", tight.get, lambda k: 0.0) is None
     # carried out: the new groups hold exactly the moved jobs and keep every constraint
     before = state.cost_per_hour()
-    for gid in plan.replaced:
-        for m in list(state.groups[gid].members):
-            state.release(m.job.job_id)
-    for g in plan.groups:
-        materialize(state, g)
+    carry_out(state, plan)
     assert state.cost_per_hour() == pytest.approx(before - plan.cost_before + plan.cost_after)
     check_feasible(state, jobs)
 
@@ -219,11 +224,7 @@ def test_plan_regroup_on_a_bounded_pool_counts_free_and_emptied_nodes():
         cheap = plan_regroup(state, "g1", roomy, lambda k: 0.0)
         assert [len(g.rollout_nodes) for g in cheap.groups] == [2]
         # what it counted on is there once the two groups are empty
-        for gid in cheap.replaced:
-            for m in list(state.groups[gid].members):
-                state.release(m.job.job_id)
-        for g in cheap.groups:
-            materialize(state, g)
+        carry_out(state, cheap)
         check_feasible(state, jobs)
 
 
@@ -267,11 +268,7 @@ def test_plan_regroup_by_waste_takes_the_wider_group_that_slows_no_one():
     after = {}
     for name, plan in (("cheap", cheap), ("lean", lean)):
         copy = placed(Cluster(), jobs)
-        for gid in plan.replaced:
-            for m in list(copy.groups[gid].members):
-                copy.release(m.job.job_id)
-        for g in plan.groups:
-            materialize(copy, g)
+        carry_out(copy, plan)
         check_feasible(copy, jobs)
         after[name] = waste_per_hour(copy)
     assert after["lean"] == pytest.approx(lean.waste_after)
