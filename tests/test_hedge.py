@@ -247,7 +247,13 @@ def test_on_random_three_type_traces_rollmux_hedge_stays_within_a_percent_of_gav
 
 
 def test_rollmux_hedge_on_two_pools_needs_our_accounting():
+    import pickle
+
+    from rollmux.accounting import OURS
+
     assert make_policy("rollmux-hedge").name == "rollmux-hedge"
+    # a copy of our accounting (as a Ray worker of `rollmux whatif` unpickles it) is ours too
+    assert make_policy("rollmux-hedge", accounting=pickle.loads(pickle.dumps(OURS))).name == "rollmux-hedge"
     with pytest.raises(SpecError, match="accounting ours"):
         make_policy("rollmux-hedge", accounting=PAPER)
     result = CliRunner().invoke(app, ["simulate", "--policies", "rollmux-hedge", "--accounting", "paper"])

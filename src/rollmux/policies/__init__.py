@@ -59,7 +59,7 @@ def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS, clu
 def check_accounting(name: str, accounting: CostAccounting) -> None:
     """SpecError when policy ``name`` cannot run under ``accounting``: a fleet-backed one
     runs under our accounting only."""
-    if name in FLEET_BACKED and accounting is not OURS:
+    if name in FLEET_BACKED and accounting != OURS:  # (by value: a Ray worker unpickles its own copy)
         raise SpecError("policy", name, f"--accounting ours ({name} runs under --accounting ours only: it plans "
                         "on the fleet planner, which keeps only our accounting; docs/fleet.md)")
 
