@@ -133,6 +133,8 @@ def test_reservation_holds_free_then_released_nodes_and_hands_them_over():
     assert need == {"rollout": 4, "train": 4}
     assert fits(state, "", replaced, [new])
     assert not fits(state, "", replaced[:1], [new])  # one emptied group leaves a node short
+    drained = state.groups[replaced[0]].rollout_nodes[0]
+    assert not fits(state, "", replaced, [new], excluded={drained})  # a drained node does not come back
     res = Reservation.start(state, "", replaced, [new])
     assert res.want == {"rollout": 2, "train": 2} and res.waits_for_releases
     assert state.free_count("rollout") == 0 and not res.covers(state, need)

@@ -11,7 +11,8 @@ where free_p is the free nodes of p now and replaced_p the nodes of p held by th
 that the regrouping empties. The driver (the simulator, the live control plane) then
 keeps a ``Reservation`` until every new group has opened:
 
-* at the decision it holds max(0, need_p - replaced_p) of the free nodes;
+* at the decision it holds free nodes of p, up to need_p (so a new group need not wait
+  for nodes that other new groups' members still hold, when there are free ones);
 * as the moved jobs stop, it holds each node their old groups give back, until need_p
   nodes of p are held (the rest go back to the free list as usual);
 * a new group opens once its members have all stopped and the held plus free nodes
@@ -51,14 +52,15 @@ def group_need(state, view: str, group: Group) -> dict[str, int]:
     return need
 
 
-def replaced_nodes(state, replaced: tuple[str, ...]) -> dict[str, list[str]]:
-    """The nodes of each bounded pool held by the groups ``replaced`` (their ids in ``state``)."""
+def replaced_nodes(state, replaced: tuple[str, ...], excluded=frozenset()) -> dict[str, list[str]]:
+    """The nodes of each bounded pool held by the groups ``replaced`` (their ids in
+    ``state``), less those in ``excluded`` (drained: they will not come back)."""
     out: dict[str, list[str]] = {}
     for gid in replaced:
         group = state.groups[gid]
         for node in dict.fromkeys([*group.rollout_nodes, *group.train_nodes]):
             pool = state.pool_of(node)
-            if pool is not None and state.bounded(pool):
+            if pool is not None and state.bounded(pool) and node not in excluded:
                 out.setdefault(pool, []).append(node)
     return out
 
@@ -76,14 +78,15 @@ def _summed(state, placed) -> dict[str, int]:
     return need
 
 
-def fits(state, view: str, replaced: tuple[str, ...], groups) -> bool:
-    """The module's condition: need_p <= free_p + replaced_p on every bounded pool."""
-    return fits_views(state, replaced, [(view, group) for group in groups])
+def fits(state, view: str, replaced: tuple[str, ...], groups, excluded=frozenset()) -> bool:
+    """The module's condition: need_p <= free_p + replaced_p on every bounded pool (the
+    replaced groups' nodes in ``excluded`` not counted)."""
+    return fits_views(state, replaced, [(view, group) for group in groups], excluded)
 
 
-def fits_views(state, replaced: tuple[str, ...], placed) -> bool:
+def fits_views(state, replaced: tuple[str, ...], placed, excluded=frozenset()) -> bool:
     """``fits`` for new groups that open in several views: ``placed`` is (view, group) pairs."""
-    have = replaced_nodes(state, replaced)
+    have = replaced_nodes(state, replaced, excluded)
     return all(count <= state.free_count(pool) + len(have.get(pool, ()))
                for pool, count in _summed(state, placed).items())
 
@@ -103,7 +106,7 @@ class Reservation:
     @classmethod
     def start(cls, state, view: str, replaced: tuple[str, ...], groups) -> "Reservation | None":
         """The reservation of a regrouping just decided (None when it needs no bounded
-        node): the free nodes that the replaced groups' nodes will not cover, held now."""
+        node), holding now as many free nodes as it needs and there are."""
         need = total_need(state, view, groups)
         if not need:
             return None

@@ -111,7 +111,7 @@ from rollmux.improve import open_regrouped
 from rollmux.model import model_size_column
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
-from rollmux.reservation import Reservation, group_need
+from rollmux.reservation import Reservation, fits, group_need
 from rollmux.policies import FLEET_BACKED, make_policy
 from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_rollmux
 from rollmux.runtime.store import Changes, hash_token
@@ -1117,8 +1117,9 @@ class ControlPlane:
             return self.plan.analysis(self.plan.job_group[k]).iteration_s[k] + self.migration_seconds(self.jobs[k].job)
 
         plan = self._regroup(self.plan, gid, lambda k: self._movable(k, now), pause)
-        if plan is None:
-            return
+        if plan is None or (self.drained and not fits(self.plan, plan.view, plan.replaced, plan.groups,
+                                                      self.drained)):
+            return  # (a drained node of the groups it empties will not come back for it)
         held = Reservation.start(self.plan, plan.view, plan.replaced, plan.groups)
         hold = None
         if held is not None:
