@@ -101,9 +101,9 @@ def test_regrouping_on_a_fixed_cluster_saves_against_not_regrouping(name):
     assert on.total_cost < off.total_cost
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=16, deadline=None)
 @given(seed=st.integers(0, 10_000), rollout=st.integers(3, 8), train=st.integers(3, 8),
-       name=st.sampled_from(REGROUPING))
+       name=st.sampled_from([*REGROUPING, "rollmux-full-regroup", "rollmux-host-regroup"]))
 def test_any_small_bounded_run_keeps_its_inventory(seed, rollout, train, name):
     cluster = bounded(rollout, train)
     jobs = [j for j in generate(25, seed=seed) if j.rollout_gpus <= 8 * rollout and j.train_gpus <= 8 * train]
