@@ -589,6 +589,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                 if skip and ex.members() and not any(by_id[j].staleness for j in ex.members()):
                     observe(gid, now)
     name = getattr(policy, "name", type(policy).__name__)
+    if blocked:  # (rollmux.reservation: every held node comes back once the emptied groups are)
+        raise RuntimeError(f"{name}: regrouped jobs stopped for good, their group short of nodes: "
+                           f"{sorted(m.job.job_id for e in blocked for m in e['group'].members)}")
     for i, job_id in enumerate(waiting):
         rejected.append(job_id)
         reasons[job_id] = ("still waiting when the run ended: " + reasons.get(job_id, "") if i == 0
