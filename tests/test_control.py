@@ -106,6 +106,23 @@ def test_waiting_jobs_are_placed_in_order_when_nodes_free():
     assert ex.order_of("c") < ex.order_of("d") and c.grant is not None and d.grant is None
 
 
+def test_a_newcomer_that_fits_waits_behind_the_line_first_come_first_placed():
+    """As in the simulator: e would pack into x's group now, but c (which shares with
+    nobody) came first and cannot be placed until x leaves, so e waits behind c."""
+    c_job = Job("c", 10.0, 10.0, rollout_gpus=16, train_gpus=16, slo=1.0, iterations=3)
+    probe = ControlPlane(_cluster(nodes=2))
+    submit(probe, _job("x", t=10.0, gpus=16), 0.0)
+    assert submit(probe, _job("e", t=10.0), 2.0).state == PLACED  # e fits beside x
+    cp = ControlPlane(_cluster(nodes=2))
+    submit(cp, _job("x", t=10.0, gpus=16), 0.0)
+    assert submit(cp, c_job, 1.0).state == WAITING
+    e = submit(cp, _job("e", t=10.0), 2.0)
+    assert (e.state, e.outcome, cp.waiting) == (WAITING, "wait", ["c", "e"])
+    assert e.explanation[0].startswith("behind the waiting line (1 jobs, first c)")
+    cp.complete("x", 3.0)
+    assert (cp.record("c").state, cp.waiting) == (PLACED, ["e"]), "c first; e shares with nobody's group"
+
+
 def test_job_that_can_never_fit_is_refused_without_change():
     cp = ControlPlane(_cluster())
     before = json.dumps(cp.snapshot(), sort_keys=True)

@@ -111,9 +111,9 @@ from rollmux.improve import open_regrouped
 from rollmux.model import model_size_column
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
-from rollmux.reservation import Reservation, fits, group_need
 from rollmux.policies import FLEET_BACKED, make_policy
 from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_rollmux
+from rollmux.reservation import Reservation, fits, group_need
 from rollmux.runtime.store import Changes, hash_token
 
 WAITING, PLACED, DONE, CANCELLED, EXPIRED = "waiting", "placed", "done", "cancelled", "expired"
@@ -383,13 +383,19 @@ class ControlPlane:
             raise NeverFits(self._never_fits_field(job), decision.reason)
         self._advance(now)
         self._ord += 1
-        rec = JobRecord(job, token_hash, WAITING, now, self._ord, tenant, request_id, decision.outcome,
-                        _explain(decision), movable=movable)
+        behind = bool(self.waiting) and decision.placement is not None  # first come, first placed (as simulated)
+        outcome, explanation = decision.outcome, _explain(decision)
+        if behind:
+            outcome = "wait"
+            explanation = [f"behind the waiting line ({len(self.waiting)} jobs, first {self.waiting[0]}); "
+                           f"it would be {decision.outcome} now", *explanation]
+        rec = JobRecord(job, token_hash, WAITING, now, self._ord, tenant, request_id, outcome, explanation,
+                        movable=movable)
         self.jobs.pop(job.job_id, None)
         self.jobs[job.job_id] = rec
         self._dirty_jobs.add(job.job_id)
-        if decision.placement is None or self.waiting:  # (first come, first placed: as the simulator)
-            rec.end_reason = decision.reason or "behind the waiting line"
+        if decision.placement is None or behind:
+            rec.end_reason = f"behind the waiting line, first {self.waiting[0]}" if behind else decision.reason
             self.waiting.append(job.job_id)
         else:
             self._place(rec, decision, now)
