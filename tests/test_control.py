@@ -123,6 +123,21 @@ def test_a_newcomer_that_fits_waits_behind_the_line_first_come_first_placed():
     assert (cp.record("c").state, cp.waiting) == (PLACED, ["e"]), "c first; e shares with nobody's group"
 
 
+def test_a_waiting_job_the_inventory_shrank_under_blocks_nobody():
+    """c waits for 3 nodes per pool; the pools shrink to 2 (a free node removed), so c can
+    never be placed: it stays in the line, says why, and e behind it is placed when x
+    leaves instead of waiting behind c for ever."""
+    cp = ControlPlane(_cluster(nodes=3))
+    submit(cp, Job("x", 10.0, 10.0, rollout_gpus=16, train_gpus=16, slo=1.0, iterations=3), 0.0)
+    assert submit(cp, Job("c", 10.0, 10.0, rollout_gpus=24, train_gpus=24, slo=1.0, iterations=3), 1.0).state == WAITING
+    assert submit(cp, Job("e", 10.0, 10.0, slo=1.0, iterations=3), 2.0).state == WAITING  # behind c
+    cp.reconcile(_cluster(nodes=2), 3.0)
+    assert cp.waiting == ["c", "e"]
+    cp.complete("x", 4.0)
+    assert (cp.record("e").state, cp.waiting) == (PLACED, ["c"])
+    assert cp.record("c").end_reason.startswith("never fits the inventory now")
+
+
 def test_job_that_can_never_fit_is_refused_without_change():
     cp = ControlPlane(_cluster())
     before = json.dumps(cp.snapshot(), sort_keys=True)

@@ -14,8 +14,9 @@ Contract
   to its group's executor (ready for rollout at ``now``) and the group is dispatched.
   A job that must wait, or that arrives while others wait, joins the back of the
   waiting line, which is served first come, first placed as in the simulator: its
-  head is retried whenever nodes may have freed, and nobody passes it. A job that can
-  never fit the inventory raises ``NeverFits`` and changes nothing.
+  head is retried whenever nodes may have freed, and nobody passes it (but a waiting
+  job that a shrunk inventory can never host blocks nobody). A job that can never fit
+  the inventory raises ``NeverFits`` and changes nothing.
 * Grants: ``GroupExecutor.dispatch`` decides who runs. A grant is the job's until the
   job releases that phase (``release``), departs or loses its lease. The execution rule
   guarantees that no two grants of a group share a node.
@@ -1369,6 +1370,9 @@ class ControlPlane:
             rec = self.jobs[job_id]
             decision = self._decide(rec.job)
             if decision.placement is None:
+                if decision.outcome == "rejected":  # the inventory shrank under it: it blocks nobody
+                    rec.end_reason = f"never fits the inventory now: {decision.reason}"
+                    continue
                 break  # the head waits; nobody passes it (the simulator's FIFO line)
             self.waiting.remove(job_id)
             rec.outcome = decision.outcome
