@@ -206,6 +206,26 @@ def test_live_regrouping_on_bounded_pools_is_the_simulators(seed, nodes, every, 
     assert plane.plan.free_count("rollout") == nodes and plane.plan.free_count("train") == nodes
 
 
+@pytest.mark.parametrize("fault", ["cancel", "fail"])
+def test_a_member_that_leaves_a_held_regrouping_loses_nothing(fault):
+    """The first regrouping on a 4 + 4 cluster (it holds nodes) loses a member as soon as
+    it is decided (cancelled) or a move fails; through restores every 4 steps, every
+    other job still runs each iteration once and every node ends free, no hold left."""
+    from test_live_moves import _live_replay
+
+    from rollmux.model import SwitchCost
+
+    jobs = generate(14, seed=0, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    for j in jobs:
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    cluster = replace(bounded(4, 4), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    out: dict = {}
+    _live_replay(jobs, cluster, 300.0, "rollmux-regroup", restore_every=4, fault=fault, out=out)
+    plane = out["plane"]
+    assert plane.holds == {} and plane.regroups == {}
+    assert plane.plan.free_count("rollout") == 4 and plane.plan.free_count("train") == 4
+
+
 @pytest.mark.parametrize("policy,seed", [("rollmux", 0), ("rollmux", 7), ("rollmux-consolidate", 11)])
 def test_live_queue_on_bounded_pools_is_the_simulators(policy, seed):
     """The waiting line is served first come, first placed live as in the simulator: the
