@@ -137,6 +137,7 @@ def test_reservation_holds_free_then_released_nodes_and_hands_them_over():
     assert not fits(state, "", replaced, [new], excluded={drained})  # a drained node does not come back
     res = Reservation.start(state, "", replaced, [new])
     assert res.want == {"rollout": 2, "train": 2} and res.waits_for_releases
+    assert state.closing == set(replaced)  # no arrival joins them while it waits for their nodes
     assert state.free_count("rollout") == 0 and not res.covers(state, need)
     res.take_released(state, state.release("a").released_nodes)
     assert res.want == {"rollout": 1, "train": 1} and not res.covers(state, need)
@@ -147,8 +148,8 @@ def test_reservation_holds_free_then_released_nodes_and_hands_them_over():
     res.hand_over(state, need)
     assert state.free_count("rollout") == 4 and state.free_count("train") == 4
     assert res.held == {"rollout": [], "train": []}
-    res.close(state)
-    assert state.free_count("rollout") == 4
+    assert res.group_done(state)  # its only group opened: nothing left to hold
+    assert state.free_count("rollout") == 4 and not state.closing
 
 
 def test_no_arrival_joins_a_group_a_regrouping_is_emptying():
@@ -330,7 +331,7 @@ def test_a_drained_node_leaves_a_hold_which_takes_another_and_nothing_is_lost():
     cluster = replace(bounded(4, 4), switch_cost=SwitchCost("fixed", 0.0, 0.0))
     cp = ControlPlane(cluster, policy="rollmux-regroup", migration_s=300.0)
     held = lambda plane: [(pool, n) for h in plane.holds.values()  # noqa: E731
-                          for pool, nodes in h["reservation"]["held"].items() for n in nodes]
+                          for pool, nodes in h.held.items() for n in nodes]
     driver = _Driver(cp, jobs, 300.0)
     driver.run(lambda plane: bool(held(plane)))
     assert held(cp), "the trace must hold a node for a regrouping"
@@ -340,12 +341,12 @@ def test_a_drained_node_leaves_a_hold_which_takes_another_and_nothing_is_lost():
     assert doc["held"] == sorted(n for _, n in held(cp))
     assert doc["regroupings"] and all(r["held"] for r in doc["regroupings"])
     assert doc["nodes"][pool]["free"] == cp.plan.free_count(pool)
-    wanted = sum(hold["reservation"]["want"].values())
+    wanted = sum(hold.want.values())
     free_before = cp.plan.free_count(pool)
     cp.drain(node, now=driver.now)
     assert (pool, node) not in held(cp)
     took = free_before - cp.plan.free_count(pool)
-    assert sum(hold["reservation"]["want"].values()) == wanted + 1 - took
+    assert sum(hold.want.values()) == wanted + 1 - took
     assert node not in cp.plan._free[pool]
     driver.run(lambda plane: False)
     assert all(not r.live for r in cp.jobs.values())

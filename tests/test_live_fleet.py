@@ -282,7 +282,7 @@ def test_any_sequence_of_arrivals_and_departures_keeps_every_node_in_one_place(o
         for gid, group in cp.plan.groups.items():
             for node in {*group.rollout_nodes, *group.train_nodes}:
                 assert holder.setdefault(node, gid) == gid
-        reserved = [n for h in cp.holds.values() for nodes in h["reservation"]["held"].values() for n in nodes]
+        reserved = [n for h in cp.holds.values() for nodes in h.held.values() for n in nodes]
         assert len(reserved) == len(set(reserved)) and not set(reserved) & set(holder)
         for pool in fleet.pools:
             free = cp.plan._free[pool.name]

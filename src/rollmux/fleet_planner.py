@@ -574,31 +574,29 @@ class FleetPlanner:
         return (cost + added) * (sigma * n + factor) / (n + 1) - cost * sigma  # sigma(G'): one member more
 
 
-def short_sides(state: FleetState, view: View, placement: Placement) -> tuple[str, ...]:
-    """The sides (``rollout``, ``train``) of ``placement`` in ``view`` whose bounded fleet
-    pool lacks the nodes it adds: what a waiting job's time is charged to (``Decision.short_pools``)."""
+def _shortages(state: FleetState, view: View, placement: Placement) -> dict[str, tuple[int, int]]:
+    """The bounded fleet pools that lack the nodes ``placement`` adds in ``view``:
+    pool -> (nodes it needs there, nodes free)."""
     want: dict[str, int] = {}
     for side, new in ((ROLLOUT, placement.new_rollout), (TRAIN, placement.new_train)):
         if new:
             want[view.pool_of(side).name] = want.get(view.pool_of(side).name, 0) + len(new)
-    short = {pool for pool, count in want.items()
-             if state.free_nodes(pool) is not None and count > state.free_nodes(pool)}
+    return {pool: (count, free) for pool, count in want.items()
+            if (free := state.free_nodes(pool)) is not None and count > free}
+
+
+def short_sides(state: FleetState, view: View, placement: Placement) -> tuple[str, ...]:
+    """The sides (``rollout``, ``train``) of ``placement`` in ``view`` whose bounded fleet
+    pool lacks the nodes it adds: what a waiting job's time is charged to (``Decision.short_pools``)."""
+    short = _shortages(state, view, placement)
     return tuple(side for side, new in ((ROLLOUT, placement.new_rollout), (TRAIN, placement.new_train))
                  if new and view.pool_of(side).name in short)
 
 
 def short_text(state: FleetState, view: View, placement: Placement) -> str:
     """Which bounded fleet pools lack the nodes ``placement`` adds in ``view``, as text ('' when none)."""
-    want: dict[str, int] = {}
-    for side, new in ((ROLLOUT, placement.new_rollout), (TRAIN, placement.new_train)):
-        if new:
-            want[view.pool_of(side).name] = want.get(view.pool_of(side).name, 0) + len(new)
-    short = []
-    for pool, count in want.items():
-        free = state.free_nodes(pool)
-        if free is not None and count > free:
-            short.append(f"{pool} has {free} free nodes, needs {count}")
-    return "; ".join(short)
+    return "; ".join(f"{pool} has {free} free nodes, needs {count}"
+                     for pool, (count, free) in _shortages(state, view, placement).items())
 
 
 def plan_jobs(planner: FleetPlanner, jobs: list[Job], explain: bool = False,

@@ -18,12 +18,11 @@ keeps a ``Reservation`` until every new group has opened:
 * a new group opens once its members have all stopped and the held plus free nodes
   cover it (``covers``). Its share of the held nodes returns to the free list just
   before it takes its nodes (``hand_over``); after the last group opens, any node still
-  held goes back too (``close``).
+  held goes back too (``group_done``).
 
 So no arrival takes a node that the regrouping counted on. While a reservation waits
-for released nodes (``waits_for_releases``), the driver marks the groups it empties
-closing (``PlanState.closing``: no arrival is placed there, where it would keep their
-nodes), so every new group opens at the latest when the last moved job has stopped; the
+for released nodes (``waits_for_releases``), the groups it empties are marked closing
+(``PlanState.closing``: no arrival is placed there, where it would keep their nodes), so every new group opens at the latest when the last moved job has stopped; the
 planner then checks each new group's pace with the longest pause of every moved job
 (``improve.plan_regroup``'s ``joint_pause``), not only its own members'. When the free
 nodes cover the whole regrouping at the decision, it runs exactly as on unbounded pools.
@@ -98,23 +97,36 @@ def covered_by_free(state, view: str, groups) -> bool:
 
 @dataclass(slots=True)
 class Reservation:
-    """What one regrouping still wants (``want``: pool -> nodes) and holds (``held``)."""
+    """What one regrouping still wants (``want``: pool -> nodes), holds (``held``), has
+    left to open (``unopened``: its new groups not yet open) and empties (``replaced``)."""
 
     want: dict[str, int] = field(default_factory=dict)
     held: dict[str, list[str]] = field(default_factory=dict)
+    unopened: int = 0
+    replaced: tuple[str, ...] = ()
 
     @classmethod
     def start(cls, state, view: str, replaced: tuple[str, ...], groups) -> "Reservation | None":
         """The reservation of a regrouping just decided (None when it needs no bounded
-        node), holding now as many free nodes as it needs and there are."""
+        node), holding now as many free nodes as it needs and there are, the groups it
+        empties marked closing while it still waits for their nodes (``mark_closing``)."""
         need = total_need(state, view, groups)
         if not need:
             return None
-        res = cls(dict(need), {pool: [] for pool in need})
+        res = cls(dict(need), {pool: [] for pool in need}, len(groups), tuple(replaced))
         for pool in need:
             while res.take_free(state, pool):
                 pass
+        res.mark_closing(state)
         return res
+
+    def mark_closing(self, state) -> None:
+        """While it waits for released nodes, no arrival may join a group it empties
+        (``PlanState.closing``; also after a restore, which does not keep the marks)."""
+        if self.waits_for_releases:
+            for gid in self.replaced:
+                if gid in state.groups:
+                    state.close_group(gid)
 
     @property
     def waits_for_releases(self) -> bool:
@@ -163,6 +175,15 @@ class Reservation:
             self.held[pool] = mine[count:]
             self.want[pool] = max(0, self.want.get(pool, 0) - max(0, count - len(mine)))
 
+    def group_done(self, state) -> bool:
+        """One of the new groups opened (or never will): after the last, every node still
+        held goes back (``close``). Whether that was the last."""
+        self.unopened -= 1
+        if self.unopened > 0:
+            return False
+        self.close(state)
+        return True
+
     def close(self, state) -> None:
         """Give back every node still held (the regrouping has nothing left to open)."""
         for pool, nodes in self.held.items():
@@ -172,9 +193,11 @@ class Reservation:
         self.want = {pool: 0 for pool in self.want}
 
     def to_dict(self) -> dict:
-        return {"want": dict(self.want), "held": {pool: list(nodes) for pool, nodes in self.held.items()}}
+        return {"want": dict(self.want), "held": {pool: list(nodes) for pool, nodes in self.held.items()},
+                "unopened": self.unopened, "replaced": list(self.replaced)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Reservation":
         return cls({str(p): int(c) for p, c in data["want"].items()},
-                   {str(p): [str(n) for n in nodes] for p, nodes in data["held"].items()})
+                   {str(p): [str(n) for n in nodes] for p, nodes in data["held"].items()}, int(data["unopened"]),
+                   tuple(str(g) for g in data["replaced"]))

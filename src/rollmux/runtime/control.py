@@ -324,9 +324,8 @@ class ControlPlane:
         self._regroup_on_arrival = getattr(self.policy, "regroup_on_arrival", False)
         self.regroups: dict[str, dict] = {}  # id -> {"group": solver group, "waiting": [...], "acked": [...]}
         self._next_regroup = 0
-        # regrouping -> nodes held for its new groups on bounded pools (rollmux.reservation):
-        # {"reservation": Reservation.to_dict(), "unopened": groups not yet open, "replaced": [...]}
-        self.holds: dict[str, dict] = {}
+        # regrouping -> the nodes held for its new groups on bounded pools (rollmux.reservation)
+        self.holds: dict[str, Reservation] = {}
         self.migration_s = migration_s
         self.tail_threshold = tail_threshold
         self.move_s: dict[str, float] = {}  # model size column -> largest measured move (s)
@@ -664,11 +663,9 @@ class ControlPlane:
         pool = self._pool_of(node)
         self._advance(now)
         self.drained.add(node)
-        for hold in self.holds.values():  # a held node leaves its hold, which takes another
-            held = Reservation.from_dict(hold["reservation"])
+        for held in self.holds.values():  # a held node leaves its hold, which takes another
             if held.drop(pool, node):
                 held.take_free(self.plan, pool)
-                hold["reservation"] = held.to_dict()
         self._withhold_drained()
         return self._jobs_on(node, pool)
 
@@ -862,12 +859,12 @@ class ControlPlane:
         # pending regroupings: who still has to stop, who has, and the nodes held for them
         regroupings = [{"regroup": rid, "members": [m["job_id"] for m in e["group"]["members"]],
                         "waiting": list(e["waiting"]), "stopped": list(e["stopped"]),
-                        "opened": e.get("opened"), "held": self.holds.get(e.get("hold", ""), {})
-                        .get("reservation", {}).get("held", {})}
+                        "opened": e.get("opened"),
+                        "held": self.holds[e["hold"]].held if e.get("hold") in self.holds else {}}
                        for rid, e in self.regroups.items()]
         return {"now": now, "groups": groups, "waiting": list(self.waiting), "jobs": jobs,
                 "drained": sorted(self.drained), "nodes": nodes, "regroupings": regroupings,
-                "held": sorted(n for h in self.holds.values() for ns in h["reservation"]["held"].values() for n in ns),
+                "held": sorted(n for h in self.holds.values() for ns in h.held.values() for n in ns),
                 "cost_per_hour": self.plan.cost_per_hour()}
 
     def counts(self) -> dict[str, int]:
@@ -967,12 +964,9 @@ class ControlPlane:
         cp.move_s = dict(glob.get("move_s", {}))
         cp.regroups = glob.get("regroups", {})
         cp._next_regroup = glob.get("next_regroup", 0)
-        cp.holds = glob.get("holds", {})
-        for hold in cp.holds.values():  # (closing groups are not part of a plan's snapshot)
-            if Reservation.from_dict(hold["reservation"]).waits_for_releases:
-                for old in hold["replaced"]:
-                    if old in cp.plan.groups:
-                        cp.plan.close_group(old)
+        cp.holds = {k: Reservation.from_dict(v) for k, v in glob.get("holds", {}).items()}
+        for held in cp.holds.values():
+            held.mark_closing(cp.plan)
         cp._cluster_dirty = False
         cp._dirty_groups = set(cp.executors)  # the next commit writes every group in this version's form
         return cp
@@ -983,7 +977,7 @@ class ControlPlane:
                 "provisioned_s": dict(self.provisioned_s), "clock": self._clock, "seq": self._seq,
                 "ord": self._ord, "inventory": self.plan.inventory(), "offer": sorted(self.offer),
                 "move_s": dict(self.move_s), "regroups": self.regroups, "next_regroup": self._next_regroup,
-                "holds": self.holds}
+                "holds": {k: held.to_dict() for k, held in self.holds.items()}}
 
     def _group_row(self, gid: str) -> dict:
         g = self.plan.groups[gid]
@@ -1131,11 +1125,7 @@ class ControlPlane:
         hold = None
         if held is not None:
             hold = f"h{self._next_regroup}"
-            self.holds[hold] = {"reservation": held.to_dict(), "unopened": len(plan.groups),
-                                "replaced": list(plan.replaced)}
-            if held.waits_for_releases:
-                for old in plan.replaced:
-                    self.plan.close_group(old)
+            self.holds[hold] = held
         for group in plan.groups:
             rid = f"r{self._next_regroup}"
             self._next_regroup += 1
@@ -1158,11 +1148,9 @@ class ControlPlane:
         self.executors[gid].remove(rec.job_id)
         self._log(now, "remove", gid, rec.job_id, "", (), reason="regrouping")
         released = self.plan.release(rec.job_id)
-        hold = self.holds.get(entry.get("hold", ""))
-        if hold is not None:
-            held = Reservation.from_dict(hold["reservation"])
+        held = self.holds.get(entry.get("hold", ""))
+        if held is not None:
             held.take_released(self.plan, [n for n in released.released_nodes if n not in self.drained])
-            hold["reservation"] = held.to_dict()
         self._withhold_drained()
         if released.group_closed:
             del self.executors[gid]
@@ -1181,17 +1169,15 @@ class ControlPlane:
         entry = self.regroups[rid]
         if entry["waiting"] or "opened" in entry:
             return
-        hold = self.holds.get(entry.get("hold", ""))
+        held = self.holds.get(entry.get("hold", ""))
         if not entry["stopped"]:
             del self.regroups[rid]
             self._group_done(entry)
             return
-        if hold is not None:
-            held = Reservation.from_dict(hold["reservation"])
+        if held is not None:
             if not held.covers(self.plan, entry["need"]):
                 return  # short of bounded nodes: retried ahead of the waiting line
             held.hand_over(self.plan, entry["need"])
-            hold["reservation"] = held.to_dict()
         group = _group_from_dict(entry["group"], self.jobs)
         # (a regrouping saved before fleets regrouped has no view)
         gid = open_regrouped(self.plan, group, entry.get("view", ""), {m.job.job_id: m.job for m in group.members})
@@ -1213,12 +1199,8 @@ class ControlPlane:
         """One new group of a regrouping opened (or will never open): once none is left,
         its hold gives back every node it still holds."""
         key = entry.get("hold", "")
-        hold = self.holds.get(key)
-        if hold is None:
-            return
-        hold["unopened"] -= 1
-        if hold["unopened"] <= 0:
-            Reservation.from_dict(hold["reservation"]).close(self.plan)
+        held = self.holds.get(key)
+        if held is not None and held.group_done(self.plan):
             del self.holds[key]
             self._withhold_drained()
 

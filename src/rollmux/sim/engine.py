@@ -91,8 +91,8 @@ from rollmux.execution import GroupExecutor, Grant
 from rollmux.improve import open_regrouped
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
-from rollmux.reservation import Reservation, group_need
 from rollmux.policies.base import Policy
+from rollmux.reservation import Reservation, group_need
 from rollmux.sim.durations import DurationModel
 from rollmux.sim.metrics import (END_TO_END, ITERATION, Accounting, CostShares, JobOutcome, PolicyResult, bill_reward,
                                  finish, owned_cost, solo_span_s)
@@ -246,13 +246,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             return
         outcomes["regroupings"] += 1
         held = Reservation.start(state, plan.view, plan.replaced, plan.groups)  # bounded pools only
-        if held is not None and held.waits_for_releases:
-            for gid in plan.replaced:
-                state.close_group(gid)
-        unopened = [len(plan.groups)]  # the plan's groups not yet open (shared by its entries)
         for group in plan.groups:
             entry = {"group": group, "view": plan.view, "waiting": {m.job.job_id for m in group.members},
-                     "held": held, "need": group_need(state, plan.view, group), "unopened": unopened}
+                     "held": held, "need": group_need(state, plan.view, group)}
             for m in group.members:
                 pending[m.job.job_id] = entry
 
@@ -291,9 +287,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                 return
             held.hand_over(state, entry["need"])
         gid = open_regrouped(state, entry["group"], entry["view"], by_id)
-        entry["unopened"][0] -= 1
-        if held is not None and not entry["unopened"][0]:
-            held.close(state)
+        if held is not None:
+            held.group_done(state)
         for m in entry["group"].members:
             kind_of[m.job.job_id] = state.placement_kind(m.job.job_id, "regrouped")
         track(gid, now)
