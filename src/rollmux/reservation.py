@@ -22,7 +22,8 @@ keeps a ``Reservation`` until every new group has opened:
 
 So no arrival takes a node that the regrouping counted on. While a reservation waits
 for released nodes (``waits_for_releases``), the groups it empties are marked closing
-(``PlanState.closing``: no arrival is placed there, where it would keep their nodes), so every new group opens at the latest when the last moved job has stopped; the
+(``PlanState.closing``: no arrival is placed there, where it would keep their nodes),
+so every new group opens at the latest when the last moved job has stopped; the
 planner then checks each new group's pace with the longest pause of every moved job
 (``improve.plan_regroup``'s ``joint_pause``), not only its own members'. When the free
 nodes cover the whole regrouping at the decision, it runs exactly as on unbounded pools.
