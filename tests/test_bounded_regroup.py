@@ -18,6 +18,7 @@ from rollmux.reservation import Reservation, fits, group_need
 from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
 from rollmux.traces.generate import generate
+from test_simulator import overlaps
 
 REGROUPING = ["rollmux-regroup", "rollmux-hedge"]
 
@@ -29,15 +30,6 @@ def bounded(rollout: int, train: int) -> Cluster:
 
 def production(n: int, cluster: Cluster) -> list[Job]:
     return load_trace("production", cluster)[0][:n]
-
-
-def node_overlaps(spans) -> int:
-    """Phases that overlap on one node (two groups, or two members, on it at once)."""
-    by_node: dict[str, list[tuple[float, float]]] = {}
-    for _gid, _job, _pool, nodes, start, _body, end in spans:
-        for n in nodes:
-            by_node.setdefault(n, []).append((start, end))
-    return sum(1 for iv in by_node.values() for (_, e1), (s2, _) in zip(sorted(iv), sorted(iv)[1:]) if s2 < e1 - 1e-6)
 
 
 def run_checked(jobs: list[Job], cluster: Cluster, name: str):
@@ -82,7 +74,7 @@ def test_tight_pools_regroup_within_the_inventory_and_lose_no_job(name):
     assert len(r.jobs) == len(jobs) and not r.rejected and all(o.iterations > 0 for o in r.jobs)
     assert any(o.placed_s > o.arrival_s for o in r.jobs)  # the pools bound ...
     assert r.limiting_pool is not None  # ... and the waits are charged to them (fleet-backed policies too)
-    assert node_overlaps(r.spans) == 0
+    assert overlaps(r.spans) == 0
     assert r.peak_gpus["rollout"] <= 12 * 8 and r.peak_gpus["train"] <= 10 * 8
 
 
@@ -109,7 +101,7 @@ def test_any_small_bounded_run_keeps_its_inventory(seed, rollout, train, name):
     jobs = [j for j in generate(25, seed=seed) if j.rollout_gpus <= 8 * rollout and j.train_gpus <= 8 * train]
     r = run_checked(jobs, cluster, name)
     assert len(r.jobs) + len(r.rejected) == len(jobs)
-    assert node_overlaps(r.spans) == 0
+    assert overlaps(r.spans) == 0
 
 
 # --- the reservation and the planner -----------------------------------------------
