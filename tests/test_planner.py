@@ -9,7 +9,7 @@ from rollmux.errors import PlacementError, SpecError
 from rollmux.intra import MemberProfile, analyze
 from rollmux.model import Cluster, Job, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
-from rollmux.planner import Planner, _shared_pair_miss
+from rollmux.planner import FULL_SPACE, NOT_ADMITTED, PAPER_SPACE, Planner, _shared_pair_miss
 
 FREE_SWITCH = SwitchCost("fixed", 0.0, 0.0)
 
@@ -177,6 +177,44 @@ def test_explain_never_changes_the_choice(planner):
         if d1.placement:
             s1.apply(j, d1.placement)
             s2.apply(j, d2.placement)
+
+
+@pytest.mark.parametrize("space", [PAPER_SPACE, FULL_SPACE], ids=["paper", "full"])
+@pytest.mark.parametrize("seed", [3, 4])
+def test_admit_takes_the_first_feasible_candidate_it_accepts(space, seed):
+    """The oracle: the explained decision's candidates, in order, the first feasible one
+    (chosen or feasible) that the test accepts. The fast path must find the same one and
+    must not evaluate what the test refused after the first feasible candidate."""
+    import random
+
+    rng = random.Random(seed)
+    pl = Planner(space=space)
+    state = PlanState(cluster())
+    refused_seen = 0
+    for i in range(30):
+        j = job(f"j{i}", rng.randint(50, 400), rng.randint(50, 400), slo=rng.uniform(1.1, 2))
+        # a test a caller might make: refuse every placement on an odd-numbered rollout node
+        def admit(p):
+            return not any(int(n[1:]) % 2 for n in p.rollout_nodes)
+
+        explained = pl.decide(state, j, explain=True)
+        feasible = [c for c in explained.candidates if c.verdict in ("chosen", "feasible")]
+        want = next((c.placement for c in feasible if admit(c.placement)), None)
+        fast = pl.decide(state, j, admit=admit)
+        slow = pl.decide(state, j, explain=True, admit=admit)
+        assert fast.placement == want and slow.placement == want
+        refused = [c for c in fast.candidates if c.reason == NOT_ADMITTED]
+        assert all(not admit(c.placement) for c in refused)
+        refused_seen += len(refused)
+        plain = pl.decide(state, j)
+        if plain.placement is not None:
+            state.apply(j, plain.placement)
+    assert refused_seen  # the test did spare some evaluations
+
+
+def test_admit_is_refused_with_the_lifetime_objective():
+    with pytest.raises(ValueError, match="rate objective"):
+        Planner(objective="lifetime").decide(PlanState(cluster()), job("a", 50, 50), admit=lambda p: True)
 
 
 def test_unknown_gpu_type_in_cluster_is_an_error():

@@ -416,12 +416,14 @@ class FleetPlanner:
         if self.objective != "lifetime" or remaining is None or remaining(job.job_id) is None:
             remaining = None
         moved = {name: translate(self.fleet, self.profiles, job, view) for name, (view, _) in state.views.items()}
-        verdicts = [self._verdict(state, job, name, moved[name], self._planners[name], explain, remaining=remaining)
-                    for name in state.views]
         if self.hedge:
-            hedged = self._hedged(state, job, moved, verdicts)
-            verdicts = hedged if any(v.effective_cost is not None for v in hedged) else verdicts
-        elif self._plain and not job.colocate:
+            both = [self._hedged(state, job, name, moved[name], explain) for name in state.views]
+            hedged = [h for _, h in both] + self._gavel_verdict(state, job)
+            verdicts = hedged if any(v.effective_cost is not None for v in hedged) else [v for v, _ in both]
+        else:
+            verdicts = [self._verdict(state, job, name, moved[name], self._planners[name], explain,
+                                      remaining=remaining) for name in state.views]
+        if self._plain and not self.hedge and not job.colocate:
             prospect = self._prospect(state, job, moved)
             verdicts = [self._verdict(state, job, v.view, moved[v.view], self._plain[v.view], explain,
                                       f"co-location {v.rate_cost:.2f} >= the share of a pair {prospect:.2f}",
@@ -496,47 +498,62 @@ class FleetPlanner:
             members.append((job, it[job.job_id]))
         return cost <= self.group_value(members) * (1 + VALUE_TOL)
 
-    def _hedged(self, state: FleetState, job: Job, moved: dict[str, Job | None],
-                verdicts: list[ViewVerdict]) -> list[ViewVerdict]:
-        """The verdicts under dominance (module docstring): each view's choice if dominated,
-        else its cheapest dominated feasible candidate, else none; then the job's Gavel+
-        option on its own nodes, when they are free."""
-        out = []
-        for v in verdicts:
-            if v.effective_cost is None or self._dominated(state, v.view, job, moved[v.view], v.decision.placement):
-                out.append(v)
-                continue
-            out.append(self._dominated_alternative(state, job, v.view, moved[v.view])
-                       or replace(v, effective_cost=None, reason=f"{v.reason + '; ' if v.reason else ''}"
-                                  f"{v.decision.outcome} costs more than the jobs alone on their Gavel+ options"))
+    def _hedged(self, state: FleetState, job: Job, name: str, moved: Job | None,
+                explain: bool) -> tuple[ViewVerdict, ViewVerdict]:
+        """View ``name``'s plain verdict (its planner's choice) and its verdict under
+        dominance (module docstring): that choice when it is dominated, else the first
+        dominated candidate with the nodes now among those its planner finds feasible after
+        it, in the planner's order, else none. One pass of the planner: dominance and the
+        inventory are tested before the SLO checks of every candidate after its choice
+        (``Planner.decide``'s ``admit``)."""
+        view, sub = state.views[name]
+        if moved is None:
+            plain = self._verdict(state, job, name, moved, self._planners[name], explain)
+            return plain, plain
+
+        def admit(placement: Placement) -> bool:
+            return not short_text(state, view, placement) and self._dominated(state, name, job, moved, placement)
+
+        decision = self._planners[name].decide(sub, moved, explain=explain, admit=admit)
+        first = next((c for c in decision.candidates if c.verdict in ("chosen", "feasible")), None)
+        if first is None:
+            plain = ViewVerdict(name, decision, None, f"{decision.outcome}: {decision.reason}")
+            return plain, plain
+        choice = decision if first.verdict == "chosen" else Decision(
+            job.job_id, OUTCOME[first.kind], first.placement, first.marginal_cost, decision.candidates)
+        short = short_text(state, view, first.placement)
+        if short:
+            plain = ViewVerdict(name, choice, None, f"inventory: {short}")
+            return plain, plain
+        rate = self._marginal(state, view, sub, job, moved, choice)
+        plain = ViewVerdict(name, choice, rate, "", rate)
+        if first.verdict == "chosen":
+            return plain, plain
+        if decision.placement is None:
+            return plain, replace(plain, effective_cost=None, reason=f"{choice.outcome} costs more than the jobs "
+                                                                     "alone on their Gavel+ options")
+        alt = next(c for c in decision.candidates if c.verdict == "chosen")
+        alt_decision = Decision(job.job_id, OUTCOME[alt.kind], alt.placement, alt.marginal_cost, (alt,))
+        alt_rate = self._marginal(state, view, sub, job, moved, alt_decision)
+        return plain, ViewVerdict(name, alt_decision, alt_rate, "(dominated alternative)", alt_rate)
+
+    def _gavel_verdict(self, state: FleetState, job: Job) -> list[ViewVerdict]:
+        """The job's Gavel+ option on its own nodes (dominated by definition), when they are
+        free; else nothing."""
         option = self.gavel_option(job)
         view, sub = state.views.get(option.view, (None, None))
         mine = translate(self.fleet, self.profiles, job, view, strict=False) if view is not None else None
-        if mine is not None:
-            placement = _alone_placement(sub, mine, option.kind == "co-located")
-            if placement is not None and not short_text(state, view, placement):
-                outcome = OUTCOME[COLOCATE] if placement.colocated else OUTCOME[NEW]
-                added = _added_cost(view.cluster, placement)
-                cand = Candidate(COLOCATE if placement.colocated else NEW, None, placement, added, "chosen",
-                                 f"Gavel+ option: {option.name}")
-                decision = Decision(job.job_id, outcome, placement, added, (cand,))
-                out.append(ViewVerdict(option.view, decision, option.effective_cost, "", option.effective_cost))
-        return out
-
-    def _dominated_alternative(self, state: FleetState, job: Job, name: str, moved: Job) -> ViewVerdict | None:
-        """The first dominated candidate, in view ``name``'s planner's own order, among those
-        it found feasible for ``moved`` (its explained decision), as a verdict; or None."""
-        view, sub = state.views[name]
-        decision = self._planners[name].decide(sub, moved, explain=True)
-        for c in decision.candidates:
-            if c.verdict not in ("chosen", "feasible") or c.placement is None:
-                continue
-            if short_text(state, view, c.placement) or not self._dominated(state, name, job, moved, c.placement):
-                continue
-            alt = Decision(job.job_id, OUTCOME[c.kind], c.placement, c.marginal_cost, (c,))
-            rate = self._marginal(state, view, sub, job, moved, alt)
-            return ViewVerdict(name, alt, rate, "(dominated alternative)", rate)
-        return None
+        if mine is None:
+            return []
+        placement = _alone_placement(sub, mine, option.kind == "co-located")
+        if placement is None or short_text(state, view, placement):
+            return []
+        outcome = OUTCOME[COLOCATE] if placement.colocated else OUTCOME[NEW]
+        added = _added_cost(view.cluster, placement)
+        cand = Candidate(COLOCATE if placement.colocated else NEW, None, placement, added, "chosen",
+                         f"Gavel+ option: {option.name}")
+        decision = Decision(job.job_id, outcome, placement, added, (cand,))
+        return [ViewVerdict(option.view, decision, option.effective_cost, "", option.effective_cost)]
 
     def _prospect(self, state: FleetState, job: Job, moved: dict[str, Job | None]) -> float:
         """The co-location prospect test across views: the least effective $/h of the job's

@@ -245,6 +245,7 @@ OBJECTIVES = ("rate", "lifetime")  # see "Objective" in the module docstring
 SLO_EPS = 1e-9
 #: Why a job that only runs co-located gets no other option (``Job.colocate``).
 COLOCATE_ONLY = "the job runs both phases on the same GPUs (colocate): only co-location is offered"
+NOT_ADMITTED = "refused by the caller's test before its evaluation (Planner.decide's admit)"
 #: Why an asynchronous job shares no group (see "Asynchronous jobs" above).
 ASYNC_APART = ("asynchronous jobs run in groups of their own: the analysis does not bound the transients "
                "of a group with one (docs/rollart.md)")
@@ -376,9 +377,22 @@ class Planner:
         self._pair_memo: dict[tuple, float] = {}  # (shape, partner shape, sharing) -> its share's $/h (shared_cost)
 
     def decide(self, state: PlanState, job: Job, explain: bool = False,
-               remaining: lifetime.Remaining | None = None) -> Decision:
+               remaining: lifetime.Remaining | None = None,
+               admit: Callable[[Placement], bool] | None = None) -> Decision:
         """Where ``job`` goes (see the module docstring); ``remaining`` (iterations each job
-        has left, by id) is what the ``lifetime`` objective reads."""
+        has left, by id) is what the ``lifetime`` objective reads.
+
+        With ``admit`` (a caller's own test of a placement; by the rate objective only) the
+        decision is the first feasible candidate, in the order above, that ``admit``
+        accepts. The first feasible candidate is evaluated and tested as usual and, when
+        refused, reported "feasible" among the candidates. Without ``explain`` every later
+        candidate is tested by ``admit`` before its evaluation (a refused one is reported
+        "not evaluated"), so a cheap test spares the SLO checks of what the caller would
+        refuse anyway; with ``explain`` every candidate is evaluated first."""
+        if admit is not None:
+            if self.objective == "lifetime":
+                raise ValueError("Planner.decide: admit chooses by the rate objective, not the lifetime one")
+            return self._decide(state, job, explain, admit)
         if self.objective == "lifetime" and remaining is not None and remaining(job.job_id) is not None:
             decision = self._decide(state, job, True)
             picked = lifetime.choose(state, job, decision.candidates, remaining) if decision.placement else None
@@ -390,7 +404,8 @@ class Planner:
                            marginal_cost=chosen.marginal_cost, candidates=cands)
         return self._decide(state, job, explain)
 
-    def _decide(self, state: PlanState, job: Job, explain: bool) -> Decision:
+    def _decide(self, state: PlanState, job: Job, explain: bool,
+                admit: Callable[[Placement], bool] | None = None) -> Decision:
         cluster = state.cluster
         job.validate(cluster)
         if job.job_id in state.job_group:
@@ -404,7 +419,7 @@ class Planner:
                 return Decision(job.job_id, "rejected", None, 0.0, (),
                                 f"needs {need[pool]} {pool} nodes, the pool has {total}", (pool,))
         if not explain:
-            return self._decide_fast(state, job, need)
+            return self._decide_fast(state, job, need, admit)
         rejected: list[Candidate] = []
         options: list[_Option] = []
         for group in () if job.colocate else state.groups.values():
@@ -417,10 +432,11 @@ class Planner:
             self._group_options(state, group, job, need, options, rejected)
             if self._may_host(state, job):
                 self._host_options(state, group, job, need, options, rejected)
-        return self._decide_among(state, job, need, options, rejected, explain)
+        return self._decide_among(state, job, need, options, rejected, explain, admit)
 
     def _decide_among(self, state: PlanState, job: Job, need: dict[str, int], options: list[_Option],
-                      rejected: list[Candidate], explain: bool) -> Decision:
+                      rejected: list[Candidate], explain: bool,
+                      admit: Callable[[Placement], bool] | None = None) -> Decision:
         """Add the new-group option, evaluate in (cost, kind, generation) order and choose;
         a wait names the pools that lack free nodes."""
         new = None if job.colocate else self._new_group_option(state, job, need, len(options))
@@ -437,7 +453,7 @@ class Planner:
             else:
                 options.append(colo)
         options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
-        decision = self._choose(state, job, options, rejected, explain)
+        decision = self._choose(state, job, options, rejected, explain, admit)
         if decision.outcome == "wait" and job.colocate:
             decision = replace(decision, short_pools=(TRAIN,))
         elif decision.outcome == "wait":
@@ -445,7 +461,8 @@ class Planner:
             decision = replace(decision, short_pools=short)
         return decision
 
-    def _decide_fast(self, state: PlanState, job: Job, need: dict[str, int]) -> Decision:
+    def _decide_fast(self, state: PlanState, job: Job, need: dict[str, int],
+                     admit: Callable[[Placement], bool] | None = None) -> Decision:
         """``decide`` without ``explain``: the same choice, generating only candidates that
         pass the ``_peak_demand`` prune (see "Fast path" in the module docstring)."""
         cluster = state.cluster
@@ -512,7 +529,7 @@ class Planner:
                         for train in train_choices:
                             placement = Placement(gid, roll, train, new_rollout=fresh_r, new_train=fresh_t)
                             options.append(_Option(kind, group, placement, cost, len(options), True))
-        return self._decide_among(state, job, need, options, [], False)
+        return self._decide_among(state, job, need, options, [], False, admit)
 
     def repack(self, state: PlanState, job_id: str, remaining: int, spare_s: float,
                progress: Callable[[str], tuple[int, float]] | None = None) -> Decision | None:
@@ -737,11 +754,12 @@ class Planner:
 
     # --- evaluation and choice ------------------------------------------------------
     def _choose(self, state: PlanState, job: Job, options: list[_Option], rejected: list[Candidate],
-                explain: bool) -> Decision:
+                explain: bool, admit: Callable[[Placement], bool] | None = None) -> Decision:
         evaluated: list[Candidate] = []
         best: tuple[float, int] | None = None  # (-score, index in evaluated)
         best_cost: float | None = None
         stop_at = len(options)
+        refused = False  # ``admit`` refused the first feasible candidate
         for idx, opt in enumerate(options):
             if best_cost is not None and (self.tie_break == "first" or opt.cost > best_cost):
                 if not explain:
@@ -749,8 +767,16 @@ class Planner:
                     break
                 evaluated.append(self._evaluate(state, job, opt))
                 continue
+            if refused and not explain and not admit(opt.placement):
+                evaluated.append(Candidate(opt.kind, opt.group.group_id if opt.group else None, opt.placement,
+                                           opt.cost, "not evaluated", NOT_ADMITTED))
+                continue
             cand = self._evaluate(state, job, opt)
             evaluated.append(cand)
+            if (cand.verdict == "feasible" and admit is not None and (explain or not refused)
+                    and not admit(opt.placement)):
+                refused = True
+                continue
             if cand.verdict == "feasible":
                 if best_cost is None:
                     best_cost = opt.cost
