@@ -162,6 +162,36 @@ def test_a_job_alone_starts_on_its_gavel_option():
     assert decision.effective_cost == pytest.approx(option.effective_cost)
 
 
+def test_on_two_pools_a_pack_that_adds_no_node_is_charged_for_the_slowdown_it_causes():
+    """dE_share under hedge on two pools too: b packs into a's group without a new node,
+    and its verdict costs what the group's E rises by at the members' analysed
+    iterations, not 0 (the planner's dE, which a plain two-pool fleet keeps)."""
+    fleet = fleet_of(Cluster())
+    a = Job("a", 200.0, 60.0, 8, 8, 100.0, 100.0, 1.1, "7B", iterations=500)  # co-located misses 1.1
+    b = Job("b", 60.0, 150.0, 8, 8, 100.0, 100.0, 2.0, "7B", iterations=500)
+    costs = {}
+    for share in (None, False):
+        planner = FleetPlanner(fleet, Profiles(), space=FULL_SPACE, hedge=True, sharing_cost=share)
+        state = planner.new_state()
+        first = planner.decide(state, a)
+        assert first.decision.outcome == "new-group"
+        state.apply(a, first.decision.placement)
+        decision = planner.decide(state, b)
+        assert decision.decision.outcome == "packed" and not decision.decision.placement.new_rollout
+        assert not decision.decision.placement.new_train
+        costs[share] = decision.effective_cost
+        if share is None:
+            view, sub = state.views[decision.view]
+            group = sub.groups[decision.decision.placement.group_id]
+            before = sub.analysis(group.group_id).iteration_s["a"] / a.t_solo
+            state.apply(b, decision.decision.placement)
+            after = sub.analysis(group.group_id).iteration_s
+            price = group.cost_per_hour(view.cluster)
+            expected = price * ((after["a"] / a.t_solo + after["b"] / b.t_solo) / 2 - before)
+    assert FleetPlanner(fleet, Profiles(), hedge=True).sharing_cost
+    assert costs[False] == 0.0 and costs[None] == pytest.approx(expected) and expected > 1.0
+
+
 def test_two_jobs_alone_are_paired_when_it_pays_and_not_when_they_cannot_keep_pace():
     """Two identical balanced jobs, each alone on solo-d (their Gavel+ option on a
     two-pool cluster): a pair on one node per pool is dominated and halves the bill."""

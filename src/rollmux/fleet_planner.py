@@ -33,7 +33,8 @@ analysed iterations instead (``sharing_cost``):
 (a new or co-located group alone is unchanged: iter = T_solo_v, or the co-located
 iteration). Measured by benchmarks/fleet_replay.py on random three-type traces: RollMux
 over the cheapest other policy 1.078 -> 1.038 on average (docs/fleet.md). A two-pool
-fleet keeps dE, so it still plans exactly as ``rollmux.planner``; the plan's E
+fleet keeps dE, so it still plans exactly as ``rollmux.planner``, except under ``hedge``
+(below), which takes dE_share on every fleet; the plan's E
 (``FleetState.effective_cost_per_hour``), the exact optimum and regrouping
 (``rollmux.fleet_exact``) stay on E.
 
@@ -70,8 +71,11 @@ With ``hedge`` an arrival keeps that invariant where it can: each view offers it
 planner's choice when the group it makes (analysed with the newcomer) is dominated, else
 the cheapest dominated candidate among the others its planner found feasible (in its
 own order), else nothing; the job's Gavel+ option is offered too, on its own nodes
-(dominated by definition: C = g_j T_ref / iter). The least dE among these wins; when
-none has the nodes now (bounded pools), the views' own choices compete as they are. The
+(dominated by definition: C = g_j T_ref / iter). The least dE_share among these wins,
+on two pools too: by dE a pack that adds no node is free however much it slows the
+group, so it always beat the job's own option (dE_share was cheaper on 11 of 12 replays,
+docs/fleet.md). When none has the nodes now (bounded pools), the views' own choices
+compete as they are. The
 co-location prospect test is left out: dominance decides where co-location pays. A
 lone group is dominated only when it is the job's Gavel+ option, so a job that arrives
 alone starts there; ``fleet_exact.plan_fleet_regroup`` with ``value`` then gathers it
@@ -393,9 +397,9 @@ class FleetPlanner:
         self._gavel: dict[str, tuple[Job, AloneOption]] = {}
         colocating = {fleet.colocation_view(p) for p in fleet.pools}
         self.space = space
-        # dE of joining a group at its members' iterations there (None: on a fleet of
-        # several views; a two-pool fleet keeps the planner's own objective)
-        self.sharing_cost = len(fleet.views()) > 1 if sharing_cost is None else sharing_cost
+        # dE of joining a group at its members' iterations there (None: with hedge, or on a
+        # fleet of several views; otherwise a two-pool fleet keeps the planner's own objective)
+        self.sharing_cost = (hedge or len(fleet.views()) > 1) if sharing_cost is None else sharing_cost
         self.objective = objective
         self._planners = {v.name: Planner(tie_break, space=replace(space, colocation=space.colocation
                                                                    and v.name in colocating), objective=objective)
