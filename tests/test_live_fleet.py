@@ -113,6 +113,32 @@ def test_a_two_pool_plane_runs_rollmux_hedge_as_a_fleet_of_one_view_decision_for
     assert err.value.field == "pools"
 
 
+def test_a_submit_is_answered_before_its_arrivals_regrouping_which_runs_before_anything_else():
+    """Under ``rollmux-hedge`` a submit that opens a group answers with the placement and
+    leaves the gathering it asks for pending (persisted with the state); ``gather``, or
+    the next change, runs it as at the arrival: the same regrouping as right away, decided
+    at the arrival's time, also after a restart in between."""
+    a = Job("a", 100.0, 100.0, slo=1.5, iterations=1000)
+    b = Job("b", 100.0, 100.0, slo=1.5, iterations=1000)
+    planes = {way: ControlPlane(Cluster(), policy="rollmux-hedge") for way in ("gather", "next change", "restart")}
+    for cp in planes.values():
+        cp.submit(a, 0.0, "0" * 64)
+        cp.gather()  # a alone: nobody to gather with
+        cp.submit(b, 60.0, "0" * 64)
+        assert cp.gathers_pending and cp.regroups == {}  # answered first
+    planes["gather"].gather()
+    planes["next change"].report_progress("a", 0.5)  # any change runs the pending gathering first
+    snap = json.loads(json.dumps(planes["restart"].snapshot()))
+    planes["restart"] = ControlPlane.restore(snap, policy="rollmux-hedge")
+    assert planes["restart"].gathers_pending
+    planes["restart"].gather()
+    decided = {way: [(sorted(m["job_id"] for m in e["group"]["members"]), e["decided_at"]) for e in cp.regroups.values()]
+               for way, cp in planes.items()}
+    assert decided["gather"] == [(["a", "b"], 60.0)]
+    assert decided["next change"] == decided["restart"] == decided["gather"]
+    assert not any(cp.gathers_pending for cp in planes.values())
+
+
 def test_a_job_alone_gathers_two_others_live_as_in_the_simulator():
     """``rollmux-hedge``'s gathering of three jobs alone into one group (six production
     8B_32k jobs and two others, drawn with a fixed seed): the plane makes the same moves

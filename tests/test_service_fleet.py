@@ -117,6 +117,31 @@ def test_rollmux_hedge_served_on_a_two_pool_cluster_survives_kill_and_restart(tm
             srv.proc.wait(5)
 
 
+def test_rollmux_hedge_answers_a_submit_before_the_gathering_it_then_runs_by_itself(tmp_path):
+    """An in-process ``rollmux-hedge`` service on two pools: job b opens a group and is
+    answered with it; the gathering with job a alone then runs on its own (no other
+    request asks for it) and its regrouping is persisted."""
+    from fastapi.testclient import TestClient
+
+    from rollmux.model import Cluster
+    from rollmux.runtime.service import Service, create_app
+
+    service = Service(Cluster(), str(tmp_path / "state.db"), ADMIN, _config(policy="rollmux-hedge"))
+    spec = {"t_roll_s": 100.0, "t_train_s": 100.0, "slo": 1.5, "iterations": 1000}
+    with TestClient(create_app(service)) as client:
+        for job_id in ("a", "b"):
+            answer = client.post("/v1/jobs", json={"spec": {"job_id": job_id, **spec}}, headers=_auth(ADMIN))
+            assert answer.status_code == 201, answer.text
+            assert answer.json()["placement"] is not None, answer.text  # placed at once
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not service.control.regroups:
+            time.sleep(0.05)
+        regroupings = client.get("/v1/status", headers=_auth(ADMIN)).json()["regroupings"]
+        assert [sorted(r["members"]) for r in regroupings] == [["a", "b"]]
+        assert not service.control.gathers_pending
+        assert service.store.load()["globals"]["regroups"]  # committed
+
+
 @pytest.mark.parametrize("case", ["profiles without a fleet", "policy", "bad profile row"])
 def test_serve_refuses_a_bad_fleet_start_and_writes_no_state(tmp_path, case):
     (tmp_path / "fleet.yaml").write_text(FLEET_YAML)

@@ -58,6 +58,10 @@ Contract
   while it waits for such nodes no arrival joins a group it empties, and a new group
   opens only when the held and free nodes cover it (retried ahead of the waiting line).
   The holds are part of the state; a drained node leaves a hold, which takes another.
+  A regrouping that a policy asks for after an arrival that opens a group
+  (``rollmux-hedge``, ``rollmux-full-regroup``) is decided after the submit's answer
+  (``gather``; pending ones are part of the state), before any other change and as at
+  the arrival: the same decision as the simulator's, off the arrival's answer.
 * The placement space beyond the paper (policies ``rollmux-full`` and
   ``rollmux-full-regroup``, as in the simulator; ``make_policy`` builds every live
   policy): a job may also get training nodes of its own next to a group's, or run
@@ -326,6 +330,8 @@ class ControlPlane:
         self._next_regroup = 0
         # regrouping -> the nodes held for its new groups on bounded pools (rollmux.reservation)
         self.holds: dict[str, Reservation] = {}
+        # arrivals whose regrouping runs after their submit is answered: [group, job, time] (``gather``)
+        self._gathers: list[list] = []
         self.migration_s = migration_s
         self.tail_threshold = tail_threshold
         self.move_s: dict[str, float] = {}  # model size column -> largest measured move (s)
@@ -362,10 +368,13 @@ class ControlPlane:
                tenant: str = "", movable: bool = True) -> JobRecord:
         """Register ``job``; place it now or put it in the waiting line.
 
+        The regrouping a policy asks for after an arrival that opens a group is left to
+        ``gather``, which runs before any other change: the answer does not wait for it.
         A repeated submit with the same ``request_id`` and token returns the first answer
         (a client retrying after a lost reply); any other submit of a live job's id is a
         ``DuplicateJob``. The id of a departed job may be used again.
         """
+        self.gather()
         known = self.jobs.get(job.job_id)
         if known is not None:
             if request_id is not None and known.request_id == request_id and known.token_hash == token_hash:
@@ -398,8 +407,25 @@ class ControlPlane:
             rec.end_reason = f"behind the waiting line, first {self.waiting[0]}" if behind else decision.reason
             self.waiting.append(job.job_id)
         else:
-            self._place(rec, decision, now)
+            self._place(rec, decision, now, defer=True)
         return rec
+
+    @property
+    def gathers_pending(self) -> bool:
+        """Whether an arrival's regrouping waits for ``gather`` (``submit``)."""
+        return bool(self._gathers)
+
+    def gather(self) -> int:
+        """Run the regroupings asked for after arrivals that opened a group. ``submit``
+        answers with the placement and leaves its arrival's regrouping here: the job starts
+        at once, and a move it leads to happens at its first iteration's end at the
+        earliest. Each runs as at its arrival, on the same state, since every other change
+        runs this first (the service also runs it right after answering the submit). Returns how many ran."""
+        pending, self._gathers = self._gathers, []
+        for gid, job_id, at in pending:
+            if gid in self.plan.groups and self.plan.job_group.get(job_id) == gid:
+                self._plan_regroup(gid, at)
+        return len(pending)
 
     def acquire(self, job_id: str, phase: str) -> GrantRecord | None:
         """The job's grant for ``phase`` if it holds one, else None (not yet its turn). Changes nothing."""
@@ -434,6 +460,7 @@ class ControlPlane:
     def release(self, job_id: str, phase: str, grant_seq: int, duration_s: float, now: float) -> JobRecord:
         """End the granted ``phase``; a repeat of the last release (same grant and phase) is
         answered, not re-applied."""
+        self.gather()
         rec = self.jobs.get(job_id)
         if (rec is not None and rec.last_released_seq == grant_seq and rec.last_released_phase == phase
                 and grant_seq is not None):
@@ -561,6 +588,7 @@ class ControlPlane:
         """The job reports its move done (``ok``: its state is on the new nodes; it is
         admitted to its new group) or failed (it is placed afresh or queued). A repeat
         of a done move is answered, not re-applied."""
+        self.gather()
         rec = self._live(job_id)
         if rec.move is None or "to_group" not in rec.move:
             if rec.move is None and rec.state == PLACED and rec.moves > 0:
@@ -590,6 +618,7 @@ class ControlPlane:
 
     def abort_stale_moves(self, now: float, timeout_s: float) -> list[str]:
         """Undo every move not acknowledged within ``timeout_s``; returns those jobs."""
+        self.gather()
         stale = [r for r in self.jobs.values() if r.live and r.move is not None and "to_group" in r.move
                  and not r.move.get("acked") and now - r.move["decided_at"] > timeout_s]
         for rec in stale:
@@ -600,6 +629,7 @@ class ControlPlane:
 
     def report_progress(self, job_id: str, fraction: float) -> JobRecord:
         """Record the job's progress fraction in [0, 1]."""
+        self.gather()
         rec = self._live(job_id)
         if not (0.0 <= fraction <= 1.0):
             raise ControlError("fraction", f"{fraction!r} is not a fraction in [0, 1]")
@@ -612,6 +642,7 @@ class ControlPlane:
         ``tail_threshold`` on, it keeps ``Job.tail_gpus()`` GPUs and the freed ones may be
         handed to the next queued rollout of its group at once. Returns the GPUs the job
         keeps (all of them while below the threshold, or when nothing is freed)."""
+        self.gather()
         rec = self._live(job_id)
         if not (0.0 <= fraction <= 1.0):
             raise ControlError("fraction", f"{fraction!r} is not a fraction in [0, 1]")
@@ -633,6 +664,7 @@ class ControlPlane:
 
     def complete(self, job_id: str, now: float) -> JobRecord:
         """The job is finished: it departs and its nodes go back. Idempotent once done."""
+        self.gather()
         rec = self._record(job_id)
         if rec.state == DONE:
             return rec
@@ -642,6 +674,7 @@ class ControlPlane:
 
     def cancel(self, job_id: str, now: float, reason: str = "cancelled") -> JobRecord:
         """Cancel a live job (its own call or an admin's). Idempotent once cancelled."""
+        self.gather()
         rec = self._record(job_id)
         if rec.state == CANCELLED:
             return rec
@@ -651,6 +684,7 @@ class ControlPlane:
 
     def expire(self, job_ids: list[str], now: float, reason: str) -> list[str]:
         """Depart each of ``job_ids`` that is still live (its lease ran out); returns those departed."""
+        self.gather()
         gone = [self.jobs[j] for j in job_ids if j in self.jobs and self.jobs[j].live]
         for rec in gone:
             self._depart(rec, EXPIRED, now, reason)
@@ -660,6 +694,7 @@ class ControlPlane:
     def drain(self, node: str, now: float) -> list[str]:
         """Make ``node`` unschedulable: no new job is pinned to it; current pins stay
         until their jobs depart, then the node is withheld. Returns the jobs still on it."""
+        self.gather()
         pool = self._pool_of(node)
         self._advance(now)
         self.drained.add(node)
@@ -672,6 +707,7 @@ class ControlPlane:
     def undrain(self, node: str, now: float) -> list[str]:
         """Put a drained node back in service; waiting jobs may be placed on it. Returns the
         jobs placed by this."""
+        self.gather()
         pool = self._pool_of(node)
         self._advance(now)
         if node not in self.drained:
@@ -684,6 +720,7 @@ class ControlPlane:
     def add_node(self, pool: str, node_id: str, host_mem_gb: float | None, now: float) -> list[str]:
         """Add a node to a bounded pool (a listed pool gets ``node_id``; a counted pool its
         next generated id, which must be ``node_id`` if given). Returns the jobs placed by it."""
+        self.gather()
         if self.fleet is not None:
             raise ControlError("pool", "a fleet of GPU types keeps the pools it started with: adding nodes live "
                                        "is for a two-pool cluster")
@@ -724,6 +761,7 @@ class ControlPlane:
         ``{"added", "removed", "changed", "placed"}``. A fleet (and its ``profiles``, when
         given) must be the one the plane holds (``_reconcile_fleet``).
         """
+        self.gather()
         cluster.validate()
         if self.fleet is not None or isinstance(cluster, Fleet) or profiles is not None:
             return self._reconcile_fleet(cluster, profiles)
@@ -965,6 +1003,7 @@ class ControlPlane:
         cp.regroups = glob.get("regroups", {})
         cp._next_regroup = glob.get("next_regroup", 0)
         cp.holds = {k: Reservation.from_dict(v) for k, v in glob.get("holds", {}).items()}
+        cp._gathers = [list(g) for g in glob.get("gathers", ())]
         for held in cp.holds.values():
             held.mark_closing(cp.plan)
         cp._cluster_dirty = False
@@ -977,7 +1016,7 @@ class ControlPlane:
                 "provisioned_s": dict(self.provisioned_s), "clock": self._clock, "seq": self._seq,
                 "ord": self._ord, "inventory": self.plan.inventory(), "offer": sorted(self.offer),
                 "move_s": dict(self.move_s), "regroups": self.regroups, "next_regroup": self._next_regroup,
-                "holds": {k: held.to_dict() for k, held in self.holds.items()}}
+                "holds": {k: held.to_dict() for k, held in self.holds.items()}, "gathers": self._gathers}
 
     def _group_row(self, gid: str) -> dict:
         g = self.plan.groups[gid]
@@ -1010,7 +1049,7 @@ class ControlPlane:
         return row
 
     # --- internals --------------------------------------------------------------------
-    def _place(self, rec: JobRecord, decision, now: float) -> None:
+    def _place(self, rec: JobRecord, decision, now: float, defer: bool = False) -> None:
         job = rec.job
         placement = decision.placement
         gid = self.plan.apply(job, placement)
@@ -1029,7 +1068,10 @@ class ControlPlane:
         self._dirty_jobs.add(job.job_id)
         self._admit(rec, now)
         if self._regroup_on_arrival and placement.group_id is None:  # a new group: regroup it too
-            self._plan_regroup(gid, now)
+            if defer:  # after the answer (``gather``)
+                self._gathers.append([gid, rec.job_id, now])
+            else:
+                self._plan_regroup(gid, now)
 
     def _admit(self, rec: JobRecord, now: float) -> None:
         """Admit a placed job to its group's executor (ready for rollout) and dispatch."""

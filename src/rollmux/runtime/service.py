@@ -111,6 +111,7 @@ class Service:
         self.leases.ensure(r.job_id for r in self.control.jobs.values() if r.live)
         self.metrics = ServiceMetrics(lambda: self.control, self.leases.age, self.config.per_job_metrics)
         self._lock = asyncio.Lock()
+        self._follow_ups: set[asyncio.Task] = set()  # background changes (``follow_up``), kept until done
         self._waiters: dict[str, asyncio.Event] = {}
         self._queue: list[tuple[Callable[[ControlPlane, float], Any], asyncio.Future]] = []
         self._drainer: asyncio.Task | None = None
@@ -155,6 +156,19 @@ class Service:
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.create_task(self._drain())
         return await done
+
+    def follow_up(self, fn: Callable[[ControlPlane, float], Any]) -> None:
+        """``mutate(fn)`` in the background: a change nobody waits for (a failure is logged;
+        what it would have changed is left to the next change, which runs it first)."""
+        async def run() -> None:
+            try:
+                await self.mutate(fn)
+            except Exception as exc:  # (ControlError cannot come from gather; a commit failure is logged there)
+                log.error("follow_up_failed", extra={"reason": f"{type(exc).__name__}: {exc}"})
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._follow_ups.add(task)
+        task.add_done_callback(self._follow_ups.discard)
 
     async def _drain(self) -> None:
         while self._queue:
@@ -467,6 +481,8 @@ def create_app(service: Service) -> FastAPI:
             return c.submit(job, now, hash_token(job_token), body.request_id, tenant, body.spec.movable)
 
         rec = await service.mutate(run)
+        if cp().gathers_pending:  # the arrival's regrouping, once this answer is on its way
+            service.follow_up(lambda c, now: c.gather())
         service.leases.touch(rec.job_id)
         first = body.token is None  # the service made the token: this first answer is the only one with it
         log.info("decision", extra={"job_id": rec.job_id, "tenant": tenant, "outcome": rec.outcome,
