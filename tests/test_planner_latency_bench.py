@@ -42,6 +42,11 @@ def test_the_hedge_table_prints_one_row_per_size(bench, monkeypatch, capsys):
     assert out[0].startswith("policy: rollmux-hedge")
     rows = [line.split() for line in out[2:]]
     assert [r[0] for r in rows] == ["5", "7"]
+    assert out[1].split()[-6:] == ["answer", "ms", "answer", "x", "build", "s"]
     for r in rows:
         median, p99 = float(r[2]), float(r[3])
         assert 0 < median <= p99
+        answer = float(r[-3])  # each probe's placement alone: never more than with its regrouping
+        assert 0 < answer <= median
+        if r[4] != "-":  # a size the paper measured (5 here; not 7)
+            assert float(r[-2].rstrip("x")) == pytest.approx(float(r[4]) / answer, rel=0.01)
