@@ -23,13 +23,17 @@ order of a group's members (``Space.all_orders``), as before it. ``--objective l
 times the lifetime objective (``rollmux.lifetime``): every candidate evaluated, each
 running job with a remaining iteration count drawn once (uniform in 1..500).
 
-``--passes P`` (default 3) decides each probe P times, each time from the analysis memo
-as a single pass would find it (``rollmux.kernel.memo_snapshot``/``memo_restore``: what
-the plan's construction and the earlier probes analysed, nothing of this probe's other
-passes), and keeps the fastest. The work is the same every pass; on a shared machine (a
-third of the CPU stolen by neighbours at times, 2026-11-27) the fastest pass is the
-decision's own cost, the others add the neighbours'. ``--passes 1`` is one pass per
-probe, as before.
+``--passes P`` (default 3) decides each probe P times, each time from the caches as a
+single pass would find them, and keeps the fastest: the analysis memo
+(``rollmux.kernel.memo_snapshot``/``memo_restore``: what the plan's construction and the
+earlier probes analysed, nothing of this probe's other passes), and, since 2026-11-28,
+the planner and the plan as they were before the probe (each pass decides on a deep copy
+of both, made before the clock starts): the planner's and the plan's own caches (a
+group's node choices per need, the pair memo, a job's Gavel+ option) were kept from pass
+to pass before, so every pass after the first found the probe's own work done. The work
+is the same every pass; on a shared machine (a third of the CPU stolen by neighbours at
+times, 2026-11-27) the fastest pass is the decision's own cost, the others add the
+neighbours'. ``--passes 1`` is one pass per probe, on the plan itself.
 
 ``--policy rollmux-hedge`` times that policy's arrival decision instead (the fleet planner on
 the paper's testbed as a fleet of one view, ``rollmux.policies.fleet``): its placement
@@ -57,6 +61,7 @@ mix of outcomes and with the machine.
 from __future__ import annotations
 
 import argparse
+import copy
 import random
 from dataclasses import replace
 import statistics
@@ -142,24 +147,33 @@ def hedge_apply(state, plan) -> None:
         open_regrouped(state, group, plan.view, originals)
 
 
+def fresh(objects, passes: int):
+    """What one pass decides on: ``objects`` themselves for a single pass, else a deep copy
+    (every pass from the caches the probe found; the module docstring)."""
+    return objects if passes == 1 else copy.deepcopy(objects)
+
+
 def hedge_probe(policy, state, job, passes: int) -> tuple[float, float | None]:
     """ms of the probe's placement and, when it opens a group, of the regrouping then
-    asked for (the fastest of ``passes`` each, from the same memo); the state is left as it was."""
+    asked for (the fastest of ``passes`` each, from the same memo and caches); the state
+    is left as it was."""
     memo = kernel.memo_snapshot()
     place, regroup = float("inf"), float("inf")
     for _ in range(passes):
+        p, s = fresh((policy, state), passes)
         kernel.memo_restore(memo)
         t = time.perf_counter()
-        d = policy.place(state, job)
+        d = p.place(s, job)
         place = min(place, (time.perf_counter() - t) * 1e3)
     if d.placement is None or d.placement.group_id is not None:
         return place, None
     gid = state.apply(job, d.placement)
     after = kernel.memo_snapshot()
     for _ in range(passes):
+        p, s = fresh((policy, state), passes)
         kernel.memo_restore(after)
         t = time.perf_counter()
-        _hedge_regroup(policy, state, gid)
+        _hedge_regroup(p, s, gid)
         regroup = min(regroup, (time.perf_counter() - t) * 1e3)
     state.release(job.job_id)
     return place, regroup
@@ -247,10 +261,11 @@ def main() -> None:
                 fastest = float("inf")
                 memo = kernel.memo_snapshot() if args.passes > 1 else None  # as one pass would find it
                 for _ in range(args.passes):
+                    p, s = fresh((planner, state), args.passes)  # nor what it cached in the plan
                     if memo is not None:
                         kernel.memo_restore(memo)  # no pass reuses what another analysed
                     t = time.perf_counter()
-                    planner.decide(state, job, remaining=remaining)
+                    p.decide(s, job, remaining=remaining)
                     fastest = min(fastest, (time.perf_counter() - t) * 1e3)
                 one.append(fastest)
             medians.append(statistics.median(one))
