@@ -54,7 +54,8 @@ def main() -> None:
              for trace in ("production", "philly-mix") for d in args.draws.split(",") if d]
     cases += [("synthetic-200", int(s), lambda s=int(s): generate(200, s)) for s in args.synthetic.split(",") if s]
     print(f"rollmux-hedge on two pools, {args.duration_model} durations: a pack by dE (before) and by dE_share (now)")
-    print(f"{'trace':>14} {'draw':>5} {'dE $/h':>9} {'SLO':>7} {'dE_share $/h':>13} {'SLO':>7} {'ratio':>7} {'wall s':>7}")
+    print(f"{'trace':>14} {'draw':>5} {'dE $/h':>9} {'SLO':>7} {'dE_share $/h':>13} {'SLO':>7} {'ratio':>7} "
+          f"{'wall s':>7}")
     ratios = []
     for trace, draw, jobs_of in cases:
         jobs = jobs_of()

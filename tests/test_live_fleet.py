@@ -132,8 +132,8 @@ def test_a_submit_is_answered_before_its_arrivals_regrouping_which_runs_before_a
     planes["restart"] = ControlPlane.restore(snap, policy="rollmux-hedge")
     assert planes["restart"].gathers_pending
     planes["restart"].gather()
-    decided = {way: [(sorted(m["job_id"] for m in e["group"]["members"]), e["decided_at"]) for e in cp.regroups.values()]
-               for way, cp in planes.items()}
+    decided = {way: [(sorted(m["job_id"] for m in e["group"]["members"]), e["decided_at"])
+                     for e in cp.regroups.values()] for way, cp in planes.items()}
     assert decided["gather"] == [(["a", "b"], 60.0)]
     assert decided["next change"] == decided["restart"] == decided["gather"]
     assert not any(cp.gathers_pending for cp in planes.values())
