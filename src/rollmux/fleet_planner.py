@@ -456,6 +456,13 @@ class FleetPlanner:
             return ViewVerdict(name, None, None, "only co-located on its own type" if job.colocate else
                                f"slower than its SLO even alone on {view.rollout.gpu}+{view.train.gpu}")
         decision = planner.decide(sub, moved, explain=explain, remaining=remaining)
+        return self._offer(state, job, name, moved, decision, note, remaining)
+
+    def _offer(self, state: FleetState, job: Job, name: str, moved: Job, decision: Decision, note: str = "",
+               remaining: Remaining | None = None) -> ViewVerdict:
+        """``_verdict`` of view ``name``'s ``decision`` for ``job``: none when it places
+        nothing or a bounded pool lacks its nodes, else its dE (or L with ``remaining``)."""
+        view, sub = state.views[name]
         prefix = f"{note}; then " if note else ""
         if decision.placement is None:
             return ViewVerdict(name, decision, None, f"{prefix}{decision.outcome}: {decision.reason}")
@@ -520,26 +527,18 @@ class FleetPlanner:
 
         decision = self._planners[name].decide(sub, moved, explain=explain, admit=admit)
         first = next((c for c in decision.candidates if c.verdict in ("chosen", "feasible")), None)
-        if first is None:
-            plain = ViewVerdict(name, decision, None, f"{decision.outcome}: {decision.reason}")
-            return plain, plain
-        choice = decision if first.verdict == "chosen" else Decision(
+        choice = decision if first is None or first.verdict == "chosen" else Decision(
             job.job_id, OUTCOME[first.kind], first.placement, first.marginal_cost, decision.candidates)
-        short = short_text(state, view, first.placement)
-        if short:
-            plain = ViewVerdict(name, choice, None, f"inventory: {short}")
-            return plain, plain
-        rate = self._marginal(state, view, sub, job, moved, choice)
-        plain = ViewVerdict(name, choice, rate, "", rate)
-        if first.verdict == "chosen":
+        plain = self._offer(state, job, name, moved, choice)
+        if plain.effective_cost is None or first.verdict == "chosen":
             return plain, plain
         if decision.placement is None:
             return plain, replace(plain, effective_cost=None, reason=f"{choice.outcome} costs more than the jobs "
                                                                      "alone on their Gavel+ options")
         alt = next(c for c in decision.candidates if c.verdict == "chosen")
-        alt_decision = Decision(job.job_id, OUTCOME[alt.kind], alt.placement, alt.marginal_cost, (alt,))
-        alt_rate = self._marginal(state, view, sub, job, moved, alt_decision)
-        return plain, ViewVerdict(name, alt_decision, alt_rate, "(dominated alternative)", alt_rate)
+        offer = self._offer(state, job, name, moved, Decision(job.job_id, OUTCOME[alt.kind], alt.placement,
+                                                              alt.marginal_cost, (alt,)))
+        return plain, replace(offer, reason="(dominated alternative)")
 
     def _gavel_verdict(self, state: FleetState, job: Job) -> list[ViewVerdict]:
         """The job's Gavel+ option on its own nodes (dominated by definition), when they are
