@@ -280,3 +280,59 @@ def test_repack_keeps_every_target_member_within_its_whole_run_slo():
     # a has no spare time left: at 500 iterations it must run at solo pace from now on
     assert planner.repack(state, "b", 10, 1e9, progress=lambda k: (500, 500 * 120.0)) is None
     assert planner.repack(state, "b", 10, 1e9) is not None  # without progress only b's own time counts
+
+
+def _share_oracle(j, partners, need, c, train_scaling):
+    """``Planner.shared_cost`` from its docstring, pool by pool: for each partner (the job
+    itself included) and each pinning, both iterations are at least the larger of each
+    one's solo iteration plus its switches on the shared pools and, on each shared pool,
+    the two phases plus both switches; the pair must keep both SLOs and fit in memory."""
+    pools = ("rollout", "train")
+    sharings = [{"rollout", "train"}, {"train"}] + ([{"rollout"}] if train_scaling else [])
+    sw = c.switch_cost
+    best = float("inf")
+    for other in [j, *partners]:
+        for shared in sharings:
+            if any(j.mem(p) + other.mem(p) > c.pool(p).host_mem_gb for p in shared):
+                continue
+            phase = {p: (lambda k, p=p: k.t_roll_s if p == "rollout" else k.t_train_s) for p in pools}
+            turn = max(phase[p](j) + phase[p](other) + sw.seconds(j.model, p) + sw.seconds(other.model, p)
+                       for p in shared)
+            slow = {}
+            for k in (j, other):
+                own = k.t_solo + sum(sw.seconds(k.model, p) for p in shared)
+                slow[id(k)] = max(own, turn) / k.t_solo
+            if slow[id(j)] > j.slo * (1 + 1e-9) or slow[id(other)] > other.slo * (1 + 1e-9):
+                continue
+            pair = sum((1 if p in shared else 2) * need[p] * c.node_price(p) for p in pools)
+            best = min(best, pair / 2 * slow[id(j)])
+    return best
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(10, 300), st.integers(10, 300), st.floats(1.05, 2.0), st.sampled_from(
+    ["3B", "7B", "14B", "32B"]), st.sampled_from([100.0, 600.0, 1100.0])), min_size=1, max_size=6),
+    st.booleans())
+def test_prospect_test_matches_its_formula_and_follows_departures(rows, train_scaling):
+    # the prospect test of co-location against an independent reading of its docstring,
+    # with the running jobs as partners, and again after each one leaves (the partners'
+    # shapes are kept per group version, so a departure must drop the leaver's)
+    c = Cluster(switch_cost=SwitchCost("warm"))
+    planner = Planner(space=FULL_SPACE if train_scaling else PAPER_SPACE)
+    state = PlanState(c)
+    running = []
+    for i, (roll, train, slo, model, mem) in enumerate(rows[1:]):
+        k = Job(f"r{i}", roll, train, 8, 8, mem, mem, slo, model, iterations=1000)
+        d = Planner().decide(state, k)
+        if d.placement is not None and not d.placement.colocated:
+            state.apply(k, d.placement)
+            running.append(k)
+    roll, train, slo, model, mem = rows[0]
+    j = Job("j", roll, train, 8, 8, mem, mem, slo, model, iterations=1000)
+    need = {"rollout": 1, "train": 1}
+    while True:
+        assert planner.shared_cost(state, j, need) == pytest.approx(
+            _share_oracle(j, running, need, c, train_scaling), rel=1e-12)
+        if not running:
+            break
+        state.release(running.pop(0).job_id)

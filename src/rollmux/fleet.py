@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -146,14 +147,30 @@ class Fleet:
 
     def views(self) -> list[View]:
         """Every (rollout pool, training pool) pair the roles allow, in file order."""
-        return [View(a, b, Cluster(self.gpus_per_node, a.spec(), b.spec(), self.switch_cost, self.max_group_size))
-                for a in self.pools if ROLLOUT in a.roles for b in self.pools if TRAIN in b.roles]
+        return list(_views(self))
 
     def colocation_view(self, pool: FleetPool) -> str | None:
         """Name of the one view where co-location on ``pool`` is offered (None: it never trains)."""
-        names = [v.name for v in self.views() if v.train.name == pool.name]
+        return _colocation_views(self).get(pool.name)
+
+
+@functools.lru_cache(maxsize=64)
+def _views(fleet: Fleet) -> tuple[View, ...]:
+    """``Fleet.views``, built once per fleet (a planner asks at every arrival)."""
+    return tuple(View(a, b, Cluster(fleet.gpus_per_node, a.spec(), b.spec(), fleet.switch_cost, fleet.max_group_size))
+                 for a in fleet.pools if ROLLOUT in a.roles for b in fleet.pools if TRAIN in b.roles)
+
+
+@functools.lru_cache(maxsize=64)
+def _colocation_views(fleet: Fleet) -> dict[str, str]:
+    """``Fleet.colocation_view`` by pool name, for every pool that trains."""
+    out = {}
+    for pool in fleet.pools:
+        names = [v.name for v in _views(fleet) if v.train.name == pool.name]
         diagonal = f"{pool.name}/{pool.name}"
-        return diagonal if diagonal in names else (names[0] if names else None)
+        if names:
+            out[pool.name] = diagonal if diagonal in names else names[0]
+    return out
 
 
 def fleet_of(cluster: Cluster) -> Fleet:
@@ -180,15 +197,16 @@ class Profiles:
         if measured is not None:
             return measured, "profile"
         ref_r, ref_t = fleet.reference
-        figures = fleet.figures()
         if side == ROLLOUT:
             if gpu == ref_r:
                 return job.t_roll_s, "trace"
             if gpu == ref_t and job.t_roll_colo_s is not None:
                 return job.t_roll_colo_s, "trace"
+            figures = fleet.figures()
             return job.t_roll_s * figures[ref_r][1] / figures[gpu][1], "roofline"
         if gpu == ref_t:
             return job.t_train_s, "trace"
+        figures = fleet.figures()
         return job.t_train_s * figures[ref_t][0] / figures[gpu][0], "roofline"
 
     def colocated_train_s(self, fleet: Fleet, job: Job, gpu: str) -> float:
@@ -220,7 +238,8 @@ def translate(fleet: Fleet, profiles: Profiles, job: Job, view: View, strict: bo
     slo = job.slo if moved.t_solo == job.t_solo else job.slo * job.t_solo / moved.t_solo
     if slo < 1.0 and strict:
         return None
-    return dataclasses.replace(moved, slo=slo)
+    moved.slo = slo  # (a fresh copy: nobody else holds it yet)
+    return moved
 
 
 def _length(job: Job) -> int | None:

@@ -422,7 +422,7 @@ class FleetPlanner:
         moved = {name: translate(self.fleet, self.profiles, job, view) for name, (view, _) in state.views.items()}
         if self.hedge:
             both = [self._hedged(state, job, name, moved[name], explain) for name in state.views]
-            hedged = [h for _, h in both] + self._gavel_verdict(state, job)
+            hedged = [h for _, h in both] + self._gavel_verdict(state, job, moved)
             verdicts = hedged if any(v.effective_cost is not None for v in hedged) else [v for v, _ in both]
         else:
             verdicts = [self._verdict(state, job, name, moved[name], self._planners[name], explain,
@@ -482,7 +482,7 @@ class FleetPlanner:
         """``gavel_option`` of this planner's fleet and profiles, memoized per job (by id,
         checked against the job it was computed for)."""
         got = self._gavel.get(job.job_id)
-        if got is None or got[0] != job:
+        if got is None or (got[0] is not job and got[0] != job):
             if len(self._gavel) >= _GAVEL_MEMO_LIMIT:
                 self._gavel.clear()
             got = self._gavel[job.job_id] = (job, gavel_option(self.fleet, self.profiles, job))
@@ -540,14 +540,14 @@ class FleetPlanner:
                                                               alt.marginal_cost, (alt,)))
         return plain, replace(offer, reason="(dominated alternative)")
 
-    def _gavel_verdict(self, state: FleetState, job: Job) -> list[ViewVerdict]:
+    def _gavel_verdict(self, state: FleetState, job: Job, moved: dict[str, Job | None]) -> list[ViewVerdict]:
         """The job's Gavel+ option on its own nodes (dominated by definition), when they are
-        free; else nothing."""
+        free; else nothing. ``moved``: the job's strict translations (``decide``'s)."""
         option = self.gavel_option(job)
         view, sub = state.views.get(option.view, (None, None))
-        mine = translate(self.fleet, self.profiles, job, view, strict=False) if view is not None else None
-        if mine is None:
+        if view is None:
             return []
+        mine = moved.get(option.view) or translate(self.fleet, self.profiles, job, view, strict=False)
         placement = _alone_placement(sub, mine, option.kind == "co-located")
         if placement is None or short_text(state, view, placement):
             return []
@@ -725,8 +725,9 @@ def alone_options(fleet: Fleet, profiles: Profiles, job: Job) -> list[AloneOptio
     that ratio is within the SLO). A job that only runs co-located is never solo-d."""
     out = []
     views = {v.name: v for v in fleet.views()}
+    translated = {name: translate(fleet, profiles, job, view, strict=False) for name, view in views.items()}
     for view in views.values():
-        moved = translate(fleet, profiles, job, view, strict=False)
+        moved = translated[view.name]
         e = sum(moved.nodes(side, fleet.gpus_per_node) * view.cluster.node_price(side)
                 for side in (ROLLOUT, TRAIN)) * speed_factor(job, moved)
         # (the strict translation refuses exactly the views where slo_v < 1)
@@ -736,7 +737,7 @@ def alone_options(fleet: Fleet, profiles: Profiles, job: Job) -> list[AloneOptio
         name = fleet.colocation_view(pool)
         if name is None:
             continue
-        moved = translate(fleet, profiles, job, views[name], strict=False)
+        moved = translated[name]
         slow = colocation.iteration_s(moved, views[name].cluster) / job.t_solo
         fits = colocation.node_mem_gb(moved) <= pool.host_mem_gb
         out.append(AloneOption(f"co-located on {pool.name}", "co-located", name,

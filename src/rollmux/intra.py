@@ -102,9 +102,6 @@ class PhaseSpan:
 
 @dataclass(slots=True, frozen=True)
 class GroupAnalysis:
-    t_cycle: float
-    t_load: float
-    saturated: bool
     period: float
     iteration_s: dict[str, float]
     slowdown: dict[str, float]
@@ -112,6 +109,22 @@ class GroupAnalysis:
     _shape: "_Shape"
     _ids: tuple[str, ...]
     _nodes: tuple[str, ...]
+    _members: tuple[MemberProfile, ...]
+
+    @property
+    def t_cycle(self) -> float:
+        """The longest member's solo iteration (``t_cycle``)."""
+        return t_cycle(self._members)
+
+    @property
+    def t_load(self) -> float:
+        """The busiest node's work per round (``t_load``)."""
+        return t_load(self._members)
+
+    @property
+    def saturated(self) -> bool:
+        """T_load >= T_cycle: the group has no bubble left (facts section 5)."""
+        return self.t_load >= self.t_cycle
 
     @property
     def timeline(self) -> tuple[PhaseSpan, ...]:
@@ -148,11 +161,7 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
         shape = kernel.shape_of(key)
     ids = tuple([m.job_id for m in members])
     iteration = dict(zip(ids, shape.iteration_s))
-    tc, tl = t_cycle(members), t_load(members)
     return GroupAnalysis(
-        t_cycle=tc,
-        t_load=tl,
-        saturated=tl >= tc,
         period=shape.period,
         iteration_s=iteration,
         slowdown={m.job_id: iteration[m.job_id] / m.t_solo for m in members},
@@ -160,6 +169,7 @@ def analyze(members: Sequence[MemberProfile]) -> GroupAnalysis:
         _shape=shape,
         _ids=ids,
         _nodes=names,
+        _members=tuple(members),
     )
 
 

@@ -232,7 +232,7 @@ from rollmux.accounting import OURS, CostAccounting
 from rollmux.errors import PlacementError
 from rollmux.intra import GroupAnalysis, MemberProfile, analyze, t_cycle, t_load, worst_start
 from rollmux.kernel import peer_floors
-from rollmux.model import POOLS, ROLLOUT, TRAIN, Group, Job, Member
+from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member
 from rollmux.plan_state import GroupView, Placement, PlanState
 
 PACK, SCALE, SCALE_TRAIN, SCALE_BOTH, NEW, COLOCATE = "pack", "scale", "scale-train", "scale-both", "new-group", "co-locate"
@@ -255,7 +255,6 @@ ASYNC_APART = ("asynchronous jobs run in groups of their own: the analysis does 
 TRANSIENT_PERIODS = 3
 #: Distinct running job shapes the co-location prospect test tries (``Planner.shared_cost``).
 PROSPECTS = 32
-_PAIR_MEMO_LIMIT = 100_000
 _TICK_SLACK = 1e-4  # seconds; rounding of up to 2 x 5 members' phases to 1 us, with room
 
 
@@ -374,7 +373,6 @@ class Planner:
         self.objective = objective if not accounting.fixed_departures else "rate"
         self.accounting = accounting  # saturation gate and whole-run SLO checks (rollmux.accounting)
         self.space = space
-        self._pair_memo: dict[tuple, float] = {}  # (shape, partner shape, sharing) -> its share's $/h (shared_cost)
 
     def decide(self, state: PlanState, job: Job, explain: bool = False,
                remaining: lifetime.Remaining | None = None,
@@ -694,45 +692,42 @@ class Planner:
         I = max(R_a + T_a (+ switches on shared pools), sum over the two of their phases on
         each shared pool (with switches)); the test takes I as the pair's iteration, a
         bound, not an analysis: it is a heuristic about arrivals to come. Its share of a
-        pair is half the pair's $/h times I / T_solo. Memoized per pair of shapes."""
+        pair is half the pair's $/h times I / T_solo. The running jobs' shapes are kept per
+        group version (``GroupView.memo``)."""
         cluster = state.cluster
-        sw = cluster.switch_cost
         price = {p: cluster.node_price(p) for p in POOLS}
         cap = {p: cluster.pool(p).host_mem_gb for p in POOLS}
-
-        def shape(j: Job) -> tuple:
-            return ((j.t_roll_s, j.t_train_s), (sw.seconds(j.model, ROLLOUT), sw.seconds(j.model, TRAIN)),
-                    (j.mem(ROLLOUT), j.mem(TRAIN)), j.slo)
-
-        mine = shape(job)
+        mine = _pair_shape(job, cluster)
         partners = {mine: None}
-        for group in state.groups.values():
-            for m in group.members:
+        key = ("prospects", need[ROLLOUT], need[TRAIN])
+        for gid in state.groups:
+            view = state.view(gid)
+            shapes = view.memo.get(key)
+            if shapes is None:  # its members that could pair with a job of these widths
+                shapes = view.memo[key] = [
+                    _pair_shape(m.job, cluster) for m in state.groups[gid].members
+                    if not m.job.staleness and not m.job.colocate
+                    and all(m.job.nodes(p, cluster.gpus_per_node) == need[p] for p in POOLS)]
+            for other in shapes:
                 if len(partners) > PROSPECTS:
                     break
-                if (not m.job.staleness and not m.job.colocate
-                        and all(m.job.nodes(p, cluster.gpus_per_node) == need[p] for p in POOLS)):
-                    partners.setdefault(shape(m.job), None)
+                partners.setdefault(other, None)
         sharings = [(True, True), (False, True)] + ([(True, False)] if self.space.train_scaling else [])
+        (r0, t0), (sr0, st0), (mr0, mt0), slo0 = mine
+        solo0, lim0 = r0 + t0, slo0 * (1 + SLO_EPS)
         best = float("inf")
-        for other in partners:
-            for shared in sharings:
-                key = (mine, other, shared)
-                cost = self._pair_memo.get(key)
-                if cost is None:
-                    cost = float("inf")
-                    if all(not shared[i] or mine[2][i] + other[2][i] <= cap[p] for i, p in enumerate(POOLS)):
-                        turns = [mine[0][i] + other[0][i] + mine[1][i] + other[1][i] for i in range(2) if shared[i]]
-                        own = [sum(x[0]) + sum(x[1][i] for i in range(2) if shared[i]) for x in (mine, other)]
-                        period = [max([o] + turns) for o in own]
-                        slow = [period[k] / sum(x[0]) for k, x in enumerate((mine, other))]
-                        if slow[0] <= mine[3] * (1 + SLO_EPS) and slow[1] <= other[3] * (1 + SLO_EPS):
-                            pair = sum((1 if shared[i] else 2) * need[p] * price[p] for i, p in enumerate(POOLS))
-                            cost = pair / 2 * slow[0]
-                    if len(self._pair_memo) >= _PAIR_MEMO_LIMIT:  # distinct shapes never end on a long trace
-                        self._pair_memo.clear()
-                    self._pair_memo[key] = cost
-                best = min(best, cost)
+        for (r1, t1), (sr1, st1), (mr1, mt1), slo1 in partners:  # plain arithmetic: a memo's keys cost more
+            solo1, lim1 = r1 + t1, slo1 * (1 + SLO_EPS)
+            for share_r, share_t in sharings:
+                if (share_r and mr0 + mr1 > cap[ROLLOUT]) or (share_t and mt0 + mt1 > cap[TRAIN]):
+                    continue
+                turn = max(r0 + r1 + sr0 + sr1 if share_r else 0.0, t0 + t1 + st0 + st1 if share_t else 0.0)
+                slow0 = max(solo0 + ((sr0 if share_r else 0.0) + (st0 if share_t else 0.0)), turn) / solo0
+                slow1 = max(solo1 + ((sr1 if share_r else 0.0) + (st1 if share_t else 0.0)), turn) / solo1
+                if slow0 <= lim0 and slow1 <= lim1:
+                    pair = ((1 if share_r else 2) * need[ROLLOUT] * price[ROLLOUT]
+                            + (1 if share_t else 2) * need[TRAIN] * price[TRAIN])
+                    best = min(best, pair / 2 * slow0)
         return best
 
     @staticmethod
@@ -1127,6 +1122,13 @@ def _start_miss(members: list[MemberProfile], slo: dict[str, float], remaining: 
             return (f"SLO of job {m.job_id}: {worst[m.job_id] / m.t_solo:.3f} > {slo[m.job_id]:.3f} from another "
                     f"start (a schedule the group can settle into){remaining}")
     return ""
+
+
+def _pair_shape(job: Job, cluster: Cluster) -> tuple:
+    """What ``Planner.shared_cost`` reads of a job: its phases, switch seconds, memory and SLO."""
+    sw = cluster.switch_cost
+    return ((job.t_roll_s, job.t_train_s), (sw.seconds(job.model, ROLLOUT), sw.seconds(job.model, TRAIN)),
+            (job.mem(ROLLOUT), job.mem(TRAIN)), job.slo)
 
 
 def _solo_analysis(state: PlanState, job: Job, placement: Placement) -> GroupAnalysis:
