@@ -11,7 +11,12 @@ the same way in the same invocation (``--baseline``: another checkout with its k
 built, e.g. ``git worktree add /tmp/old <rev>`` then ``rollmux kernel build`` there).
 Needs valgrind; slow (about 50x a plain run).
 
+``--policy rollmux-hedge`` counts that policy's placement instead (the ``answer`` of
+``planner_latency.py --policy rollmux-hedge``: the same builds, each probe placed on a
+copy of the plan made before its first mark).
+
     python benchmarks/decision_instructions.py [--sizes 5,9,13] [--space full] [--baseline /tmp/old]
+                                               [--policy rollmux-hedge]
 """
 from __future__ import annotations
 
@@ -28,13 +33,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def child(n: int, space: str, repeats: int, probes: int) -> None:
+def child(n: int, space: str, repeats: int, probes: int, policy: str) -> None:
     """The decisions themselves (run under callgrind by ``count``)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import planner_latency as pl
     from rollmux import kernel
     from rollmux.planner import Planner
 
+    if policy == "rollmux-hedge":  # its placement (the answer to a submit), each from a copy of the plan
+        import copy
+
+        for r in range(repeats):
+            hedge, plan, jobs = pl.hedge_build(n, 1 + r)
+            memo = kernel.memo_snapshot()
+            for job in jobs[:probes]:
+                kernel.memo_restore(memo)
+                p, s = copy.deepcopy((hedge, plan))
+                os.getpid()
+                p.place(s, job)
+                os.getpid()
+        return
     planner = Planner("first", space=pl.SPACES[space])
     for r in range(repeats):
         state, jobs = pl.build(n, 1 + r, "first", "synthetic", space)
@@ -46,14 +64,14 @@ def child(n: int, space: str, repeats: int, probes: int) -> None:
             os.getpid()  # a dump: it ended
 
 
-def count(tree: Path, n: int, space: str, repeats: int, probes: int) -> list[list[int]]:
+def count(tree: Path, n: int, space: str, repeats: int, probes: int, policy: str) -> list[list[int]]:
     """Instructions of each decision, by draw, for the package under ``tree``/src."""
     out = Path(tempfile.mkdtemp(prefix="rollmux-callgrind-"))
     try:
         env = dict(os.environ, PYTHONPATH=str(tree / "src"))
         cmd = ["valgrind", "--tool=callgrind", "--dump-before=getpid", f"--callgrind-out-file={out}/cg.out",
                sys.executable, str(Path(__file__).resolve()), "--child", str(n), "--space", space,
-               "--repeats", str(repeats), "--probes", str(probes)]
+               "--repeats", str(repeats), "--probes", str(probes), "--policy", policy]
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         totals: dict[int, int] = {}
         for f in glob.glob(f"{out}/cg.out.*"):
@@ -83,20 +101,24 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--probes", type=int, default=50)
     ap.add_argument("--baseline", type=Path, help="another source tree (its src/ is imported), run the same way")
+    ap.add_argument("--policy", default="rollmux", choices=("rollmux", "rollmux-hedge"),
+                    help="rollmux: the planner's decision in --space; rollmux-hedge: that policy's placement, "
+                         "as planner_latency.py --policy rollmux-hedge builds and probes it (answer ms)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
-        child(args.child, args.space, args.repeats, args.probes)
+        child(args.child, args.space, args.repeats, args.probes, args.policy)
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: this benchmark counts instructions with callgrind")
     trees = [("this tree", ROOT)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
-    print(f"placement space: {args.space}; {args.repeats} draws x {args.probes} decisions per N; "
+    what = "policy: rollmux-hedge (placement)" if args.policy == "rollmux-hedge" else f"placement space: {args.space}"
+    print(f"{what}; {args.repeats} draws x {args.probes} decisions per N; "
           "M instructions per decision (median of the draws' medians; p99)")
     head = f"{'N':>4}" + "".join(f" {name + ' median':>17} {'p99':>8}" for name, _ in trees)
     print(head + ("  baseline / this (median, p99)" if args.baseline else ""))
     for n in (int(x) for x in args.sizes.split(",")):
-        results = [summary(count(tree, n, args.space, args.repeats, args.probes)) for _, tree in trees]
+        results = [summary(count(tree, n, args.space, args.repeats, args.probes, args.policy)) for _, tree in trees]
         row = f"{n:>4}" + "".join(f" {med:>17.2f} {p99:>8.1f}" for med, p99 in results)
         if args.baseline:
             (m0, p0), (m1, p1) = results

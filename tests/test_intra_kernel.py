@@ -237,6 +237,15 @@ def test_every_order_skips_only_starts_an_earlier_run_settled(group):
         kernel.memo_restore(snap)
 
 
+def test_a_pair_sharing_only_its_training_node_is_searched_from_every_start():
+    """Two members sharing a training node, each with its rollout node: one can train
+    twice in a row, and the start matters. All ready for rollout, member 0 settles at
+    275 s per iteration; from another start at 420 s."""
+    key = key_of([profile(20, 130, ["r0"], ["t0"]), profile(150, 270, ["r1"], ["t0"], 6.5)])
+    assert kernel._simulate(key).iteration_s[0] == 275.0
+    assert kernel.worst_iterations(key, True, None) == brute_worst(key) == [420.0, 550.0]
+
+
 def test_every_order_skips_runs_where_orders_cannot_matter():
     """Five members on private rollout nodes and two training nodes (two parts, of three
     and two members): at instant 0 only members queued for one training node meet, so

@@ -14,7 +14,7 @@ from typing import Callable
 
 from rollmux import colocation
 from rollmux.errors import PlacementError
-from rollmux.intra import GroupAnalysis, MemberProfile, analyze
+from rollmux.intra import GroupAnalysis, MemberProfile, analyze, t_cycle, t_load
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member
 
 _PREFIX = {ROLLOUT: "R", TRAIN: "T"}
@@ -95,6 +95,7 @@ class GroupView:
     share: dict[str, float]
     nodes: dict[str, tuple[NodeEntry, ...]]  # pool -> the group's nodes of that pool, in group order
     peak: float = 0.0  # max(share.values()): the busiest node before a newcomer
+    saturated: bool = False  # T_load >= T_cycle of its profiles (facts section 5; ``GroupAnalysis.saturated``)
     memo: dict = field(default_factory=dict)  # the planner's per-version caches (node choices)
 
 
@@ -275,7 +276,7 @@ class PlanState:
                                              sum(m.mem_on(pool) for m in on), self.capacity(pool, node)))
                 nodes[pool] = tuple(entries)
             cached = GroupView(profiles, {m.job.job_id: m.job.slo for m in group.members}, share, nodes,
-                               max(share.values(), default=0.0))
+                               max(share.values(), default=0.0), bool(profiles) and t_load(profiles) >= t_cycle(profiles))
             self._views[group_id] = cached
         return cached
 

@@ -494,10 +494,8 @@ class Planner:
             if any(m.job.staleness for m in group.members):  # ASYNC_APART
                 continue
             gid = group.group_id
-            if gate and state.analysis(gid).saturated:
-                continue
             view = state.view(gid)
-            if view.peak > lim:
+            if view.peak > lim or (gate and view.saturated):
                 continue
             if host and need_t <= n_train:
                 self._host_options(state, group, job, need, options, None)
@@ -593,9 +591,9 @@ class Planner:
             return f"group full ({len(group.members)}/{limit} jobs)"
         if need[TRAIN] > len(group.train_nodes) and not self.space.train_scaling:
             return f"needs {need[TRAIN]} training nodes, group has {len(group.train_nodes)} (training side is never scaled)"
-        a = state.analysis(group.group_id)
-        if a.saturated and self.accounting.saturation_gate:
-            return f"saturated (T_load {a.t_load:.1f}s >= T_cycle {a.t_cycle:.1f}s)"
+        view = state.view(group.group_id)
+        if view.saturated and self.accounting.saturation_gate:
+            return f"saturated (T_load {t_load(view.profiles):.1f}s >= T_cycle {t_cycle(view.profiles):.1f}s)"
         return ""
 
     def _group_options(self, state: PlanState, group: Group, job: Job, need: dict[str, int],
