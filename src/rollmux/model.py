@@ -70,7 +70,6 @@ _SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*[bB]")
 
 
 @lru_cache(maxsize=4096)
-@lru_cache(maxsize=4096)
 def model_size_column(model: str) -> int:
     """Map a model name ("14B_8k", "Qwen2.5-7B") to a column of the switch tables.
 

@@ -275,8 +275,9 @@ class PlanState:
                     entries.append(NodeEntry(node, tuple(sorted(m.job.job_id for m in on)),
                                              sum(m.mem_on(pool) for m in on), self.capacity(pool, node)))
                 nodes[pool] = tuple(entries)
+            saturated = bool(profiles) and t_load(profiles) >= t_cycle(profiles)
             cached = GroupView(profiles, {m.job.job_id: m.job.slo for m in group.members}, share, nodes,
-                               max(share.values(), default=0.0), bool(profiles) and t_load(profiles) >= t_cycle(profiles))
+                               max(share.values(), default=0.0), saturated)
             self._views[group_id] = cached
         return cached
 
