@@ -9,7 +9,7 @@ from rollmux.errors import PlacementError, SpecError
 from rollmux.intra import MemberProfile, analyze
 from rollmux.model import Cluster, Job, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
-from rollmux.planner import FULL_SPACE, NOT_ADMITTED, PAPER_SPACE, Planner, _shared_pair_miss
+from rollmux.planner import FULL_SPACE, NOT_ADMITTED, PAPER_SPACE, SLO_EPS, Planner, _shared_pair_miss
 
 FREE_SWITCH = SwitchCost("fixed", 0.0, 0.0)
 
@@ -287,7 +287,9 @@ def _share_oracle(j, partners, need, c, train_scaling):
     itself included) and each pinning, both iterations are at least the larger of each
     one's solo iteration plus its switches on the shared pools and, on each shared pool,
     the two phases plus both switches; the pair must keep both SLOs and fit in memory."""
-    pools = ("rollout", "train")
+    def phase(k, p):
+        return k.t_roll_s if p == "rollout" else k.t_train_s
+
     sharings = [{"rollout", "train"}, {"train"}] + ([{"rollout"}] if train_scaling else [])
     sw = c.switch_cost
     best = float("inf")
@@ -295,17 +297,13 @@ def _share_oracle(j, partners, need, c, train_scaling):
         for shared in sharings:
             if any(j.mem(p) + other.mem(p) > c.pool(p).host_mem_gb for p in shared):
                 continue
-            phase = {p: (lambda k, p=p: k.t_roll_s if p == "rollout" else k.t_train_s) for p in pools}
-            turn = max(phase[p](j) + phase[p](other) + sw.seconds(j.model, p) + sw.seconds(other.model, p)
+            turn = max(phase(j, p) + phase(other, p) + sw.seconds(j.model, p) + sw.seconds(other.model, p)
                        for p in shared)
-            slow = {}
-            for k in (j, other):
-                own = k.t_solo + sum(sw.seconds(k.model, p) for p in shared)
-                slow[id(k)] = max(own, turn) / k.t_solo
-            if slow[id(j)] > j.slo * (1 + 1e-9) or slow[id(other)] > other.slo * (1 + 1e-9):
+            slow = [max(k.t_solo + sum(sw.seconds(k.model, p) for p in shared), turn) / k.t_solo for k in (j, other)]
+            if slow[0] > j.slo * (1 + SLO_EPS) or slow[1] > other.slo * (1 + SLO_EPS):
                 continue
-            pair = sum((1 if p in shared else 2) * need[p] * c.node_price(p) for p in pools)
-            best = min(best, pair / 2 * slow[id(j)])
+            pair = sum((1 if p in shared else 2) * need[p] * c.node_price(p) for p in ("rollout", "train"))
+            best = min(best, pair / 2 * slow[0])
     return best
 
 
