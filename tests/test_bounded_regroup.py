@@ -104,6 +104,60 @@ def test_any_small_bounded_run_keeps_its_inventory(seed, rollout, train, name):
     assert overlaps(r.spans) == 0
 
 
+def _refusals(on_wait: bool | None):
+    """``rollmux-hedge`` on 4 + 4 nodes with a generated trace where jobs queue, as made
+    (``on_wait`` None) or with its ``regroup_on_wait`` set to ``on_wait``; every placement and regrouping the policy is
+    asked for, in order: ("wait", the groups of one job then) for a refused placement,
+    ("placed",) for another one, ("regroup", group, plan) for a regrouping."""
+    from rollmux.improve import lone_groups
+    from rollmux.model import SwitchCost
+
+    jobs = generate(14, seed=9, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    for j in jobs:
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    cluster = replace(bounded(4, 4), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    policy = make_policy("rollmux-hedge", cluster=cluster)
+    if on_wait is not None:
+        policy.regroup_on_wait = on_wait
+    place, regroup, asked = policy.place, policy.regroup, []
+
+    def placed(state, job, *rest):
+        d = place(state, job, *rest)
+        asked.append(("wait", lone_groups(state)) if d.outcome == "wait" else ("placed",))
+        return d
+
+    def regrouped(state, gid, *rest):
+        plan = regroup(state, gid, *rest)
+        asked.append(("regroup", gid, plan))
+        return plan
+
+    policy.place, policy.regroup = placed, regrouped
+    r = simulate([replace(j) for j in jobs], cluster, policy, migration_s=300.0)
+    assert len(r.jobs) == len(jobs) and not r.rejected
+    return asked, r
+
+
+def test_a_refused_head_offers_each_job_alone_a_gathering():
+    """Each time the waiting line's head is refused, ``rollmux-hedge`` is asked to regroup
+    every group of one job, in creation order, before anything else happens; some of
+    those gatherings are carried out, so the run regroups more (and its jobs wait less)
+    than the same policy without ``regroup_on_wait``, which is never asked at a refusal."""
+    asked, on = _refusals(None)  # as shipped
+    waits = [i for i, a in enumerate(asked) if a[0] == "wait"]
+    assert len(waits) >= 5
+    gathered = 0
+    for i in waits:
+        lone = asked[i][1]
+        after = asked[i + 1:i + 1 + len(lone)]
+        assert [a[:2] for a in after] == [("regroup", gid) for gid in lone]
+        gathered += sum(a[2] is not None for a in after)
+    assert gathered >= 2
+    asked_off, off = _refusals(False)
+    assert all(asked_off[i + 1][0] != "regroup" for i, a in enumerate(asked_off[:-1]) if a[0] == "wait")
+    assert on.outcomes["regroupings"] > off.outcomes["regroupings"]
+    assert sum(o.wait_s for o in on.jobs) < sum(o.wait_s for o in off.jobs)
+
+
 # --- the reservation and the planner -----------------------------------------------
 
 def test_reservation_holds_free_then_released_nodes_and_hands_them_over():
@@ -240,11 +294,12 @@ def test_live_queue_on_bounded_pools_is_the_simulators(policy, seed):
     assert sorted(live_phases, key=key) == sorted(sim_phases, key=key)
 
 
-@pytest.mark.parametrize("seed,every", [(3, 3), (7, 0)])
+@pytest.mark.parametrize("seed,every", [(3, 3), (7, 0), (9, 4)])
 def test_live_rollmux_hedge_on_bounded_pools_is_the_simulators(seed, every):
     """``rollmux-hedge`` (a fleet of one view) on 4 + 4 nodes where jobs queue and jobs
-    alone are gathered within the inventory: the same phases and moves live and in the
-    simulator, through restores too."""
+    alone are gathered within the inventory, also when the line's head is refused
+    (seeds 3 and 9): the same phases and moves live and in the simulator, through
+    restores too."""
     from test_live_moves import _live_replay, _moves_of
 
     from rollmux.model import SwitchCost

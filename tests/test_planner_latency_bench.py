@@ -49,4 +49,5 @@ def test_the_hedge_table_prints_one_row_per_size(bench, monkeypatch, capsys):
         answer = float(r[-3])  # each probe's placement alone: never more than with its regrouping
         assert 0 < answer <= median
         if r[4] != "-":  # a size the paper measured (5 here; not 7)
-            assert float(r[-2].rstrip("x")) == pytest.approx(float(r[4]) / answer, rel=0.01)
+            # (printed to 0.1x: on a loaded machine the ratio may fall below 5, where that is over 1%)
+            assert float(r[-2].rstrip("x")) == pytest.approx(float(r[4]) / answer, rel=0.01, abs=0.051)

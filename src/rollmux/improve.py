@@ -226,6 +226,19 @@ def materialize(state: PlanState, group: Group) -> str:
     return gid
 
 
+def group_order(gid: str) -> tuple[int, str]:
+    """Groups in creation order (``g<n>``; on a fleet ``<view>:g<n>``, then by view)."""
+    view, _, number = gid.rpartition("g")
+    return int(number), view
+
+
+def lone_groups(state) -> list[str]:
+    """The ids of the groups of ``state`` (a ``PlanState`` or ``FleetState``) that hold one
+    job, in creation order: what a policy with ``regroup_on_wait`` is asked to regroup
+    when the head of the waiting line is refused (the simulator and the live plane alike)."""
+    return sorted((gid for gid, group in state.groups.items() if len(group.members) == 1), key=group_order)
+
+
 def open_regrouped(state, group: Group, view: str, originals: dict[str, Job]) -> str:
     """Open a regrouping's solver group: ``materialize`` on a ``PlanState``, or on a fleet
     (``view`` set: ``RegroupPlan.view``) ``FleetState.materialize`` with the members'

@@ -52,6 +52,9 @@ class FleetRollMux:
             # is offered a partner at once
             self.regroup_on_arrival = hedge or (
                 (space.colocation or space.train_scaling) and len(fleet.views()) == 1)
+            # with hedge, jobs alone hold their own nodes: when the waiting line's head is
+            # refused, each is offered a gathering, which gives nodes back (docs/results.md)
+            self.regroup_on_wait = hedge
         self.only = only
         self.name = name or (f"rollmux on {only[0]}" if only else "rollmux")
 

@@ -61,7 +61,11 @@ Contract
   A regrouping that a policy asks for after an arrival that opens a group
   (``rollmux-hedge``, ``rollmux-full-regroup``) is decided after the submit's answer
   (``gather``; pending ones are part of the state), before any other change and as at
-  the arrival: the same decision as the simulator's, off the arrival's answer.
+  the arrival: the same decision as the simulator's, off the arrival's answer. A policy
+  with ``regroup_on_wait`` (``rollmux-hedge``) is also asked, whenever the head of the
+  waiting line is refused (a submit that waits, a retry of the line), for each group
+  that holds one job (``improve.lone_groups``), as the simulator asks it: a submit's
+  are gathered after its answer too.
 * The placement space beyond the paper (policies ``rollmux-full`` and
   ``rollmux-full-regroup``, as in the simulator; ``make_policy`` builds every live
   policy): a job may also get training nodes of its own next to a group's, or run
@@ -112,7 +116,7 @@ from rollmux.fleet import Fleet, Profiles, fleet_of
 from rollmux.fleet_file import fleet_from_dict, fleet_to_dict, profiles_from_rows, profiles_to_rows
 from rollmux.fleet_planner import FleetDecision, FleetPlanner, FleetState
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec
-from rollmux.improve import open_regrouped
+from rollmux.improve import lone_groups, open_regrouped
 from rollmux.model import model_size_column
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
@@ -326,11 +330,12 @@ class ControlPlane:
         self._repack = getattr(self.policy, "repack", None)
         self._regroup = getattr(self.policy, "regroup", None)
         self._regroup_on_arrival = getattr(self.policy, "regroup_on_arrival", False)
+        self._regroup_on_wait = self._regroup is not None and getattr(self.policy, "regroup_on_wait", False)
         self.regroups: dict[str, dict] = {}  # id -> {"group": solver group, "waiting": [...], "acked": [...]}
         self._next_regroup = 0
         # regrouping -> the nodes held for its new groups on bounded pools (rollmux.reservation)
         self.holds: dict[str, Reservation] = {}
-        # arrivals whose regrouping runs after their submit is answered: [group, job, time] (``gather``)
+        # regroupings asked for by a submit, run after it is answered: [group, job, time] (``gather``)
         self._gathers: list[list] = []
         self.migration_s = migration_s
         self.tail_threshold = tail_threshold
@@ -405,6 +410,8 @@ class ControlPlane:
         self._dirty_jobs.add(job.job_id)
         if decision.placement is None or behind:
             rec.end_reason = f"behind the waiting line, first {self.waiting[0]}" if behind else decision.reason
+            if not self.waiting:  # it heads the line, refused: after the answer (``gather``)
+                self._gathers.extend(self._on_wait(now))
             self.waiting.append(job.job_id)
         else:
             self._place(rec, decision, now, defer=True)
@@ -412,15 +419,17 @@ class ControlPlane:
 
     @property
     def gathers_pending(self) -> bool:
-        """Whether an arrival's regrouping waits for ``gather`` (``submit``)."""
+        """Whether a submit's regroupings wait for ``gather``."""
         return bool(self._gathers)
 
     def gather(self) -> int:
-        """Run the regroupings asked for after arrivals that opened a group. ``submit``
-        answers with the placement and leaves its arrival's regrouping here: the job starts
-        at once, and a move it leads to happens at its first iteration's end at the
-        earliest. Each runs as at its arrival, on the same state, since every other change
-        runs this first (the service also runs it right after answering the submit). Returns how many ran."""
+        """Run the regroupings a submit asked for: after an arrival that opened a group, or
+        for the groups of one job when the submit waits at the head of the line
+        (``regroup_on_wait``). ``submit`` answers with the placement and leaves its
+        regroupings here: the job starts at once, and a move it leads to happens at its
+        first iteration's end at the earliest. Each runs as at its submit, on the same
+        state, since every other change runs this first (the service also runs it right
+        after answering the submit). Returns how many were asked for."""
         pending, self._gathers = self._gathers, []
         for gid, job_id, at in pending:
             if gid in self.plan.groups and self.plan.job_group.get(job_id) == gid:
@@ -1397,6 +1406,8 @@ class ControlPlane:
                 if decision.outcome == "rejected":  # the inventory shrank under it: it blocks nobody
                     rec.end_reason = f"never fits the inventory now: {decision.reason}"
                     continue
+                for gid, job, at in self._on_wait(now):
+                    self._plan_regroup(gid, at)
                 break  # the head waits; nobody passes it (the simulator's FIFO line)
             self.waiting.remove(job_id)
             rec.outcome = decision.outcome
@@ -1404,6 +1415,14 @@ class ControlPlane:
             self._place(rec, decision, now)
             placed.append(job_id)
         return placed
+
+    def _on_wait(self, now: float) -> list[list]:
+        """The regroupings to ask for when the waiting line's head is refused, as ``gather``
+        entries: each group of one job (``improve.lone_groups``) under a policy with
+        ``regroup_on_wait``, none otherwise."""
+        if not self._regroup_on_wait:
+            return []
+        return [[gid, self.plan.groups[gid].members[0].job.job_id, now] for gid in lone_groups(self.plan)]
 
     def _decide(self, job: Job, remaining=None):
         """The planner's decision for ``job`` with every candidate explained; a policy with

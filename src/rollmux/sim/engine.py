@@ -34,8 +34,12 @@ that group with another one; every job of both stops at its next iteration bound
 and the new groups open once all their members have stopped. A policy with
 ``regroup_on_arrival`` (a placement space beyond the paper's) is also asked after an
 arrival opened a group, which undoes a greedy co-location or new group when pairing it
-pays. Phase times follow the kind of group a job is in at the phase's start
-(``rollmux.colocation.worst_phase``), so a job moved out of co-location runs its profile.
+pays. A policy with ``regroup_on_wait`` (``rollmux-hedge``, whose jobs start alone on
+their own nodes) is also asked, whenever the head of the waiting line is refused, for
+each group that holds one job (``improve.lone_groups``, in creation order): a lone job
+gathered with others gives nodes back to the pool the line waits on. Phase times follow
+the kind of group a job is in at the phase's start (``rollmux.colocation.worst_phase``),
+so a job moved out of co-location runs its profile.
 On a fleet (a ``FleetState``) a regrouping names the view its groups open in
 (``RegroupPlan.view``), which may differ from the one the jobs leave.
 
@@ -88,7 +92,7 @@ from rollmux.accounting import OURS, CostAccounting, departure_span_s, leave_aft
 from rollmux.colocation import worst_phase
 from rollmux.errors import CapacityError
 from rollmux.execution import GroupExecutor, Grant
-from rollmux.improve import open_regrouped
+from rollmux.improve import group_order, lone_groups, open_regrouped
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
 from rollmux.policies.base import Policy
@@ -163,6 +167,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     uses_remaining = getattr(policy, "uses_remaining", False)  # the lifetime objective (rollmux.lifetime)
     regroup = getattr(policy, "regroup", None)
     regroup_on_arrival = regroup is not None and getattr(policy, "regroup_on_arrival", False)
+    regroup_on_wait = regroup is not None and getattr(policy, "regroup_on_wait", False)
     live: dict[tuple[str, str], tuple[float, int]] = {}  # (job, pool) -> (end, seq) of its phase's pending end
     # Fast-forward (rollmux.sim.periodic): groups whose schedule repeats skip whole periods.
     skip = (fast_forward and duration_model == "worst" and not tail and spans is None
@@ -325,6 +330,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             reasons[job.job_id] = decision.reason
             short_of[job.job_id] = decision.short_pools
         if decision.outcome == "wait":
+            if regroup_on_wait:
+                for gid in lone_groups(state):
+                    plan_regroup(gid, now)
             return False
         if decision.outcome == "rejected":
             rejected.append(job.job_id)
@@ -576,7 +584,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                 progress(arrived)
             if on_change is not None:
                 on_change(now, state)
-        for gid in sorted(dirty, key=_group_order):
+        for gid in sorted(dirty, key=group_order):  # (groups are independent: the order makes runs reproducible)
             ex = executors.get(gid)
             if ex is not None:
                 for grant in ex.dispatch(now):
@@ -619,10 +627,3 @@ def _never_placed(policy: str, cluster: Cluster, rejected: list[str], reasons: d
 
 _NOT_LIVE = (0.0, -1)
 _POOL_INDEX = {p: i for i, p in enumerate(POOLS)}
-
-
-def _group_order(gid: str) -> tuple[int, str]:
-    """Groups in creation order (``g<n>``; on a fleet ``<view>:g<n>``, then by view): groups
-    are independent, the order only makes runs reproducible."""
-    view, _, number = gid.rpartition("g")
-    return int(number), view
