@@ -22,13 +22,24 @@ from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
 
 
+def fixed_cluster(rollout: int, train: int) -> Cluster:
+    """The paper's testbed with ``rollout`` H20 and ``train`` H800 nodes."""
+    base = Cluster()
+    return replace(base, rollout=replace(base.rollout, nodes=rollout), train=replace(base.train, nodes=train))
+
+
+def timed(jobs, cluster: Cluster, policy):
+    """``simulate`` of copies of ``jobs`` under ``policy``, and its wall seconds."""
+    t = time.perf_counter()
+    result = simulate([replace(j) for j in jobs], cluster, policy)
+    return result, time.perf_counter() - t
+
+
 def run(jobs, cluster: Cluster, name: str, regroup: bool):
     policy = make_policy(name, cluster=cluster)
     if not regroup:
         policy.regroup = None
-    t = time.perf_counter()
-    result = simulate([replace(j) for j in jobs], cluster, policy)
-    return result, time.perf_counter() - t
+    return timed(jobs, cluster, policy)
 
 
 def main() -> None:
@@ -37,13 +48,12 @@ def main() -> None:
                         help="RxT:J, comma-separated: R H20 nodes, T H800 nodes, the first J production jobs")
     parser.add_argument("--policies", default="rollmux-regroup,rollmux-hedge")
     args = parser.parse_args()
-    base = Cluster()
     print(f"{'cluster':>14} {'policy':>16} {'regroup':>8} {'$/h':>7} {'SLO e2e':>8} {'wait h':>7} "
           f"{'regroupings':>12} {'wall s':>7} {'on/off':>7}")
     for spec in args.clusters.split(","):
         nodes, count = spec.split(":")
         r, t = (int(x) for x in nodes.split("x"))
-        cluster = replace(base, rollout=replace(base.rollout, nodes=r), train=replace(base.train, nodes=t))
+        cluster = fixed_cluster(r, t)
         jobs = load_trace("production", cluster)[0][: int(count)]
         label = f"{r}+{t} / {count}"
         ref, wall = run(jobs, cluster, "rollmux", False)

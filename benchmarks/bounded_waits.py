@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from dataclasses import replace
 
-from rollmux.model import Cluster
+from bounded_regroup import fixed_cluster, timed
 from rollmux.policies import make_policy
-from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
 
 CONFIGS = ("production:12x10:40,production:16x14:60,production:12x8:200,production:16x12:200,"
@@ -36,16 +33,12 @@ VARIANTS = (("hedge", "rollmux-hedge", None), ("hedge, no wait trigger", "rollmu
 
 def replay(trace: str, spec: str, name: str, on_wait: bool | None):
     nodes, count = spec.split(":")
-    r, t = (int(x) for x in nodes.split("x"))
-    base = Cluster()
-    cluster = replace(base, rollout=replace(base.rollout, nodes=r), train=replace(base.train, nodes=t))
+    cluster = fixed_cluster(*(int(x) for x in nodes.split("x")))
     jobs = load_trace(trace, cluster)[0][: int(count)]
     policy = make_policy(name, cluster=cluster)
     if on_wait is not None:
         policy.regroup_on_wait = on_wait
-    started = time.perf_counter()
-    result = simulate([replace(j) for j in jobs], cluster, policy)
-    return result, time.perf_counter() - started
+    return timed(jobs, cluster, policy)
 
 
 def main() -> None:
