@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollmux.model import Cluster, Job
+from rollmux.improve import lone_groups
+from rollmux.model import Cluster, Job, SwitchCost
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
 from rollmux.policies import make_policy
@@ -26,6 +27,16 @@ REGROUPING = ["rollmux-regroup", "rollmux-hedge"]
 def bounded(rollout: int, train: int) -> Cluster:
     base = Cluster()
     return replace(base, rollout=replace(base.rollout, nodes=rollout), train=replace(base.train, nodes=train))
+
+
+def queueing(seed: int, nodes: int = 4) -> tuple[list[Job], Cluster]:
+    """14 generated jobs with set iteration counts on ``nodes`` + ``nodes`` nodes, no
+    switch cost: a trace where jobs queue (the live-against-simulator replays and the
+    wait trigger's test)."""
+    jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
+    for j in jobs:
+        j.iterations, j.duration_s = j.solo_iterations(), None
+    return jobs, replace(bounded(nodes, nodes), switch_cost=SwitchCost("fixed", 0.0, 0.0))
 
 
 def production(n: int, cluster: Cluster) -> list[Job]:
@@ -105,17 +116,11 @@ def test_any_small_bounded_run_keeps_its_inventory(seed, rollout, train, name):
 
 
 def _refusals(on_wait: bool | None):
-    """``rollmux-hedge`` on 4 + 4 nodes with a generated trace where jobs queue, as made
-    (``on_wait`` None) or with its ``regroup_on_wait`` set to ``on_wait``; every placement and regrouping the policy is
+    """``rollmux-hedge`` on ``queueing(9)``, as made (``on_wait`` None) or with its
+    ``regroup_on_wait`` set to ``on_wait``; every placement and regrouping the policy is
     asked for, in order: ("wait", the groups of one job then) for a refused placement,
     ("placed",) for another one, ("regroup", group, plan) for a regrouping."""
-    from rollmux.improve import lone_groups
-    from rollmux.model import SwitchCost
-
-    jobs = generate(14, seed=9, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
-    for j in jobs:
-        j.iterations, j.duration_s = j.solo_iterations(), None
-    cluster = replace(bounded(4, 4), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs, cluster = queueing(9)
     policy = make_policy("rollmux-hedge", cluster=cluster)
     if on_wait is not None:
         policy.regroup_on_wait = on_wait
@@ -225,12 +230,7 @@ def test_live_regrouping_on_bounded_pools_is_the_simulators(seed, nodes, every, 
     node free."""
     from test_live_moves import _live_replay, _sim_record
 
-    from rollmux.model import SwitchCost
-
-    jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
-    for j in jobs:
-        j.iterations, j.duration_s = j.solo_iterations(), None
-    cluster = replace(bounded(nodes, nodes), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs, cluster = queueing(seed, nodes)
     sim_phases, sim_moves, outcomes = _sim_record(jobs, cluster, 300.0, "rollmux-regroup")
     assert outcomes["regrouped"] >= 1
     started = []
@@ -260,12 +260,7 @@ def test_a_member_that_leaves_a_held_regrouping_loses_nothing(fault):
     other job still runs each iteration once and every node ends free, no hold left."""
     from test_live_moves import _live_replay
 
-    from rollmux.model import SwitchCost
-
-    jobs = generate(14, seed=0, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
-    for j in jobs:
-        j.iterations, j.duration_s = j.solo_iterations(), None
-    cluster = replace(bounded(4, 4), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs, cluster = queueing(0)
     out: dict = {}
     _live_replay(jobs, cluster, 300.0, "rollmux-regroup", restore_every=4, fault=fault, out=out)
     plane = out["plane"]
@@ -279,12 +274,7 @@ def test_live_queue_on_bounded_pools_is_the_simulators(policy, seed):
     same phases, placements and moves on a cluster where jobs queue."""
     from test_live_moves import _live_replay, _sim_record
 
-    from rollmux.model import SwitchCost
-
-    jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
-    for j in jobs:
-        j.iterations, j.duration_s = j.solo_iterations(), None
-    cluster = replace(bounded(4, 4), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs, cluster = queueing(seed)
     sim = simulate([replace(j) for j in jobs], cluster, make_policy(policy))
     assert any(o.placed_s > o.arrival_s for o in sim.jobs), "the trace must queue"
     sim_phases, sim_moves, _ = _sim_record(jobs, cluster, 300.0, policy)
@@ -302,12 +292,7 @@ def test_live_rollmux_hedge_on_bounded_pools_is_the_simulators(seed, every):
     restores too."""
     from test_live_moves import _live_replay, _moves_of
 
-    from rollmux.model import SwitchCost
-
-    jobs = generate(14, seed=seed, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
-    for j in jobs:
-        j.iterations, j.duration_s = j.solo_iterations(), None
-    cluster = replace(bounded(4, 4), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs, cluster = queueing(seed)
     r = simulate([replace(j) for j in jobs], cluster, make_policy("rollmux-hedge", cluster=cluster),
                  record_spans=True, migration_s=300.0)
     assert r.outcomes["regrouped"] >= 1 and any(o.placed_s > o.arrival_s for o in r.jobs)
@@ -369,13 +354,9 @@ def test_a_drained_node_leaves_a_hold_which_takes_another_and_nothing_is_lost():
     """Drain a node a live regrouping holds: it stays out of service, the hold wants one
     more node (taking a free one if there is), and the run still ends with every job done,
     no hold left, and every node but the drained one free."""
-    from rollmux.model import SwitchCost
     from rollmux.runtime.control import ControlPlane
 
-    jobs = generate(14, seed=0, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
-    for j in jobs:
-        j.iterations, j.duration_s = j.solo_iterations(), None
-    cluster = replace(bounded(4, 4), switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs, cluster = queueing(0)
     cp = ControlPlane(cluster, policy="rollmux-regroup", migration_s=300.0)
     held = lambda plane: [(pool, n) for h in plane.holds.values()  # noqa: E731
                           for pool, nodes in h.held.items() for n in nodes]
