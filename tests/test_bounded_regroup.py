@@ -115,13 +115,14 @@ def test_any_small_bounded_run_keeps_its_inventory(seed, rollout, train, name):
     assert overlaps(r.spans) == 0
 
 
-def _refusals(on_wait: bool | None):
-    """``rollmux-hedge`` on ``queueing(9)``, as made (``on_wait`` None) or with its
+def _refusals(name: str, seed: int, on_wait: bool | None):
+    """Policy ``name`` on ``queueing(seed)``, as made (``on_wait`` None) or with its
     ``regroup_on_wait`` set to ``on_wait``; every placement and regrouping the policy is
     asked for, in order: ("wait", the groups of one job then) for a refused placement,
-    ("placed",) for another one, ("regroup", group, plan) for a regrouping."""
-    jobs, cluster = queueing(9)
-    policy = make_policy("rollmux-hedge", cluster=cluster)
+    ("placed",) for another one, ("regroup", group, plan) for a regrouping; and the run
+    (its spans recorded)."""
+    jobs, cluster = queueing(seed)
+    policy = make_policy(name, cluster=cluster)
     if on_wait is not None:
         policy.regroup_on_wait = on_wait
     place, regroup, asked = policy.place, policy.regroup, []
@@ -137,30 +138,55 @@ def _refusals(on_wait: bool | None):
         return plan
 
     policy.place, policy.regroup = placed, regrouped
-    r = simulate([replace(j) for j in jobs], cluster, policy, migration_s=300.0)
+    r = simulate([replace(j) for j in jobs], cluster, policy, migration_s=300.0, record_spans=True)
     assert len(r.jobs) == len(jobs) and not r.rejected
     return asked, r
 
 
-def test_a_refused_head_offers_each_job_alone_a_gathering():
-    """Each time the waiting line's head is refused, ``rollmux-hedge`` is asked to regroup
-    every group of one job, in creation order, before anything else happens; some of
-    those gatherings are carried out, so the run regroups more (and its jobs wait less)
-    than the same policy without ``regroup_on_wait``, which is never asked at a refusal."""
-    asked, on = _refusals(None)  # as shipped
-    waits = [i for i, a in enumerate(asked) if a[0] == "wait"]
-    assert len(waits) >= 5
+def _gathered_at_refusals(asked) -> int:
+    """How many regroupings asked for at a refusal of the line's head were carried out,
+    checking that each refusal is followed by exactly one request per group of one job,
+    in creation order."""
     gathered = 0
-    for i in waits:
-        lone = asked[i][1]
-        after = asked[i + 1:i + 1 + len(lone)]
-        assert [a[:2] for a in after] == [("regroup", gid) for gid in lone]
-        gathered += sum(a[2] is not None for a in after)
-    assert gathered >= 2
-    asked_off, off = _refusals(False)
-    assert all(asked_off[i + 1][0] != "regroup" for i, a in enumerate(asked_off[:-1]) if a[0] == "wait")
+    for i, a in enumerate(asked):
+        if a[0] == "wait":
+            after = asked[i + 1:i + 1 + len(a[1])]
+            assert [x[:2] for x in after] == [("regroup", gid) for gid in a[1]]
+            gathered += sum(x[2] is not None for x in after)
+    return gathered
+
+
+#: the policies shipped with ``regroup_on_wait`` (jobs alone may sit co-located on
+#: training nodes), each with a ``queueing`` seed whose run regroups at refusals
+TRIGGERED = [("rollmux-hedge", 9), ("rollmux-full-regroup", 3)]
+
+
+def test_only_the_policies_whose_jobs_sit_alone_have_the_trigger():
+    for name in ("rollmux-hedge", "rollmux-full-regroup"):
+        assert make_policy(name, cluster=bounded(4, 4)).regroup_on_wait, name
+    for name in ("rollmux-regroup", "rollmux-host-regroup"):  # measured without gain (docs/results.md)
+        assert not getattr(make_policy(name, cluster=bounded(4, 4)), "regroup_on_wait", False), name
+
+
+@pytest.mark.parametrize("name,seed", TRIGGERED)
+def test_a_refused_head_offers_each_job_alone_a_regrouping(name, seed, monkeypatch):
+    """Each time the waiting line's head is refused, the policy is asked to regroup every
+    group of one job, in creation order, before anything else happens; some of those
+    regroupings are carried out, so the run regroups more than the same policy without
+    ``regroup_on_wait``, which the simulator never asks at a refusal (it never looks for
+    the groups of one job). Under ``rollmux-hedge`` its jobs also wait less on this trace."""
+    import rollmux.sim.engine as engine
+
+    asked, on = _refusals(name, seed, None)  # as shipped
+    assert sum(a[0] == "wait" for a in asked) >= 5
+    assert _gathered_at_refusals(asked) >= 2
+    looked = []
+    monkeypatch.setattr(engine, "lone_groups", lambda state: looked.append(state) or lone_groups(state))
+    asked_off, off = _refusals(name, seed, False)
+    assert sum(a[0] == "wait" for a in asked_off) >= 5 and not looked
     assert on.outcomes["regroupings"] > off.outcomes["regroupings"]
-    assert sum(o.wait_s for o in on.jobs) < sum(o.wait_s for o in off.jobs)
+    if name == "rollmux-hedge":
+        assert sum(o.wait_s for o in on.jobs) < sum(o.wait_s for o in off.jobs)
 
 
 # --- the reservation and the planner -----------------------------------------------
@@ -284,20 +310,21 @@ def test_live_queue_on_bounded_pools_is_the_simulators(policy, seed):
     assert sorted(live_phases, key=key) == sorted(sim_phases, key=key)
 
 
-@pytest.mark.parametrize("seed,every", [(3, 3), (7, 0), (9, 4)])
-def test_live_rollmux_hedge_on_bounded_pools_is_the_simulators(seed, every):
-    """``rollmux-hedge`` (a fleet of one view) on 4 + 4 nodes where jobs queue and jobs
-    alone are gathered within the inventory, also when the line's head is refused
-    (seeds 3 and 9): the same phases and moves live and in the simulator, through
-    restores too."""
+@pytest.mark.parametrize("name,seed,every", [("rollmux-hedge", 3, 3), ("rollmux-hedge", 7, 0),
+                                             ("rollmux-hedge", 9, 4), ("rollmux-full-regroup", 3, 3),
+                                             ("rollmux-full-regroup", 2, 0)])
+def test_live_regrouping_of_jobs_alone_on_bounded_pools_is_the_simulators(name, seed, every):
+    """``rollmux-hedge`` (a fleet of one view) and ``rollmux-full-regroup`` on 4 + 4 nodes
+    where jobs queue and jobs alone are regrouped within the inventory, also when the
+    line's head is refused (every seed but 7): the same phases and moves live and in the
+    simulator, through restores too."""
     from test_live_moves import _live_replay, _moves_of
 
-    jobs, cluster = queueing(seed)
-    r = simulate([replace(j) for j in jobs], cluster, make_policy("rollmux-hedge", cluster=cluster),
-                 record_spans=True, migration_s=300.0)
+    asked, r = _refusals(name, seed, None)
     assert r.outcomes["regrouped"] >= 1 and any(o.placed_s > o.arrival_s for o in r.jobs)
+    assert (_gathered_at_refusals(asked) > 0) == (seed != 7)
     sim = [(job, pool, gid, tuple(nodes), start) for gid, job, pool, nodes, start, *_ in r.spans]
-    live, moves = _live_replay(jobs, cluster, 300.0, "rollmux-hedge", restore_every=every)
+    live, moves = _live_replay(*queueing(seed), 300.0, name, restore_every=every)
     assert sorted((j, f, t) for j, f, t, _ in moves) == sorted(_moves_of(sim))
     key = lambda p: (p[4], p[0], p[1])  # noqa: E731
     assert sorted(live, key=key) == sorted(sim, key=key)

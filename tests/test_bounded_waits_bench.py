@@ -1,5 +1,6 @@
-"""benchmarks/bounded_waits.py: `rollmux-hedge` with and without its gathering of jobs
-alone when the waiting line's head is refused, on a fixed cluster where that matters."""
+"""benchmarks/bounded_waits.py: `rollmux-hedge` and `rollmux-full-regroup` with and
+without their regrouping of jobs alone when the waiting line's head is refused, on a
+fixed cluster where that matters."""
 from __future__ import annotations
 
 import sys
@@ -12,13 +13,20 @@ def test_the_trigger_meets_more_slos_where_the_training_pool_binds(benchmark_scr
     monkeypatch.setattr(sys, "argv", ["bounded_waits.py", "--configs", "production:16x14:60"])
     bench.main()
     out = capsys.readouterr().out.splitlines()
-    rows = {line[:49].split("16x14:60", 1)[1].strip(): line[49:].split() for line in out if "16x14:60" in line}
-    assert set(rows) == {"hedge", "hedge, no wait trigger", "rollmux-regroup"}
+    rows = {}
+    for line in out:
+        if "16x14:60" in line:
+            label, *cols = line.split("16x14:60", 1)[1].rsplit(None, 5)
+            rows[label.strip()] = cols
+    triggered = ("rollmux-hedge", "rollmux-full-regroup")
+    assert set(rows) == {*triggered, *(name + ", no wait trigger" for name in triggered), "rollmux-regroup"}
     slo = {k: float(v[1].rstrip("%")) for k, v in rows.items()}
     regroupings = {k: int(v[3]) for k, v in rows.items()}
     # the first 60 production jobs on 16 H20 + 14 H800 nodes: jobs alone hold the
-    # training nodes the line waits for until they are gathered
-    assert slo["hedge"] > slo["hedge, no wait trigger"]
-    assert regroupings["hedge"] > regroupings["hedge, no wait trigger"]
-    assert out[-1] == "hedge against no wait trigger: more SLOs met on 1, fewer on 0, the same on 0"
-    assert any(line.strip().startswith("hedge: mean $/h") for line in out)
+    # training nodes the line waits for until they are regrouped
+    for name in triggered:
+        assert slo[name] > slo[name + ", no wait trigger"], name
+        assert regroupings[name] > regroupings[name + ", no wait trigger"], name
+        assert f"{name} against no wait trigger: more SLOs met on 1, fewer on 0, the same on 0" in out
+    assert not any(line.startswith("rollmux-regroup against") for line in out)  # it has no trigger
+    assert any(line.strip().startswith("rollmux-hedge: mean $/h") for line in out)

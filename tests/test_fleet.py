@@ -404,14 +404,25 @@ def test_on_a_two_pool_fleet_the_simulator_replays_exactly_as_on_the_cluster(spa
     assert [j.slowdown for j in ours.jobs] == pytest.approx([j.slowdown for j in theirs.jobs], rel=1e-12)
 
 
-@pytest.mark.parametrize("name, space", [("rollmux-regroup", PAPER_SPACE), ("rollmux-full-regroup", FULL_SPACE)])
-def test_on_a_two_pool_fleet_regrouping_replays_exactly_as_on_the_cluster(name, space):
+@pytest.mark.parametrize("name, space, nodes", [("rollmux-regroup", PAPER_SPACE, None),
+                                                ("rollmux-full-regroup", FULL_SPACE, None),
+                                                ("rollmux-full-regroup", FULL_SPACE, 4)])
+def test_on_a_two_pool_fleet_regrouping_replays_exactly_as_on_the_cluster(name, space, nodes):
     """One view: the fleet's regrouping is the two-pool one (after arrivals too in the full
-    space), without consolidation, which the fleet policies do not offer."""
+    space, and on 4 + 4 nodes at each refusal of the waiting line's head too), without
+    consolidation, which the fleet policies do not offer."""
     jobs = generate(16, seed=3, mean_interarrival_s=900.0, mean_duration_s=20_000.0)
-    fleet = fleet_of(Cluster())
-    ours = simulate(jobs, fleet.views()[0].cluster, fleet_rollmux(fleet, Profiles(), name))
-    theirs = simulate(jobs, Cluster(), RollMuxPolicy(name=name, regroup=True, space=space))
+    cluster = Cluster()
+    if nodes:
+        cluster = dataclasses.replace(cluster, rollout=dataclasses.replace(cluster.rollout, nodes=nodes),
+                                      train=dataclasses.replace(cluster.train, nodes=nodes))
+    fleet = fleet_of(cluster)
+    policy = fleet_rollmux(fleet, Profiles(), name)
+    assert policy.regroup_on_wait == space.colocation
+    ours = simulate(jobs, fleet.views()[0].cluster, policy)
+    theirs = simulate(jobs, cluster, RollMuxPolicy(name=name, regroup=True, space=space))
+    if nodes:
+        assert any(o.placed_s > o.arrival_s for o in ours.jobs), "the cluster must make jobs queue"
     assert ours.outcomes["regrouped"] >= 1 and ours.outcomes == theirs.outcomes
     assert ours.total_cost == pytest.approx(theirs.total_cost, rel=1e-12)
     assert [j.slowdown for j in ours.jobs] == pytest.approx([j.slowdown for j in theirs.jobs], rel=1e-12)

@@ -10,7 +10,9 @@ is judged against the job's solo time on the reference types.
   placement adds until its group ends (``rollmux.lifetime``; the simulator passes each
   job's remaining iterations). With ``regroup=True`` it also regroups after departures
   (``fleet_exact.plan_fleet_regroup``: two groups of a view re-solved by waste, or a job
-  left alone moved to a cheaper view). With ``hedge=True`` (``rollmux-hedge``) arrivals keep
+  left alone moved to a cheaper view; on a fleet of one view in a space with co-location,
+  as on two pools, also for each job alone when the waiting line's head is refused,
+  ``regroup_on_wait``). With ``hedge=True`` (``rollmux-hedge``) arrivals keep
   each group dominated by its members' Gavel+ options (``fleet_planner``, "Dominance over
   Gavel+"), and a job alone in its group, after an arrival or a departure, is first
   offered partners alone in other groups, one to three of them
@@ -53,8 +55,10 @@ class FleetRollMux:
             self.regroup_on_arrival = hedge or (
                 (space.colocation or space.train_scaling) and len(fleet.views()) == 1)
             # with hedge, jobs alone hold their own nodes: when the waiting line's head is
-            # refused, each is offered a gathering, which gives nodes back (docs/results.md)
-            self.regroup_on_wait = hedge
+            # refused, each is offered a gathering, which gives nodes back (docs/results.md);
+            # as on two pools with co-location, where the fleet has one view (not measured
+            # on several views)
+            self.regroup_on_wait = hedge or (space.colocation and len(fleet.views()) == 1)
         self.only = only
         self.name = name or (f"rollmux on {only[0]}" if only else "rollmux")
 

@@ -8,10 +8,13 @@ addition re-solves a group that lost a job together with one other group, exactl
 moves all their jobs when that lowers the groups' waste rate (``improve.plan_regroup``,
 ``rollmux.waste``: node cost less the work the jobs get done; under an accounting with
 fixed departures, where a job's stay does not depend on its speed, their $/h instead).
-``rollmux-lifetime`` and ``rollmux-full-lifetime`` place each arrival by the lifetime
-objective (``rollmux.lifetime``: the dollars a placement adds until its group's members
-have all finished) instead of marginal $/h; they read the iterations each job has left
-(``uses_remaining``: the simulator and the live plane pass ``remaining``).
+``rollmux-full-regroup`` also regroups after an arrival that opens a group and, like
+``rollmux-hedge``, offers each job alone a regrouping whenever the head of the waiting
+line is refused (``regroup_on_wait``). ``rollmux-lifetime`` and ``rollmux-full-lifetime``
+place each arrival by the lifetime objective (``rollmux.lifetime``: the dollars a
+placement adds until its group's members have all finished) instead of marginal $/h;
+they read the iterations each job has left (``uses_remaining``: the simulator and the
+live plane pass ``remaining``).
 """
 from __future__ import annotations
 
@@ -45,6 +48,11 @@ class RollMuxPolicy:
             # with co-location or training scaling, also try to regroup a group that an arrival
             # opened (it may undo a greedy co-location once a partner arrives)
             self.regroup_on_arrival = space.colocation or space.train_scaling
+            # with co-location, a job whose cheapest placement is alone on its training nodes
+            # holds them: when the waiting line's head is refused, each job alone in its group
+            # is offered a regrouping, which gives nodes back (docs/results.md; in the
+            # paper's space or with hosting it gained nothing there)
+            self.regroup_on_wait = space.colocation
 
     def place(self, state: PlanState, job: Job, remaining: Remaining | None = None) -> Decision:
         if remaining is None:

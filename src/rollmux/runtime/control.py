@@ -62,10 +62,10 @@ Contract
   (``rollmux-hedge``, ``rollmux-full-regroup``) is decided after the submit's answer
   (``gather``; pending ones are part of the state), before any other change and as at
   the arrival: the same decision as the simulator's, off the arrival's answer. A policy
-  with ``regroup_on_wait`` (``rollmux-hedge``) is also asked, whenever the head of the
-  waiting line is refused (a submit that waits, a retry of the line), for each group
-  that holds one job (``improve.lone_groups``), as the simulator asks it: a submit's
-  are gathered after its answer too.
+  with ``regroup_on_wait`` (``rollmux-hedge``, ``rollmux-full-regroup``) is also asked,
+  whenever the head of the waiting line is refused (a submit that waits, a retry of the
+  line), for each group that holds one job (``improve.lone_groups``), as the simulator
+  asks it: a submit's are gathered after its answer too.
 * The placement space beyond the paper (policies ``rollmux-full`` and
   ``rollmux-full-regroup``, as in the simulator; ``make_policy`` builds every live
   policy): a job may also get training nodes of its own next to a group's, or run

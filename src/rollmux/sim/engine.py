@@ -35,9 +35,10 @@ and the new groups open once all their members have stopped. A policy with
 ``regroup_on_arrival`` (a placement space beyond the paper's) is also asked after an
 arrival opened a group, which undoes a greedy co-location or new group when pairing it
 pays. A policy with ``regroup_on_wait`` (``rollmux-hedge``, whose jobs start alone on
-their own nodes) is also asked, whenever the head of the waiting line is refused, for
-each group that holds one job (``improve.lone_groups``, in creation order): a lone job
-gathered with others gives nodes back to the pool the line waits on. Phase times follow
+their own nodes, and ``rollmux-full-regroup``, which co-locates jobs) is also asked,
+whenever the head of the waiting line is refused, for each group that holds one job
+(``improve.lone_groups``, in creation order): a lone job gathered with others gives
+nodes back to the pool the line waits on. Phase times follow
 the kind of group a job is in at the phase's start (``rollmux.colocation.worst_phase``),
 so a job moved out of co-location runs its profile.
 On a fleet (a ``FleetState``) a regrouping names the view its groups open in
