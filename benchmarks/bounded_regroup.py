@@ -8,7 +8,7 @@ shipped, where a regrouping holds the nodes its new groups will take
 bounded pools before (regrouping then needed unbounded pools). ``rollmux`` is printed
 for reference. The last column is the bill with regrouping over the bill without.
 
-    python benchmarks/bounded_regroup.py [--clusters 12x10:40,24x16:200] [--policies ...]
+    python benchmarks/bounded_regroup.py [--clusters 12x10:40,24x16:200] [--policies ...] [--queue backfill|fifo]
 """
 from __future__ import annotations
 
@@ -28,18 +28,19 @@ def fixed_cluster(rollout: int, train: int) -> Cluster:
     return replace(base, rollout=replace(base.rollout, nodes=rollout), train=replace(base.train, nodes=train))
 
 
-def timed(jobs, cluster: Cluster, policy):
-    """``simulate`` of copies of ``jobs`` under ``policy``, and its wall seconds."""
+def timed(jobs, cluster: Cluster, policy, backfill: bool = True):
+    """``simulate`` of copies of ``jobs`` under ``policy`` (the waiting line backfilled by
+    packing, or strictly first come, first placed), and its wall seconds."""
     t = time.perf_counter()
-    result = simulate([replace(j) for j in jobs], cluster, policy)
+    result = simulate([replace(j) for j in jobs], cluster, policy, backfill=backfill)
     return result, time.perf_counter() - t
 
 
-def run(jobs, cluster: Cluster, name: str, regroup: bool):
+def run(jobs, cluster: Cluster, name: str, regroup: bool, backfill: bool = True):
     policy = make_policy(name, cluster=cluster)
     if not regroup:
         policy.regroup = None
-    return timed(jobs, cluster, policy)
+    return timed(jobs, cluster, policy, backfill)
 
 
 def main() -> None:
@@ -47,7 +48,10 @@ def main() -> None:
     parser.add_argument("--clusters", default="12x10:40,16x14:60,24x20:100,24x16:200,40x32:200",
                         help="RxT:J, comma-separated: R H20 nodes, T H800 nodes, the first J production jobs")
     parser.add_argument("--policies", default="rollmux-regroup,rollmux-hedge")
+    parser.add_argument("--queue", default="backfill", choices=("backfill", "fifo"),
+                        help="the waiting line: backfilled by packing (as shipped) or strictly first come, first placed")
     args = parser.parse_args()
+    backfill = args.queue == "backfill"
     print(f"{'cluster':>14} {'policy':>16} {'regroup':>8} {'$/h':>7} {'SLO e2e':>8} {'wait h':>7} "
           f"{'regroupings':>12} {'wall s':>7} {'on/off':>7}")
     for spec in args.clusters.split(","):
@@ -56,12 +60,12 @@ def main() -> None:
         cluster = fixed_cluster(r, t)
         jobs = load_trace("production", cluster)[0][: int(count)]
         label = f"{r}+{t} / {count}"
-        ref, wall = run(jobs, cluster, "rollmux", False)
+        ref, wall = run(jobs, cluster, "rollmux", False, backfill)
         print(f"{label:>14} {'rollmux':>16} {'-':>8} {ref.cost_per_hour:>7.1f} {ref.slo_attainment:>8.1%} "
               f"{ref.summary()['mean_wait_s'] / 3600:>7.1f} {'-':>12} {wall:>7.1f} {'-':>7}")
         for name in args.policies.split(","):
-            off, wall_off = run(jobs, cluster, name, False)
-            on, wall_on = run(jobs, cluster, name, True)
+            off, wall_off = run(jobs, cluster, name, False, backfill)
+            on, wall_on = run(jobs, cluster, name, True, backfill)
             for tag, res, wall in (("off", off, wall_off), ("on", on, wall_on)):
                 ratio = f"{on.total_cost / off.total_cost:>7.3f}" if tag == "on" else f"{'':>7}"
                 print(f"{label:>14} {name:>16} {tag:>8} {res.cost_per_hour:>7.1f} {res.slo_attainment:>8.1%} "

@@ -16,7 +16,7 @@ trigger, on how many configurations it met more / fewer SLOs than without it.
 about half an hour on one core).
 
     python benchmarks/bounded_waits.py [--configs production:24x16:200,philly-mix:20x14:400]
-                                       [--policies rollmux-hedge,rollmux-regroup]
+                                       [--policies rollmux-hedge,rollmux-regroup] [--queue backfill|fifo]
 """
 from __future__ import annotations
 
@@ -46,14 +46,14 @@ def variants(names: list[str]) -> list[tuple[str, str, bool | None]]:
     return out
 
 
-def replay(trace: str, spec: str, name: str, on_wait: bool | None):
+def replay(trace: str, spec: str, name: str, on_wait: bool | None, backfill: bool = True):
     nodes, count = spec.split(":")
     cluster = fixed_cluster(*(int(x) for x in nodes.split("x")))
     jobs = load_trace(trace, cluster)[0][: int(count)]
     policy = make_policy(name, cluster=cluster)
     if on_wait is not None:
         policy.regroup_on_wait = on_wait
-    return timed(jobs, cluster, policy)
+    return timed(jobs, cluster, policy, backfill)
 
 
 def main() -> None:
@@ -61,6 +61,8 @@ def main() -> None:
     parser.add_argument("--configs", default=CONFIGS,
                         help="TRACE:RxT:J, comma-separated: a built-in trace, R H20 and T H800 nodes, its first J jobs")
     parser.add_argument("--policies", default=POLICIES, help="policy names, comma-separated")
+    parser.add_argument("--queue", default="backfill", choices=("backfill", "fifo"),
+                        help="the waiting line: backfilled by packing (as shipped) or strictly first come, first placed")
     args = parser.parse_args()
     configs = [c.split(":", 1) for c in args.configs.split(",")]
     table = variants(args.policies.split(","))
@@ -70,7 +72,7 @@ def main() -> None:
           f"{'regroupings':>12} {'wall s':>7}")
     for trace, spec in configs:
         for label, name, on_wait in table:
-            result, wall = replay(trace, spec, name, on_wait)
+            result, wall = replay(trace, spec, name, on_wait, args.queue == "backfill")
             rows[label].append((result.cost_per_hour, result.slo_attainment))
             print(f"{trace:>11} {spec:>12} {label:>{width}} {result.cost_per_hour:>7.1f} "
                   f"{result.slo_attainment:>8.1%} {result.summary()['mean_wait_s'] / 3600:>7.1f} "

@@ -115,12 +115,15 @@ def test_any_small_bounded_run_keeps_its_inventory(seed, rollout, train, name):
     assert overlaps(r.spans) == 0
 
 
-def _refusals(name: str, seed: int, on_wait: bool | None):
+def _refusals(name: str, seed: int, on_wait: bool | None, backfill: bool = True):
     """Policy ``name`` on ``queueing(seed)``, as made (``on_wait`` None) or with its
-    ``regroup_on_wait`` set to ``on_wait``; every placement and regrouping the policy is
-    asked for, in order: ("wait", the groups of one job then) for a refused placement,
-    ("placed",) for another one, ("regroup", group, plan) for a regrouping; and the run
-    (its spans recorded)."""
+    ``regroup_on_wait`` set to ``on_wait``, the waiting line backfilled or strictly first
+    come, first placed; what the policy is asked for, in order: ("wait", job) for a refused
+    placement, ("placed", job) for another one, ("lone", groups) when the simulator looks
+    for the groups of one job (its wait trigger, ``improve.lone_groups``), ("regroup",
+    group, plan) for a regrouping; and the run (its spans recorded)."""
+    import rollmux.sim.engine as engine
+
     jobs, cluster = queueing(seed)
     policy = make_policy(name, cluster=cluster)
     if on_wait is not None:
@@ -129,7 +132,7 @@ def _refusals(name: str, seed: int, on_wait: bool | None):
 
     def placed(state, job, *rest):
         d = place(state, job, *rest)
-        asked.append(("wait", lone_groups(state)) if d.outcome == "wait" else ("placed",))
+        asked.append(("wait" if d.outcome == "wait" else "placed", job.job_id))
         return d
 
     def regrouped(state, gid, *rest):
@@ -137,19 +140,30 @@ def _refusals(name: str, seed: int, on_wait: bool | None):
         asked.append(("regroup", gid, plan))
         return plan
 
+    def looked(state):
+        gids = lone_groups(state)
+        asked.append(("lone", gids))
+        return gids
+
     policy.place, policy.regroup = placed, regrouped
-    r = simulate([replace(j) for j in jobs], cluster, policy, migration_s=300.0, record_spans=True)
+    engine.lone_groups = looked
+    try:
+        r = simulate([replace(j) for j in jobs], cluster, policy, migration_s=300.0, record_spans=True,
+                     backfill=backfill)
+    finally:
+        engine.lone_groups = lone_groups
     assert len(r.jobs) == len(jobs) and not r.rejected
     return asked, r
 
 
 def _gathered_at_refusals(asked) -> int:
-    """How many regroupings asked for at a refusal of the line's head were carried out,
-    checking that each refusal is followed by exactly one request per group of one job,
-    in creation order."""
+    """How many regroupings asked for by the wait trigger were carried out, checking that
+    the trigger follows a refused placement and is followed at once by exactly one
+    request per group of one job, in creation order."""
     gathered = 0
     for i, a in enumerate(asked):
-        if a[0] == "wait":
+        if a[0] == "lone":
+            assert asked[i - 1][0] == "wait"
             after = asked[i + 1:i + 1 + len(a[1])]
             assert [x[:2] for x in after] == [("regroup", gid) for gid in a[1]]
             gathered += sum(x[2] is not None for x in after)
@@ -169,24 +183,24 @@ def test_only_the_policies_whose_jobs_sit_alone_have_the_trigger():
 
 
 @pytest.mark.parametrize("name,seed", TRIGGERED)
-def test_a_refused_head_offers_each_job_alone_a_regrouping(name, seed, monkeypatch):
+def test_a_refused_head_offers_each_job_alone_a_regrouping(name, seed):
     """Each time the waiting line's head is refused, the policy is asked to regroup every
-    group of one job, in creation order, before anything else happens; some of those
-    regroupings are carried out, so the run regroups more than the same policy without
-    ``regroup_on_wait``, which the simulator never asks at a refusal (it never looks for
-    the groups of one job). Under ``rollmux-hedge`` its jobs also wait less on this trace."""
-    import rollmux.sim.engine as engine
-
-    asked, on = _refusals(name, seed, None)  # as shipped
-    assert sum(a[0] == "wait" for a in asked) >= 5
+    group of one job, in creation order, before anything else happens (strictly first
+    come, first placed, every refusal is the head's; backfilled, the trigger still follows
+    only refusals); some of those regroupings are carried out, so the run regroups more
+    than the same policy without ``regroup_on_wait``, for which the simulator never looks
+    for the groups of one job. Under ``rollmux-hedge`` its jobs also wait less."""
+    asked, on = _refusals(name, seed, None, backfill=False)  # as shipped
+    waits = [i for i, a in enumerate(asked) if a[0] == "wait"]
+    assert len(waits) >= 5 and all(asked[i + 1][0] == "lone" for i in waits)
     assert _gathered_at_refusals(asked) >= 2
-    looked = []
-    monkeypatch.setattr(engine, "lone_groups", lambda state: looked.append(state) or lone_groups(state))
-    asked_off, off = _refusals(name, seed, False)
-    assert sum(a[0] == "wait" for a in asked_off) >= 5 and not looked
+    asked_off, off = _refusals(name, seed, False, backfill=False)
+    assert sum(a[0] == "wait" for a in asked_off) >= 5 and not any(a[0] == "lone" for a in asked_off)
     assert on.outcomes["regroupings"] > off.outcomes["regroupings"]
     if name == "rollmux-hedge":
         assert sum(o.wait_s for o in on.jobs) < sum(o.wait_s for o in off.jobs)
+    backfilled, _ = _refusals(name, seed, None)
+    assert _gathered_at_refusals(backfilled) >= 1
 
 
 # --- the reservation and the planner -----------------------------------------------
@@ -258,7 +272,7 @@ def test_live_regrouping_on_bounded_pools_is_the_simulators(seed, nodes, every, 
 
     jobs, cluster = queueing(seed, nodes)
     sim_phases, sim_moves, outcomes = _sim_record(jobs, cluster, 300.0, "rollmux-regroup")
-    assert outcomes["regrouped"] >= 1
+    assert outcomes["regrouped"] >= 1 and outcomes["backfilled"] >= 1  # jobs also pass the line
     started = []
     start = Reservation.start.__func__
 
@@ -294,17 +308,21 @@ def test_a_member_that_leaves_a_held_regrouping_loses_nothing(fault):
     assert plane.plan.free_count("rollout") == 4 and plane.plan.free_count("train") == 4
 
 
-@pytest.mark.parametrize("policy,seed", [("rollmux", 0), ("rollmux", 7), ("rollmux-consolidate", 11)])
-def test_live_queue_on_bounded_pools_is_the_simulators(policy, seed):
-    """The waiting line is served first come, first placed live as in the simulator: the
-    same phases, placements and moves on a cluster where jobs queue."""
+@pytest.mark.parametrize("policy,seed,backfill", [("rollmux", 0, True), ("rollmux", 7, True),
+                                                  ("rollmux-consolidate", 11, True), ("rollmux", 0, False),
+                                                  ("rollmux-consolidate", 11, False)])
+def test_live_queue_on_bounded_pools_is_the_simulators(policy, seed, backfill):
+    """The waiting line is served live as in the simulator, backfilled by packing or
+    strictly first come, first placed: the same phases, placements and moves on a
+    cluster where jobs queue (and, backfilled, jobs pass the line)."""
     from test_live_moves import _live_replay, _sim_record
 
     jobs, cluster = queueing(seed)
-    sim = simulate([replace(j) for j in jobs], cluster, make_policy(policy))
+    sim = simulate([replace(j) for j in jobs], cluster, make_policy(policy), backfill=backfill)
     assert any(o.placed_s > o.arrival_s for o in sim.jobs), "the trace must queue"
-    sim_phases, sim_moves, _ = _sim_record(jobs, cluster, 300.0, policy)
-    live_phases, live_moves = _live_replay(jobs, cluster, 300.0, policy)
+    assert (sim.outcomes["backfilled"] >= 1) == backfill
+    sim_phases, sim_moves, _ = _sim_record(jobs, cluster, 300.0, policy, backfill)
+    live_phases, live_moves = _live_replay(jobs, cluster, 300.0, policy, backfill=backfill)
     assert sorted((j, f, t) for j, f, t, _ in live_moves) == sorted(sim_moves)
     key = lambda p: (p[4], p[0], p[1])  # noqa: E731
     assert sorted(live_phases, key=key) == sorted(sim_phases, key=key)

@@ -109,6 +109,23 @@ def test_simulate_on_bounded_pools_judges_slos_end_to_end_and_says_what_limits(t
     assert (out / "queue_length.png").stat().st_size > 1000
 
 
+def test_simulate_backfills_the_line_by_packing_unless_told_fifo(tmp_path):
+    trace = small_trace(tmp_path, 30)
+    cluster = _cluster_file(tmp_path, "rollout: {nodes: 3}\ntrain: {nodes: 2}\n")
+    passed = {}
+    for queue in ("backfill", "fifo"):
+        path = tmp_path / f"{queue}.json"
+        r = runner.invoke(app, ["simulate", "--trace", str(trace), "--cluster", str(cluster), "--policies", "rollmux",
+                                "--queue", queue, "--json", str(path)])
+        assert r.exit_code == 0, r.output
+        passed[queue] = json.loads(path.read_text())["policies"]["rollmux"]["placements"].get("backfilled", 0)
+        said = " ".join(r.output.split())  # the console wraps long lines
+        assert (f"{passed[queue]} jobs passed the waiting line by packing" in said) == (queue == "backfill")
+    assert passed["backfill"] > 0 == passed["fifo"]
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--cluster", str(cluster), "--queue", "lifo"])
+    assert r.exit_code != 0 and "lifo" in r.output
+
+
 def test_simulate_without_bounded_pools_keeps_the_per_iteration_table(tmp_path):
     trace = small_trace(tmp_path, 8)
     r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "rollmux"])

@@ -36,7 +36,8 @@ ROLLMUX = str(Path(sys.executable).with_name("rollmux"))
 
 def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
                  policy: str = "rollmux-consolidate", restore_every: int = 0,
-                 fault: str = "", profiles=None, out: dict | None = None) -> tuple[list, list]:
+                 fault: str = "", profiles=None, out: dict | None = None,
+                 backfill: bool = True) -> tuple[list, list]:
     """Run ``jobs`` through a ControlPlane in virtual time: arrivals at their times, each
     granted phase released after its worst-case time (plus the grant's switch cost),
     each move acknowledged ``migration_s`` after it was decided. With ``restore_every``
@@ -45,10 +46,10 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
     cancels the second member (the only one, when alone) of the first regrouping as soon
     as it is decided; "fail"
     makes the first move's acknowledgement report a failure. ``cluster`` may be a fleet
-    (with its ``profiles``). Returns the phases
+    (with its ``profiles``). ``backfill``: the plane's waiting line. Returns the phases
     (job, pool, group, nodes, start) and the moves (job, from, to, time); ``out["plane"]``
     gets the plane as it ends."""
-    cp = ControlPlane(cluster, policy=policy, migration_s=migration_s, profiles=profiles)
+    cp = ControlPlane(cluster, policy=policy, migration_s=migration_s, profiles=profiles, backfill=backfill)
     ended: list[dict] = []
     steps = 0
     faults: list[str] = []
@@ -104,7 +105,7 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
         steps += 1
         if restore_every and steps % restore_every == 0:
             cp = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())), json.loads(json.dumps(ended)),
-                                      policy=policy, migration_s=migration_s)
+                                      policy=policy, migration_s=migration_s, backfill=backfill)
     assert all(not r.live for r in cp.jobs.values()), "every job ran to its end"
     for job in jobs:
         rec = cp.record(job.job_id)
@@ -125,8 +126,8 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
 
 
 def _sim_record(jobs: list[Job], cluster: Cluster, migration_s: float,
-                policy: str = "rollmux-consolidate") -> tuple[list, list, dict]:
-    r = simulate(jobs, cluster, make_policy(policy), record_spans=True, migration_s=migration_s)
+                policy: str = "rollmux-consolidate", backfill: bool = True) -> tuple[list, list, dict]:
+    r = simulate(jobs, cluster, make_policy(policy), record_spans=True, migration_s=migration_s, backfill=backfill)
     phases = [(job, pool, gid, tuple(nodes), start) for gid, job, pool, nodes, start, *_ in r.spans]
     return phases, _moves_of(phases), r.outcomes
 

@@ -23,7 +23,7 @@ from rollmux.errors import RollMuxError, SpecError
 from rollmux.planner import TIE_BREAKS
 from rollmux.policies import DEFAULT_POLICIES, KNOWN, check_accounting
 from rollmux.report.progress import progress_reporter
-from rollmux.cli_choices import SPACES, AccountingName, DurationModel, SpaceName
+from rollmux.cli_choices import QUEUE_HELP, SPACES, AccountingName, DurationModel, QueueOrder, SpaceName
 from rollmux.traces.philly import MIXES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -143,6 +143,7 @@ def simulate(
                                                            "none of those, one node per pool per job, a rollout "
                                                            "node at 1/3 of a training node), or paper-widths "
                                                            "(paper at the trace's widths); docs/reproduce.md."),
+    queue: QueueOrder = typer.Option("backfill", help=QUEUE_HELP),
 ) -> None:
     """Replay a job trace through RollMux and the baselines; compare cost, SLOs and idle GPUs.
 
@@ -194,7 +195,7 @@ def simulate(
                     result = run(jobs, cl, make_policy(name, seed, acct, cl), model, seed, accounting=acct,
                                  record_spans=(out is not None or html is not None) and name == gantt_of,
                                  tail=tail, tail_threshold=tail_threshold, progress=update,
-                                 fast_forward=fast_forward)
+                                 fast_forward=fast_forward, backfill=queue.value == "backfill")
                 except CapacityError as err:
                     err_of = err
                 else:

@@ -15,3 +15,9 @@ SpaceName = enum.Enum("SpaceName", {s: s for s in SPACES}, type=str)
 #: Fleets search the paper's and the full space (hosting is not offered across views).
 FleetSpaceName = enum.Enum("FleetSpaceName", {s: s for s in ("paper", "full")}, type=str)
 AccountingName = enum.Enum("AccountingName", {a: a for a in ACCOUNTINGS}, type=str)
+#: The waiting line on bounded pools (``simulate(backfill=)``, ``ControlPlane(backfill=)``):
+#: a job that packs into a running group passes it, or strictly first come, first placed.
+QueueOrder = enum.Enum("QueueOrder", {q: q for q in ("backfill", "fifo")}, type=str)
+QUEUE_HELP = ("On bounded pools: backfill (a job that packs into a running group on its nodes passes the waiting "
+              "line; it takes no free node, though it may keep its group's nodes busy longer) or fifo (strictly "
+              "first come, first placed).")

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rollmux.cli_choices import QUEUE_HELP, QueueOrder
 from rollmux.errors import RollMuxError
 from rollmux.model import POOLS
 
@@ -149,6 +150,7 @@ def serve(
                                            "measured."),
     move_timeout_s: float = typer.Option(600.0, "--move-timeout-s", min=1.0,
                                          help="A move the job has not acknowledged by then is undone."),
+    queue: QueueOrder = typer.Option("backfill", help=QUEUE_HELP),
 ) -> None:
     """Run the control plane (HTTP+JSON under /v1, OpenAPI at /docs). A state file that exists is resumed."""
     from rollmux.fleet import Fleet, load_profiles
@@ -169,7 +171,8 @@ def serve(
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
                                max_live_jobs=max_live_jobs, tenants=auth.load_tenants(tenants),
-                               policy=policy.value, migration_s=migration_s, move_timeout_s=move_timeout_s)
+                               policy=policy.value, migration_s=migration_s, move_timeout_s=move_timeout_s,
+                               backfill=queue.value == "backfill")
         logs.setup(log_file)
         typer.echo(f"rollmux: admin token from {source}", err=True)
         run(spec, str(state), token, config, host, port, new_state, measured)

@@ -286,6 +286,10 @@ class FleetState:
         """Mark a group that a regrouping empties: no arrival is placed there (``PlanState.closing``)."""
         self.views[group_id.split(":", 1)[0]][1].closing.add(group_id)
 
+    def closing_groups(self) -> set[str]:
+        """Every view's groups marked closing (``close_group``)."""
+        return set().union(*(sub.closing for _, sub in self.views.values()))
+
     def first_free(self, pool: str) -> str:
         """The free node of bounded fleet pool ``pool`` that a new group would take first."""
         return self._free[pool][0]

@@ -34,6 +34,12 @@ class Placement:
     new_train: tuple[str, ...] = ()
     colocated: bool = False
 
+    @property
+    def packs(self) -> bool:
+        """Whether it joins a running group on that group's own nodes (packing, or hosting):
+        it takes no free node of any pool. Such a job may pass the waiting line."""
+        return self.group_id is not None and not self.new_rollout and not self.new_train
+
     @classmethod
     def colocated_on(cls, train_nodes: tuple[str, ...]) -> "Placement":
         """A new co-located group on fresh training nodes: both phases run there."""
@@ -200,6 +206,10 @@ class PlanState:
     def close_group(self, group_id: str) -> None:
         """Mark a group that a regrouping empties: no arrival is placed there (``closing``)."""
         self.closing.add(group_id)
+
+    def closing_groups(self) -> set[str]:
+        """The groups marked closing (``close_group``), as ``FleetState.closing_groups``."""
+        return set(self.closing)
 
     def first_free(self, pool: str) -> str:
         """The free node of bounded ``pool`` that a new group would take first."""

@@ -123,7 +123,8 @@ class Reservation:
 
     def mark_closing(self, state) -> None:
         """While it waits for released nodes, no arrival may join a group it empties
-        (``PlanState.closing``; also after a restore, which does not keep the marks)."""
+        (``PlanState.closing``; the mark stays until the group is gone, and the live plane
+        persists it)."""
         if self.waits_for_releases:
             for gid in self.replaced:
                 if gid in state.groups:

@@ -142,7 +142,8 @@ def limit_lines(results: list[PolicyResult], nodes: dict[str, int | None]) -> li
     """One line per policy of a bounded run: which pool limits it and by how much.
 
     ``nodes`` is each pool's inventory (None: unbounded). Empty for unbounded runs. A
-    bounded pool that never bound is called out: more of its nodes would shorten no wait.
+    bounded pool that never bound is called out: more of its nodes would shorten no wait;
+    so are the jobs that passed the waiting line by packing (``simulate(backfill=)``).
     """
     lines = []
     for r in results:
@@ -155,9 +156,11 @@ def limit_lines(results: list[PolicyResult], nodes: dict[str, int | None]) -> li
         other = TRAIN if pool == ROLLOUT else ROLLOUT
         idle = (f" (more {other} nodes would shorten no wait)" if r.binding(other) == 0 and nodes[other] is not None
                 else "")
+        passed = r.outcomes.get("backfilled", 0)
         lines.append(f"{escape(r.policy)}: limited by the {pool} pool ({nodes[pool]} nodes): binding "
                      f"{_pct(r.binding(pool))} of the run, {r.waited_on_s[pool] / 3600:,.0f} job-hours waited; "
-                     f"{other} pool binding {_pct(r.binding(other))}{idle}")
+                     f"{other} pool binding {_pct(r.binding(other))}{idle}"
+                     + (f"; {passed} jobs passed the waiting line by packing" if passed else ""))
     return lines
 
 

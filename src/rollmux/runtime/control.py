@@ -14,9 +14,13 @@ Contract
   to its group's executor (ready for rollout at ``now``) and the group is dispatched.
   A job that must wait, or that arrives while others wait, joins the back of the
   waiting line, which is served first come, first placed as in the simulator: its
-  head is retried whenever nodes may have freed, and nobody passes it (but a waiting
-  job that a shrunk inventory can never host blocks nobody). A job that can never fit
-  the inventory raises ``NeverFits`` and changes nothing.
+  head is retried whenever nodes may have freed, and only a job that packs into a
+  running group on that group's own nodes passes it (``backfill``, the default: it
+  takes no free node, though it may keep its group's nodes busy for longer; its
+  explanation says so), as an arrival or at any retry of the line after the head is
+  refused (a waiting job that a
+  shrunk inventory can never host blocks nobody). A job that can never fit the
+  inventory raises ``NeverFits`` and changes nothing.
 * Grants: ``GroupExecutor.dispatch`` decides who runs. A grant is the job's until the
   job releases that phase (``release``), departs or loses its lease. The execution rule
   guarantees that no two grants of a group share a node.
@@ -302,13 +306,15 @@ class ControlPlane:
 
     def __init__(self, cluster: Cluster | Fleet, planner: Planner | FleetPlanner | None = None,
                  policy: str = "rollmux", migration_s: float = 300.0, tail_threshold: float = 0.8,
-                 profiles: Profiles | None = None) -> None:
+                 profiles: Profiles | None = None, backfill: bool = True) -> None:
         """``cluster``: a two-pool ``Cluster``, or a ``Fleet`` of GPU types (with its
         measured ``profiles``): then each job's pair of types and group come from the
         fleet planner, nodes are the fleet's (``FleetState``), the plane runs the policies
         in ``FLEET_LIVE_POLICIES`` and the fleet is fixed while it runs (``reconcile``).
         A fleet-backed policy (``rollmux-hedge``) on a two-pool cluster runs it as a fleet
-        of one view (``fleet.fleet_of``), as ``rollmux simulate`` does."""
+        of one view (``fleet.fleet_of``), as ``rollmux simulate`` does. ``backfill``: a
+        job that packs into a running group passes the waiting line, as in the
+        simulator (``simulate(backfill=)``); False: strictly first come, first placed."""
         cluster.validate()
         if isinstance(cluster, Cluster) and policy in FLEET_BACKED:
             cluster = fleet_of(cluster)
@@ -339,6 +345,7 @@ class ControlPlane:
         self._gathers: list[list] = []
         self.migration_s = migration_s
         self.tail_threshold = tail_threshold
+        self.backfill = backfill
         self.move_s: dict[str, float] = {}  # model size column -> largest measured move (s)
         self.offer: set[str] = set()
         self.plan = FleetState(self.fleet, self.profiles) if self.fleet is not None else PlanState(cluster)
@@ -399,6 +406,9 @@ class ControlPlane:
         self._ord += 1
         behind = bool(self.waiting) and decision.placement is not None  # first come, first placed (as simulated)
         outcome, explanation = decision.outcome, _explain(decision)
+        if behind and self._passes(decision):
+            behind = False
+            explanation = [self._passed_text(), *explanation]
         if behind:
             outcome = "wait"
             explanation = [f"behind the waiting line ({len(self.waiting)} jobs, first {self.waiting[0]}); "
@@ -962,7 +972,7 @@ class ControlPlane:
 
     @classmethod
     def restore(cls, snap: dict, ended: list[dict] = (), planner: Planner | None = None, policy: str = "rollmux",
-                migration_s: float = 300.0, tail_threshold: float = 0.8) -> "ControlPlane":
+                migration_s: float = 300.0, tail_threshold: float = 0.8, backfill: bool = True) -> "ControlPlane":
         """Rebuild from ``snapshot()`` and every departed record: same plan, same queues,
         same outstanding grants, and the departed jobs' final records."""
         glob = snap["globals"]
@@ -971,9 +981,9 @@ class ControlPlane:
         topology = snap["cluster"]
         if "fleet" in topology:
             cp = cls(fleet_from_dict(topology["fleet"]), planner, policy, migration_s, tail_threshold,
-                     profiles_from_rows(topology["profiles"]))
+                     profiles_from_rows(topology["profiles"]), backfill)
         else:
-            cp = cls(cluster_from_dict(topology), planner, policy, migration_s, tail_threshold)
+            cp = cls(cluster_from_dict(topology), planner, policy, migration_s, tail_threshold, backfill=backfill)
         live = sorted(snap["jobs"].values(), key=lambda d: d["ord"])
         for d in [*ended, *live]:
             rec = _record_from_dict(d)
@@ -1013,8 +1023,12 @@ class ControlPlane:
         cp._next_regroup = glob.get("next_regroup", 0)
         cp.holds = {k: Reservation.from_dict(v) for k, v in glob.get("holds", {}).items()}
         cp._gathers = [list(g) for g in glob.get("gathers", ())]
-        for held in cp.holds.values():
-            held.mark_closing(cp.plan)
+        if "closing" in glob:  # the groups a regrouping empties, marked until they are gone
+            for gid in glob["closing"]:
+                cp.plan.close_group(gid)
+        else:  # (a snapshot from before they were kept: those its holds still wait for)
+            for held in cp.holds.values():
+                held.mark_closing(cp.plan)
         cp._cluster_dirty = False
         cp._dirty_groups = set(cp.executors)  # the next commit writes every group in this version's form
         return cp
@@ -1025,7 +1039,8 @@ class ControlPlane:
                 "provisioned_s": dict(self.provisioned_s), "clock": self._clock, "seq": self._seq,
                 "ord": self._ord, "inventory": self.plan.inventory(), "offer": sorted(self.offer),
                 "move_s": dict(self.move_s), "regroups": self.regroups, "next_regroup": self._next_regroup,
-                "holds": {k: held.to_dict() for k, held in self.holds.items()}, "gathers": self._gathers}
+                "holds": {k: held.to_dict() for k, held in self.holds.items()}, "gathers": self._gathers,
+                "closing": sorted(self.plan.closing_groups())}
 
     def _group_row(self, gid: str) -> dict:
         g = self.plan.groups[gid]
@@ -1408,10 +1423,36 @@ class ControlPlane:
                     continue
                 for gid, job, at in self._on_wait(now):
                     self._plan_regroup(gid, at)
-                break  # the head waits; nobody passes it (the simulator's FIFO line)
+                placed += self._backfill(job_id, now)
+                break  # the head waits; only a job that packs passes it (the simulator's line)
             self.waiting.remove(job_id)
             rec.outcome = decision.outcome
             rec.explanation = _explain(decision)
+            self._place(rec, decision, now)
+            placed.append(job_id)
+        return placed
+
+    def _passes(self, decision) -> bool:
+        """Whether a job behind the line's head may be placed now: with ``backfill``, when
+        it packs into a running group on that group's own nodes (no free node taken)."""
+        return self.backfill and decision.placement is not None and decision.placement.packs
+
+    def _passed_text(self) -> str:
+        return (f"passed the waiting line (first {self.waiting[0]}, {len(self.waiting)} waiting): it packs into a "
+                f"running group and takes no free node")
+
+    def _backfill(self, head: str, now: float) -> list[str]:
+        """The jobs behind ``head`` (refused) that pass the line, in order (``_passes``)."""
+        if not self.backfill:
+            return []
+        placed = []
+        for job_id in self.waiting[self.waiting.index(head) + 1:]:
+            rec = self.jobs[job_id]
+            decision = self._decide(rec.job)
+            if not self._passes(decision):
+                continue
+            rec.outcome, rec.explanation = decision.outcome, [self._passed_text(), *_explain(decision)]
+            self.waiting.remove(job_id)
             self._place(rec, decision, now)
             placed.append(job_id)
         return placed

@@ -70,6 +70,7 @@ class ServiceConfig:
     migration_s: float = 300.0     # planned pause of a move until moves of that model size are measured
     move_timeout_s: float = 600.0  # a move not acknowledged by then is undone
     tail_threshold: float = 0.8    # fraction of responses done from which a rollout's tail may hand off GPUs
+    backfill: bool = True          # a job that packs into a running group passes the waiting line
     tenants: dict[str, str] = field(default_factory=dict)
 
 
@@ -122,7 +123,7 @@ class Service:
         if snap is None:
             control = ControlPlane(cluster or Cluster(), policy=self.config.policy,
                                    migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold,
-                                   profiles=profiles)
+                                   profiles=profiles, backfill=self.config.backfill)
             self.store.commit(control.take_changes())
             return control, False, None
         control = self._restore()
@@ -136,7 +137,8 @@ class Service:
     def _restore(self) -> ControlPlane:
         try:
             return ControlPlane.restore(self.store.load(), self.store.ended(), policy=self.config.policy,
-                                        migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold)
+                                        migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold,
+                                        backfill=self.config.backfill)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StateDamaged(f"{self.store.path}: the state does not restore ({type(exc).__name__}: {exc}); "
                                f"start with --new-state to begin empty, or restore a backup") from exc

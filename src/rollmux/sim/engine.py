@@ -10,14 +10,22 @@ has been applied, each group touched at that instant dispatches once, in group c
 order; so the result is a pure function of (trace, cluster, policy, duration model,
 seed).
 
-A job is placed on arrival (or waits, FIFO, until a departure frees room), runs
-``Job.solo_iterations()`` iterations, and leaves after its last training phase; its
+A job is placed on arrival (or waits, first come first placed, until a departure frees
+room), runs ``Job.solo_iterations()`` iterations, and leaves after its last training phase; its
 nodes are released at once. The run ends when the last job leaves. A job the policy
 rejects (it can never fit the inventory) and a job still waiting at the end never ran;
 the result lists them with the reason. With a bounded pool, SLOs are judged on the
 end-to-end slowdown (wait included; ``rollmux.sim.metrics``), and the queue and the
 pools it waited on are recorded. If no job at all could be placed, ``simulate`` raises
 CapacityError naming the pools that lacked nodes.
+
+Backfilling by packing (``backfill=True``, the default): a job behind the waiting line's
+head, or an arrival while the line is not empty, is placed at once when the policy packs
+it into a running group on that group's own nodes (``Placement.packs``): it takes no free
+node (the head's own placement is tried first, at every retry, as before), though it may
+keep that group's nodes busy for longer, and so delay a head that waits for them. Each
+such job counts as ``outcomes["backfilled"]``. With ``backfill=False`` the line is
+strictly first come, first placed.
 
 Consolidation (policies with a ``repack`` method): after a departure, each remaining
 member of that group is offered a move once, and after an arrival opens a new group
@@ -112,13 +120,14 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
              record_spans: bool = False, progress: Callable[[float], None] | None = None,
              migration_s: float = MIGRATION_S, tail: bool = False, tail_threshold: float = 0.8,
              handoff: bool = True, accounting: CostAccounting = OURS, fast_forward: bool = True,
-             on_change: Callable[[float, PlanState], None] | None = None) -> PolicyResult:
+             on_change: Callable[[float, PlanState], None] | None = None, backfill: bool = True) -> PolicyResult:
     """Replay ``jobs`` (validated, unique ids) under ``policy``; see the module docstring.
     ``policy`` should be made with the same ``accounting`` (``make_policy(..., accounting=)``).
     ``fast_forward=False`` replays every phase even where it could be skipped. ``progress``,
     when given, is called with the number of jobs arrived so far whenever the plan changes;
     ``on_change`` with the time and the plan itself (read it, do not change it: the plan
-    holds until the next call, so its $/h integrates to the node cost)."""
+    holds until the next call, so its $/h integrates to the node cost). ``backfill``: jobs
+    that pack into a running group pass the waiting line (above)."""
     started = time.perf_counter()
     cluster = accounting.apply_cluster(cluster)
     fixed = accounting.fixed_departures
@@ -314,6 +323,10 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             open_entry(entry, now)
         while waiting and try_place(by_id[waiting[0]], now):
             waiting.pop(0)
+        if backfill:
+            for job_id in waiting[1:]:
+                if try_place(by_id[job_id], now, packs_only=True):
+                    waiting.remove(job_id)
 
     def remaining_at(now: float) -> Callable[[str], int]:
         """The iterations each job has left at ``now``, as the event-by-event run counts them:
@@ -325,9 +338,15 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             return target[job_id] - done[job_id]
         return remaining
 
-    def try_place(job: Job, now: float) -> bool:
+    def try_place(job: Job, now: float, packs_only: bool = False) -> bool:
+        """Ask the policy for ``job`` and apply its placement; with ``packs_only`` (a job
+        behind the line's head) only a placement that packs, and nothing else happens."""
         decision = policy.place(state, job, remaining_at(now)) if uses_remaining else policy.place(state, job)
-        if decision.outcome in ("wait", "rejected"):
+        if packs_only:
+            if decision.placement is None or not decision.placement.packs:
+                return False
+            outcomes["backfilled"] += 1
+        elif decision.outcome in ("wait", "rejected"):
             reasons[job.job_id] = decision.reason
             short_of[job.job_id] = decision.short_pools
         if decision.outcome == "wait":
@@ -523,7 +542,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             events += 1
             if kind == _ARRIVE:
                 arrived += 1
-                if waiting or not try_place(by_id[job_id], now):
+                if waiting and not (backfill and try_place(by_id[job_id], now, packs_only=True)):
+                    waiting.append(job_id)
+                elif not waiting and not try_place(by_id[job_id], now):
                     waiting.append(job_id)
                 changed = True
                 continue
