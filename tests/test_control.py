@@ -107,13 +107,21 @@ def test_waiting_jobs_are_placed_in_order_when_nodes_free():
 
 
 def test_a_newcomer_that_fits_waits_behind_the_line_first_come_first_placed():
-    """As in the simulator: e would pack into x's group now, but c (which shares with
-    nobody) came first and cannot be placed until x leaves, so e waits behind c."""
+    """As in the simulator, strictly in order (``backfill=False``): e would pack into x's
+    group now, but c (which shares with nobody) came first and cannot be placed until x
+    leaves, so e waits behind c. Backfilled (the default), e passes the line into x's
+    group, which takes no free node, and says so."""
     c_job = Job("c", 10.0, 10.0, rollout_gpus=16, train_gpus=16, slo=1.0, iterations=3)
     probe = ControlPlane(_cluster(nodes=2))
     submit(probe, _job("x", t=10.0, gpus=16), 0.0)
     assert submit(probe, _job("e", t=10.0), 2.0).state == PLACED  # e fits beside x
-    cp = ControlPlane(_cluster(nodes=2))
+    passing = ControlPlane(_cluster(nodes=2))
+    x = submit(passing, _job("x", t=10.0, gpus=16), 0.0)
+    assert submit(passing, c_job, 1.0).state == WAITING
+    e = submit(passing, _job("e", t=10.0), 2.0)
+    assert (e.state, e.group_id, passing.waiting) == (PLACED, x.group_id, ["c"])
+    assert e.explanation[0].startswith("passed the waiting line (first c, 1 waiting)")
+    cp = ControlPlane(_cluster(nodes=2), backfill=False)
     submit(cp, _job("x", t=10.0, gpus=16), 0.0)
     assert submit(cp, c_job, 1.0).state == WAITING
     e = submit(cp, _job("e", t=10.0), 2.0)
