@@ -293,6 +293,28 @@ def test_live_regrouping_on_bounded_pools_is_the_simulators(seed, nodes, every, 
     assert plane.plan.free_count("rollout") == nodes and plane.plan.free_count("train") == nodes
 
 
+def test_a_restore_keeps_the_groups_a_regrouping_empties_closed():
+    """A group marked closing stays closed to arrivals through a restore, also once no
+    hold waits for its nodes any more (the mark lasts until the group is gone, in the
+    simulator and before the restart); a snapshot without the marks falls back to
+    those of the holds that still wait."""
+    import json
+
+    from rollmux.runtime.control import ControlPlane
+
+    cp = ControlPlane(bounded(4, 4))
+    rec = cp.submit(Job("a", 100.0, 100.0, slo=2.0, iterations=10), 0.0, "0" * 64)
+    cp.plan.close_group(rec.group_id)
+    snap = json.loads(json.dumps(cp.snapshot()))
+    assert snap["globals"]["closing"] == [rec.group_id]
+    back = ControlPlane.restore(snap)
+    assert back.plan.closing == {rec.group_id}
+    b = back.submit(Job("b", 100.0, 100.0, slo=2.0, iterations=10), 1.0, "0" * 64)
+    assert b.group_id != rec.group_id  # unmarked, it packs there
+    del snap["globals"]["closing"]
+    assert ControlPlane.restore(snap).plan.closing == set()  # no hold: nothing to mark
+
+
 @pytest.mark.parametrize("fault", ["cancel", "fail"])
 def test_a_member_that_leaves_a_held_regrouping_loses_nothing(fault):
     """The first regrouping on a 4 + 4 cluster (it holds nodes) loses a member as soon as
