@@ -65,6 +65,7 @@ def test_the_live_plane_passes_the_same_job_says_why_and_keeps_it_through_a_rest
             assert small.state == WAITING
         back = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())), policy="rollmux", backfill=backfill)
         assert back.waiting == cp.waiting and back.backfill == backfill
+        assert back.status(40.0)["queue"] == ("backfill" if backfill else "fifo")  # what `rollmux status` shows
 
 
 @settings(max_examples=12, deadline=None)

@@ -202,7 +202,7 @@ def status(url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT,
     for r in doc.get("regroupings", []):
         state = f"opened as {r['opened']}" if r["opened"] else f"stopping {', '.join(r['waiting']) or '-'}"
         console.print(escape(f"regrouping {r['regroup']}: {', '.join(r['members'])} ({state})"))
-    console.print(f"waiting: {escape(', '.join(doc['waiting']) or '-')}   "
+    console.print(f"waiting ({escape(doc.get('queue', 'fifo'))}): {escape(', '.join(doc['waiting']) or '-')}   "
                   f"drained: {escape(', '.join(doc['drained']) or '-')}   "
                   f"held for regroupings: {escape(', '.join(doc.get('held', [])) or '-')}   "
                   f"cost: ${doc['cost_per_hour']:.2f}/h")

@@ -919,7 +919,8 @@ class ControlPlane:
                         "opened": e.get("opened"),
                         "held": self.holds[e["hold"]].held if e.get("hold") in self.holds else {}}
                        for rid, e in self.regroups.items()]
-        return {"now": now, "groups": groups, "waiting": list(self.waiting), "jobs": jobs,
+        return {"now": now, "groups": groups, "waiting": list(self.waiting),
+                "queue": "backfill" if self.backfill else "fifo", "jobs": jobs,
                 "drained": sorted(self.drained), "nodes": nodes, "regroupings": regroupings,
                 "held": sorted(n for h in self.holds.values() for ns in h.held.values() for n in ns),
                 "cost_per_hour": self.plan.cost_per_hour()}
