@@ -18,9 +18,8 @@ Contract
   running group on that group's own nodes passes it (``backfill``, the default: it
   takes no free node, though it may keep its group's nodes busy for longer; its
   explanation says so), as an arrival or at any retry of the line after the head is
-  refused (a waiting job that a
-  shrunk inventory can never host blocks nobody). A job that can never fit the
-  inventory raises ``NeverFits`` and changes nothing.
+  refused (a waiting job that a shrunk inventory can never host blocks nobody). A job
+  that can never fit the inventory raises ``NeverFits`` and changes nothing.
 * Grants: ``GroupExecutor.dispatch`` decides who runs. A grant is the job's until the
   job releases that phase (``release``), departs or loses its lease. The execution rule
   guarantees that no two grants of a group share a node.

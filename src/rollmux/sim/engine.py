@@ -11,8 +11,8 @@ order; so the result is a pure function of (trace, cluster, policy, duration mod
 seed).
 
 A job is placed on arrival (or waits, first come first placed, until a departure frees
-room), runs ``Job.solo_iterations()`` iterations, and leaves after its last training phase; its
-nodes are released at once. The run ends when the last job leaves. A job the policy
+room), runs ``Job.solo_iterations()`` iterations, and leaves after its last training
+phase; its nodes are released at once. The run ends when the last job leaves. A job the policy
 rejects (it can never fit the inventory) and a job still waiting at the end never ran;
 the result lists them with the reason. With a bounded pool, SLOs are judged on the
 end-to-end slowdown (wait included; ``rollmux.sim.metrics``), and the queue and the
