@@ -36,6 +36,12 @@ def timed(jobs, cluster: Cluster, policy, backfill: bool = True):
     return result, time.perf_counter() - t
 
 
+def add_queue_option(parser: argparse.ArgumentParser) -> None:
+    """``--queue``, the waiting line's order (``simulate(backfill=)``), for the bounded benchmarks."""
+    parser.add_argument("--queue", default="backfill", choices=("backfill", "fifo"),
+                        help="the waiting line: backfilled by packing (as shipped) or strictly first come, first placed")
+
+
 def run(jobs, cluster: Cluster, name: str, regroup: bool, backfill: bool = True):
     policy = make_policy(name, cluster=cluster)
     if not regroup:
@@ -48,8 +54,7 @@ def main() -> None:
     parser.add_argument("--clusters", default="12x10:40,16x14:60,24x20:100,24x16:200,40x32:200",
                         help="RxT:J, comma-separated: R H20 nodes, T H800 nodes, the first J production jobs")
     parser.add_argument("--policies", default="rollmux-regroup,rollmux-hedge")
-    parser.add_argument("--queue", default="backfill", choices=("backfill", "fifo"),
-                        help="the waiting line: backfilled by packing (as shipped) or strictly first come, first placed")
+    add_queue_option(parser)
     args = parser.parse_args()
     backfill = args.queue == "backfill"
     print(f"{'cluster':>14} {'policy':>16} {'regroup':>8} {'$/h':>7} {'SLO e2e':>8} {'wait h':>7} "

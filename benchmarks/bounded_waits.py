@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from bounded_regroup import fixed_cluster, timed
+from bounded_regroup import add_queue_option, fixed_cluster, timed
 from rollmux.policies import make_policy
 from rollmux.traces.builtin import load_trace
 
@@ -61,8 +61,7 @@ def main() -> None:
     parser.add_argument("--configs", default=CONFIGS,
                         help="TRACE:RxT:J, comma-separated: a built-in trace, R H20 and T H800 nodes, its first J jobs")
     parser.add_argument("--policies", default=POLICIES, help="policy names, comma-separated")
-    parser.add_argument("--queue", default="backfill", choices=("backfill", "fifo"),
-                        help="the waiting line: backfilled by packing (as shipped) or strictly first come, first placed")
+    add_queue_option(parser)
     args = parser.parse_args()
     configs = [c.split(":", 1) for c in args.configs.split(",")]
     table = variants(args.policies.split(","))
