@@ -233,3 +233,30 @@ def test_command_errors_name_the_option(args, message, tmp_path):
 def test_choices_are_checked_by_typer():
     result = CliRunner().invoke(whatif_app(), ["whatif", "--vary", "train.nodes=1", "--policy", "optimal"])
     assert result.exit_code == 2 and "optimal" in result.output
+
+
+def test_the_waiting_line_order_reaches_every_run(tmp_path):
+    """``--queue fifo`` replays every configuration strictly in arrival order, as
+    ``run_config(backfill=False)`` does; on this trace that changes the waits."""
+    from dataclasses import replace
+
+    from test_queue_backfill import _line
+
+    path, cluster = tmp_path / "line.csv", tmp_path / "c.yaml"
+    write_trace([replace(j, model="7B") for j in _line()], path)
+    cluster.write_text("rollout: {nodes: 2}\ntrain: {nodes: 2}\nswitch_cost_s: 0\n")
+    jobs = read_trace(path)
+    base = cluster_to_dict(cluster_from_dict({"rollout": {"nodes": 2}, "train": {"nodes": 2}, "switch_cost_s": 0}))
+    values = {"train.nodes": 2}
+    fifo = run_config(jobs, base, values, "rollmux", 0, "worst", OURS, backfill=False)
+    passing = run_config(jobs, base, values, "rollmux", 0, "worst", OURS)
+    assert fifo.p50_wait_h > passing.p50_wait_h  # `small` waits behind `big` only in order
+    result = CliRunner().invoke(whatif_app(), ["whatif", "--trace", str(path), "--cluster", str(cluster), "--vary",
+                                               "train.nodes=2", "--queue", "fifo", "--workers", "1", "--json",
+                                               str(tmp_path / "w.json")])
+    assert result.exit_code == 0, result.output
+    assert "waiting line on bounded pools: fifo" in result.output
+    data = json.loads((tmp_path / "w.json").read_text())
+    assert data["queue"] == "fifo" and data["rows"] == [json.loads(json.dumps(fifo.to_dict()))]
+    bad = CliRunner().invoke(whatif_app(), ["whatif", "--vary", "train.nodes=1", "--queue", "lifo"])
+    assert bad.exit_code == 2 and "lifo" in bad.output

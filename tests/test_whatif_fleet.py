@@ -238,3 +238,18 @@ def test_a_fleet_runs_under_our_accounting_only(trace):
     jobs, profiles = trace
     with pytest.raises(SpecError, match="accounting='paper': expected ours with a fleet file"):
         run_config(jobs, BASE, {}, "rollmux", 0, "worst", PAPER, profiles)
+
+
+def test_the_waiting_line_order_reaches_a_fleet_run():
+    """On a bounded two-pool fleet, ``backfill=False`` replays the line strictly in order
+    (the same replay as ``simulate(backfill=False)``), which makes a packing job wait."""
+    from test_queue_backfill import _line
+
+    base = fleet_dict({"pools": [{"gpu": "H20", "nodes": 2}, {"gpu": "H800", "nodes": 2}], "switch_cost_s": 0})
+    rows = {b: run_fleet_config(_line(), base, {}, "rollmux", 0, "worst", backfill=b) for b in (True, False)}
+    for backfill, row in rows.items():
+        fleet = fleet_from_dict(base)
+        direct = simulate(_line(), fleet.views()[0].cluster, fleet_policy(fleet, None, "rollmux"), backfill=backfill)
+        waits = [j.wait_s / 3600.0 for j in direct.jobs]
+        assert row.error is None and row.p50_wait_h == nearest_rank(waits, 0.5)
+    assert rows[False].p50_wait_h > rows[True].p50_wait_h

@@ -27,7 +27,7 @@ from rollmux.cli_output import console, fail
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.fleet import Profiles
 from rollmux.policies import KNOWN
-from rollmux.cli_choices import AccountingName, DurationModel
+from rollmux.cli_choices import QUEUE_HELP, AccountingName, DurationModel, QueueOrder
 from rollmux.whatif import COST_BASES, FLEET, UNBOUNDED, Row
 
 
@@ -230,6 +230,7 @@ def whatif(
     seed: int = typer.Option(0, help="Seed for stochastic durations, the random policy and philly-mix."),
     duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic."),
     accounting: AccountingName = typer.Option("ours", help="ours or paper (rollmux simulate --accounting)."),
+    queue: QueueOrder = typer.Option("backfill", help=QUEUE_HELP),
 ) -> None:
     """Capacity planning: simulate the trace on every cluster of a grid (in parallel on Ray),
     then pick the cheapest configuration meeting a p95-wait / SLO target and show the
@@ -268,12 +269,13 @@ def whatif(
     total = len(configs) * len(names)
     console.print(f"trace [bold]{escape(info['name'])}[/bold]: {info['jobs']} jobs; {len(configs)} configurations "
                   f"x {len(names)} polic{'y' if len(names) == 1 else 'ies'} = {total} runs on "
-                  + (f"Ray at {escape(address)}" if address else "a local Ray instance"), highlight=False)
+                  + (f"Ray at {escape(address)}" if address else "a local Ray instance")
+                  + f"; waiting line on bounded pools: {queue.value}", highlight=False)
     started = time.perf_counter()
     try:
         rows = run_grid(jobs, base, configs, names, seed=seed, duration_model=duration_model.value,
                         accounting=acct, address=address, num_cpus=workers, profiles=measured,
-                        on_row=_Progress(basis, with_policy))
+                        backfill=queue.value == "backfill", on_row=_Progress(basis, with_policy))
     except RollMuxError as err:
         _fail(err)
     wall = time.perf_counter() - started
@@ -298,7 +300,8 @@ def whatif(
         index = {id(r): i for i, r in enumerate(rows)}
         payload = {"trace": info, "cluster": base, "vary": list(vary), "policies": names,
                    "duration_model": duration_model.value, "seed": seed, "accounting": acct.name,
-                   "cost_basis": basis, "targets": {"max_p95_wait_h": max_p95_wait_h, "min_slo": min_slo},
+                   "queue": queue.value, "cost_basis": basis,
+                   "targets": {"max_p95_wait_h": max_p95_wait_h, "min_slo": min_slo},
                    "rows": [r.to_dict() for r in rows], "frontier": [index[id(r)] for r in front],
                    "chosen": index[id(chosen)] if chosen is not None else None, "why": why, "wall_s": wall}
         _write(json_path, "--json", json.dumps(payload, indent=1))

@@ -27,7 +27,9 @@ Contract
   configuration the trace cannot run on (CapacityError, or a job the cluster cannot
   take) is a Row with ``error`` set, not an exception. A fleet runs under the policy of
   ``policies.fleet.fleet_policies`` with that name, with ``profiles``
-  (``whatif_fleet.run_fleet_config``).
+  (``whatif_fleet.run_fleet_config``). ``backfill`` is the waiting line's order on
+  bounded pools (``simulate(backfill=)``: a job that packs into a running group passes
+  the line; False: strictly in arrival order).
 * Waits: a job that never ran waits forever (``inf``); percentiles are nearest-rank, so
   ``p95_wait_h`` is ``inf`` when more than 5% of the jobs never ran.
 * Cost bases: ``used`` is the pay-per-use cost (allocated nodes only,
@@ -269,13 +271,14 @@ def nearest_rank(values: list[float], q: float) -> float:
 
 
 def run_config(jobs: list[Job], base: dict, values: dict, policy: str, seed: int, duration_model: str,
-               accounting: CostAccounting, profiles: Profiles | None = None) -> Row:
+               accounting: CostAccounting, profiles: Profiles | None = None, backfill: bool = True) -> Row:
     """Simulate ``jobs`` on ``base`` with ``values`` set, under ``policy``; see the module contract.
-    ``profiles``: a fleet's measured phase times (none: the trace's and the roofline rule)."""
+    ``profiles``: a fleet's measured phase times (none: the trace's and the roofline rule);
+    ``backfill``: the waiting line's order (``simulate(backfill=)``)."""
     if FLEET in base:
         from rollmux.whatif_fleet import run_fleet_config
 
-        return run_fleet_config(jobs, base, values, policy, seed, duration_model, profiles, accounting)
+        return run_fleet_config(jobs, base, values, policy, seed, duration_model, profiles, accounting, backfill)
     from rollmux.policies import make_policy
     from rollmux.sim.engine import simulate
 
@@ -284,7 +287,7 @@ def run_config(jobs: list[Job], base: dict, values: dict, policy: str, seed: int
         for job in jobs:
             job.validate(cluster)
         result = simulate(jobs, cluster, make_policy(policy, seed, accounting, cluster), duration_model, seed,
-                          accounting=accounting)
+                          accounting=accounting, backfill=backfill)
     except RollMuxError as err:
         return Row(values, policy, error=str(err))
     return result_row(values, policy, result, owned_cost(cluster, result.span_s, result.gpu_seconds))

@@ -82,8 +82,10 @@ def fleet_owned_cost(fleet: Fleet, span_s: float, gpu_seconds: dict[str, float])
 
 
 def run_fleet_config(jobs: list[Job], base: dict, values: dict, policy: str, seed: int, duration_model: str,
-                     profiles: Profiles | None = None, accounting: CostAccounting = OURS) -> Row:
-    """Simulate ``jobs`` on the fleet ``base`` with ``values`` set, under ``policy``; see the module contract."""
+                     profiles: Profiles | None = None, accounting: CostAccounting = OURS,
+                     backfill: bool = True) -> Row:
+    """Simulate ``jobs`` on the fleet ``base`` with ``values`` set, under ``policy``; see the module contract.
+    ``backfill``: the waiting line's order on bounded pools (``simulate(backfill=)``)."""
     from rollmux.sim.engine import simulate
 
     check_accounting(accounting)
@@ -93,7 +95,7 @@ def run_fleet_config(jobs: list[Job], base: dict, values: dict, policy: str, see
         return Row(values, policy, error=str(err))
     chosen = fleet_policy(fleet, profiles, policy)  # an unknown name is the caller's error, not a row's
     try:
-        result = simulate(jobs, fleet.views()[0].cluster, chosen, duration_model, seed)
+        result = simulate(jobs, fleet.views()[0].cluster, chosen, duration_model, seed, backfill=backfill)
     except RollMuxError as err:
         return Row(values, policy, error=str(err))
     owned = fleet_owned_cost(fleet, result.span_s, result.pool_gpu_seconds)

@@ -12,7 +12,8 @@ Contract
   ``whatif.run_config`` (one CPU) and returns its Row. The rows come back in grid order
   (configurations in ``grid`` order, policies in the given order within each), equal
   to a serial ``run_config`` of the same arguments. A fleet's ``base`` (a
-  ``whatif_fleet.fleet_dict``) and its ``profiles`` go to every task with its arguments.
+  ``whatif_fleet.fleet_dict``), its ``profiles`` and the line's order ``backfill`` go to
+  every task with its arguments.
 * ``on_row(row, done, total)`` is called on the driver as each run finishes.
 * Without Ray installed, or when ``address`` cannot be reached, RollMuxError says so.
 """
@@ -54,7 +55,7 @@ def _connect(address: str | None, num_cpus: int) -> bool:
 
 def run_grid(jobs: list[Job], base: dict, configs: list[dict], policies: list[str], *, seed: int = 0,
              duration_model: str = "worst", accounting: CostAccounting = OURS, address: str | None = None,
-             num_cpus: int | None = None, profiles: Profiles | None = None,
+             num_cpus: int | None = None, profiles: Profiles | None = None, backfill: bool = True,
              on_row: Callable[[Row, int, int], None] | None = None) -> list[Row]:
     """Simulate every configuration under every policy on Ray; see the module contract."""
     runs = [(values, policy) for values in configs for policy in policies]
@@ -67,7 +68,8 @@ def run_grid(jobs: list[Job], base: dict, configs: list[dict], policies: list[st
     try:
         trace = ray.put(jobs)
         task = ray.remote(num_cpus=1)(run_config)
-        index = {task.remote(trace, base, values, policy, seed, duration_model, accounting, profiles): i
+        index = {task.remote(trace, base, values, policy, seed, duration_model, accounting, profiles,
+                             backfill): i
                  for i, (values, policy) in enumerate(runs)}
         rows: list[Row | None] = [None] * len(runs)
         pending, done = list(index), 0
