@@ -10,13 +10,17 @@ and its members' work rates between plan changes (``waste.WasteLedger``), and pr
   training nodes, co-located or not) that waste most, each with its hours and the share
   of its cost that bought work;
 * the groups of one job by that job's SLO (to 0.1): whether the jobs left alone are the
-  ones whose SLO allows no sharing.
+  ones whose SLO allows no sharing;
+* with ``--by-type``, each job type's share of the node $ (a group's $/h split among its
+  members by their work rates), its work, and what it would cost all-partnered (every
+  job of the type in its best identical-type shape within its own SLO for its whole run,
+  ``group_efficiency.py --bill``): which types the company that is not there costs most.
 
 The ledger counts work at analysed iteration times; what it misses (transients after
 each change, the pauses of moves) is printed as its difference from the fixed work.
 
     python benchmarks/waste_breakdown.py [--trace production] [--policy rollmux-regroup]
-                                         [--duration-model worst] [--top 8] [--target 540]
+                                         [--duration-model worst] [--top 8] [--target 540] [--by-type]
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from rollmux.model import Cluster
 from rollmux.policies import make_policy
 from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
-from rollmux.waste import WasteLedger, group_shape, iteration_value
+from rollmux.waste import WasteLedger, group_shape, group_work_rate, iteration_value
 
 
 def main() -> None:
@@ -37,13 +41,18 @@ def main() -> None:
     ap.add_argument("--duration-model", default="worst", choices=("worst", "stochastic"))
     ap.add_argument("--top", type=int, default=8, help="group shapes to list")
     ap.add_argument("--target", type=float, default=None, help="a $/h to compare with (how much waste it allows)")
+    ap.add_argument("--by-type", action="store_true", help="each job type's share of the bill against all-partnered")
     args = ap.parse_args()
     jobs, _ = load_trace(args.trace)
     cluster = Cluster()
     ledger = WasteLedger(key=lambda state, gid: (group_shape(state, gid), alone_slo(state, gid)))
-    # a fleet-backed policy (rollmux-hedge) plans on the cluster as a fleet of one view: its plan
+    types = TypeLedger()
+
     def observe(now, state):
-        ledger.observe(now, next(iter(state.views.values()))[1] if hasattr(state, "views") else state)
+        # a fleet-backed policy (rollmux-hedge) plans on the cluster as a fleet of one view: its plan
+        plan = next(iter(state.views.values()))[1] if hasattr(state, "views") else state
+        ledger.observe(now, plan)
+        types.observe(now, plan)
 
     result = simulate(jobs, cluster, make_policy(args.policy, cluster=cluster), duration_model=args.duration_model,
                       on_change=observe)
@@ -75,6 +84,17 @@ def main() -> None:
     for slo, (h, cost, got) in sorted(summed(ledger, lambda key: key[1]).items(), key=lambda kv: kv[0] or 0):
         if slo is not None:
             print(f"{slo:<44.1f} {h:>8,.0f} {cost - got:>10,.0f} {100 * got / cost:>9.1f}%")
+    if args.by_type:
+        from group_efficiency import partnered
+
+        ideal = partnered(jobs, cluster)
+        print(f"\n{'job type (group $ split by work rate)':<44} {'node $':>8} {'work $':>8} "
+              f"{'work/cost':>10} {'partnered $':>12} {'excess $':>9}")
+        for model, (cost, got) in sorted(types.by_type.items(), key=lambda kv: -(kv[1][0] - ideal[kv[0]][1])):
+            print(f"{model:<44} {cost:>8,.0f} {got:>8,.0f} {100 * got / cost:>9.1f}% {ideal[model][1]:>12,.0f} "
+                  f"{cost - ideal[model][1]:>9,.0f}")
+        total = sum(v[0] for v in types.by_type.values()), sum(v[1] for v in ideal.values())
+        print(f"{'all':<44} {total[0]:>8,.0f} {'':>8} {'':>10} {total[1]:>12,.0f} {total[0] - total[1]:>9,.0f}")
 
 
 def summed(ledger: WasteLedger, part) -> dict:
@@ -84,6 +104,29 @@ def summed(ledger: WasteLedger, part) -> dict:
         for i, v in enumerate(values):
             out[part(key)][i] += v
     return out
+
+
+class TypeLedger:
+    """Node $ and work $ per job type, a group's $/h split among its members by their work
+    rates (pass ``observe`` as ``simulate(on_change=...)``, as ``WasteLedger``)."""
+
+    def __init__(self) -> None:
+        self.by_type: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        self._since = 0.0
+        self._open: list[tuple[str, float, float]] = []  # (type, $/h, work $/h) until the next change
+
+    def observe(self, now: float, state) -> None:
+        hours = (now - self._since) / 3600.0
+        for model, cost, work in self._open:
+            self.by_type[model][0] += cost * hours
+            self.by_type[model][1] += work * hours
+        self._since, self._open = now, []
+        for gid, group in state.groups.items():
+            iteration = state.analysis(gid).iteration_s
+            rates = {m.job.job_id: iteration_value(m.job, state.cluster) / iteration[m.job.job_id]
+                     for m in group.members}
+            share = state.group_cost_per_hour(gid) / group_work_rate(state, gid)
+            self._open += [(m.job.model, share * rates[m.job.job_id], rates[m.job.job_id]) for m in group.members]
 
 
 def alone_slo(state, group_id: str) -> float | None:
