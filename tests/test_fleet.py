@@ -621,3 +621,29 @@ def test_an_asynchronous_job_on_a_fleet_runs_alone_and_keeps_its_slo():
         result = simulate(trace, fleet.views()[0].cluster, FleetRollMux(fleet, profiles, space))
         assert result.slo_attainment == 1.0
         assert next(j for j in result.jobs if j.job_id == "long-a").slowdown <= pipelined.slo
+
+
+def test_fleet_simulate_takes_the_waiting_lines_order(tmp_path):
+    """On bounded pools ``--queue fifo`` keeps the line strictly in order (a job that packs
+    waits behind the head); the default lets it pass."""
+    from test_queue_backfill import _line
+
+    from rollmux.traces.format import write_trace
+
+    trace, fleet_file = tmp_path / "line.csv", tmp_path / "fleet.yaml"
+    write_trace([dataclasses.replace(j, model="7B") for j in _line()], trace)
+    fleet_file.write_text("pools:\n  - {gpu: H20, nodes: 2}\n  - {gpu: H800, nodes: 2}\nswitch_cost_s: 0\n")
+    summaries = {}
+    for queue in ("backfill", "fifo"):
+        out = tmp_path / f"{queue}.json"
+        result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(trace), "--cluster", str(fleet_file),
+                                     "--queue", queue, "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        assert f"(the line: {queue})" in " ".join(result.output.split())
+        data = json.loads(out.read_text())
+        assert data["queue"] == queue
+        summaries[queue] = data["policies"]["rollmux"]
+    # `small` passes `big` only under backfill (and `big`, behind a longer group, waits longer)
+    assert summaries["fifo"]["mean_wait_s"] != summaries["backfill"]["mean_wait_s"]
+    assert summaries["backfill"]["placements"].get("backfilled") and not summaries["fifo"]["placements"].get(
+        "backfilled")

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from rollmux.cli_choices import SPACES, DurationModel, FleetSpaceName
+from rollmux.cli_choices import QUEUE_HELP, SPACES, DurationModel, FleetSpaceName, QueueOrder
 from rollmux.cli_output import console
 from rollmux.cli_output import fail as _fail
 from rollmux.cli_output import write_json as _write_json
@@ -178,6 +178,7 @@ def simulate(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write every policy's summary as JSON here."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw every policy's total cost against RollMux's "
                                                              "as a PNG here."),
+    queue: QueueOrder = typer.Option("backfill", help=QUEUE_HELP),
 ) -> None:
     """Replay a trace on the fleet under RollMux and every baseline over types.
 
@@ -217,7 +218,7 @@ def simulate(
         with progress_reporter(console, policy.name, len(trace)) as update:
             try:
                 results.append(run(trace, fleet.views()[0].cluster, policy, duration_model.value, seed,
-                                   progress=update))
+                                   progress=update, backfill=queue.value == "backfill"))
             except CapacityError:
                 none.append(policy.name)
     ours = results[0]
@@ -230,8 +231,9 @@ def simulate(
                       f"{r.span_s / 3600:.1f}")
     table.caption = ("total $ is the whole replay (the same work for every policy); a job too slow for its SLO on a "
                      "policy's types still runs there and misses it"
-                     + ("; bounded pools (paid per use): a job waits for nodes, its SLO is judged end to end, and one "
-                        "that never ran costs nothing and misses it" if any(p.nodes is not None for p in fleet.pools)
+                     + (f"; bounded pools (paid per use): a job waits for nodes (the line: {queue.value}), its SLO is "
+                        "judged end to end, and one that never ran costs nothing and misses it"
+                        if any(p.nodes is not None for p in fleet.pools)
                         else ""))
     console.print(table)
     # the split of rollmux, rollmux-full and the cheapest RollMux policy at full SLO attainment, if another
@@ -252,7 +254,7 @@ def simulate(
         console.print(f"[yellow]cheaper than rollmux at no fewer SLOs: {escape(', '.join(r.policy for r in cheaper))}"
                       "[/yellow]")
     if json_path is not None:
-        payload = {"duration_model": duration_model.value, "seed": seed,
+        payload = {"duration_model": duration_model.value, "seed": seed, "queue": queue.value,
                    "policies": {r.policy: {k: v for k, v in r.summary().items() if k != "jobs"} for r in results},
                    "serve_no_job": none}
         _write_json(json_path, payload)
