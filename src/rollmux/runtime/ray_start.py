@@ -3,9 +3,10 @@
 Contract: ``start_ray(start)`` calls ``start()`` (anything that starts Ray processes here:
 ``ray.init(address="local", ...)``, a ``ray.cluster_utils.Cluster``) and returns its value.
 Ray waits a fixed 30 s for a new node's raylet to register with the GCS, then raises a bare
-``Exception`` ("The current node timed out during startup"). On a loaded 2-core machine,
-right after another Ray went down, that happens now and then although nothing is wrong.
-When it does, the processes this attempt started (those children of this process that did
+``Exception`` ("The current node timed out during startup"); it also waits a fixed time for
+the GCS server to write its port to a file, then raises ``RuntimeError("Timed out waiting
+for file <path>")``. On a loaded 2-core machine, right after another Ray went down, either
+happens now and then although nothing is wrong. When one does, the processes this attempt started (those children of this process that did
 not exist before it) are killed and reaped, and ``start()`` runs again, at most
 ``attempts`` times in all (tenacity). Every other error passes through at once and untouched;
 the last timeout is re-raised as it came.
@@ -22,11 +23,14 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixe
 T = TypeVar("T")
 
 _TIMED_OUT = "timed out during startup"
+_PORT_FILE = "Timed out waiting for file "
 
 
 def is_start_timeout(err: BaseException) -> bool:
-    """True for Ray's node start-up timeout (a bare ``Exception`` known by its message)."""
-    return type(err) is Exception and _TIMED_OUT in str(err)
+    """True for Ray's start-up timeouts: the node's (a bare ``Exception`` known by its
+    message) and the GCS port file's (a ``RuntimeError`` known by its message's start)."""
+    return ((type(err) is Exception and _TIMED_OUT in str(err))
+            or (type(err) is RuntimeError and str(err).startswith(_PORT_FILE)))
 
 
 def _children() -> set[int]:
