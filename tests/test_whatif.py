@@ -236,8 +236,8 @@ def test_choices_are_checked_by_typer():
 
 
 def test_the_waiting_line_order_reaches_every_run(tmp_path):
-    """``--queue fifo`` replays every configuration strictly in arrival order, as
-    ``run_config(backfill=False)`` does; on this trace that changes the waits."""
+    """``--queue fifo --queue backfill`` replays every configuration in both orders, each
+    row as ``run_config(backfill=...)`` gives it; on this trace the order changes the waits."""
     from dataclasses import replace
 
     from test_queue_backfill import _line
@@ -250,13 +250,19 @@ def test_the_waiting_line_order_reaches_every_run(tmp_path):
     values = {"train.nodes": 2}
     fifo = run_config(jobs, base, values, "rollmux", 0, "worst", OURS, backfill=False)
     passing = run_config(jobs, base, values, "rollmux", 0, "worst", OURS)
+    assert (fifo.queue, passing.queue) == ("fifo", "backfill")
     assert fifo.p50_wait_h > passing.p50_wait_h  # `small` waits behind `big` only in order
     result = CliRunner().invoke(whatif_app(), ["whatif", "--trace", str(path), "--cluster", str(cluster), "--vary",
-                                               "train.nodes=2", "--queue", "fifo", "--workers", "1", "--json",
-                                               str(tmp_path / "w.json")])
+                                               "train.nodes=2", "--queue", "fifo", "--queue", "backfill",
+                                               "--workers", "1", "--json", str(tmp_path / "w.json")])
     assert result.exit_code == 0, result.output
-    assert "waiting line on bounded pools: fifo" in result.output
+    flat = " ".join(result.output.split())
+    assert "1 configurations x 1 policy x 2 line orders = 2 runs" in flat
+    assert "waiting line on bounded pools: fifo and backfill" in flat and "queue=fifo" in flat
     data = json.loads((tmp_path / "w.json").read_text())
-    assert data["queue"] == "fifo" and data["rows"] == [json.loads(json.dumps(fifo.to_dict()))]
-    bad = CliRunner().invoke(whatif_app(), ["whatif", "--vary", "train.nodes=1", "--queue", "lifo"])
-    assert bad.exit_code == 2 and "lifo" in bad.output
+    assert data["queues"] == ["fifo", "backfill"]
+    assert data["rows"] == [json.loads(json.dumps(r.to_dict())) for r in (fifo, passing)]
+    for args, message in ((["--queue", "lifo"], "lifo"), (["--queue", "fifo", "--queue", "fifo"],
+                                                          "--queue fifo: given twice")):
+        bad = CliRunner().invoke(whatif_app(), ["whatif", "--vary", "train.nodes=1", *args])
+        assert bad.exit_code == 2 and message in " ".join(bad.output.split())

@@ -7,6 +7,8 @@ targets are given and no configuration meets them, the outputs are still written
 the exit status is 1. ``--cluster`` may be a fleet file (a ``pools`` list, docs/fleet.md):
 its fields vary as ``pools[NAME or INDEX].FIELD``, its policies are those of
 ``rollmux fleet simulate`` (``whatif_fleet``), ``--profiles`` gives measured phase times.
+``--queue`` may be repeated, like ``--policy``: every configuration and policy runs under
+each waiting-line order given, and the table, labels and choice then name the order.
 """
 from __future__ import annotations
 
@@ -66,8 +68,8 @@ def _value(value) -> str:
 class _Progress:
     """The ``on_row`` callback: one line per finished run (throttled on big grids), with ETA."""
 
-    def __init__(self, basis: str, with_policy: bool) -> None:
-        self.basis, self.with_policy = basis, with_policy
+    def __init__(self, basis: str, show: tuple[bool, bool]) -> None:
+        self.basis, self.show = basis, show
         self.start = self.last = time.perf_counter()
 
     def __call__(self, row: Row, done: int, total: int) -> None:
@@ -80,24 +82,27 @@ class _Progress:
         wait = (f"{row.never_ran} jobs never ran" if row.never_ran else f"p95 wait {_fmt(row.p95_wait_h, '.2f')} h")
         what = (f"[red]{escape(_short(row.error))}[/red]" if row.error else
                 f"${_fmt(row.cost(self.basis))}/h {self.basis}, {wait}, SLO met {_fmt(row.slo_met * 100)}%")
-        console.print(f"[{done}/{total}] {escape(row.label(self.with_policy))}: {what} "
+        console.print(f"[{done}/{total}] {escape(row.label(*self.show))}: {what} "
                       f"({elapsed:.0f} s elapsed, ETA {eta:.0f} s)", highlight=False)
 
 
-def _table(rows: list[Row], fields: list[str], marks: dict[int, str], basis: str, with_policy: bool) -> Table:
-    """The runs as a table; a fleet pool's field heads its column on two lines (``pools[H200]`` / ``.nodes``)."""
+def _table(rows: list[Row], fields: list[str], marks: dict[int, str], basis: str, show: tuple[bool, bool]) -> Table:
+    """The runs as a table; a fleet pool's field heads its column on two lines (``pools[H200]`` / ``.nodes``);
+    ``show``: policy and queue columns, when several policies or line orders ran."""
     shown = [r for r in rows if len(rows) <= TABLE_ROWS or id(r) in marks]
     title = f"whatif: {len(rows)} runs" + ("" if len(shown) == len(rows) else
                                            f", the frontier and the chosen one shown ({len(shown)})")
     table = Table(title=title)
-    cols = [escape(f.replace("].", "]\n.")) for f in fields] + (["policy"] if with_policy else []) + [
+    named = (["policy"] if show[0] else []) + (["queue"] if show[1] else [])
+    cols = [escape(f.replace("].", "]\n.")) for f in fields] + named + [
         "$/h owned", "$/h used", f"total $ {basis}", "p50 wait h", "p95 wait h", "makespan h", "SLO met",
         "limits", "note"]
     for i, col in enumerate(cols):
-        left = i < len(fields) + with_policy or col in ("limits", "note")
+        left = i < len(fields) + len(named) or col in ("limits", "note")
         table.add_column(col, justify="left" if left else "right", no_wrap=True)
     for r in shown:
-        cells = [_value(r.values[f]) for f in fields] + ([escape(r.policy)] if with_policy else [])
+        cells = ([_value(r.values[f]) for f in fields] + ([escape(r.policy)] if show[0] else [])
+                 + ([r.queue] if show[1] else []))
         cells += [_fmt(r.owned_per_hour), _fmt(r.cost_per_hour), _fmt(r.total(basis), ",.0f"),
                   _fmt(r.p50_wait_h, ".2f"), _fmt(r.p95_wait_h, ".2f"), _fmt(r.makespan_h),
                   _fmt(r.slo_met * 100) + "%" if r.error is None else "-", r.limiting_pool or "-",
@@ -117,14 +122,14 @@ def _targets_text(max_p95_wait_h: float | None, min_slo: float | None) -> str:
 
 
 def _why(chosen: Row, qualifying: list[Row], front: list[Row], basis: str, targets: str,
-         with_policy: bool) -> str:
+         show: tuple[bool, bool]) -> str:
     """Why ``chosen`` (the cheapest of ``qualifying``) was chosen, in one paragraph."""
     others = sorted((r for r in qualifying if r is not chosen), key=lambda r: r.cost(basis))
-    text = (f"chosen: {chosen.label(with_policy)}: ${chosen.cost(basis):,.2f}/h {basis}, p95 wait "
+    text = (f"chosen: {chosen.label(*show)}: ${chosen.cost(basis):,.2f}/h {basis}, p95 wait "
             f"{chosen.p95_wait_h:.2f} h, SLO met {chosen.slo_met * 100:.1f}%, makespan {chosen.makespan_h:.1f} h. "
             f"Why: the cheapest ({basis} $/h) of {len(qualifying)} configurations meeting the targets ({targets})")
     if others:
-        text += f"; the next cheapest, {others[0].label(with_policy)}, costs ${others[0].cost(basis):,.2f}/h"
+        text += f"; the next cheapest, {others[0].label(*show)}, costs ${others[0].cost(basis):,.2f}/h"
     if any(r is chosen for r in front):
         return text + "; it is on the cost / p95-wait frontier."
     return text + "; it is off the frontier: a row as cheap or cheaper that waits no longer misses the SLO target."
@@ -230,7 +235,8 @@ def whatif(
     seed: int = typer.Option(0, help="Seed for stochastic durations, the random policy and philly-mix."),
     duration_model: DurationModel = typer.Option("worst", help="worst (profiled phase times) or stochastic."),
     accounting: AccountingName = typer.Option("ours", help="ours or paper (rollmux simulate --accounting)."),
-    queue: QueueOrder = typer.Option("backfill", help=QUEUE_HELP),
+    queue: list[QueueOrder] = typer.Option(["backfill"], "--queue", help=QUEUE_HELP + " Repeatable: every "
+                                           "configuration and policy runs under each order given."),
 ) -> None:
     """Capacity planning: simulate the trace on every cluster of a grid (in parallel on Ray),
     then pick the cheapest configuration meeting a p95-wait / SLO target and show the
@@ -241,10 +247,11 @@ def whatif(
     from rollmux.whatif_fleet import check_accounting
     from rollmux.whatif_ray import run_grid
 
-    names = list(policy)
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        _fail(RollMuxError(f"--policy {', '.join(twice)}: given twice"))
+    names, queues = list(policy), [q.value for q in queue]
+    for option, given in (("--policy", names), ("--queue", queues)):
+        twice = sorted({n for n in given if given.count(n) > 1})
+        if twice:
+            _fail(RollMuxError(f"{option} {', '.join(twice)}: given twice"))
     if address and workers:
         _fail(RollMuxError("--workers sizes the local Ray instance; with --address the cluster's CPUs are used"))
     acct = ACCOUNTINGS[accounting.value]
@@ -264,18 +271,19 @@ def whatif(
         _fail(err)
     if not jobs:
         _fail(RollMuxError(f"--trace {trace}: the trace holds no jobs"))
-    basis, with_policy = cost.value, len(names) > 1
+    basis, show = cost.value, (len(names) > 1, len(queues) > 1)
     fields = [v.field for v in varies]
-    total = len(configs) * len(names)
+    total = len(configs) * len(names) * len(queues)
     console.print(f"trace [bold]{escape(info['name'])}[/bold]: {info['jobs']} jobs; {len(configs)} configurations "
-                  f"x {len(names)} polic{'y' if len(names) == 1 else 'ies'} = {total} runs on "
+                  f"x {len(names)} polic{'y' if len(names) == 1 else 'ies'}"
+                  + (f" x {len(queues)} line orders" if len(queues) > 1 else "") + f" = {total} runs on "
                   + (f"Ray at {escape(address)}" if address else "a local Ray instance")
-                  + f"; waiting line on bounded pools: {queue.value}", highlight=False)
+                  + f"; waiting line on bounded pools: {' and '.join(queues)}", highlight=False)
     started = time.perf_counter()
     try:
         rows = run_grid(jobs, base, configs, names, seed=seed, duration_model=duration_model.value,
                         accounting=acct, address=address, num_cpus=workers, profiles=measured,
-                        backfill=queue.value == "backfill", on_row=_Progress(basis, with_policy))
+                        queues=queues, on_row=_Progress(basis, show))
     except RollMuxError as err:
         _fail(err)
     wall = time.perf_counter() - started
@@ -284,14 +292,14 @@ def whatif(
     marks = {id(r): "frontier" for r in front}
     if chosen is not None:
         marks[id(chosen)] = "chosen" + (", frontier" if id(chosen) in marks else "")
-    console.print(_table(rows, fields, marks, basis, with_policy))
+    console.print(_table(rows, fields, marks, basis, show))
     failed = [r for r in rows if r.error]
     if failed:
         console.print(f"[yellow]{len(failed)} runs could not place the trace (no row on the frontier): "
-                      f"{escape(failed[0].label(with_policy))}: {escape(failed[0].error)}[/yellow]")
+                      f"{escape(failed[0].label(*show))}: {escape(failed[0].error)}[/yellow]")
     targets = _targets_text(max_p95_wait_h, min_slo)
     qualifying = [r for r in rows if qualifies(r, max_p95_wait_h, min_slo)]
-    why = (_why(chosen, qualifying, front, basis, targets, with_policy) if chosen is not None
+    why = (_why(chosen, qualifying, front, basis, targets, show) if chosen is not None
            else f"no configuration meets the targets ({targets})")
     console.print(f"{len(rows)} run{'s' * (len(rows) != 1)} in {wall:.1f} s; frontier: {len(front)} "
                   f"configuration{'s' * (len(front) != 1)}")
@@ -300,7 +308,7 @@ def whatif(
         index = {id(r): i for i, r in enumerate(rows)}
         payload = {"trace": info, "cluster": base, "vary": list(vary), "policies": names,
                    "duration_model": duration_model.value, "seed": seed, "accounting": acct.name,
-                   "queue": queue.value, "cost_basis": basis,
+                   "queues": queues, "cost_basis": basis,
                    "targets": {"max_p95_wait_h": max_p95_wait_h, "min_slo": min_slo},
                    "rows": [r.to_dict() for r in rows], "frontier": [index[id(r)] for r in front],
                    "chosen": index[id(chosen)] if chosen is not None else None, "why": why, "wall_s": wall}
@@ -311,7 +319,7 @@ def whatif(
         from rollmux.report.whatif_plot import frontier_plot
 
         plot.parent.mkdir(parents=True, exist_ok=True)
-        console.print(f"wrote {escape(str(frontier_plot(rows, front, chosen, basis, plot, with_policy)))}")
+        console.print(f"wrote {escape(str(frontier_plot(rows, front, chosen, basis, plot, show)))}")
     if chosen is None:
         raise typer.Exit(1)
 

@@ -51,7 +51,7 @@ import copy
 import itertools
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from rollmux.accounting import CostAccounting
 from rollmux.cluster_file import cluster_from_dict
@@ -244,6 +244,7 @@ class Row:
     limiting_pool: str | None = None
     never_ran: int = 0
     error: str | None = None
+    queue: str = "backfill"  # the waiting line's order on bounded pools (``run_config(backfill=)``)
 
     def cost(self, basis: str) -> float:
         """$/h on ``basis`` (``owned`` or ``used``)."""
@@ -253,9 +254,11 @@ class Row:
         """Total $ on ``basis`` (``owned`` or ``used``)."""
         return self.owned_total if basis == "owned" else self.total_cost
 
-    def label(self, with_policy: bool = False) -> str:
+    def label(self, with_policy: bool = False, with_queue: bool = False) -> str:
+        """The varied values, then the policy and the line's order when asked for."""
         text = " ".join(f"{k}={UNBOUNDED if v is None else v}" for k, v in self.values.items())
-        return f"{text} {self.policy}".strip() if with_policy else text
+        text = f"{text} {self.policy}".strip() if with_policy else text
+        return f"{text} queue={self.queue}".strip() if with_queue else text
 
     def to_dict(self) -> dict:
         """Plain data; NaN and infinity (an error row, jobs that never ran) become None."""
@@ -289,8 +292,14 @@ def run_config(jobs: list[Job], base: dict, values: dict, policy: str, seed: int
         result = simulate(jobs, cluster, make_policy(policy, seed, accounting, cluster), duration_model, seed,
                           accounting=accounting, backfill=backfill)
     except RollMuxError as err:
-        return Row(values, policy, error=str(err))
-    return result_row(values, policy, result, owned_cost(cluster, result.span_s, result.gpu_seconds))
+        return Row(values, policy, error=str(err), queue=order(backfill))
+    return replace(result_row(values, policy, result, owned_cost(cluster, result.span_s, result.gpu_seconds)),
+                   queue=order(backfill))
+
+
+def order(backfill: bool) -> str:
+    """The name of a waiting line's order: ``backfill`` or ``fifo``."""
+    return "backfill" if backfill else "fifo"
 
 
 def result_row(values: dict, policy: str, result: PolicyResult, owned: float) -> Row:

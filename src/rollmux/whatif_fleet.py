@@ -22,12 +22,14 @@ Contract
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rollmux.accounting import OURS, CostAccounting
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.fleet import Fleet, Profiles
 from rollmux.fleet_file import fleet_from_dict
 from rollmux.model import Job
-from rollmux.whatif import Row, result_row, with_values
+from rollmux.whatif import Row, order, result_row, with_values
 
 
 def fleet_dict(raw: dict) -> dict:
@@ -92,11 +94,11 @@ def run_fleet_config(jobs: list[Job], base: dict, values: dict, policy: str, see
     try:
         fleet = fleet_from_dict(with_values(base, values))
     except SpecError as err:
-        return Row(values, policy, error=str(err))
+        return Row(values, policy, error=str(err), queue=order(backfill))
     chosen = fleet_policy(fleet, profiles, policy)  # an unknown name is the caller's error, not a row's
     try:
         result = simulate(jobs, fleet.views()[0].cluster, chosen, duration_model, seed, backfill=backfill)
     except RollMuxError as err:
-        return Row(values, policy, error=str(err))
+        return Row(values, policy, error=str(err), queue=order(backfill))
     owned = fleet_owned_cost(fleet, result.span_s, result.pool_gpu_seconds)
-    return result_row(values, policy, result, owned)
+    return replace(result_row(values, policy, result, owned), queue=order(backfill))

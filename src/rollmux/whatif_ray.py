@@ -1,4 +1,4 @@
-"""Running a ``rollmux whatif`` grid on Ray: one task per (configuration, policy).
+"""Running a ``rollmux whatif`` grid on Ray: one task per (configuration, policy, line order).
 
 Contract
 --------
@@ -9,18 +9,20 @@ Contract
   is disconnected (and a local instance stopped) on return or error, unless it was
   connected before the call.
 * The trace goes into the object store once (``ray.put``); each task runs
-  ``whatif.run_config`` (one CPU) and returns its Row. The rows come back in grid order
-  (configurations in ``grid`` order, policies in the given order within each), equal
-  to a serial ``run_config`` of the same arguments. A fleet's ``base`` (a
-  ``whatif_fleet.fleet_dict``), its ``profiles`` and the line's order ``backfill`` go to
-  every task with its arguments.
+  ``whatif.run_config`` (one CPU) and returns its Row. Every configuration runs under
+  every policy, and each of those under every waiting-line order of ``queues``
+  (``backfill``, ``fifo``: ``run_config(backfill=)``). The rows come back in grid order
+  (configurations in ``grid`` order, policies in the given order within each, orders in
+  the given order within those), equal to a serial ``run_config`` of the same
+  arguments. A fleet's ``base`` (a ``whatif_fleet.fleet_dict``) and its ``profiles`` go
+  to every task with its arguments.
 * ``on_row(row, done, total)`` is called on the driver as each run finishes.
 * Without Ray installed, or when ``address`` cannot be reached, RollMuxError says so.
 """
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Callable, Sequence
 
 from rollmux.accounting import OURS, CostAccounting
 from rollmux.errors import RollMuxError
@@ -55,10 +57,11 @@ def _connect(address: str | None, num_cpus: int) -> bool:
 
 def run_grid(jobs: list[Job], base: dict, configs: list[dict], policies: list[str], *, seed: int = 0,
              duration_model: str = "worst", accounting: CostAccounting = OURS, address: str | None = None,
-             num_cpus: int | None = None, profiles: Profiles | None = None, backfill: bool = True,
+             num_cpus: int | None = None, profiles: Profiles | None = None,
+             queues: Sequence[str] = ("backfill",),
              on_row: Callable[[Row, int, int], None] | None = None) -> list[Row]:
-    """Simulate every configuration under every policy on Ray; see the module contract."""
-    runs = [(values, policy) for values in configs for policy in policies]
+    """Simulate every configuration under every policy and line order on Ray; see the module contract."""
+    runs = [(values, policy, queue) for values in configs for policy in policies for queue in queues]
     if not runs:
         return []
     cpus = num_cpus or min(os.cpu_count() or 1, len(runs))
@@ -69,8 +72,8 @@ def run_grid(jobs: list[Job], base: dict, configs: list[dict], policies: list[st
         trace = ray.put(jobs)
         task = ray.remote(num_cpus=1)(run_config)
         index = {task.remote(trace, base, values, policy, seed, duration_model, accounting, profiles,
-                             backfill): i
-                 for i, (values, policy) in enumerate(runs)}
+                             queue == "backfill"): i
+                 for i, (values, policy, queue) in enumerate(runs)}
         rows: list[Row | None] = [None] * len(runs)
         pending, done = list(index), 0
         while pending:

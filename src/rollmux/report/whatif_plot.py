@@ -18,8 +18,9 @@ LABEL_ALL = 40
 
 
 def frontier_plot(rows: list[Row], front: list[Row], chosen: Row | None, basis: str, path: Path,
-                  with_policy: bool = False) -> Path:
-    """Write the figure to ``path`` (PNG); see the module docstring."""
+                  show: tuple[bool, bool] = (False, False)) -> Path:
+    """Write the figure to ``path`` (PNG); see the module docstring. ``show``: whether the
+    labels name each run's policy and its waiting line's order (``Row.label``)."""
     shown = [r for r in rows if qualifies(r)]
     fig, ax = plt.subplots(figsize=(8, 5.5))
     ax.scatter([r.p95_wait_h for r in shown], [r.cost(basis) for r in shown], s=18, color="0.6",
@@ -32,7 +33,7 @@ def frontier_plot(rows: list[Row], front: list[Row], chosen: Row | None, basis: 
     marked = {id(r) for r in front} | {id(chosen)}
     labelled = shown if len(shown) <= LABEL_ALL else [r for r in shown if id(r) in marked]
     for r in labelled:
-        ax.annotate(r.label(with_policy), (r.p95_wait_h, r.cost(basis)), fontsize=6, xytext=(3, 3),
+        ax.annotate(r.label(*show), (r.p95_wait_h, r.cost(basis)), fontsize=6, xytext=(3, 3),
                     textcoords="offset points")
     left_out = len(rows) - len(shown)
     ax.set_title(f"cost vs p95 wait, {len(shown)} configurations"
