@@ -194,8 +194,8 @@ def test_command_end_to_end(small, tmp_path):
     assert data["chosen"] == rows.index(choose(rows, "owned", 1000.0))
     assert data["frontier"] == [rows.index(r) for r in frontier(rows, "owned")]
     lines = (out / "w.csv").read_text().splitlines()
-    assert lines[0].startswith("train.nodes,rollout.nodes,policy,cost_per_hour") and len(lines) == 5
-    assert lines[1].startswith("0,2,rollmux,,") and lines[2].startswith("0,unbounded,")
+    assert lines[0].startswith("train.nodes,rollout.nodes,policy,queue,cost_per_hour") and len(lines) == 5
+    assert lines[1].startswith("0,2,rollmux,backfill,,") and lines[2].startswith("0,unbounded,")
     assert (out / "f.png").read_bytes()[:4] == b"\x89PNG"
 
 

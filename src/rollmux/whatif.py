@@ -232,6 +232,7 @@ class Row:
 
     values: dict
     policy: str
+    queue: str = "backfill"  # the waiting line's order on bounded pools (``run_config(backfill=)``)
     cost_per_hour: float = math.nan
     total_cost: float = math.nan
     owned_per_hour: float = math.nan
@@ -244,7 +245,6 @@ class Row:
     limiting_pool: str | None = None
     never_ran: int = 0
     error: str | None = None
-    queue: str = "backfill"  # the waiting line's order on bounded pools (``run_config(backfill=)``)
 
     def cost(self, basis: str) -> float:
         """$/h on ``basis`` (``owned`` or ``used``)."""
