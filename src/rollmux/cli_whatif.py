@@ -99,7 +99,8 @@ def _table(rows: list[Row], fields: list[str], marks: dict[int, str], basis: str
         "limits", "note"]
     for i, col in enumerate(cols):
         left = i < len(fields) + len(named) or col in ("limits", "note")
-        table.add_column(col, justify="left" if left else "right", no_wrap=True)
+        table.add_column(col, justify="left" if left else "right", no_wrap=True,
+                         min_width=len("backfill") if col == "queue" else None)
     for r in shown:
         cells = ([_value(r.values[f]) for f in fields] + ([escape(r.policy)] if show[0] else [])
                  + ([r.queue] if show[1] else []))
