@@ -51,7 +51,7 @@ import copy
 import itertools
 import math
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from rollmux.accounting import CostAccounting
 from rollmux.cluster_file import cluster_from_dict
@@ -293,8 +293,8 @@ def run_config(jobs: list[Job], base: dict, values: dict, policy: str, seed: int
                           accounting=accounting, backfill=backfill)
     except RollMuxError as err:
         return Row(values, policy, error=str(err), queue=order(backfill))
-    return replace(result_row(values, policy, result, owned_cost(cluster, result.span_s, result.gpu_seconds)),
-                   queue=order(backfill))
+    return result_row(values, policy, result, owned_cost(cluster, result.span_s, result.gpu_seconds),
+                      order(backfill))
 
 
 def order(backfill: bool) -> str:
@@ -302,12 +302,14 @@ def order(backfill: bool) -> str:
     return "backfill" if backfill else "fifo"
 
 
-def result_row(values: dict, policy: str, result: PolicyResult, owned: float) -> Row:
-    """The Row of a finished replay ``result`` whose owned cost is ``owned`` $."""
+def result_row(values: dict, policy: str, result: PolicyResult, owned: float,
+               queue: str = "backfill") -> Row:
+    """The Row of a finished replay ``result`` whose owned cost is ``owned`` $ (its line in
+    order ``queue``)."""
     hours = result.reference_span_s / 3600.0
     waits = [j.wait_s / 3600.0 for j in result.jobs] + [math.inf] * len(result.rejected)
     used = result.used_cost
-    return Row(values, policy, cost_per_hour=used / hours if hours > 0 else 0.0, total_cost=used,
+    return Row(values, policy, queue, cost_per_hour=used / hours if hours > 0 else 0.0, total_cost=used,
                owned_per_hour=owned / hours if hours > 0 else 0.0, owned_total=owned, hours=hours,
                p50_wait_h=nearest_rank(waits, 0.5), p95_wait_h=nearest_rank(waits, 0.95),
                makespan_h=result.span_s / 3600.0, slo_met=result.slo_attainment,

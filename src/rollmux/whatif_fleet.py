@@ -22,8 +22,6 @@ Contract
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from rollmux.accounting import OURS, CostAccounting
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.fleet import Fleet, Profiles
@@ -101,4 +99,4 @@ def run_fleet_config(jobs: list[Job], base: dict, values: dict, policy: str, see
     except RollMuxError as err:
         return Row(values, policy, error=str(err), queue=order(backfill))
     owned = fleet_owned_cost(fleet, result.span_s, result.pool_gpu_seconds)
-    return replace(result_row(values, policy, result, owned), queue=order(backfill))
+    return result_row(values, policy, result, owned, order(backfill))

@@ -6,10 +6,10 @@ Ray waits a fixed 30 s for a new node's raylet to register with the GCS, then ra
 ``Exception`` ("The current node timed out during startup"); it also waits a fixed time for
 the GCS server to write its port to a file, then raises ``RuntimeError("Timed out waiting
 for file <path>")``. On a loaded 2-core machine, right after another Ray went down, either
-happens now and then although nothing is wrong. When one does, the processes this attempt started (those children of this process that did
-not exist before it) are killed and reaped, and ``start()`` runs again, at most
-``attempts`` times in all (tenacity). Every other error passes through at once and untouched;
-the last timeout is re-raised as it came.
+happens now and then although nothing is wrong. When one does, the processes this attempt
+started (those children of this process that did not exist before it) are killed and
+reaped, and ``start()`` runs again, at most ``attempts`` times in all (tenacity). Every
+other error passes through at once and untouched; the last timeout is re-raised as it came.
 """
 
 from __future__ import annotations
