@@ -31,7 +31,7 @@ from rollmux.model import Cluster
 from rollmux.policies import make_policy
 from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
-from rollmux.waste import WasteLedger, group_shape, group_work_rate, iteration_value
+from rollmux.waste import WasteLedger, group_shape, iteration_value
 
 
 def main() -> None:
@@ -125,7 +125,7 @@ class TypeLedger:
             iteration = state.analysis(gid).iteration_s
             rates = {m.job.job_id: iteration_value(m.job, state.cluster) / iteration[m.job.job_id]
                      for m in group.members}
-            share = state.group_cost_per_hour(gid) / group_work_rate(state, gid)
+            share = state.group_cost_per_hour(gid) / sum(rates.values())  # the group's $ per $ of work
             self._open += [(m.job.model, share * rates[m.job.job_id], rates[m.job.job_id]) for m in group.members]
 
 
