@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmux.exact import solve
-from rollmux.improve import improve, materialize, plan_regroup
+from rollmux.improve import improve, left_in_place, materialize, plan_regroup, shape
 from rollmux.intra import analyze
-from rollmux.model import POOLS, TRAIN, Cluster, Job, NodeSpec, PoolSpec, SwitchCost
+from rollmux.model import POOLS, TRAIN, Cluster, Group, Job, Member, NodeSpec, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
-from rollmux.planner import SLO_EPS, Planner
+from rollmux.planner import FULL_SPACE, SLO_EPS, Planner
 from rollmux.waste import waste_per_hour
 
 MEM = {"7B": (275.7, 240.0), "14B": (445.4, 456.1), "32B": (490.3, 520.4)}
@@ -274,3 +274,46 @@ def test_plan_regroup_by_waste_takes_the_wider_group_that_slows_no_one():
     assert after["lean"] == pytest.approx(lean.waste_after)
     assert lean.gain == pytest.approx(lean.waste_before - after["lean"])
     assert after["lean"] < after["cheap"] < lean.waste_before
+
+
+def test_a_group_keeps_its_shape_under_other_node_names_and_admission_orders():
+    a, b, c = (Job(k, 60.0, 60.0) for k in "abc")
+    g = Group("g3", ["R0", "R1"], ["T0"], [Member(a, ("R0",), ("T0",)), Member(b, ("R1",), ("T0",)),
+                                            Member(c, ("R1",), ("T0",))])
+    renamed = Group("g0", ["x", "y"], ["z"], [Member(c, ("y",), ("z",)), Member(a, ("x",), ("z",)),
+                                              Member(b, ("y",), ("z",))])
+    regrouped = Group("g0", ["x", "y"], ["z"], [Member(a, ("x",), ("z",)), Member(b, ("x",), ("z",)),
+                                                Member(c, ("y",), ("z",))])
+    assert shape(renamed) == shape(g) != shape(regrouped)
+    other = Group("g4", ["R2"], ["T1"], [Member(Job("d", 60.0, 60.0), ("R2",), ("T1",))])
+    moved_d = Group("g1", [], ["w"], [Member(Job("d", 60.0, 60.0), ("w",), ("w",))], colocated=True)
+    assert left_in_place((g, other), (renamed, moved_d)) == ((other,), (moved_d,))
+    assert left_in_place((g, other), (regrouped, moved_d)) == ((g, other), (regrouped, moved_d))
+
+
+def test_a_regrouping_leaves_a_group_it_would_re_create_in_place():
+    """a and c (training-heavy, SLO 1.0) cannot share, so each opens a group. With
+    co-location the pair's optimum runs c on its training node alone and a exactly as now:
+    only c's group is replaced (a is not paused for nothing), and the costs are c's."""
+    cluster = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs = [Job("a", 10.0, 100.0, slo=1.0, arrival_s=0.0),
+            Job("c", 10.0, 100.0, slo=1.0, arrival_s=1.0, t_roll_colo_s=10.0, t_train_colo_s=100.0)]
+    state = placed(cluster, jobs)
+    assert [[m.job.job_id for m in g.members] for g in state.groups.values()] == [["a"], ["c"]]
+    roomy = lambda k: (100, 1e9)  # noqa: E731
+    node = cluster.gpus_per_node * cluster.train.price_per_gpu_hour
+    for objective in ("cost", "waste"):
+        plan = plan_regroup(state, "g0", roomy, lambda k: 0.0, space=FULL_SPACE, objective=objective)
+        assert plan.replaced == ("g1",)
+        assert [([m.job.job_id for m in g.members], g.colocated) for g in plan.groups] == [(["c"], True)]
+        assert plan.cost_before == pytest.approx(state.group_cost_per_hour("g1"))
+        assert plan.cost_after == pytest.approx(node)
+    a_group = (state.groups["g0"].rollout_nodes, state.groups["g0"].train_nodes)
+    before = state.cost_per_hour()
+    carry_out(state, plan)
+    assert state.job_group["a"] == "g0" and (state.groups["g0"].rollout_nodes, state.groups["g0"].train_nodes) == a_group
+    assert state.cost_per_hour() == pytest.approx(before - plan.cost_before + plan.cost_after)
+    # offline too: the move names c's group only
+    offline = improve(placed(cluster, jobs), space=FULL_SPACE)
+    assert [(m.before, [jobs for _, jobs in m.after]) for m in offline.moves] == [((("g1", ("c",)),), [("c",)])]
+    assert offline.moves[0].cost_before - offline.moves[0].cost_after == pytest.approx(plan.cost_before - node)

@@ -37,7 +37,9 @@ improved (``Improvement.skipped`` says so); in a bounded pool a move must also f
 Online (``plan_regroup``, the simulator's ``rollmux-regroup``): the same move for a
 group that just lost a job and one other group, while their jobs run, with each moved
 job's whole-run SLO checked against the pause the move costs it; ``materialize`` opens
-a solver group on fresh nodes. Online, when jobs stay until their work is done, the
+a solver group on fresh nodes. A group the solution re-creates as it is (same jobs, same
+nodes up to their names) stays where it is, online and offline: its jobs do not pause
+(``left_in_place``). Online, when jobs stay until their work is done, the
 move may instead have to lower the groups' waste rate (``objective="waste"``,
 ``rollmux.waste``): with K's waste W(K) and ``exact.objective_lower_bound`` in place of
 cost(K) and ``lower_bound`` above, and the exact solves minimising waste.
@@ -191,13 +193,17 @@ def starts_in_time(state: PlanState, group: Group) -> bool:
 
 
 def _apply(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution, cost: float) -> Regroup:
-    """Release the jobs of ``combo`` and pin them as the solution's groups say."""
-    before = tuple((g.group_id, tuple(m.job.job_id for m in g.members)) for g in combo)
-    for g in combo:
+    """Release the jobs of ``combo`` and pin them as the solution's groups say (a group the
+    solution re-creates as it is stays in place, ``left_in_place``)."""
+    moved, groups = left_in_place(combo, solution.groups)
+    gone = {g.group_id for g in moved}
+    kept = sum(colocation.effective_cost(g, state.cluster) for g in combo if g.group_id not in gone)
+    before = tuple((g.group_id, tuple(m.job.job_id for m in g.members)) for g in moved)
+    for g in moved:
         for m in list(g.members):
             state.release(m.job.job_id)
-    after = tuple((materialize(state, g), tuple(m.job.job_id for m in g.members)) for g in solution.groups)
-    return Regroup(before, after, cost, solution.objective)
+    after = tuple((materialize(state, g), tuple(m.job.job_id for m in g.members)) for g in groups)
+    return Regroup(before, after, cost - kept, solution.objective - kept)
 
 
 def materialize(state: PlanState, group: Group) -> str:
@@ -321,16 +327,45 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
                          space=space, objective=objective)
         if solution is None:
             continue
-        joint = (bounded and not reservation.covered_by_free(state, "", solution.groups)
+        moved, groups = left_in_place(pair, solution.groups)
+        if not groups:
+            continue
+        joint = (bounded and not reservation.covered_by_free(state, "", groups)
                  if joint_pause is None else joint_pause)
-        if _fits(state, pair, solution) and keeps_pace(state, solution.groups, progress, pause_s, joint):
-            ids = tuple(g.group_id for g in pair)
+        ids = tuple(g.group_id for g in moved)
+        if (all(starts_in_time(state, g) for g in groups) and reservation.fits(state, "", ids, groups)
+                and keeps_pace(state, groups, progress, pause_s, joint)):
+            # what stays in place is the same on both sides of the move: it leaves the gain as it is
+            stays = [g for g in pair if g.group_id not in ids]
+            kept_cost = sum(state.group_cost_per_hour(g.group_id) for g in stays)
             if objective == "cost":
-                best = RegroupPlan(ids, solution.groups, value, solution.objective)
+                kept = sum(colocation.effective_cost(g, state.cluster) for g in stays)
+                best = RegroupPlan(ids, groups, value - kept, solution.objective - kept)
             else:
-                best = RegroupPlan(ids, solution.groups, sum(state.group_cost_per_hour(g) for g in ids),
-                                   solution.cost_per_hour, value, solution.objective)
+                kept = sum(waste.group_waste(state, g.group_id) for g in stays)
+                best = RegroupPlan(ids, groups, sum(state.group_cost_per_hour(g) for g in ids),
+                                   solution.cost_per_hour - kept_cost, value - kept, solution.objective - kept)
     return best
+
+
+def left_in_place(replaced: tuple[Group, ...], groups: tuple[Group, ...]) -> tuple[tuple[Group, ...], tuple[Group, ...]]:
+    """Split a regrouping of ``replaced`` into ``groups`` (solver groups) into what moves:
+    a group of ``replaced`` that some solver group re-creates as it is (``shape``) stays in
+    place, its jobs not paused; returns (the groups that empty, the groups that open), in
+    their given orders. A shape names its jobs, so it matches at most one group."""
+    kept = {shape(g) for g in groups} & {shape(g) for g in replaced}
+    return tuple(g for g in replaced if shape(g) not in kept), tuple(g for g in groups if shape(g) not in kept)
+
+
+def shape(group: Group) -> tuple:
+    """``group`` up to its node names and its members' admission order: co-located or not,
+    its hosted members, and on each pool the set of members pinned to each node. Two
+    groups of one shape cost the same; the one in place already passed the planner's
+    checks, whatever its admission order."""
+    return (group.colocated, frozenset(m.job.job_id for m in group.members if m.hosted),
+            tuple(tuple(sorted(tuple(sorted(m.job.job_id for m in group.members if node in m.nodes(pool)))
+                               for node in group.nodes(pool)))
+                  for pool in POOLS))
 
 
 def keeps_pace(state: PlanState, groups, progress: Callable[[str], tuple[int, float] | None],
