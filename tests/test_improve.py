@@ -317,3 +317,27 @@ def test_a_regrouping_leaves_a_group_it_would_re_create_in_place():
     offline = improve(placed(cluster, jobs), space=FULL_SPACE)
     assert [(m.before, [jobs for _, jobs in m.after]) for m in offline.moves] == [((("g1", ("c",)),), [("c",)])]
     assert offline.moves[0].cost_before - offline.moves[0].cost_after == pytest.approx(plan.cost_before - node)
+
+
+def test_a_group_with_a_member_below_slo_one_is_never_re_solved():
+    """On a fleet, a job may run co-located on a view where, disaggregated, it would miss
+    its deadline even alone: its translation there has an SLO below 1, which the exact
+    solver refuses (``rollmux fleet simulate --jobs production`` on three types stopped
+    with that SpecError in a regrouping). Such a group is left as it is; the others
+    still regroup."""
+    from rollmux.plan_state import Placement
+
+    cluster = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    jobs = [Job("a", 10.0, 100.0, slo=1.0, arrival_s=0.0),
+            Job("c", 10.0, 100.0, slo=1.0, arrival_s=1.0, t_roll_colo_s=10.0, t_train_colo_s=100.0)]
+    state = placed(cluster, jobs)
+    tight = replace(Job("x", 100.0, 100.0, arrival_s=2.0, t_roll_colo_s=50.0, t_train_colo_s=100.0), slo=0.95)
+    state.apply(tight, Placement.colocated_on(state.peek_new(TRAIN, 1, 0.0)))
+    gid = state.job_group["x"]
+    roomy = lambda k: (100, 1e9)  # noqa: E731
+    for objective in ("cost", "waste"):
+        assert plan_regroup(state, gid, roomy, lambda k: 0.0, space=FULL_SPACE, objective=objective) is None
+        plan = plan_regroup(state, "g0", roomy, lambda k: 0.0, space=FULL_SPACE, objective=objective)
+        assert plan.replaced == ("g1",) and gid not in plan.replaced
+    offline = improve(state, space=FULL_SPACE)
+    assert state.job_group["x"] == gid and all(gid not in dict(m.before) for m in offline.moves)

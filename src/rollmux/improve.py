@@ -29,10 +29,12 @@ it is not below cost(K), K is skipped, and the solve itself runs with cost(K) as
 budget, so it searches only for plans cheaper than K.
 
 Limits. Groups keep their admission order by arrival (that of the exact solver);
-co-located groups are left alone unless the space has co-location, and groups that host
-a member (``Member.hosted``) unless it has hosting (``_in_space``). The exact solver plans
-with one host-memory size per pool, so a pool listing nodes of different memories is not
-improved (``Improvement.skipped`` says so); in a bounded pool a move must also fit the nodes K frees plus the free ones.
+co-located groups are left alone unless the space has co-location, groups that host a
+member (``Member.hosted``) unless it has hosting, and groups with a member whose SLO is
+below 1 always (``_in_space``). The exact solver plans with one host-memory size per
+pool, so a pool listing nodes of different memories is not improved
+(``Improvement.skipped`` says so); in a bounded pool a move must also fit the nodes K
+frees plus the free ones.
 
 Online (``plan_regroup``, the simulator's ``rollmux-regroup``): the same move for a
 group that just lost a job and one other group, while their jobs run, with each moved
@@ -167,8 +169,13 @@ def _ranked(state: PlanState, combos, max_jobs: int, space: Space = PAPER_SPACE,
 
 def _in_space(group: Group, space: Space) -> bool:
     """Whether the exact solves of ``space`` may re-solve ``group``: a co-located group only
-    with co-location in it, a group that hosts a member only with hosting."""
-    return (space.colocation or not group.colocated) and (space.hosting or not group.hosts)
+    with co-location in it, a group that hosts a member only with hosting, and none with
+    a member whose SLO is below 1. On a fleet a job placed on a view where it misses its
+    deadline even alone, disaggregated, has such an SLO (``fleet.translate`` with
+    ``strict=False``: Gavel+'s co-located option may still meet it); the exact solver
+    refuses such a job, so its group stays as it is."""
+    return ((space.colocation or not group.colocated) and (space.hosting or not group.hosts)
+            and all(m.job.slo >= 1.0 for m in group.members))
 
 
 def _unsupported(cluster: Cluster) -> str:
