@@ -172,7 +172,7 @@ def _gathered_at_refusals(asked) -> int:
 
 #: the policies shipped with ``regroup_on_wait`` (jobs alone may sit co-located on
 #: training nodes), each with a ``queueing`` seed whose run regroups at refusals
-TRIGGERED = [("rollmux-hedge", 9), ("rollmux-full-regroup", 3)]
+TRIGGERED = [("rollmux-hedge", 42), ("rollmux-full-regroup", 17)]
 
 
 def test_only_the_policies_whose_jobs_sit_alone_have_the_trigger():
@@ -350,9 +350,9 @@ def test_live_queue_on_bounded_pools_is_the_simulators(policy, seed, backfill):
     assert sorted(live_phases, key=key) == sorted(sim_phases, key=key)
 
 
-@pytest.mark.parametrize("name,seed,every", [("rollmux-hedge", 3, 3), ("rollmux-hedge", 7, 0),
-                                             ("rollmux-hedge", 9, 4), ("rollmux-full-regroup", 3, 3),
-                                             ("rollmux-full-regroup", 2, 0)])
+@pytest.mark.parametrize("name,seed,every", [("rollmux-hedge", 10, 3), ("rollmux-hedge", 7, 0),
+                                             ("rollmux-hedge", 42, 4), ("rollmux-full-regroup", 17, 3),
+                                             ("rollmux-full-regroup", 0, 0)])
 def test_live_regrouping_of_jobs_alone_on_bounded_pools_is_the_simulators(name, seed, every):
     """``rollmux-hedge`` (a fleet of one view) and ``rollmux-full-regroup`` on 4 + 4 nodes
     where jobs queue and jobs alone are regrouped within the inventory, also when the
