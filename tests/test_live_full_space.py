@@ -26,7 +26,7 @@ def _trace(seed: int) -> list[Job]:
 
 
 @pytest.mark.parametrize("policy,seed,every", [("rollmux-full", 0, 0), ("rollmux-full", 1, 0),
-                                               ("rollmux-full", 11, 4), ("rollmux-full-regroup", 5, 0),
+                                               ("rollmux-full", 11, 4), ("rollmux-full-regroup", 7, 0),
                                                ("rollmux-full-regroup", 3, 0), ("rollmux-full-regroup", 1, 4)])
 def test_live_full_space_is_the_simulators_phase_for_phase(policy, seed, every):
     """Every phase (job, pool, group, nodes, start) and every move as in the simulator;
