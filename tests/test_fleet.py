@@ -332,6 +332,17 @@ def test_the_fleet_plan_beats_every_fixed_type_assignment_and_every_baseline_on_
     assert all(len(r.misses) == len(jobs) for r in rows if r.name.endswith("/H20") or r.name.endswith("on H20"))
 
 
+def test_alternatives_report_each_plan_as_it_is_done():
+    """``rollmux fleet plan``'s progress: one step per plan (the fleet's, then each view's),
+    each after its regrouping, in order."""
+    fleet, profiles, jobs = _example()
+    seen, regrouped = [], []
+    alternatives(FleetPlanner(fleet, profiles), jobs, lambda s: regrouped.append(len(seen)),
+                 progress=seen.append)
+    assert seen == list(range(1, 2 + len(fleet.views())))
+    assert regrouped == list(range(len(seen)))  # each plan regrouped before its step
+
+
 def test_gavel_takes_each_job_s_cheapest_feasible_alone_option():
     fleet, profiles, jobs = _example()
     rows = alternatives(FleetPlanner(fleet, profiles), jobs)

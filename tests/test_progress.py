@@ -24,7 +24,21 @@ def test_lines_every_few_seconds_with_rate_and_eta():
             update(done)
     lines = out.getvalue().splitlines()
     assert lines[0] == "rollmux: 25.0% in 5.0 s, 5.0%/s, ETA 15.0 s"
-    assert len(lines) == 5 and lines[-1] == "rollmux: 100.0% in 20.0 s"
+    # the last update printed 100% at 20 s; the end does not say it twice
+    assert len(lines) == 4 and lines[-1] == "rollmux: 100.0% in 20.0 s"
+
+
+def test_a_run_that_ends_between_lines_closes_with_one_at_100_percent():
+    out = io.StringIO()
+    clock = FakeClock()
+    with progress_reporter(Console(file=out, force_terminal=False, width=200), "fleet plan", 4, every_s=5.0,
+                           clock=clock) as update:
+        for done in range(1, 4):
+            clock.t += 4.0
+            update(done)
+        clock.t += 1.0
+    assert out.getvalue().splitlines() == ["fleet plan: 50.0% in 8.0 s, 6.2%/s, ETA 8.0 s",
+                                           "fleet plan: 100.0% in 13.0 s"]
 
 
 def test_a_short_run_prints_nothing():

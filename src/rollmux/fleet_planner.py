@@ -648,7 +648,8 @@ class Alternative:
 
 
 def alternatives(planner: FleetPlanner, jobs: list[Job],
-                 improve: Callable[[FleetState], object] | None = None) -> list[Alternative]:
+                 improve: Callable[[FleetState], object] | None = None,
+                 progress: Callable[[int], None] | None = None) -> list[Alternative]:
     """The fleet plan against fixed-type assignments and the no-sharing baselines, all
     counted as E (effective $/h, module docstring), every job present at once:
 
@@ -658,16 +659,20 @@ def alternatives(planner: FleetPlanner, jobs: list[Job],
     * ``co-located on c``: each job alone, both phases on pool c (``rollmux.colocation``);
     * ``gavel+``: each job alone on its cheapest feasible one of the above.
     A job that would miss its SLO in an alternative is listed in ``misses`` and not counted.
+    ``progress(k)`` is called after each of the 1 + (number of views) plans, which take
+    nearly all the time (the baselines are sums over the jobs).
     """
     fleet, profiles = planner.fleet, planner.profiles
     rows = []
-    for only in [(), *((v.name,) for v in fleet.views())]:
+    for done, only in enumerate([(), *((v.name,) for v in fleet.views())], start=1):
         state, decisions = plan_jobs(planner, jobs, only=only)
         if improve is not None:
             improve(state)
         rows.append(Alternative(f"rollmux on {only[0]}" if only else "rollmux (fleet)",
                                 "fixed-view" if only else "fleet", state.effective_cost_per_hour(),
                                 tuple(d.job_id for d in decisions if d.view is None)))
+        if progress is not None:
+            progress(done)
     options = {j.job_id: alone_options(fleet, profiles, j) for j in jobs}
     for name, kind in [(o.name, o.kind) for o in options[jobs[0].job_id]] if jobs else []:
         mine = [next(o for o in options[j.job_id] if o.name == name) for j in jobs]

@@ -40,6 +40,7 @@ class _Lines:
         self.start = self.last = clock()
         self.done = 0.0
         self.printed = False
+        self.shown = 0.0  # ``done`` at the last line printed
 
     def line(self) -> str:
         elapsed = self.clock() - self.start
@@ -55,7 +56,7 @@ class _Lines:
         now = self.clock()
         if now - self.last >= self.every_s:
             self.last = now
-            self.printed = True
+            self.printed, self.shown = True, done
             self.console.print(self.line(), highlight=False)
 
 
@@ -72,6 +73,6 @@ def progress_reporter(console: Console, label: str, total: float, every_s: float
         return
     lines = _Lines(console, label, total, every_s, clock)
     yield lines.update
-    if lines.printed:
+    if lines.printed and lines.shown < total:  # (a last update may have printed 100% already)
         lines.done = total
         console.print(lines.line(), highlight=False)
