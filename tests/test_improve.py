@@ -311,7 +311,8 @@ def test_a_regrouping_leaves_a_group_it_would_re_create_in_place():
     a_group = (state.groups["g0"].rollout_nodes, state.groups["g0"].train_nodes)
     before = state.cost_per_hour()
     carry_out(state, plan)
-    assert state.job_group["a"] == "g0" and (state.groups["g0"].rollout_nodes, state.groups["g0"].train_nodes) == a_group
+    kept = state.groups["g0"]
+    assert state.job_group["a"] == "g0" and (kept.rollout_nodes, kept.train_nodes) == a_group
     assert state.cost_per_hour() == pytest.approx(before - plan.cost_before + plan.cost_after)
     # offline too: the move names c's group only
     offline = improve(placed(cluster, jobs), space=FULL_SPACE)

@@ -355,7 +355,8 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     return best
 
 
-def left_in_place(replaced: tuple[Group, ...], groups: tuple[Group, ...]) -> tuple[tuple[Group, ...], tuple[Group, ...]]:
+def left_in_place(replaced: tuple[Group, ...],
+                  groups: tuple[Group, ...]) -> tuple[tuple[Group, ...], tuple[Group, ...]]:
     """Split a regrouping of ``replaced`` into ``groups`` (solver groups) into what moves:
     a group of ``replaced`` that some solver group re-creates as it is (``shape``) stays in
     place, its jobs not paused; returns (the groups that empty, the groups that open), in
