@@ -341,6 +341,14 @@ def test_alternatives_report_each_plan_as_it_is_done():
                  progress=seen.append)
     assert seen == list(range(1, 2 + len(fleet.views())))
     assert regrouped == list(range(len(seen)))  # each plan regrouped before its step
+    # the fleet plan the command made already is used as it is, not planned again
+    planner = FleetPlanner(fleet, profiles)
+    state, decisions = plan_jobs(planner, jobs)
+    improve_fleet(state)
+    again = []
+    rows = alternatives(planner, jobs, lambda s: again.append(improve_fleet(s)), planned=(state, decisions))
+    assert len(again) == len(fleet.views())
+    assert rows == alternatives(planner, jobs, lambda s: improve_fleet(s))
 
 
 def test_gavel_takes_each_job_s_cheapest_feasible_alone_option():

@@ -77,13 +77,13 @@ def plan(
         trace, _ = load_trace(jobs, None)
         planner = FleetPlanner(fleet, measured, space=chosen_space)
         regroup = (lambda s: improve_fleet(s, chosen_space)) if improve else None
-        # one step per plan: this one, then the fleet's again and each fixed-type one
-        # (every plan is regrouped, which is where the time goes: minutes on 200 jobs)
-        with progress_reporter(console, "fleet plan", 2 + len(fleet.views())) as update:
+        # one step per plan: the fleet's, then each fixed-type one (every plan is
+        # regrouped, which is where the time goes: minutes on 200 jobs)
+        with progress_reporter(console, "fleet plan", 1 + len(fleet.views())) as update:
             state, decisions = plan_jobs(planner, trace, explain=explain)
             improvement = regroup(state) if regroup is not None else None
             update(1)
-            rows = alternatives(planner, trace, regroup, progress=lambda k: update(1 + k))
+            rows = alternatives(planner, trace, regroup, progress=update, planned=(state, decisions))
         optimum = solve_fleet(fleet, trace, measured, chosen_space) if optimal else None
     except (RollMuxError, OSError, ValueError) as err:
         _fail(err)

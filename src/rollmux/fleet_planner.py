@@ -649,7 +649,8 @@ class Alternative:
 
 def alternatives(planner: FleetPlanner, jobs: list[Job],
                  improve: Callable[[FleetState], object] | None = None,
-                 progress: Callable[[int], None] | None = None) -> list[Alternative]:
+                 progress: Callable[[int], None] | None = None,
+                 planned: tuple[FleetState, list[FleetDecision]] | None = None) -> list[Alternative]:
     """The fleet plan against fixed-type assignments and the no-sharing baselines, all
     counted as E (effective $/h, module docstring), every job present at once:
 
@@ -659,15 +660,20 @@ def alternatives(planner: FleetPlanner, jobs: list[Job],
     * ``co-located on c``: each job alone, both phases on pool c (``rollmux.colocation``);
     * ``gavel+``: each job alone on its cheapest feasible one of the above.
     A job that would miss its SLO in an alternative is listed in ``misses`` and not counted.
-    ``progress(k)`` is called after each of the 1 + (number of views) plans, which take
-    nearly all the time (the baselines are sums over the jobs).
+    ``planned``: the fleet plan and its decisions when the caller has made them already
+    (``plan_jobs`` on every view, then ``improve``), used as they are. ``progress(k)`` is
+    called after each of the 1 + (number of views) plans, which take nearly all the time
+    (the baselines are sums over the jobs).
     """
     fleet, profiles = planner.fleet, planner.profiles
     rows = []
     for done, only in enumerate([(), *((v.name,) for v in fleet.views())], start=1):
-        state, decisions = plan_jobs(planner, jobs, only=only)
-        if improve is not None:
-            improve(state)
+        if only or planned is None:
+            state, decisions = plan_jobs(planner, jobs, only=only)
+            if improve is not None:
+                improve(state)
+        else:
+            state, decisions = planned
         rows.append(Alternative(f"rollmux on {only[0]}" if only else "rollmux (fleet)",
                                 "fixed-view" if only else "fleet", state.effective_cost_per_hour(),
                                 tuple(d.job_id for d in decisions if d.view is None)))

@@ -344,12 +344,12 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
                 and keeps_pace(state, groups, progress, pause_s, joint)):
             # what stays in place is the same on both sides of the move: it leaves the gain as it is
             stays = [g for g in pair if g.group_id not in ids]
-            kept_cost = sum(state.group_cost_per_hour(g.group_id) for g in stays)
             if objective == "cost":
                 kept = sum(colocation.effective_cost(g, state.cluster) for g in stays)
                 best = RegroupPlan(ids, groups, value - kept, solution.objective - kept)
             else:
                 kept = sum(waste.group_waste(state, g.group_id) for g in stays)
+                kept_cost = sum(state.group_cost_per_hour(g.group_id) for g in stays)
                 best = RegroupPlan(ids, groups, sum(state.group_cost_per_hour(g) for g in ids),
                                    solution.cost_per_hour - kept_cost, value - kept, solution.objective - kept)
     return best
@@ -361,8 +361,9 @@ def left_in_place(replaced: tuple[Group, ...],
     a group of ``replaced`` that some solver group re-creates as it is (``shape``) stays in
     place, its jobs not paused; returns (the groups that empty, the groups that open), in
     their given orders. A shape names its jobs, so it matches at most one group."""
-    kept = {shape(g) for g in groups} & {shape(g) for g in replaced}
-    return tuple(g for g in replaced if shape(g) not in kept), tuple(g for g in groups if shape(g) not in kept)
+    old, new = {shape(g): g for g in replaced}, {shape(g): g for g in groups}
+    kept = old.keys() & new.keys()
+    return tuple(g for s, g in old.items() if s not in kept), tuple(g for s, g in new.items() if s not in kept)
 
 
 def shape(group: Group) -> tuple:
