@@ -405,6 +405,13 @@ def test_fleet_plan_names_a_bad_field_and_changes_nothing(tmp_path):
     assert not out.exists()
 
 
+def test_fleet_plan_refuses_workers_with_an_address_before_planning(tmp_path):
+    out = tmp_path / "plan.json"
+    result = _on_example("plan", "--workers", "2", "--address", "auto", "--json", str(out))
+    assert result.exit_code == 2 and "--workers sizes a local Ray instance" in result.output
+    assert not out.exists()
+
+
 def test_fleet_roofline_prints_the_error_per_model():
     result = runner.invoke(app, ["fleet", "roofline"])
     assert result.exit_code == 0, result.output

@@ -10,6 +10,7 @@ co-located timings.
 """
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -54,21 +55,34 @@ def plan(
     explain: bool = typer.Option(False, help="List every view's verdict for each job, and under it every "
                                              "candidate that view's planner looked at."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the plan and the comparison as JSON here."),
+    workers: Optional[int] = typer.Option(None, min=1, help="Run the fixed-type plans in parallel on a local Ray "
+                                                            "instance of this many CPUs (default: one after the "
+                                                            "other in this process). Worth it with regrouping on "
+                                                            "hundreds of jobs, which takes minutes per plan."),
+    address: Optional[str] = typer.Option(None, help="Run the fixed-type plans in parallel on this existing Ray "
+                                                     "cluster (ray.init address)."),
 ) -> None:
     """Choose each job's GPU types and group, and what that saves.
 
     Places every job of the trace (all present at once) on the fleet's pairs of types,
     regroups the plan exactly, and compares its effective $/h with every fixed-type
-    assignment and the no-sharing baselines (solo-d, co-located, Gavel+ over types)."""
+    assignment and the no-sharing baselines (solo-d, co-located, Gavel+ over types).
+    The comparison plans (and regroups) the trace once per pair of types; --workers or
+    --address runs those plans in parallel on Ray, with the same results."""
     from rollmux.fleet import Profiles, load_profiles
     from rollmux.fleet_exact import improve_fleet, solve_fleet
     from rollmux.fleet_file import load_fleet
-    from rollmux.fleet_planner import FleetPlanner, alternatives, plan_jobs
+    from rollmux.fleet_planner import FleetPlanner, alternatives, plan_jobs, serial_map
+    from rollmux.ray_tasks import map_tasks
     from rollmux.report.paths import check_writable
     from rollmux.report.progress import progress_reporter
     from rollmux.traces.builtin import load_trace
 
     chosen_space = SPACES[space.value]
+    if address and workers:
+        _fail(RollMuxError("--workers sizes a local Ray instance; with --address the cluster's CPUs are used"))
+    mapper = (partial(map_tasks, command="rollmux fleet plan", address=address, num_cpus=workers)
+              if address or workers else serial_map)
     try:
         if json_path is not None:
             check_writable(json_path, "--json")
@@ -76,14 +90,15 @@ def plan(
         measured = load_profiles(profiles, fleet) if profiles is not None else Profiles()
         trace, _ = load_trace(jobs, None)
         planner = FleetPlanner(fleet, measured, space=chosen_space)
-        regroup = (lambda s: improve_fleet(s, chosen_space)) if improve else None
+        regroup = partial(improve_fleet, space=chosen_space) if improve else None
         # one step per plan: the fleet's, then each fixed-type one (every plan is
         # regrouped, which is where the time goes: minutes on 200 jobs)
         with progress_reporter(console, "fleet plan", 1 + len(fleet.views())) as update:
             state, decisions = plan_jobs(planner, trace, explain=explain)
             improvement = regroup(state) if regroup is not None else None
             update(1)
-            rows = alternatives(planner, trace, regroup, progress=update, planned=(state, decisions))
+            rows = alternatives(planner, trace, regroup, progress=update, planned=(state, decisions),
+                                mapper=mapper)
         optimum = solve_fleet(fleet, trace, measured, chosen_space) if optimal else None
     except (RollMuxError, OSError, ValueError) as err:
         _fail(err)

@@ -92,7 +92,7 @@ from __future__ import annotations
 import statistics
 from collections import ChainMap
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from rollmux import colocation
 from rollmux.fleet import Fleet, Profiles, View, speed_factor, translate
@@ -647,15 +647,45 @@ class Alternative:
     misses: tuple[str, ...] = ()
 
 
+def fixed_view_plan(planner: FleetPlanner, jobs: list[Job], view: str,
+                    improve: Callable[[FleetState], object] | None = None) -> Alternative:
+    """``jobs`` planned on ``view`` alone (a fixed-type assignment, ``plan_jobs``), then
+    ``improve(state)`` if given: its row of ``alternatives``. A module-level function of
+    picklable arguments, so that it can run as a task in another process."""
+    state, decisions = plan_jobs(planner, jobs, only=(view,))
+    if improve is not None:
+        improve(state)
+    return Alternative(f"rollmux on {view}", "fixed-view", state.effective_cost_per_hour(),
+                       tuple(d.job_id for d in decisions if d.view is None))
+
+
+#: How ``alternatives`` runs its fixed-type plans: ``mapper(fn, shared, items, on_done=)``
+#: returns ``[fn(*shared, *item) for item in items]`` and calls ``on_done(index, result,
+#: done, total)`` as each finishes (``rollmux.ray_tasks.map_tasks`` has this shape).
+Mapper = Callable[..., list]
+
+
+def serial_map(fn: Callable, shared: Sequence, items: Sequence[Sequence],
+               on_done: Callable[[int, object, int, int], None] | None = None) -> list:
+    """A ``Mapper`` that makes the calls one after the other in this process."""
+    out = []
+    for i, item in enumerate(items):
+        out.append(fn(*shared, *item))
+        if on_done is not None:
+            on_done(i, out[-1], i + 1, len(items))
+    return out
+
+
 def alternatives(planner: FleetPlanner, jobs: list[Job],
                  improve: Callable[[FleetState], object] | None = None,
                  progress: Callable[[int], None] | None = None,
-                 planned: tuple[FleetState, list[FleetDecision]] | None = None) -> list[Alternative]:
+                 planned: tuple[FleetState, list[FleetDecision]] | None = None,
+                 mapper: Mapper = serial_map) -> list[Alternative]:
     """The fleet plan against fixed-type assignments and the no-sharing baselines, all
     counted as E (effective $/h, module docstring), every job present at once:
 
     * ``fleet``: ``plan_jobs`` (each job's view chosen), then ``improve(state)`` if given;
-    * ``rollmux on a/b``: the same, confined to one view (a fixed-type assignment);
+    * ``rollmux on a/b``: the same, confined to one view (``fixed_view_plan``);
     * ``solo-d on a/b``: each job alone on its own nodes of view a/b;
     * ``co-located on c``: each job alone, both phases on pool c (``rollmux.colocation``);
     * ``gavel+``: each job alone on its cheapest feasible one of the above.
@@ -663,22 +693,25 @@ def alternatives(planner: FleetPlanner, jobs: list[Job],
     ``planned``: the fleet plan and its decisions when the caller has made them already
     (``plan_jobs`` on every view, then ``improve``), used as they are. ``progress(k)`` is
     called after each of the 1 + (number of views) plans, which take nearly all the time
-    (the baselines are sums over the jobs).
+    (the baselines are sums over the jobs): the fleet's first, then k counts the
+    fixed-type plans finished. ``mapper`` runs the fixed-type plans (``serial_map``: one
+    after the other here; ``rollmux.ray_tasks.map_tasks``: in parallel on Ray); the rows
+    are the same either way, in the fleet's order of views. ``improve`` must then be
+    picklable (a module-level function or a ``functools.partial`` of one).
     """
     fleet, profiles = planner.fleet, planner.profiles
-    rows = []
-    for done, only in enumerate([(), *((v.name,) for v in fleet.views())], start=1):
-        if only or planned is None:
-            state, decisions = plan_jobs(planner, jobs, only=only)
-            if improve is not None:
-                improve(state)
-        else:
-            state, decisions = planned
-        rows.append(Alternative(f"rollmux on {only[0]}" if only else "rollmux (fleet)",
-                                "fixed-view" if only else "fleet", state.effective_cost_per_hour(),
-                                tuple(d.job_id for d in decisions if d.view is None)))
-        if progress is not None:
-            progress(done)
+    if planned is None:
+        state, decisions = plan_jobs(planner, jobs)
+        if improve is not None:
+            improve(state)
+    else:
+        state, decisions = planned
+    rows = [Alternative("rollmux (fleet)", "fleet", state.effective_cost_per_hour(),
+                        tuple(d.job_id for d in decisions if d.view is None))]
+    if progress is not None:
+        progress(1)
+    rows += mapper(fixed_view_plan, (planner, jobs), [(v.name, improve) for v in fleet.views()],
+                   on_done=None if progress is None else lambda i, row, done, total: progress(1 + done))
     options = {j.job_id: alone_options(fleet, profiles, j) for j in jobs}
     for name, kind in [(o.name, o.kind) for o in options[jobs[0].job_id]] if jobs else []:
         mine = [next(o for o in options[j.job_id] if o.name == name) for j in jobs]
