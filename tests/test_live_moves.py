@@ -406,3 +406,35 @@ def test_kill_9_at_each_step_of_a_live_move_loses_nothing(tmp_path, kill_at):
         s.sort()
         for (s1, e1, j1), (s2, e2, j2) in zip(s, s[1:]):
             assert e1 <= s2 + 0.05, f"node {node}: {j1} and {j2} overlap"
+
+
+def _regrouped_pair() -> tuple[ControlPlane, float]:
+    """Two jobs alone under ``rollmux-hedge``, each through one iteration: both stopped for
+    the regrouping that gathers them, each holding its move directive."""
+    cp = ControlPlane(Cluster(), policy="rollmux-hedge", migration_s=0.1)
+    for j in ("a", "b"):
+        cp.submit(Job(j, 100.0, 100.0, slo=1.5, iterations=1000, model="7B"), 0.0, "0" * 64)
+    now = 1.0
+    for j in ("a", "b"):
+        for phase in ("rollout", "train"):
+            grant = cp.acquire(j, phase)
+            now += 1.0
+            cp.release(j, phase, grant.seq, 1.0, now)
+    assert cp.pending_move("a")["regroup"] == cp.pending_move("b")["regroup"]
+    return cp, now
+
+
+def test_a_regrouped_job_s_repeated_acknowledgement_is_answered_not_applied_again():
+    cp, now = _regrouped_pair()
+    cp.moved("a", now + 1.0)
+    after_first = (json.dumps(cp.snapshot(), sort_keys=True), dict(cp.move_s))
+    assert cp.record("a").move["acked"] and cp.pending_move("a") is None
+    cp.moved("a", now + 30.0)  # a client retrying after a lost answer, 29 s later
+    assert (json.dumps(cp.snapshot(), sort_keys=True), dict(cp.move_s)) == after_first
+    with pytest.raises(PhaseOrderError, match="already reported its move done"):
+        cp.moved("a", now + 31.0, ok=False, reason="a late failure report")
+    assert (json.dumps(cp.snapshot(), sort_keys=True), dict(cp.move_s)) == after_first
+    cp.moved("b", now + 32.0)  # the last member: the new group admits both
+    group = cp.record("a").group_id
+    assert group == cp.record("b").group_id and cp.record("a").move is None
+    assert set(cp.executors[group].members()) == {"a", "b"}

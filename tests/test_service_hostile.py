@@ -89,6 +89,8 @@ HOSTILE = [
     ("post", "/v1/jobs", {"spec": _spec("x", rollout_gpus=True)}, "admin", 422, "spec.rollout_gpus"),
     ("post", "/v1/jobs", {"spec": _spec("x", iterations=True)}, "admin", 422, "spec.iterations"),
     ("post", "/v1/jobs", {"spec": _spec("x", slo=True)}, "admin", 422, "spec.slo"),
+    ("post", "/v1/jobs", {"spec": _spec("x", t="10")}, "admin", 422, "spec.t_roll_s"),
+    ("post", "/v1/jobs", {"spec": _spec("x", slo="2")}, "admin", 422, "spec.slo"),
     ("post", "/v1/jobs", {"spec": _spec("x", rollout_gpus=8.5)}, "admin", 422, "spec.rollout_gpus"),
     ("post", "/v1/jobs", {"spec": _spec("x", t=1e308)}, "admin", 422, "spec.t_roll_s"),
     ("post", "/v1/jobs", b'{"spec": {"job_id": "x", "t_roll_s": Infinity, "t_train_s": 1}}', "admin", 422,
@@ -115,6 +117,8 @@ HOSTILE = [
     ("post", "/v1/jobs", {"spec": _spec("a")}, "admin", 409, "job_id"),
     ("post", "/v1/jobs", b"{not json", "admin", 422, "body"),
     ("post", "/v1/jobs", b"[]", "admin", 422, "body"),
+    ("post", "/v1/jobs", b'{"spec": {"job_id": "\xff\xfe"}}', "admin", 400, "body"),
+    ("post", "/v1/jobs", b"[" * 30000 + b"]" * 30000, "admin", 400, "body"),
     ("get", "/v1/events?since=1000000000000000000000000000000", None, "admin", 422, "since"),
     ("get", "/v1/events?since=-1", None, "admin", 422, "since"),
     ("get", "/v1/jobs?state=running", None, "admin", 422, "state"),
@@ -143,6 +147,8 @@ HOSTILE = [
     ("post", "/v1/jobs/a/release", {"phase": "rollout", "grant_seq": True, "duration_s": 1}, "job", 422,
      "grant_seq"),
     ("post", "/v1/jobs/a/progress", {"fraction": 1.5}, "job", 422, "fraction"),
+    ("post", "/v1/jobs/a/moved", {"ok": "yes"}, "job", 422, "ok"),
+    ("post", "/v1/jobs/a/moved", {"ok": 1}, "job", 422, "ok"),
     ("post", "/v1/jobs/a/cancel", None, "wrong", 404, "job_id"),
     ("post", "/v1/jobs/a/complete", None, "tenant", 404, "job_id"),
     ("post", "/v1/jobs/nope/acquire", {"phase": "rollout"}, "job", 404, "job_id"),
@@ -225,6 +231,88 @@ def test_a_finished_jobs_id_can_be_submitted_again(api):
     assert again.status_code == 201 and again.json()["state"] == "placed"
     old = client.get("/v1/jobs/a", headers=_auth(token))
     assert old.status_code == 404, "the old run's token is not the new run's"
+
+
+def test_the_live_job_limit_counts_a_reused_id_and_spares_only_a_retry(tmp_path):
+    service = Service(_cluster(None), str(tmp_path / "state.db"), ADMIN, _config(max_live_jobs=2))
+    with TestClient(create_app(service)) as client:
+        def submit(job_id: str, **extra):
+            return client.post("/v1/jobs", json={"spec": _spec(job_id), **extra}, headers=_auth(ADMIN))
+
+        old = submit("old")
+        assert old.status_code == 201
+        assert client.post("/v1/jobs/old/cancel", headers=_auth(ADMIN)).status_code == 200
+        first = submit("live1", request_id="r-1", token="t" * 32)
+        assert first.status_code == 201 and submit("live2").status_code == 201
+        before = _persisted(client, service)
+        _assert_problem(submit("new"), 429, "spec")
+        _assert_problem(submit("old"), 429, "spec")  # a departed job's id is a new job
+        _assert_problem(submit("live2"), 409, "job_id")  # a live one's is a duplicate, limit or not
+        assert _persisted(client, service) == before
+        retry = submit("live1", request_id="r-1", token="t" * 32)  # a lost answer, asked again
+        assert retry.status_code == 201 and retry.json()["job_id"] == "live1"
+        assert _persisted(client, service) == before
+
+
+def test_one_bad_change_in_a_batch_fails_only_its_caller(tmp_path):
+    """Changes queued together run as one batch with one commit (``Service.mutate``): a
+    spec the cluster cannot take, or a change that fails half-way (a bug), is refused to
+    its caller alone, and the batch's other changes are made and committed."""
+    from rollmux.runtime.api_models import JobSpec
+    from rollmux.runtime.control import SpecRejected
+
+    path = str(tmp_path / "state.db")
+    service = Service(_cluster(None), path, ADMIN, _config())
+
+    def submit(job_id: str, **extra):
+        job = JobSpec(**_spec(job_id, **extra)).to_job()
+        return lambda c, now: c.submit(job, now, hash_token(job_id * 16))
+
+    def half_way(c, now):
+        c.submit(JobSpec(**_spec("half")).to_job(), now, hash_token("h" * 16))
+        raise RuntimeError("a bug after a change")
+
+    async def batch():
+        return await asyncio.gather(*(service.mutate(fn) for fn in (
+            submit("b"), submit("x", mem_roll_gb=5000), half_way, submit("d"))), return_exceptions=True)
+
+    b, x, bug, d = asyncio.run(batch())
+    assert (b.job_id, d.job_id) == ("b", "d")
+    assert isinstance(x, SpecRejected) and x.field == "spec.mem_roll_gb" and x.status == 422
+    assert isinstance(bug, RuntimeError)
+    assert set(service.control.jobs) == {"b", "d"}
+    service.close()
+    again = Service(_cluster(None), path, ADMIN, _config())  # what was committed
+    assert set(again.control.jobs) == {"b", "d"}
+    again.close()
+
+
+def test_a_chunked_body_is_held_to_the_limit_and_passed_on_whole_below_it(api):
+    client, service, _token = api
+    before = _persisted(client, service)
+
+    def chunks(body: bytes, size: int = 4096):
+        for k in range(0, len(body), size):
+            yield body[k:k + size]
+
+    big = json.dumps({"spec": _spec("x", model="m" * 100_000)}).encode()
+    r = client.post("/v1/jobs", content=chunks(big), headers={**_auth(ADMIN), "content-type": "application/json"})
+    assert "content-length" not in r.request.headers
+    _assert_problem(r, 413, "body")
+    assert _persisted(client, service) == before
+    small = json.dumps({"spec": _spec("c")}).encode()
+    r = client.post("/v1/jobs", content=chunks(small, 16), headers={**_auth(ADMIN), "content-type": "application/json"})
+    assert r.status_code == 201, r.text
+
+
+def test_a_retried_release_is_counted_once_in_the_phase_histogram(api):
+    client, _service, token = api
+    grant = client.post("/v1/jobs/a/acquire", json={"phase": "rollout"}, headers=_auth(token)).json()["grant"]
+    body = {"phase": "rollout", "grant_seq": grant["seq"], "duration_s": 0.1}
+    for _ in range(3):  # the first release and two retries
+        assert client.post("/v1/jobs/a/release", json=body, headers=_auth(token)).status_code == 200
+    metrics = client.get("/metrics").text
+    assert 'rollmux_phase_duration_seconds_count{pool="rollout"} 1.0' in metrics
 
 
 def test_unbounded_pool_caps_job_width_before_planning(tmp_path):

@@ -29,13 +29,18 @@ MAX_BODY_BYTES = 64 * 1024
 TEXT = r"^[^\x00-\x1f\x7f]*$"  # no control characters
 
 
-def _not_bool(value):
+def _number(value):
+    """A JSON number as it came: a boolean or a numeric string is refused, not converted."""
     if isinstance(value, bool):
         raise ValueError("a number, not a boolean")
+    if isinstance(value, str):
+        raise ValueError(f"a number, not a string ({value[:40]!r})")
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"a number, not {type(value).__name__}")
     return value
 
 
-Number = Annotated[float, BeforeValidator(_not_bool)]
+Number = Annotated[float, BeforeValidator(_number)]
 
 
 class _Request(BaseModel):
@@ -155,7 +160,7 @@ class AddNodeRequest(_Request):
 class MovedRequest(_Request):
     """The job's answer to a move directive: ``ok`` once its state is on the new nodes."""
 
-    ok: bool = True
+    ok: StrictBool = True
     reason: str = Field(default="", max_length=500, pattern=TEXT)
 
 

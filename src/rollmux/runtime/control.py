@@ -113,7 +113,7 @@ from dataclasses import asdict, dataclass, field
 
 from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
 from rollmux.colocation import worst_phase
-from rollmux.errors import RollMuxError
+from rollmux.errors import RollMuxError, SpecError
 from rollmux.execution import Grant, GroupExecutor
 from rollmux.fleet import Fleet, Profiles, fleet_of
 from rollmux.fleet_file import fleet_from_dict, fleet_to_dict, profiles_from_rows, profiles_to_rows
@@ -383,19 +383,24 @@ class ControlPlane:
         ``gather``, which runs before any other change: the answer does not wait for it.
         A repeated submit with the same ``request_id`` and token returns the first answer
         (a client retrying after a lost reply); any other submit of a live job's id is a
-        ``DuplicateJob``. The id of a departed job may be used again.
+        ``DuplicateJob``. The id of a departed job may be used again. A spec the cluster
+        cannot take (``Job.validate``: memory above a node's, ...) is a ``SpecRejected``
+        on ``spec.<field>``, refused before any change.
         """
-        self.gather()
         known = self.jobs.get(job.job_id)
         if known is not None:
-            if request_id is not None and known.request_id == request_id and known.token_hash == token_hash:
+            if self.is_retry(known, request_id, token_hash):
                 return known
             if known.live:
                 raise DuplicateJob("job_id", f"{job.job_id!r} is already registered")
-        job.validate(self.cluster)
+        try:
+            job.validate(self.cluster)
+        except SpecError as err:
+            raise SpecRejected(f"spec.{err.field}", f"{err.value!r}: expected {err.expected}") from None
         if job.staleness > MAX_STALENESS:
-            raise SpecRejected("staleness", f"{job.staleness} is more than {MAX_STALENESS}, the largest staleness "
+            raise SpecRejected("spec.staleness", f"{job.staleness} is more than {MAX_STALENESS}, the largest staleness "
                                             f"the live service runs")
+        self.gather()
         if job.staleness:
             movable = False  # never moved (see the module docstring)
         decision = self._decide(job, lambda k: job.iterations if k == job.job_id else self._remaining(k))
@@ -475,16 +480,22 @@ class ControlPlane:
             raise PhaseOrderError("phase", f"training {t + 1} needs rollout {t + 1} released first "
                                            f"({f} released)")
 
+    def is_repeat_release(self, job_id: str, phase: str, grant_seq: int) -> bool:
+        """True when a release of ``phase`` under ``grant_seq`` repeats the job's last one
+        (of that pool, for an asynchronous job, whose other pool may have released since):
+        ``release`` answers it without applying it again."""
+        rec = self.jobs.get(job_id)
+        if rec is None or grant_seq is None:
+            return False
+        return ((rec.last_released_seq == grant_seq and rec.last_released_phase == phase)
+                or (rec.asynchronous and rec.last_released_in.get(phase) == grant_seq))
+
     def release(self, job_id: str, phase: str, grant_seq: int, duration_s: float, now: float) -> JobRecord:
         """End the granted ``phase``; a repeat of the last release (same grant and phase) is
         answered, not re-applied."""
         self.gather()
-        rec = self.jobs.get(job_id)
-        if (rec is not None and rec.last_released_seq == grant_seq and rec.last_released_phase == phase
-                and grant_seq is not None):
-            return rec
-        if rec is not None and rec.asynchronous and rec.last_released_in.get(phase) == grant_seq:
-            return rec  # a repeat of this pool's last release (the other pool's phase was released since)
+        if self.is_repeat_release(job_id, phase, grant_seq):
+            return self.jobs[job_id]
         rec = self._live(job_id)
         self._check_phase(phase)
         if not (math.isfinite(duration_s) and duration_s >= 0):
@@ -593,6 +604,12 @@ class ControlPlane:
         when a released rollout waits for it and none runs, else rollout."""
         return TRAIN if rec.rollouts_done > rec.iterations_done and rec.held(TRAIN) is None else ROLLOUT
 
+    @staticmethod
+    def is_retry(known: JobRecord, request_id: str | None, token_hash: str) -> bool:
+        """True when a submit with ``request_id`` and ``token_hash`` repeats the one that
+        registered ``known`` (a client retrying after a lost reply)."""
+        return request_id is not None and known.request_id == request_id and known.token_hash == token_hash
+
     def pending_move(self, job_id: str) -> dict | None:
         """The job's move directive ({"from_group", "to_group", "rollout_nodes",
         "train_nodes", "decided_at", "seq"}), or None (also while a regrouped job waits
@@ -608,11 +625,14 @@ class ControlPlane:
         of a done move is answered, not re-applied."""
         self.gather()
         rec = self._live(job_id)
+        if rec.move is not None and rec.move.get("acked"):  # a regrouped member waiting for the others
+            if ok:
+                return rec  # a repeat of its acknowledgement
+            raise PhaseOrderError("move", f"job {job_id!r} has already reported its move done; its new group "
+                                          f"waits for the other members")
         if rec.move is None or "to_group" not in rec.move:
             if rec.move is None and rec.state == PLACED and rec.moves > 0:
                 return rec
-            if rec.move is not None and rec.move.get("acked"):
-                return rec  # a regrouped member that already acknowledged, waiting for the others
             raise PhaseOrderError("move", f"job {job_id!r} has no move in progress")
         self._advance(now)
         if ok:

@@ -150,7 +150,10 @@ class Service:
         Changes queued while a batch is in the worker run together in the next batch,
         in arrival order, with one commit (group commit): a busy service pays one thread
         hop and one transaction per batch, not per request. Each caller gets its own
-        result or error; a failed commit fails every change of its batch (nothing of it
+        result or error: a change that raises anything but a ``ControlError`` (a refusal
+        made before it changed anything) is undone with the whole batch (memory reloaded
+        from the file), and the batch runs again without it, so one bad change never
+        fails another's. A failed commit fails every change of its batch (nothing of it
         was written, and memory is reloaded from the file).
         """
         done = asyncio.get_running_loop().create_future()
@@ -191,15 +194,26 @@ class Service:
                     done.set_result(result)
 
     def _apply(self, fns: list[Callable[[ControlPlane, float], Any]]) -> tuple[list, Changes | None]:
-        outcomes = []
-        for fn in fns:
-            try:
-                outcomes.append((fn(self.control, self.clock.now()), None))
-            except ControlError as exc:
-                outcomes.append((None, exc))  # validated before any change: nothing changed
-            except BaseException:
-                self.control = self._restore()
-                raise
+        failed: dict[int, Exception] = {}  # changes that raised: undone, and left out of the rerun
+        while True:
+            outcomes: list[tuple[Any, BaseException | None]] = []
+            for i, fn in enumerate(fns):
+                if i in failed:
+                    outcomes.append((None, failed[i]))
+                    continue
+                try:
+                    outcomes.append((fn(self.control, self.clock.now()), None))
+                except ControlError as exc:
+                    outcomes.append((None, exc))  # validated before any change: nothing changed
+                except Exception as exc:  # it may have changed memory half-way: undo the batch, rerun the rest
+                    self.control = self._restore()
+                    failed[i] = exc
+                    break
+                except BaseException:
+                    self.control = self._restore()
+                    raise
+            else:
+                break
         changes = self.control.take_changes()
         if changes.empty():
             return outcomes, None
@@ -304,7 +318,12 @@ class Service:
                         else f"the largest {pool} pool's {nodes} nodes x {cp.cluster.gpus_per_node} GPUs")
                 raise Refused(422, f"spec.{name}", f"{gpus} GPUs is more than {limit} ({what})")
         live = sum(1 for r in list(cp.jobs.values()) if r.live)
-        if live >= self.config.max_live_jobs and spec.job_id not in cp.jobs:
+        known = cp.jobs.get(spec.job_id)
+        # exempt: a submit the plane answers without a new job (a live job's id: refused as a
+        # duplicate; a retry of the submit that registered it: its first answer)
+        exempt = known is not None and (known.live or (body.token is not None and ControlPlane.is_retry(
+            known, body.request_id, hash_token(body.token))))
+        if live >= self.config.max_live_jobs and not exempt:
             raise Refused(429, "spec", f"the service holds {live} live jobs, its --max-live-jobs; retry later")
 
     # --- background tasks -------------------------------------------------------------------
@@ -366,7 +385,10 @@ def problem(status: int, field: str, reason: str, state: str | None = None) -> J
 
 
 class BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes is answered 413 before it is parsed."""
+    """ASGI middleware: a request body over ``limit`` bytes is answered 413 (``body``)
+    before it is parsed. A body with a Content-Length is judged by the header (the server
+    reads no more than it says); one without (chunked) is read here first, at most
+    ``limit`` bytes of it, and handed on whole."""
 
     def __init__(self, app, limit: int = MAX_BODY_BYTES) -> None:
         self.app = app
@@ -375,28 +397,33 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        too_large = problem(413, "body", f"more than {self.limit} bytes")
         length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.limit):
-            return await problem(413, "body", f"more than {self.limit} bytes")(scope, receive, send)
-        seen = 0
-
-        async def limited():
-            nonlocal seen
+        if length is not None:
+            if not length.isdigit() or int(length) > self.limit:
+                return await too_large(scope, receive, send)
+            return await self.app(scope, receive, send)
+        chunks, seen = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge()
-            return message
+            if message["type"] != "http.request":
+                return None  # the client went away before its body was in
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
+            if seen > self.limit:
+                return await too_large(scope, receive, send)
+            if not message.get("more_body", False):
+                break
+        handed = False
 
-        try:
-            return await self.app(scope, limited, send)
-        except _TooLarge:
-            return await problem(413, "body", f"more than {self.limit} bytes")(scope, receive, send)
+        async def replay():
+            nonlocal handed
+            if handed:
+                return await receive()
+            handed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
-
-class _TooLarge(Exception):
-    pass
+        return await self.app(scope, replay, send)
 
 
 def create_app(service: Service) -> FastAPI:
@@ -455,7 +482,8 @@ def create_app(service: Service) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return answer(exc.status_code, "path", str(exc.detail))
+        # 400: FastAPI could not read the body as JSON (not UTF-8, nested too deep); else the path
+        return answer(exc.status_code, "body" if exc.status_code == 400 else "path", str(exc.detail))
 
     @app.exception_handler(Exception)
     async def _bug(_r: Request, exc: Exception) -> JSONResponse:
@@ -540,8 +568,13 @@ def create_app(service: Service) -> FastAPI:
     @app.post("/v1/jobs/{job_id}/release", response_model=JobView)
     async def release(job_id: str, body: ReleaseRequest, token: str | None = Depends(bearer)) -> JobView:
         service.check_job(job_id, token)
-        rec = await service.mutate(lambda c, now: c.release(job_id, body.phase, body.grant_seq, body.duration_s, now))
-        service.metrics.phase_seconds.labels(body.phase).observe(body.duration_s)
+        def run(c: ControlPlane, now: float) -> tuple[JobRecord, bool]:
+            repeat = c.is_repeat_release(job_id, body.phase, body.grant_seq)
+            return c.release(job_id, body.phase, body.grant_seq, body.duration_s, now), repeat
+
+        rec, repeat = await service.mutate(run)
+        if not repeat:  # a retried release is answered, not counted again
+            service.metrics.phase_seconds.labels(body.phase).observe(body.duration_s)
         return service.view(rec)
 
     @app.post("/v1/jobs/{job_id}/heartbeat", response_model=HeartbeatResponse)
