@@ -680,3 +680,39 @@ def test_operator_commands_against_a_live_service(thread_server, tmp_path, monke
     out = runner.invoke(app, ["admin", "tenant-token", "team-b"])
     token = out.output.split("token: ")[1].split()[0]
     assert hash_token(token) in out.output
+
+
+def test_only_the_latest_departed_jobs_stay_in_memory_and_every_run_is_counted(tmp_path):
+    """``--keep-ended 2``: /v1/status lists the two latest departed runs; an older run is
+    still answered by GET /v1/jobs/ID from the state file and still counted in the jobs
+    gauge; a restart rebuilds the same memory and the same counts."""
+    path = str(tmp_path / "state.db")
+    service = Service(_cluster(None), path, ADMIN, _config(keep_ended=2))
+
+    def listed(client) -> dict[str, str]:
+        return {j["job_id"]: j["state"] for j in client.get("/v1/status", headers=_auth(ADMIN)).json()["jobs"]}
+
+    tokens = {}
+    with TestClient(create_app(service)) as client:
+        for job_id in ("j0", "j1", "j2", "j3", "j0"):  # j0 twice: two runs
+            tokens[job_id] = client.post("/v1/jobs", json={"spec": _spec(job_id)}, headers=_auth(ADMIN)).json()["token"]
+            assert client.post(f"/v1/jobs/{job_id}/complete", headers=_auth(tokens[job_id])).status_code == 200
+        live = client.post("/v1/jobs", json={"spec": _spec("live")}, headers=_auth(ADMIN))
+        assert live.status_code == 201
+        assert listed(client) == {"j3": "done", "j0": "done", "live": "placed"}
+        metrics = client.get("/metrics").text
+        assert 'rollmux_jobs{state="done"} 5.0' in metrics and 'rollmux_jobs{state="placed"} 1.0' in metrics
+        old = client.get("/v1/jobs/j1", headers=_auth(tokens["j1"]))  # out of memory, from the file
+        assert old.status_code == 200 and old.json()["state"] == "done"
+        assert client.get("/v1/jobs/j1", headers=_auth(ADMIN)).json()["state"] == "done"
+        _assert_problem(client.get("/v1/jobs/j1", headers=_auth(tokens["j2"])), 404, "job_id")
+        before = (listed(client), service.control.counts())
+    service.close()
+    again = Service(_cluster(None), path, ADMIN, _config(keep_ended=2))
+    with TestClient(create_app(again)) as client:
+        assert (listed(client), again.control.counts()) == before
+    again.close()
+    everything = Service(_cluster(None), path, ADMIN, _config())  # the default keeps them all
+    assert set(everything.control.jobs) == {"j0", "j1", "j2", "j3", "live"}
+    assert everything.control.counts() == before[1]
+    everything.close()

@@ -125,6 +125,10 @@ def serve(
     max_job_gpus: int = typer.Option(256, "--max-job-gpus", min=1,
                                      help="Most GPUs one job may ask of an unbounded pool."),
     max_live_jobs: int = typer.Option(5000, "--max-live-jobs", min=1, help="Most live jobs at once."),
+    keep_ended: int = typer.Option(10_000, "--keep-ended", min=0,
+                                   help="Departed jobs kept in memory, in /v1/status and in job lists (the latest "
+                                        "ones); every departed record stays in the state file, and GET "
+                                        "/v1/jobs/ID still answers for an older one."),
     log_file: Optional[Path] = typer.Option(None, "--log-file", help="JSON-lines log (default: stderr)."),
     policy: LivePolicy = typer.Option(LivePolicy.rollmux, "--policy",
                                       help="rollmux (Algorithm 1), rollmux-consolidate (also moves running jobs "
@@ -170,7 +174,8 @@ def serve(
         measured = load_profiles(profiles, spec) if profiles is not None else None
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
-                               max_live_jobs=max_live_jobs, tenants=auth.load_tenants(tenants),
+                               max_live_jobs=max_live_jobs, keep_ended=keep_ended,
+                               tenants=auth.load_tenants(tenants),
                                policy=policy.value, migration_s=migration_s, move_timeout_s=move_timeout_s,
                                backfill=queue.value == "backfill")
         logs.setup(log_file)

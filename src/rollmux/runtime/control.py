@@ -36,7 +36,10 @@ Contract
   planner keeps it in a group of its own. Its executor counters (r, f, t, pools running
   and queued) are persisted in its group's row (``pipe``) and restored with it.
 * Job ids of departed jobs may be submitted again (a new run of the same job); the
-  departed record stays in the history (``take_changes().ended``).
+  departed record stays in the history (``take_changes().ended``) and in ``counts``
+  (every run counts), but leaves ``jobs``. With ``keep_ended`` = n, only the n latest
+  departed records stay in ``jobs`` (what ``status`` lists); an older one leaves memory
+  (it stays in the history) and ``counts`` still counts it.
 * Moves (policy ``rollmux-consolidate``, as in the simulator): after a departure the
   remaining members of that group, and after a new group opens every placed job, are
   offered a move once. At the offered job's next iteration boundary (the release of a
@@ -109,6 +112,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import deque
 from dataclasses import asdict, dataclass, field
 
 from rollmux.cluster_file import cluster_from_dict, cluster_to_dict
@@ -305,7 +309,7 @@ class ControlPlane:
 
     def __init__(self, cluster: Cluster | Fleet, planner: Planner | FleetPlanner | None = None,
                  policy: str = "rollmux", migration_s: float = 300.0, tail_threshold: float = 0.8,
-                 profiles: Profiles | None = None, backfill: bool = True) -> None:
+                 profiles: Profiles | None = None, backfill: bool = True, keep_ended: int | None = None) -> None:
         """``cluster``: a two-pool ``Cluster``, or a ``Fleet`` of GPU types (with its
         measured ``profiles``): then each job's pair of types and group come from the
         fleet planner, nodes are the fleet's (``FleetState``), the plane runs the policies
@@ -360,6 +364,11 @@ class ControlPlane:
         self._ord = 0
         self._events: list[dict] = []
         self._ended: list[JobRecord] = []
+        # departed records in ``jobs``, oldest first, and the departed runs no longer in
+        # ``jobs`` by state (``keep_ended``, or replaced by a new run; module docstring)
+        self.keep_ended = keep_ended
+        self._departed: deque[JobRecord] = deque()
+        self.evicted: dict[str, int] = {}
         self._dirty_jobs: set[str] = set()
         self._dirty_groups: set[str] = set()
         self._cluster_dirty = True
@@ -419,7 +428,9 @@ class ControlPlane:
                            f"it would be {decision.outcome} now", *explanation]
         rec = JobRecord(job, token_hash, WAITING, now, self._ord, tenant, request_id, outcome, explanation,
                         movable=movable)
-        self.jobs.pop(job.job_id, None)
+        replaced = self.jobs.pop(job.job_id, None)
+        if replaced is not None:  # a departed run of this id (a live one is refused above)
+            self._count_out(replaced)
         self.jobs[job.job_id] = rec
         self._dirty_jobs.add(job.job_id)
         if decision.placement is None or behind:
@@ -945,7 +956,8 @@ class ControlPlane:
                 "cost_per_hour": self.plan.cost_per_hour()}
 
     def counts(self) -> dict[str, int]:
-        out = {s: 0 for s in JOB_STATES}
+        """Jobs by state: the records in ``jobs`` and the departed ones dropped from memory."""
+        out = {s: self.evicted.get(s, 0) for s in JOB_STATES}
         for rec in self.jobs.values():
             out[rec.state] += 1
         return out
@@ -992,23 +1004,32 @@ class ControlPlane:
 
     @classmethod
     def restore(cls, snap: dict, ended: list[dict] = (), planner: Planner | None = None, policy: str = "rollmux",
-                migration_s: float = 300.0, tail_threshold: float = 0.8, backfill: bool = True) -> "ControlPlane":
-        """Rebuild from ``snapshot()`` and every departed record: same plan, same queues,
-        same outstanding grants, and the departed jobs' final records."""
+                migration_s: float = 300.0, tail_threshold: float = 0.8, backfill: bool = True,
+                keep_ended: int | None = None, evicted: dict[str, int] | None = None) -> "ControlPlane":
+        """Rebuild from ``snapshot()`` and the departed records (every one, or the latest
+        ones in departure order with ``evicted``, the count by state of those left out):
+        same plan, same queues, same outstanding grants, and the departed jobs' final
+        records (at most ``keep_ended`` of them)."""
         glob = snap["globals"]
         if glob.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"snapshot version={glob.get('version')!r}: expected {SNAPSHOT_VERSION}")
         topology = snap["cluster"]
         if "fleet" in topology:
             cp = cls(fleet_from_dict(topology["fleet"]), planner, policy, migration_s, tail_threshold,
-                     profiles_from_rows(topology["profiles"]), backfill)
+                     profiles_from_rows(topology["profiles"]), backfill, keep_ended)
         else:
-            cp = cls(cluster_from_dict(topology), planner, policy, migration_s, tail_threshold, backfill=backfill)
+            cp = cls(cluster_from_dict(topology), planner, policy, migration_s, tail_threshold, backfill=backfill,
+                     keep_ended=keep_ended)
         live = sorted(snap["jobs"].values(), key=lambda d: d["ord"])
+        cp.evicted = dict(evicted or {})
         for d in [*ended, *live]:
-            rec = _record_from_dict(d)
-            cp.jobs.pop(rec.job_id, None)
+            rec = record_from_dict(d)
+            old = cp.jobs.pop(rec.job_id, None)
+            if old is not None:  # a departed run followed by another run of its id
+                cp._count_out(old)
             cp.jobs[rec.job_id] = rec
+        cp._departed.extend(r for r in cp.jobs.values() if not r.live)
+        cp._evict()
         groups = []
         rows = sorted(snap["groups"].items(), key=lambda kv: kv[1]["ord"])
         for gid, g in rows:
@@ -1425,7 +1446,22 @@ class ControlPlane:
         rec.ended_at = now
         rec.end_reason = reason
         self._ended.append(rec)
+        self._departed.append(rec)
+        self._evict()
         self._retry_waiting(now)
+
+    def _evict(self) -> None:
+        """Drop the oldest departed records from ``jobs`` beyond ``keep_ended`` (a record
+        already replaced by a new run of its id was counted then)."""
+        while self.keep_ended is not None and len(self._departed) > self.keep_ended:
+            old = self._departed.popleft()
+            if self.jobs.get(old.job_id) is old:
+                del self.jobs[old.job_id]
+                self._count_out(old)
+
+    def _count_out(self, rec: JobRecord) -> None:
+        """``rec``, a departed run, leaves ``jobs``: ``counts`` keeps counting it."""
+        self.evicted[rec.state] = self.evicted.get(rec.state, 0) + 1
 
     def _retry_waiting(self, now: float) -> list[str]:
         """Place the waiting line's jobs in order until its head must still wait; each job
@@ -1608,7 +1644,8 @@ def _record_to_dict(rec: JobRecord) -> dict:
     return d
 
 
-def _record_from_dict(d: dict) -> JobRecord:
+def record_from_dict(d: dict) -> JobRecord:
+    """A job record from its persisted form (``take_changes().ended``, a snapshot's job)."""
     d = dict(d)
     d["job"] = Job(**d["job"])
     g = d["grant"]
@@ -1635,7 +1672,7 @@ def snapshot_from_v2(snap: dict, ended: list[dict]) -> tuple[dict, list[dict]]:
                  placed_at=d["submitted_at"] if d["group_id"] is not None else None)
         if d["last_released_seq"] is not None:
             d["last_released_phase"] = TRAIN if d["next_phase"] == ROLLOUT else ROLLOUT
-        return _record_to_dict(_record_from_dict(d))  # every field of today's record, defaults for the new ones
+        return _record_to_dict(record_from_dict(d))  # every field of today's record, defaults for the new ones
 
     jobs = {d["job"]["job_id"]: record(d, i + 1) for i, d in enumerate(snap["jobs"])}
     groups = {g["group_id"]: {"ord": _group_ord(g["group_id"]), "rollout_nodes": g["rollout_nodes"],

@@ -47,7 +47,8 @@ from rollmux.runtime.api_models import (MAX_BODY_BYTES, AcquireRequest, AcquireR
                                         ProgressRequest, ReleaseRequest, SubmitRequest, SubmitResponse, TailRequest,
                                         TailResponse)
 from rollmux.runtime.clock import ServiceClock
-from rollmux.runtime.control import JOB_STATES, ControlError, ControlPlane, JobEnded, JobRecord, UnknownJob
+from rollmux.runtime.control import (JOB_STATES, ControlError, ControlPlane, JobEnded, JobRecord, UnknownJob,
+                                     record_from_dict)
 from rollmux.runtime.leases import Leases
 from rollmux.runtime.logs import LOGGER
 from rollmux.runtime.metrics import ServiceMetrics
@@ -71,6 +72,7 @@ class ServiceConfig:
     move_timeout_s: float = 600.0  # a move not acknowledged by then is undone
     tail_threshold: float = 0.8    # fraction of responses done from which a rollout's tail may hand off GPUs
     backfill: bool = True          # a job that packs into a running group passes the waiting line
+    keep_ended: int = 10_000       # departed records kept in memory (status, lists); all stay in the file
     tenants: dict[str, str] = field(default_factory=dict)
 
 
@@ -123,7 +125,8 @@ class Service:
         if snap is None:
             control = ControlPlane(cluster or Cluster(), policy=self.config.policy,
                                    migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold,
-                                   profiles=profiles, backfill=self.config.backfill)
+                                   profiles=profiles, backfill=self.config.backfill,
+                                   keep_ended=self.config.keep_ended)
             self.store.commit(control.take_changes())
             return control, False, None
         control = self._restore()
@@ -135,10 +138,14 @@ class Service:
         return control, True, reconciled
 
     def _restore(self) -> ControlPlane:
+        """The control plane as committed: the live state and the ``keep_ended`` latest
+        departed records (the older ones counted by state, for ``counts``)."""
+        keep = self.config.keep_ended
         try:
-            return ControlPlane.restore(self.store.load(), self.store.ended(), policy=self.config.policy,
+            return ControlPlane.restore(self.store.load(), self.store.ended(keep), policy=self.config.policy,
                                         migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold,
-                                        backfill=self.config.backfill)
+                                        backfill=self.config.backfill, keep_ended=keep,
+                                        evicted=self.store.ended_counts(keep))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StateDamaged(f"{self.store.path}: the state does not restore ({type(exc).__name__}: {exc}); "
                                f"start with --new-state to begin empty, or restore a backup") from exc
@@ -283,12 +290,17 @@ class Service:
             raise AuthError(403, "not the admin token nor a tenant's token")
         return who
 
-    def check_job(self, job_id: str, token: str | None) -> tuple[JobRecord, bool]:
+    def check_job(self, job_id: str, token: str | None, archived: bool = False) -> tuple[JobRecord, bool]:
         """The job's record and whether the caller is the admin; touches the job's lease
-        when the caller is the job. A wrong token looks exactly like an unknown job."""
+        when the caller is the job. A wrong token looks exactly like an unknown job.
+        ``archived`` (the caller holds the lock): a departed run no longer in memory
+        (``keep_ended``) is read from the state file."""
         if token is None:
             raise AuthError(401, f"the token of job {job_id!r} (or the admin token) is required")
         rec = self.control.jobs.get(job_id)
+        if rec is None and archived:
+            old = self.store.ended_record(job_id)
+            rec = None if old is None else record_from_dict(old)
         own = auth.same(token, rec.token_hash if rec is not None else "0" * 64)
         if rec is not None and own:
             if rec.live:
@@ -533,7 +545,7 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/v1/jobs/{job_id}", response_model=JobView)
     async def get_job(job_id: str, token: str | None = Depends(bearer)) -> JobView:
         async with lock:
-            rec, _ = service.check_job(job_id, token)
+            rec, _ = service.check_job(job_id, token, archived=True)
             return service.view(rec)
 
     @app.post("/v1/jobs/{job_id}/acquire", response_model=AcquireResponse)

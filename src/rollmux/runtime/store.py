@@ -193,9 +193,27 @@ class Store:
             "groups": {g: json.loads(b) for g, b in db.execute("SELECT group_id, body FROM groups ORDER BY ord")},
         }
 
-    def ended(self) -> list[dict]:
-        """Every departed job's final record, in departure order."""
-        return [json.loads(b) for (b,) in self._db.execute("SELECT body FROM ended ORDER BY n")]
+    def ended(self, last: int | None = None) -> list[dict]:
+        """Every departed job's final record, in departure order (the ``last`` latest ones only)."""
+        if last is None:
+            return [json.loads(b) for (b,) in self._db.execute("SELECT body FROM ended ORDER BY n")]
+        rows = self._db.execute("SELECT body FROM ended ORDER BY n DESC LIMIT ?", (last,)).fetchall()
+        return [json.loads(b) for (b,) in reversed(rows)]
+
+    def ended_counts(self, last: int) -> dict[str, int]:
+        """Departed records by state, leaving out the ``last`` latest departures (which
+        ``Store.ended(last)`` returns)."""
+        cut = self._db.execute("SELECT n FROM ended ORDER BY n DESC LIMIT 1 OFFSET ?", (last,)).fetchone()
+        if cut is None:  # at most ``last`` departures
+            return {}
+        rows = self._db.execute("SELECT json_extract(body, '$.state'), COUNT(*) FROM ended WHERE n <= ? GROUP BY 1",
+                                (cut[0],))
+        return {state: count for state, count in rows}
+
+    def ended_record(self, job_id: str) -> dict | None:
+        """The final record of ``job_id``'s latest departed run, or None."""
+        row = self._db.execute("SELECT body FROM ended WHERE job_id = ? ORDER BY n DESC LIMIT 1", (job_id,)).fetchone()
+        return None if row is None else json.loads(row[0])
 
     def events(self, since: int = 0, limit: int = 100_000) -> list[dict]:
         """The log after sequence number ``since``, oldest first."""
