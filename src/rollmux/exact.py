@@ -485,6 +485,17 @@ def _search_group(cluster: Cluster, members: list[Job], hosted: frozenset[int], 
 
     if t_min > t_max or floor(r_min, t_min) >= limit:
         return None, False
+    profiles_seen: dict[tuple, MemberProfile] = {}  # (member, its rollout and training node indices)
+
+    def profile_of(i: int, roll_nodes: tuple[int, ...], train_nodes: tuple[int, ...]) -> MemberProfile:
+        """Member ``i`` pinned to these nodes, as ``member_profile`` builds it (once per pinning of it)."""
+        key = (i, roll_nodes, train_nodes)
+        if key not in profiles_seen:
+            t_nodes = tuple(f"T{x}" for x in train_nodes)
+            r_nodes = t_nodes if i in hosted else tuple(f"R{x}" for x in roll_nodes)
+            profiles_seen[key] = member_profile(cluster, Member(members[i], r_nodes, t_nodes, i in hosted))
+        return profiles_seen[key]
+
     train_pins: dict[int, list] = {}
     sizes = sorted(((r * price[ROLLOUT] + t * price[TRAIN], t, r) for r in range(r_min, r_max + 1)
                     for t in range(t_min, t_max + 1)))
@@ -502,11 +513,7 @@ def _search_group(cluster: Cluster, members: list[Job], hosted: frozenset[int], 
             for train_order in train_pins[t]:
                 roll = dict(zip(order, roll_order))
                 train = dict(zip(order, train_order))
-                profiles = []
-                for i, j in enumerate(members):
-                    t_nodes = tuple(f"T{x}" for x in train[i])
-                    r_nodes = t_nodes if i in hosted else tuple(f"R{x}" for x in roll[i])
-                    profiles.append(member_profile(cluster, Member(j, r_nodes, t_nodes, i in hosted)))
+                profiles = [profile_of(i, roll.get(i, ()), train[i]) for i in range(len(members))]
                 if hosted and _gang_over_hosted(profiles):
                     continue
                 a = _meets_slo(profiles, members, counter)  # steady state; every start only if worth keeping
