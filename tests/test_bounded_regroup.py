@@ -4,6 +4,7 @@ and no arrival joins a group it is emptying; the inventory is never exceeded, no
 lost, and where the pools never bind the run is the unbounded run."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -16,6 +17,7 @@ from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
 from rollmux.policies import make_policy
 from rollmux.reservation import Reservation, fits, group_need
+from rollmux.runtime.control import ControlPlane
 from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
 from rollmux.traces.generate import generate
@@ -260,11 +262,13 @@ def test_no_arrival_joins_a_group_a_regrouping_is_emptying():
 
 # --- live: the control plane queues and regroups on bounded pools as the simulator ------
 
-@pytest.mark.parametrize("seed,nodes,every", [(0, 4, 0), (15, 5, 0), (0, 4, 3), (14, 5, 5)])
-def test_live_regrouping_on_bounded_pools_is_the_simulators(seed, nodes, every, monkeypatch):
+@pytest.mark.parametrize("seed,nodes,every,reconcile", [(0, 4, 0, False), (15, 5, 0, False), (0, 4, 3, False),
+                                                        (14, 5, 5, False), (0, 4, 1, True), (15, 5, 2, True)])
+def test_live_regrouping_on_bounded_pools_is_the_simulators(seed, nodes, every, reconcile, monkeypatch):
     """A bounded cluster tight enough that jobs queue and regroupings count on the nodes
     they empty, driven in virtual time (restored from its persisted form every ``every``
-    steps): the live plane makes every phase and every move exactly as the simulator
+    steps, and with ``reconcile`` reconciled with its own cluster file too, as a restarted
+    ``rollmux serve --cluster`` is): the live plane makes every phase and every move exactly as the simulator
     (the parity oracle of test_live_moves, on bounded pools), every job runs each of its
     iterations once, and the plane ends with no group, no regrouping, no hold and every
     node free."""
@@ -283,7 +287,8 @@ def test_live_regrouping_on_bounded_pools_is_the_simulators(seed, nodes, every, 
 
     monkeypatch.setattr(Reservation, "start", classmethod(counted))
     out: dict = {}
-    live_phases, live_moves = _live_replay(jobs, cluster, 300.0, "rollmux-regroup", restore_every=every, out=out)
+    live_phases, live_moves = _live_replay(jobs, cluster, 300.0, "rollmux-regroup", restore_every=every, out=out,
+                                           reconcile=reconcile)
     assert any(started), "the trace must exercise a regrouping that waits for released nodes"
     assert sorted((j, f, t) for j, f, t, _ in live_moves) == sorted(sim_moves)
     key = lambda p: (p[4], p[0], p[1])  # noqa: E731
@@ -291,6 +296,37 @@ def test_live_regrouping_on_bounded_pools_is_the_simulators(seed, nodes, every, 
     plane = out["plane"]
     assert plane.holds == {} and plane.regroups == {}
     assert plane.plan.free_count("rollout") == nodes and plane.plan.free_count("train") == nodes
+
+
+def test_a_node_held_for_a_regrouping_cannot_leave_the_cluster_file():
+    """``reconcile`` while a regrouping holds nodes on a bounded pool: removing a held node
+    is a ``ClusterConflict`` that changes nothing (the regrouping counts on it)."""
+    from rollmux.model import NodeSpec
+    from rollmux.runtime.control import ClusterConflict
+    from test_live_moves import _live_replay
+
+    jobs, cluster = queueing(0, 4)
+    tried = []
+
+    def remove_a_held_node(cp, now):
+        held = sorted((pool, n) for h in cp.holds.values() for pool, ns in h.held.items() for n in ns)
+        if tried or not held:
+            return
+        pool, node = held[0]
+        copy = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())), policy="rollmux-regroup",
+                                    migration_s=300.0)
+        before = json.dumps(copy.snapshot(), sort_keys=True)
+        spec = cluster.pool(pool)
+        nodes = [NodeSpec(f"{'R' if pool == 'rollout' else 'T'}{i}", spec.host_mem_gb) for i in range(spec.nodes)]
+        smaller = replace(cluster, **{pool: replace(spec, nodes=len(nodes) - 1,
+                                                    node_list=tuple(n for n in nodes if n.node_id != node))})
+        with pytest.raises(ClusterConflict, match=f"node '{node}' is held for a regrouping"):
+            copy.reconcile(smaller, now)
+        assert json.dumps(copy.snapshot(), sort_keys=True) == before
+        tried.append(node)
+
+    _live_replay(jobs, cluster, 300.0, "rollmux-regroup", on_step=remove_a_held_node)
+    assert tried, "the trace must hold a node for a regrouping"
 
 
 def test_a_restore_keeps_the_groups_a_regrouping_empties_closed():

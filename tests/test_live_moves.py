@@ -37,7 +37,7 @@ ROLLMUX = str(Path(sys.executable).with_name("rollmux"))
 def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
                  policy: str = "rollmux-consolidate", restore_every: int = 0,
                  fault: str = "", profiles=None, out: dict | None = None,
-                 backfill: bool = True) -> tuple[list, list]:
+                 backfill: bool = True, reconcile: bool = False, on_step=None) -> tuple[list, list]:
     """Run ``jobs`` through a ControlPlane in virtual time: arrivals at their times, each
     granted phase released after its worst-case time (plus the grant's switch cost),
     each move acknowledged ``migration_s`` after it was decided. With ``restore_every``
@@ -46,7 +46,10 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
     cancels the second member (the only one, when alone) of the first regrouping as soon
     as it is decided; "fail"
     makes the first move's acknowledgement report a failure. ``cluster`` may be a fleet
-    (with its ``profiles``). ``backfill``: the plane's waiting line. Returns the phases
+    (with its ``profiles``). ``backfill``: the plane's waiting line. ``reconcile``: each
+    restored plane is also reconciled with the cluster it already has, as ``rollmux serve
+    --cluster`` does on a restart (which must change nothing). ``on_step(plane, now)`` is
+    called after each step (it must not change the plane). Returns the phases
     (job, pool, group, nodes, start) and the moves (job, from, to, time); ``out["plane"]``
     gets the plane as it ends."""
     cp = ControlPlane(cluster, policy=policy, migration_s=migration_s, profiles=profiles, backfill=backfill)
@@ -103,9 +106,14 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
             assert cp.pending_move(payload) is None, "an acknowledged move is not directed again"
         collect()
         steps += 1
+        if on_step is not None:
+            on_step(cp, now)
         if restore_every and steps % restore_every == 0:
             cp = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())), json.loads(json.dumps(ended)),
                                       policy=policy, migration_s=migration_s, backfill=backfill)
+            if reconcile:
+                assert cp.reconcile(cluster, now, profiles) == {"added": [], "removed": [], "changed": [],
+                                                                "placed": []}
     assert all(not r.live for r in cp.jobs.values()), "every job ran to its end"
     for job in jobs:
         rec = cp.record(job.job_id)

@@ -802,8 +802,10 @@ class ControlPlane:
     def reconcile(self, cluster: Cluster | Fleet, now: float, profiles: Profiles | None = None) -> dict:
         """Move to ``cluster`` (the cluster file changed, or a node was added live).
 
-        Added nodes join their pool's free nodes; removed free nodes leave it; a removed
-        node that a job is pinned to, a node whose new memory is below what its jobs use,
+        Added nodes join their pool's free nodes; removed free nodes leave it; a node
+        held for a pending regrouping stays held, and the groups it empties stay closed
+        (the same cluster changes nothing). A removed node that a job is pinned to or that
+        a regrouping holds, a node whose new memory is below what its jobs use,
         a different ``gpus_per_node`` or a pool switching between bounded and unbounded
         while it has groups raises ``ClusterConflict`` and changes nothing. Prices and
         switch costs apply from now on. Waiting jobs are retried. Returns
@@ -819,6 +821,7 @@ class ControlPlane:
             raise ClusterConflict("gpus_per_node", f"{cluster.gpus_per_node}: this state file's cluster has "
                                                    f"{old.gpus_per_node} GPUs per node; it cannot change")
         free, minted, added, removed = {}, {}, [], []
+        held = {n: hold for hold, h in self.holds.items() for ns in h.held.values() for n in ns}
         for pool in POOLS:
             spec, before = cluster.pool(pool), old.pool(pool)
             used: dict[str, float] = {}
@@ -842,9 +845,14 @@ class ControlPlane:
                     raise ClusterConflict(f"{pool}.nodes", f"node {n!r}: {ids[n]:g} GB of host memory is less "
                                                            f"than the {gb:g} GB its jobs hold")
             old_ids = _pool_nodes(before, pool) if before.nodes is not None else {}
+            for n in old_ids:
+                if n not in ids and n in held:
+                    raise ClusterConflict(f"{pool}.nodes", f"node {n!r} is held for a regrouping that has not "
+                                                           f"opened its groups yet; remove it once that is done")
             added += [n for n in ids if n not in old_ids]
             removed += [n for n in old_ids if n not in ids]
-            free[pool] = [n for n in ids if n not in used and n not in self.drained]
+            # a node held for a pending regrouping stays held, not free (rollmux.reservation)
+            free[pool] = [n for n in ids if n not in used and n not in self.drained and n not in held]
             minted[pool] = len(ids)
         changed = [f"{pool}: {k} {getattr(old.pool(pool), k)} -> {getattr(cluster.pool(pool), k)}"
                    for pool in POOLS for k in ("gpu", "price_per_gpu_hour")
@@ -857,6 +865,8 @@ class ControlPlane:
         groups = list(self.plan.groups.values())
         plan = PlanState(cluster)
         plan.restore(groups, {"free": free, "minted": minted, "next_group": self.plan.inventory()["next_group"]})
+        for gid in self.plan.closing_groups():  # still emptied by a pending regrouping
+            plan.close_group(gid)
         self.plan = plan
         self.cluster = cluster
         self.drained = {n for n in self.drained if plan.pool_of(n) is not None}
