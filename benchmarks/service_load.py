@@ -306,24 +306,14 @@ class Load:
             wait_s = round(max(0.0, min(POLL_S, self.deadline - time.monotonic())), 3)
             r = await self.call("acquire", "POST", f"{base}/acquire", token, {"phase": phase, "wait_s": wait_s},
                                 timeout_s=wait_s + 30)
-            if r is None:
-                job["end"] = "gave-up"
+            if self._over_for(job, "acquire", r):
                 return
-            if r.status_code == 410:
-                return self._ended(job, r)
-            if r.status_code != 200:
-                return self._odd("acquire", job, r)
             answer = r.json()
             if answer.get("move"):
                 seq = answer["move"]["seq"]
                 r = await self.call("moved", "POST", f"{base}/moved", token, {"ok": True})
-                if r is None:
-                    job["end"] = "gave-up"
+                if self._over_for(job, "moved", r):
                     return
-                if r.status_code == 410:
-                    return self._ended(job, r)
-                if r.status_code != 200:
-                    return self._odd("moved", job, r)
                 if seq not in job["acked_moves"]:
                     job["acked_moves"].append(seq)
                 continue
@@ -340,13 +330,8 @@ class Load:
             r = await self.call("release", "POST", f"{base}/release", token,
                                 {"phase": phase, "grant_seq": answer["grant"]["seq"],
                                  "duration_s": round(time.monotonic() - held, 4)})
-            if r is None:
-                job["end"] = "gave-up"
+            if self._over_for(job, "release", r):
                 return
-            if r.status_code == 410:
-                return self._ended(job, r)
-            if r.status_code != 200:
-                return self._odd("release", job, r)
             self.ledger.phases += 1
             if phase == "train":
                 job["iterations"] += 1
@@ -354,6 +339,19 @@ class Load:
                     job["end"] = "done"
                     return
             phase = "train" if phase == "rollout" else "rollout"
+
+    def _over_for(self, job: dict, endpoint: str, r: httpx.Response | None) -> bool:
+        """True when answer ``r`` to a job's call ends its client's loop, recorded in ``job``:
+        no answer (given up), 410 (the job has left), or any other answer but 200."""
+        if r is None:
+            job["end"] = "gave-up"
+        elif r.status_code == 410:
+            self._ended(job, r)
+        elif r.status_code != 200:
+            self._odd(endpoint, job, r)
+        else:
+            return False
+        return True
 
     async def reader(self) -> None:
         while not self.over():
