@@ -4,8 +4,8 @@ stayed consistent. One run, one table.
 
 Usage: python benchmarks/service_load.py [--policies rollmux rollmux-hedge] [--workers 40]
        [--seconds 30] [--kills 0] [--seed 1] [--nodes 12] [--iterations 3,8]
-       [--lease-s 10] [--grace-s 5] [--migration-s 0.5] [--readers 2] [--workdir DIR]
-       [--json OUT]
+       [--lease-s 10] [--grace-s 5] [--migration-s 0.5] [--readers 2] [--queue backfill|fifo]
+       [--fleet H20 H800 H200] [--workdir DIR] [--json OUT]
 
 For each policy of ``--policies`` (the first one is the baseline; default ``rollmux``,
 then ``rollmux-hedge``): ``rollmux serve`` in a subprocess (its own process group) on a
@@ -111,13 +111,17 @@ class Served:
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         cluster = folder / "cluster.yaml"
-        cluster.write_text(f"rollout: {{nodes: {args.nodes}}}\ntrain: {{nodes: {args.nodes}}}\nswitch_cost_s: 0\n")
+        if args.fleet:  # one bounded pool of ``--nodes`` nodes per GPU type, in any role
+            pools = "".join(f"  - {{gpu: {gpu}, nodes: {args.nodes}}}\n" for gpu in args.fleet)
+            cluster.write_text(f"reference: {{rollout: H20, train: H800}}\npools:\n{pools}switch_cost_s: 0\n")
+        else:
+            cluster.write_text(f"rollout: {{nodes: {args.nodes}}}\ntrain: {{nodes: {args.nodes}}}\nswitch_cost_s: 0\n")
         self.log = folder / "service.jsonl"
         self.out = folder / "serve.out"
         self.argv = [str(Path(sys.executable).with_name("rollmux")), "serve", "--cluster", str(cluster),
                      "--state", str(folder / "state.db"), "--host", "127.0.0.1", "--port", str(self.port),
                      "--policy", policy, "--lease-s", str(args.lease_s), "--grace-s", str(args.grace_s),
-                     "--migration-s", str(args.migration_s), "--log-file", str(self.log)]
+                     "--migration-s", str(args.migration_s), "--queue", args.queue, "--log-file", str(self.log)]
         self.env = {**os.environ, "ROLLMUX_ADMIN_TOKEN": admin, "RAY_AUTH_MODE": "disabled"}
         self.proc: subprocess.Popen | None = None
         self.restored: list[bool] = []  # /healthz "restored" after each start
@@ -560,6 +564,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                                "during the load, at even intervals.")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--nodes", type=int, default=12, help="Rollout nodes and train nodes (bounded pools).")
+    parser.add_argument("--queue", choices=("backfill", "fifo"), default="backfill", help="rollmux serve --queue.")
+    parser.add_argument("--fleet", nargs="+", default=None, metavar="GPU",
+                        help="Serve a fleet file of these GPU types instead (e.g. H20 H800 H200), each a pool of "
+                             "--nodes nodes in any role; the jobs' profiles are on H20/H800.")
     parser.add_argument("--iterations", default="3,8", help="Iterations per job: a,b (drawn uniformly).")
     parser.add_argument("--lease-s", type=float, default=10.0)
     parser.add_argument("--grace-s", type=float, default=5.0)
