@@ -821,7 +821,7 @@ class ControlPlane:
             raise ClusterConflict("gpus_per_node", f"{cluster.gpus_per_node}: this state file's cluster has "
                                                    f"{old.gpus_per_node} GPUs per node; it cannot change")
         free, minted, added, removed = {}, {}, [], []
-        held = {n: hold for hold, h in self.holds.items() for ns in h.held.values() for n in ns}
+        held = {n for h in self.holds.values() for ns in h.held.values() for n in ns}
         for pool in POOLS:
             spec, before = cluster.pool(pool), old.pool(pool)
             used: dict[str, float] = {}
