@@ -16,9 +16,9 @@ from rollmux.cli import app
 from rollmux.fleet import load_profiles
 from rollmux.fleet_exact import improve_fleet
 from rollmux.fleet_file import load_fleet
-from rollmux.fleet_planner import FleetPlanner, alternatives, serial_map
+from rollmux.fleet_planner import FleetPlanner, alternatives
 from rollmux.planner import FULL_SPACE
-from rollmux.ray_tasks import map_tasks
+from rollmux.ray_tasks import map_tasks, serial_map
 from rollmux.traces.format import read_trace
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fleet"

@@ -72,8 +72,8 @@ def plan(
     from rollmux.fleet import Profiles, load_profiles
     from rollmux.fleet_exact import improve_fleet, solve_fleet
     from rollmux.fleet_file import load_fleet
-    from rollmux.fleet_planner import FleetPlanner, alternatives, plan_jobs, serial_map
-    from rollmux.ray_tasks import map_tasks
+    from rollmux.fleet_planner import FleetPlanner, alternatives, plan_jobs
+    from rollmux.ray_tasks import map_tasks, serial_map
     from rollmux.report.paths import check_writable
     from rollmux.report.progress import progress_reporter
     from rollmux.traces.builtin import load_trace

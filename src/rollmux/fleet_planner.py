@@ -92,7 +92,7 @@ from __future__ import annotations
 import statistics
 from collections import ChainMap
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 from rollmux import colocation
 from rollmux.fleet import Fleet, Profiles, View, speed_factor, translate
@@ -102,6 +102,7 @@ from rollmux.improve import materialize
 from rollmux.intra import GroupAnalysis, analyze
 from rollmux.lifetime import Remaining, lifetime_cost
 from rollmux.plan_state import FreeNodes, Placement, PlanState, Release
+from rollmux.ray_tasks import Mapper, serial_map
 from rollmux.planner import COLOCATE, NEW, OUTCOME, PAPER_SPACE, SLO_EPS, Candidate, Decision, Planner, Space
 
 _COST_TOL = 1e-9
@@ -657,23 +658,6 @@ def fixed_view_plan(planner: FleetPlanner, jobs: list[Job], view: str,
         improve(state)
     return Alternative(f"rollmux on {view}", "fixed-view", state.effective_cost_per_hour(),
                        tuple(d.job_id for d in decisions if d.view is None))
-
-
-#: How ``alternatives`` runs its fixed-type plans: ``mapper(fn, shared, items, on_done=)``
-#: returns ``[fn(*shared, *item) for item in items]`` and calls ``on_done(index, result,
-#: done, total)`` as each finishes (``rollmux.ray_tasks.map_tasks`` has this shape).
-Mapper = Callable[..., list]
-
-
-def serial_map(fn: Callable, shared: Sequence, items: Sequence[Sequence],
-               on_done: Callable[[int, object, int, int], None] | None = None) -> list:
-    """A ``Mapper`` that makes the calls one after the other in this process."""
-    out = []
-    for i, item in enumerate(items):
-        out.append(fn(*shared, *item))
-        if on_done is not None:
-            on_done(i, out[-1], i + 1, len(items))
-    return out
 
 
 def alternatives(planner: FleetPlanner, jobs: list[Job],

@@ -18,6 +18,8 @@ Contract
   ``num_cpus`` says otherwise, at most the machine's. The driver is disconnected (and a
   local instance stopped) on return or error, unless it was connected before the call.
   A task's exception is raised on the driver as Ray reports it.
+* ``serial_map`` makes the same calls one after the other in this process (``Mapper``:
+  either one).
 """
 from __future__ import annotations
 
@@ -51,6 +53,24 @@ def connect(address: str | None, num_cpus: int, command: str) -> bool:
         start_ray(lambda: ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                                    logging_level=logging.WARNING))
     return True
+
+
+#: A map of independent calls: ``mapper(fn, shared, items, on_done=)`` returns
+#: ``[fn(*shared, *item) for item in items]`` and calls ``on_done(index, result, done,
+#: total)`` as each finishes; ``serial_map`` here, ``map_tasks`` on Ray (with its
+#: connection keywords bound, e.g. by ``functools.partial``).
+Mapper = Callable[..., list]
+
+
+def serial_map(fn: Callable[..., Any], shared: Sequence[Any], items: Sequence[Sequence[Any]],
+               on_done: Callable[[int, Any, int, int], None] | None = None) -> list[Any]:
+    """``map_tasks``' calls one after the other in this process."""
+    out = []
+    for i, item in enumerate(items):
+        out.append(fn(*shared, *item))
+        if on_done is not None:
+            on_done(i, out[-1], i + 1, len(items))
+    return out
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
