@@ -150,6 +150,7 @@ from typing import Callable, Iterator, Sequence
 
 from rollmux import colocation, waste
 from rollmux.errors import RollMuxError
+from rollmux.fit_memo import FitMemo
 from rollmux.intra import GroupAnalysis, MemberProfile, analyze, worst_start
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Group, Job, Member
 from rollmux.plan_state import Placement, PlanState, member_profile
@@ -232,9 +233,10 @@ class SearchCounter:
 
 def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOBS,
           robust: bool = False, budget: float | None = None, space: Space = PAPER_SPACE,
-          objective: str = "cost") -> ExactSolution | None:
+          objective: str = "cost", memo: FitMemo | None = None) -> ExactSolution | None:
     """Minimum-cost plan for ``jobs`` on ``cluster`` (see the module docstring), or the
-    plan of least waste rate with ``objective="waste"``.
+    plan of least waste rate with ``objective="waste"``; ``memo`` (``rollmux.fit_memo``)
+    answers group searches a caller asked before.
 
     With ``budget``, only plans whose objective is lower are of interest: the result is the
     optimum if it is below ``budget`` (by more than a relative 1e-9, so that rounding in
@@ -270,7 +272,8 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
 
     def fit_of(mask: int, budget_s: float) -> Fit | None:
         members = [ordered[i] for i in range(n) if mask >> i & 1]
-        return group_fit(cluster, members, min(budget_s, room[mask]), robust, counter, space, objective=objective)
+        return group_fit(cluster, members, min(budget_s, room[mask]), robust, counter, space, objective=objective,
+                         memo=memo)
 
     best, fits, blocks = partition(ordered, cluster.max_group_size, fit_of)
     if budget is not None and not best < budget - _COST_TOL * max(1.0, abs(budget)):
@@ -329,14 +332,15 @@ def partition(ordered: list[Job], max_group_size: int,
 
 
 def group_fit(cluster: Cluster, members: list[Job], budget: float, robust: bool, counter: SearchCounter,
-              space: Space, colocation: bool = True, objective: str = "cost") -> Fit | None:
+              space: Space, colocation: bool = True, objective: str = "cost",
+              memo: FitMemo | None = None) -> Fit | None:
     """The best group for ``members`` below ``budget`` in ``space`` by ``objective``: a
-    disaggregated one (``_cheapest_group``), or for one job its co-located fit when that is
-    better and allowed (co-location in ``space``, and ``colocation`` true; a co-located-only
-    job always)."""
+    disaggregated one (``_cheapest_group``, looked up in ``memo`` first), or for one job its
+    co-located fit when that is better and allowed (co-location in ``space``, and
+    ``colocation`` true; a co-located-only job always)."""
     fit = None if members[0].colocate else _cheapest_group(cluster, members, budget, robust, counter,
                                                           space.train_scaling, space.all_starts, objective,
-                                                          space.hosting, space.all_orders)
+                                                          space.hosting, space.all_orders, memo)
     if len(members) == 1 and colocation and (space.colocation or members[0].colocate):
         fit = _colocated_fit(cluster, members[0], min(budget, fit.cost if fit else float("inf")), objective) or fit
     return fit
@@ -412,16 +416,26 @@ def _colocated_fit(cluster: Cluster, job: Job, budget: float, objective: str = "
 
 def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust: bool,
                     counter: SearchCounter, train_scaling: bool = False, all_starts: bool = False,
-                    objective: str = "cost", hosting: bool = False, all_orders: bool = False) -> Fit | None:
+                    objective: str = "cost", hosting: bool = False, all_orders: bool = False,
+                    memo: FitMemo | None = None) -> Fit | None:
     """The best feasible group for ``members`` (admission order) by ``objective`` below
     ``budget``, or None: the cheapest one, or the one of least waste rate (module docstring,
     "Objective"); with ``train_scaling`` the training side may be wider than the widest
     member; with ``all_starts`` every SLO is checked from every start too (``intra.worst_start``,
     over every order of the members with ``all_orders``);
     with ``hosting`` every set of hostable members after the first is also tried hosted
-    (module docstring, "Hosting"), the set without any first."""
+    (module docstring, "Hosting"), the set without any first. With ``memo``
+    (``rollmux.fit_memo``) an answer it knows is returned without a search (counted as
+    skipped), and every search's answer is kept there."""
     hostable = [i for i, j in enumerate(members) if i and hosting and hostable_job(cluster, j)]
     limit = budget - _COST_TOL * max(1.0, abs(budget))
+    if memo is not None:
+        key = memo.key(cluster, members, (robust, train_scaling, all_starts, objective, hosting, all_orders))
+        accept = limit if limit == limit else float("inf")  # (an infinite budget gives nan: no bound)
+        known, fit = memo.get(key, accept)
+        if known:
+            counter.skipped += 1
+            return fit
     best: Fit | None = None
     searched = False
     for size in range(len(hostable) + 1):
@@ -434,6 +448,8 @@ def _cheapest_group(cluster: Cluster, members: list[Job], budget: float, robust:
         counter.searched += 1
     else:
         counter.skipped += 1
+    if memo is not None:
+        memo.put(key, accept, best)
     return best
 
 

@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 from rollmux import reservation
 from rollmux.exact import (DEFAULT_MAX_JOBS, ExactLimitError, ExactStats, Fit, SearchCounter, group_fit, partition,
                            placements_of)
+from rollmux.fit_memo import FitMemo
 from rollmux.fleet import Fleet, Profiles, View, speed_factor, translate
 from rollmux.fleet_planner import VALUE_TOL, FleetState
 from rollmux.improve import Improvement, Regroup, RegroupPlan, keeps_pace, plan_regroup, starts_in_time
@@ -50,21 +51,23 @@ class FleetSolution:
 
 
 def solve_fleet(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles | None = None, space: Space = PAPER_SPACE,
-                robust: bool = False, max_jobs: int = DEFAULT_MAX_JOBS, only: tuple[str, ...] = ()) -> FleetSolution:
+                robust: bool = False, max_jobs: int = DEFAULT_MAX_JOBS, only: tuple[str, ...] = (),
+                memo: FitMemo | None = None) -> FleetSolution:
     """Minimum-objective plan for ``jobs`` on ``fleet`` (module docstring), on every view
-    or on those named in ``only``."""
+    or on those named in ``only``; ``memo`` (``rollmux.fit_memo``) answers group searches a
+    caller asked before."""
     start = time.perf_counter()
-    found = _fleet_partition(fleet, jobs, profiles or Profiles(), space, robust, max_jobs, only, None)
+    found = _fleet_partition(fleet, jobs, profiles or Profiles(), space, robust, max_jobs, only, None, memo)
     state = found.state()
     return FleetSolution(state.cost_per_hour(), found.objective, state, found.stats(start))
 
 
 def _joint_group(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, space: Space, only: tuple[str, ...],
-                 singles: dict[str, tuple[Fit, str] | None]) -> FleetState | None:
+                 singles: dict[str, tuple[Fit, str] | None], memo: FitMemo | None) -> FleetState | None:
     """``solve_fleet(..., robust=True)``'s plan when its optimum puts ``jobs`` in one group,
     else None without building a plan. ``singles`` keeps each job's fit alone, by id,
     between the calls of one caller (same jobs, fleet, profiles, space and views)."""
-    found = _fleet_partition(fleet, jobs, profiles, space, True, DEFAULT_MAX_JOBS, only, singles)
+    found = _fleet_partition(fleet, jobs, profiles, space, True, DEFAULT_MAX_JOBS, only, singles, memo)
     return found.state() if len(found.blocks) == 1 else None
 
 
@@ -105,7 +108,7 @@ class _Partition:
 
 def _fleet_partition(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, space: Space, robust: bool,
                      max_jobs: int, only: tuple[str, ...],
-                     singles: dict[str, tuple[Fit, str] | None] | None) -> _Partition:
+                     singles: dict[str, tuple[Fit, str] | None] | None, memo: FitMemo | None) -> _Partition:
     """The method of the module docstring, up to the chosen blocks (``solve_fleet``);
     with ``singles``, a job's fit alone (searched with no budget) is looked up there by its
     id first and kept there (the caller's promise: an id names the same job every time)."""
@@ -135,7 +138,7 @@ def _fleet_partition(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, spac
                 continue
             sigma = statistics.fmean(speed_factor(o, m) for o, m in zip(originals, members))
             room = min(budget, best[0].cost if best else float("inf")) / sigma
-            fit = group_fit(view.cluster, members, room, robust, counter, space, view.name in colocating)
+            fit = group_fit(view.cluster, members, room, robust, counter, space, view.name in colocating, memo=memo)
             if fit is not None:
                 best = Fit(fit.cost * sigma, fit.rollout, fit.train, fit.pins, fit.colocated), view.name
         return best
@@ -160,14 +163,16 @@ def _fleet_partition(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, spac
 
 
 def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int = 3, max_jobs: int = 6,
-                  max_solves: int = 200) -> Improvement:
+                  max_solves: int = 200, memo: FitMemo | None = None) -> Improvement:
     """Regroup a fleet plan in place while some set of up to ``max_groups`` groups (of any
     views) has a cheaper exact plan (``solve_fleet``, robust: every subset keeps its SLOs;
     the start-up check on every new group), like ``rollmux.improve`` on one cluster. Costs
     are the fleet objective E. Sets of groups are tried largest E first; at most
     ``max_solves`` solves. On bounded pools the solves are unbounded and a move is kept
     only when its new groups fit the free nodes plus those of the groups it replaces
-    (``reservation.fits_views``)."""
+    (``reservation.fits_views``). The solves share ``memo`` (``rollmux.fit_memo``; a new one
+    by default): sets of groups overlap, and so do their subsets' searches."""
+    memo = FitMemo() if memo is None else memo
     start = state.effective_cost_per_hour()
     solver_fleet = _unbounded(state.fleet)
     tried: set[tuple[str, ...]] = set()
@@ -191,7 +196,7 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
                 solves += 1
                 tried.add(key)
                 solution = solve_fleet(solver_fleet, jobs, state.profiles, space, robust=True, max_jobs=max_jobs,
-                                       only=state.only)
+                                       only=state.only, memo=memo)
                 placed = [(name, g) for name, (_, sub) in solution.state.views.items() for g in sub.groups.values()]
                 if solution.objective < cost - _COST_TOL * max(1.0, cost) and all(
                         starts_in_time(solution.state.views[name][1], g) for name, g in placed) and (
@@ -221,7 +226,7 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
 def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
                        pause_s: Callable[[str], float], space: Space = PAPER_SPACE,
                        value: Callable[[Job], float] | None = None,
-                       max_jobs: int = DEFAULT_MAX_JOBS) -> RegroupPlan | None:
+                       max_jobs: int = DEFAULT_MAX_JOBS, memo: FitMemo | None = None) -> RegroupPlan | None:
     """An online regrouping on a fleet after a departure from ``group_id`` (the fleet
     simulator's and the live plane's ``rollmux-regroup`` / ``rollmux-full-regroup``), or None.
 
@@ -248,15 +253,18 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
     plan only when its new groups fit the free nodes plus the nodes of the groups it
     empties (``reservation.fits``); the driver holds those nodes for them until they
     open (``reservation.Reservation``). ``RegroupPlan.view`` names the view of the new
-    groups.
+    groups. Every solve looks its group searches up in ``memo`` (``rollmux.fit_memo``),
+    which a policy keeps across its regroupings: the jobs alone are gathered again at each
+    refusal of the waiting line's head.
     """
     view = group_id.split(":", 1)[0]
     sub = state.views[view][1]
     if value is not None and len(sub.groups[group_id].members) == 1:
-        plan = _join_alone(state, group_id, progress, pause_s, space, value, max_jobs)
+        plan = _join_alone(state, group_id, progress, pause_s, space, value, max_jobs, memo)
         if plan is not None and _fits(state, plan):
             return plan
-    plan = plan_regroup(sub, group_id, progress, pause_s, max_jobs=max_jobs, space=space, objective="waste")
+    plan = plan_regroup(sub, group_id, progress, pause_s, max_jobs=max_jobs, space=space, objective="waste",
+                        memo=memo)
     if plan is not None and _fits(state, replace(plan, view=view)) and (
             reservation.covered_by_free(state, view, plan.groups)
             or keeps_pace(sub, plan.groups, progress, pause_s, joint_pause=True)):
@@ -270,7 +278,7 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
         return None
     left = now[0]
     alone = solve_fleet(_unbounded(state.fleet), [state.originals[job_id]], state.profiles, space, robust=True,
-                        only=state.only)
+                        only=state.only, memo=memo)
     (target, (_, target_sub)), = [(name, vs) for name, vs in alone.state.views.items() if vs[1].groups]
     if target == view:
         return None
@@ -301,7 +309,7 @@ def _fits(state: FleetState, plan: RegroupPlan) -> bool:
 
 def _join_alone(state: FleetState, group_id: str, progress: Callable[[str], tuple[int, float] | None],
                 pause_s: Callable[[str], float], space: Space, value: Callable[[Job], float],
-                max_members: int) -> RegroupPlan | None:
+                max_members: int, memo: FitMemo | None) -> RegroupPlan | None:
     """Step 0 of ``plan_fleet_regroup``: job b, alone in ``group_id``, and one or more
     other jobs alone in their groups (any view) into their joint optimum, when that is one
     group of at most ``max_members`` jobs.
@@ -349,7 +357,7 @@ def _join_alone(state: FleetState, group_id: str, progress: Callable[[str], tupl
         keep = set(sorted(alone, key=lambda a: (-_pair_slack(state.originals[a], state.originals[b]), a))[:_PAIRS])
         alone = {a: gid for a, gid in alone.items() if a in keep}
     for a in alone:
-        got = _alone_set(state, (a, b), {a: alone[a], b: group_id}, progress, pause_s, space, value, singles)
+        got = _alone_set(state, (a, b), {a: alone[a], b: group_id}, progress, pause_s, space, value, singles, memo)
         if got is None:
             continue
         ratio, gain, plan = got
@@ -361,7 +369,7 @@ def _join_alone(state: FleetState, group_id: str, progress: Callable[[str], tupl
         for chosen in combinations(partners, size):
             ids = (*chosen, b)
             got = _alone_set(state, ids, {**{a: alone[a] for a in chosen}, b: group_id}, progress, pause_s, space,
-                             value, singles)
+                             value, singles, memo)
             if got is not None and got[2] is not None and (best is None or got[1] > best[0]):
                 best = (got[1], got[2])
     return best[1] if best is not None else None
@@ -387,13 +395,15 @@ def _pair_slack(a: Job, b: Job) -> float:
 def _alone_set(state: FleetState, ids: tuple[str, ...], groups: dict[str, str],
                progress: Callable[[str], tuple[int, float] | None], pause_s: Callable[[str], float],
                space: Space, value: Callable[[Job], float],
-               singles: dict[str, tuple[Fit, str] | None]) -> tuple[float, float, RegroupPlan | None] | None:
+               singles: dict[str, tuple[Fit, str] | None],
+               memo: FitMemo | None) -> tuple[float, float, RegroupPlan | None] | None:
     """``_join_alone``'s test of one set of jobs alone (``groups``: each one's group now):
     None when their joint optimum is not one group, else (V(P) / C_P, the gain S - M,
     the move or None when P is not dominated, a member loses pace or the move does not
     pay)."""
     jobs = {k: state.originals[k] for k in ids}
-    plan = _joint_group(_unbounded(state.fleet), list(jobs.values()), state.profiles, space, state.only, singles)
+    plan = _joint_group(_unbounded(state.fleet), list(jobs.values()), state.profiles, space, state.only, singles,
+                        memo)
     if plan is None:
         return None
     (target, new), = [(name, g) for name, (_, sub) in plan.views.items() for g in sub.groups.values()]

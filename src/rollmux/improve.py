@@ -55,6 +55,7 @@ from typing import Callable
 from rollmux import colocation, reservation, waste
 from rollmux.errors import PlacementError
 from rollmux.exact import ExactSolution, objective_lower_bound, solve
+from rollmux.fit_memo import FitMemo
 from rollmux.intra import analyze
 from rollmux.model import POOLS, Cluster, Group, Job
 from rollmux.plan_state import Placement, PlanState
@@ -109,7 +110,9 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
     called after every exact solve with the solves so far and the plan's cost (for
     progress displays). ``space`` is the placement space of the exact solves
     (``rollmux.planner.Space``); with co-location in it, co-located groups take part and
-    costs are ``PlanState.effective_cost_per_hour``'s (reported costs stay $/h).
+    costs are ``PlanState.effective_cost_per_hour``'s (reported costs stay $/h). The solves
+    share one ``rollmux.fit_memo.FitMemo``: sets of groups overlap, and so do their subsets'
+    searches.
     """
     if max_groups < 2:
         raise ValueError(f"max_groups={max_groups}: expected >= 2")
@@ -118,6 +121,7 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
     if skipped:
         return Improvement((), start, start, 0, True, skipped)
     solver_cluster = _solver_cluster(state.cluster)
+    memo = FitMemo()
     tried: set[tuple[str, ...]] = set()
     moves: list[Regroup] = []
     solves = 0
@@ -131,7 +135,8 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
                     return Improvement(tuple(moves), start, state.cost_per_hour(), solves, False)
                 solves += 1
                 tried.add(tuple(g.group_id for g in combo))
-                solution = solve(solver_cluster, jobs, max_jobs=max_jobs, robust=True, budget=cost, space=space)
+                solution = solve(solver_cluster, jobs, max_jobs=max_jobs, robust=True, budget=cost, space=space,
+                                 memo=memo)
                 if on_solve is not None:
                     on_solve(solves, state.cost_per_hour())
                 if solution is not None and _fits(state, combo, solution):
@@ -284,7 +289,7 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
                  pause_s: Callable[[str], float], max_solves: int = 8,
                  max_jobs: int = DEFAULT_MAX_JOBS, one_node: bool = False,
                  space: Space = PAPER_SPACE, objective: str = "cost",
-                 joint_pause: bool | None = None) -> RegroupPlan | None:
+                 joint_pause: bool | None = None, memo: FitMemo | None = None) -> RegroupPlan | None:
     """Regroup ``group_id`` with one other group while jobs run (the simulator's
     ``rollmux-regroup``). Pairs are solved exactly, largest possible saving first, at most
     ``max_solves`` of them; the result is the one saving most among those whose groups
@@ -312,7 +317,8 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
     are effective ones (``colocation.effective_cost``). ``objective``: what a move must
     lower, the groups' $/h ("cost") or their waste rate ("waste", ``rollmux.waste``: the
     part of the bill that decisions change when jobs stay until their work is done, so a
-    cheaper plan that slows its members more than it saves is refused).
+    cheaper plan that slows its members more than it saves is refused). ``memo``
+    (``rollmux.fit_memo``): the solves' group searches, kept by the policy across calls.
     """
     if _unsupported(state.cluster):
         return None
@@ -331,7 +337,7 @@ def plan_regroup(state: PlanState, group_id: str, progress: Callable[[str], tupl
             jobs = [replace(j, rollout_gpus=min(j.rollout_gpus, gpn), train_gpus=min(j.train_gpus, gpn)) for j in jobs]
         floor = 0.0 if best is None else best.gain
         solution = solve(_solver_cluster(state.cluster), jobs, max_jobs=max_jobs, robust=True, budget=value - floor,
-                         space=space, objective=objective)
+                         space=space, objective=objective, memo=memo)
         if solution is None:
             continue
         moved, groups = left_in_place(pair, solution.groups)

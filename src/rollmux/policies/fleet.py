@@ -29,6 +29,7 @@ from __future__ import annotations
 from functools import partial
 from typing import NamedTuple
 
+from rollmux.fit_memo import FitMemo
 from rollmux.fleet import Fleet, Profiles, translate
 from rollmux.fleet_exact import plan_fleet_regroup
 from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, gavel_ranking, short_sides, short_text
@@ -47,8 +48,10 @@ class FleetRollMux:
         self.uses_remaining = objective == "lifetime"  # the simulator then passes ``remaining`` (rollmux.lifetime)
         if regroup:
             # rollmux-hedge: step 1's solves of at most HEDGE_MAX_JOBS jobs (docs/fleet.md)
+            # one memo of group searches for every regrouping of this policy (rollmux.fit_memo)
             self.regroup = partial(plan_fleet_regroup, space=space, value=self.planner.gavel_value,
-                                   max_jobs=HEDGE_MAX_JOBS) if hedge else partial(plan_fleet_regroup, space=space)
+                                   max_jobs=HEDGE_MAX_JOBS, memo=FitMemo()) if hedge else partial(
+                plan_fleet_regroup, space=space, memo=FitMemo())
             # as on two pools with training scaling or co-location, where the fleet has one view;
             # on several views it cost more (docs/fleet.md); with hedge, a job that starts alone
             # is offered a partner at once

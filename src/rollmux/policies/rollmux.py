@@ -22,6 +22,7 @@ from dataclasses import replace
 from functools import partial
 
 from rollmux.accounting import OURS, CostAccounting
+from rollmux.fit_memo import FitMemo
 from rollmux.improve import plan_regroup
 from rollmux.lifetime import Remaining
 from rollmux.model import Job
@@ -44,7 +45,7 @@ class RollMuxPolicy:
                                    hosting=space.hosting and not accounting.one_node_per_pool)
             objective = "cost" if accounting.fixed_departures else "waste"
             self.regroup = partial(plan_regroup, one_node=accounting.one_node_per_pool, space=solver_space,
-                                   objective=objective)
+                                   objective=objective, memo=FitMemo())  # one memo for all its regroupings
             # with co-location or training scaling, also try to regroup a group that an arrival
             # opened (it may undo a greedy co-location once a partner arrives)
             self.regroup_on_arrival = space.colocation or space.train_scaling
