@@ -576,6 +576,92 @@ class DelayProxy:
         self.loop.close()
 
 
+def _raw_post(port: int, head_length: int | None, parts: list[tuple[float, bytes]],
+              close: bool = False) -> tuple[bytes, float]:
+    """POST /v1/jobs over a raw socket: the headers (Content-Length ``head_length``, or
+    chunked when None; ``Connection: close`` with ``close``), then each part after its
+    pause; returns everything the server sent until it closed the connection, and when."""
+    framing = f"Content-Length: {head_length}" if head_length is not None else "Transfer-Encoding: chunked"
+    head = (f"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ADMIN}\r\n"
+            f"Content-Type: application/json\r\n{framing}\r\n{'Connection: close' + chr(13) + chr(10) if close else ''}"
+            f"\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        t0 = time.monotonic()
+        sock.sendall(head)
+        for pause, part in parts:
+            time.sleep(pause)
+            with contextlib.suppress(OSError):  # the server may have answered and closed already
+                sock.sendall(part)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return answer, time.monotonic() - t0
+
+
+def test_a_body_not_received_in_time_is_answered_408_and_its_connection_closed(thread_server):
+    """Body timeout 1 s: a client that announces 500 bytes and sends 20, or trickles a
+    chunked body for longer, gets a 408 naming ``body`` after about 1 s, the server closes
+    the connection, nothing is submitted, and the service goes on answering; a body that
+    trickles in within the time is accepted."""
+    service, url = thread_server(_config(body_timeout_s=1.0))
+    port = int(url.rsplit(":", 1)[1])
+    body = json.dumps({"spec": _spec("slow")}).encode()
+    short, took = _raw_post(port, 500, [(0.0, body[:20])])
+    assert short.startswith(b"HTTP/1.1 408"), short[:200]
+    assert b'"field":"body"' in short and 0.9 <= took < 10
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[k:k + 8]), body[k:k + 8]) for k in range(0, len(body), 8))
+    trickled, took = _raw_post(port, None, [(0.15, chunked[k:k + 16]) for k in range(0, len(chunked), 16)])
+    assert trickled.startswith(b"HTTP/1.1 408") and 0.9 <= took < 10, trickled[:200]
+    assert "slow" not in service.control.jobs
+    assert service.metrics.http_errors.labels("408")._value.get() == 2
+    with httpx.Client(base_url=url, timeout=5) as http:
+        assert http.get("/healthz").status_code == 200
+    in_time, _ = _raw_post(port, len(body), [(0.3, body[:30]), (0.3, body[30:])], close=True)
+    assert in_time.startswith(b"HTTP/1.1 201"), in_time[:300]
+    assert "slow" in service.control.jobs
+
+
+class StallOnceProxy(DelayProxy):
+    """A pass-through proxy whose first connection forwards a request's headers and a few
+    bytes of its body, then nothing more from the client (a network that stalls)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.stalled = 0
+        super().__init__(upstream_port, 0.0)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.stalled:
+            return await super()._serve(reader, writer)
+        self.stalled += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+
+        async def cut():
+            seen = b""
+            with contextlib.suppress(ConnectionError):
+                while chunk := await reader.read(65536):
+                    if b"\r\n\r\n" not in seen:
+                        seen += chunk
+                        if b"\r\n\r\n" in seen:
+                            up_writer.write(seen[:seen.index(b"\r\n\r\n") + 4 + 5])
+                            await up_writer.drain()
+
+        await asyncio.gather(cut(), self._pipe(up_reader, writer), return_exceptions=True)
+
+
+def test_the_sdk_sends_a_request_again_after_a_408(thread_server):
+    service, url = thread_server(_config(body_timeout_s=1.0))
+    proxy = StallOnceProxy(int(url.rsplit(":", 1)[1]))
+    try:
+        client = Client(f"http://127.0.0.1:{proxy.port}", ADMIN, timeout_s=10.0)
+        t0 = time.monotonic()
+        job = client.submit(_spec("stalled"), heartbeat=False)
+        assert time.monotonic() - t0 >= 0.9 and proxy.stalled == 1
+        assert job.job_id == "stalled" and "stalled" in service.control.jobs
+        assert service.metrics.http_errors.labels("408")._value.get() == 1
+    finally:
+        proxy.close()
+
+
 def test_a_slow_network_below_the_grace_never_expires_a_live_job(thread_server):
     """Lease 1 s, grace 2 s, 1 s each way (2 s round trips): the documented rule (round trip
     below grace + 3/4 lease) holds, so the job runs to the end; the same delay with no

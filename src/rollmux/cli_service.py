@@ -129,6 +129,9 @@ def serve(
                                    help="Departed jobs kept in memory, in /v1/status and in job lists (the latest "
                                         "ones); every departed record stays in the state file, and GET "
                                         "/v1/jobs/ID still answers for an older one."),
+    body_timeout_s: float = typer.Option(10.0, "--body-timeout-s", min=0.1,
+                                         help="A request body not received whole within this many seconds is "
+                                              "answered 408 and its connection closed (slow or stalled clients)."),
     log_file: Optional[Path] = typer.Option(None, "--log-file", help="JSON-lines log (default: stderr)."),
     policy: LivePolicy = typer.Option(LivePolicy.rollmux, "--policy",
                                       help="rollmux (Algorithm 1), rollmux-consolidate (also moves running jobs "
@@ -174,7 +177,7 @@ def serve(
         measured = load_profiles(profiles, spec) if profiles is not None else None
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
-                               max_live_jobs=max_live_jobs, keep_ended=keep_ended,
+                               max_live_jobs=max_live_jobs, keep_ended=keep_ended, body_timeout_s=body_timeout_s,
                                tenants=auth.load_tenants(tenants),
                                policy=policy.value, migration_s=migration_s, move_timeout_s=move_timeout_s,
                                backfill=queue.value == "backfill")

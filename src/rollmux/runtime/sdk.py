@@ -182,7 +182,8 @@ class Client:
     # --- transport ---------------------------------------------------------------------
     def call(self, method: str, path: str, token: str | None = None, json: Any = None,
              timeout_s: float | None = None, params: dict | None = None) -> Any:
-        """One request to ``/v1`` + ``path``, retried with backoff while the server is unreachable or 5xx.
+        """One request to ``/v1`` + ``path``, retried with backoff while the server is unreachable, 5xx, or
+        did not get the body in time (408: the same request again, as after a lost connection).
 
         Raises ``ServerUnavailable`` after ``give_up_s`` without an answer, a ``JobEnded``
         subclass for a 410, ``RequestRejected`` for any other 4xx.
@@ -193,7 +194,7 @@ class Client:
             try:
                 r = self._http.request(method, API + path, json=json, headers=headers, params=params,
                                        timeout=timeout_s or self.timeout_s)
-                if r.status_code < 500:
+                if not _retriable(r.status_code):
                     return _answer(r)
                 problem = f"HTTP {r.status_code}"
             except httpx.TransportError as exc:
@@ -405,7 +406,7 @@ class JobHandle:
         try:
             r = http.post(f"{API}/jobs/{self.job_id}/heartbeat", json={},
                           headers={"Authorization": f"Bearer {self.token}"})
-            if r.status_code < 500:
+            if not _retriable(r.status_code):
                 last_answer[0] = time.monotonic()
                 _answer(r)
         except JobDone:
@@ -503,6 +504,11 @@ def _spec_dict(spec: dict | Job) -> dict:
         d = dataclasses.asdict(spec)
         return {k: d[k] for k in SPEC_FIELDS}
     return dict(spec)
+
+
+def _retriable(status: int) -> bool:
+    """A status the SDK asks again for: the server failed (5xx) or timed out on the body (408)."""
+    return status >= 500 or status == 408
 
 
 def _answer(r: httpx.Response) -> Any:

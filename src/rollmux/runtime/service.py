@@ -73,6 +73,7 @@ class ServiceConfig:
     tail_threshold: float = 0.8    # fraction of responses done from which a rollout's tail may hand off GPUs
     backfill: bool = True          # a job that packs into a running group passes the waiting line
     keep_ended: int = 10_000       # departed records kept in memory (status, lists); all stay in the file
+    body_timeout_s: float = 10.0   # a request body not in whole by then is answered 408 (``BodyLimit``)
     tenants: dict[str, str] = field(default_factory=dict)
 
 
@@ -397,35 +398,49 @@ def problem(status: int, field: str, reason: str, state: str | None = None) -> J
 
 
 class BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes is answered 413 (``body``)
-    before it is parsed. A body with a Content-Length is judged by the header (the server
-    reads no more than it says); one without (chunked) is read here first, at most
-    ``limit`` bytes of it, and handed on whole."""
+    """ASGI middleware: every request body is read here first and handed on whole. One over
+    ``limit`` bytes is answered 413 (``body``) before it is parsed: by its Content-Length
+    when it has one (the server reads no more than it says), else (chunked) once more than
+    ``limit`` bytes came in. One not in whole within ``timeout_s`` seconds of the request
+    (a client that sends less than it announced, or trickles it) is answered 408 (``body``)
+    and its connection closed, so a slow client holds no connection and no worker.
+    ``refused(status, field, reason)`` is told of each refusal (metrics and log)."""
 
-    def __init__(self, app, limit: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, app, limit: int = MAX_BODY_BYTES, timeout_s: float = 10.0,
+                 refused: Callable[[int, str, str], None] | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.timeout_s = timeout_s
+        self.refused = refused
+
+    def _problem(self, status: int, reason: str) -> JSONResponse:
+        if self.refused is not None:
+            self.refused(status, "body", reason)
+        return problem(status, "body", reason)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        too_large = problem(413, "body", f"more than {self.limit} bytes")
         length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None:
-            if not length.isdigit() or int(length) > self.limit:
-                return await too_large(scope, receive, send)
-            return await self.app(scope, receive, send)
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            return await self._problem(413, f"more than {self.limit} bytes")(scope, receive, send)
         chunks, seen = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return None  # the client went away before its body was in
-            chunks.append(message.get("body", b""))
-            seen += len(chunks[-1])
-            if seen > self.limit:
-                return await too_large(scope, receive, send)
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return None  # the client went away before its body was in
+                    chunks.append(message.get("body", b""))
+                    seen += len(chunks[-1])
+                    if seen > self.limit:
+                        return await self._problem(413, f"more than {self.limit} bytes")(scope, receive, send)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            late = self._problem(408, f"not received whole within {self.timeout_s:g}s ({seen} bytes came)")
+            late.headers["connection"] = "close"
+            return await late(scope, receive, send)
         handed = False
 
         async def replay():
@@ -454,15 +469,19 @@ def create_app(service: Service) -> FastAPI:
             service.close()
 
     app = FastAPI(title="RollMux control plane", version="1", lifespan=lifespan)
-    app.add_middleware(BodyLimit)
     cp = lambda: service.control  # noqa: E731 - the control plane, read at call time
     lock = service._lock
 
-    def answer(status: int, field: str, reason: str, state: str | None = None) -> JSONResponse:
+    def refused(status: int, field: str, reason: str) -> None:
         service.metrics.http_errors.labels(str(status)).inc()
         level = logging.ERROR if status >= 500 else logging.INFO
         log.log(level, "refused", extra={"status": status, "field": field, "reason": reason})
+
+    def answer(status: int, field: str, reason: str, state: str | None = None) -> JSONResponse:
+        refused(status, field, reason)
         return problem(status, field, reason, state)
+
+    app.add_middleware(BodyLimit, timeout_s=service.config.body_timeout_s, refused=refused)
 
     @app.exception_handler(ControlError)
     async def _control_error(_r: Request, exc: ControlError) -> JSONResponse:
