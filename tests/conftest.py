@@ -18,9 +18,9 @@ SERIAL_MODULES = frozenset({
     "test_demo_tail", "test_demo_weight_sync", "test_engine_memory", "test_fleet_ray", "test_live_async",
     "test_live_moves", "test_live_tail", "test_native", "test_ray_adapter", "test_ray_start", "test_report_html",
     "test_reward_service", "test_rollart_demo", "test_rollart_live", "test_sdk", "test_service_e2e",
-    "test_service_fleet", "test_service_hostile", "test_service_load", "test_sharded_state", "test_state_cache",
-    "test_store", "test_trl_integration", "test_verl_adapter", "test_vllm_engine", "test_weight_sync", "test_whatif",
-    "test_whatif_fleet",
+    "test_service_fleet", "test_service_hostile", "test_service_load", "test_service_tls", "test_sharded_state",
+    "test_state_cache", "test_store", "test_trl_integration", "test_verl_adapter", "test_vllm_engine",
+    "test_weight_sync", "test_whatif", "test_whatif_fleet",
 })
 
 

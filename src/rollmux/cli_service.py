@@ -129,6 +129,10 @@ def serve(
                                    help="Departed jobs kept in memory, in /v1/status and in job lists (the latest "
                                         "ones); every departed record stays in the state file, and GET "
                                         "/v1/jobs/ID still answers for an older one."),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert",
+                                            help="PEM certificate (chain) to serve https with (with --tls-key). "
+                                                 "Clients trust it by $ROLLMUX_CA_FILE (the SDK's ca_file)."),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="PEM private key of --tls-cert."),
     body_timeout_s: float = typer.Option(10.0, "--body-timeout-s", min=0.1,
                                          help="A request body not received whole within this many seconds is "
                                               "answered 408 and its connection closed (slow or stalled clients)."),
@@ -164,9 +168,11 @@ def serve(
     from rollmux.fleet_file import load_cluster_or_fleet
     from rollmux.runtime import auth, logs
     from rollmux.runtime.control import ControlError, check_live_policy
-    from rollmux.runtime.service import ServiceConfig, run
+    from rollmux.runtime.service import ServiceConfig, check_tls, run
 
     try:
+        cert, key = (str(tls_cert) if tls_cert else None), (str(tls_key) if tls_key else None)
+        check_tls(cert, key)  # before any state file is written
         spec = load_cluster_or_fleet(cluster) if cluster is not None else None
         if profiles is not None and not isinstance(spec, Fleet):
             raise RollMuxError("--profiles: per-type phase profiles need --cluster naming a fleet file (with `pools`)")
@@ -183,7 +189,7 @@ def serve(
                                backfill=queue.value == "backfill")
         logs.setup(log_file)
         typer.echo(f"rollmux: admin token from {source}", err=True)
-        run(spec, str(state), token, config, host, port, new_state, measured)
+        run(spec, str(state), token, config, host, port, new_state, measured, cert, key)
     except (RollMuxError, OSError) as err:
         _fail(err)
 

@@ -33,6 +33,11 @@ class TraceFormatError(RollMuxError, ValueError):
         super().__init__(f"{path}, line {line}{col}: {message}")
 
 
+class TLSConfigError(RollMuxError, ValueError):
+    """``rollmux serve``'s certificate and key cannot serve https; the message names the
+    option (``--tls-cert``, ``--tls-key``) and why."""
+
+
 class PlacementError(RollMuxError):
     """A placement was asked for that the state cannot take (unknown job, duplicate id)."""
 

@@ -46,14 +46,21 @@ Contract
   service never sees a request it would refuse; a synchronous job's phases are entered
   exactly as before. ``Phase(timeout_s=...)`` bounds that wait (``TimeoutError``).
 * Clear failures, each its own class: ``JobCancelled``, ``LeaseLost``, ``JobDone``,
-  ``ServerUnavailable`` and ``RequestRejected`` (a 4xx naming field and reason). A
-  failure seen by the heartbeat thread is raised by the job's next call.
+  ``ServerUnavailable``, ``RequestRejected`` (a 4xx naming field and reason) and
+  ``UntrustedServer`` (an https server whose certificate does not verify: raised at
+  once, never retried). A failure seen by the heartbeat thread is raised by the job's
+  next call.
+* TLS: an ``https://`` url is verified against the system's trust store, or against
+  ``ca_file`` (else ``$ROLLMUX_CA_FILE``): the certificate, or the CA that signed it, of
+  a service started with ``rollmux serve --tls-cert/--tls-key``.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import secrets
+import ssl
 import threading
 import time
 import uuid
@@ -75,6 +82,10 @@ class ClientError(RollMuxError):
 
 class ServerUnavailable(ClientError):
     """The control plane did not answer for ``give_up_s`` seconds."""
+
+
+class UntrustedServer(ClientError):
+    """An https server whose certificate does not verify against the trusted CAs."""
 
 
 class RequestRejected(ClientError):
@@ -116,16 +127,31 @@ MAX_BEATS_IN_FLIGHT = 4
 
 class Client:
     """A connection to the control plane at ``url``. ``token`` is the credential for
-    submitting (the admin token or a tenant's token) and for the admin calls."""
+    submitting (the admin token or a tenant's token) and for the admin calls. ``ca_file``
+    (else ``$ROLLMUX_CA_FILE``; else the system's trust store): the PEM file that an
+    https service's certificate is verified against."""
 
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 10.0, give_up_s: float = 30.0,
-                 poll_s: float = 10.0) -> None:
+                 poll_s: float = 10.0, ca_file: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
         self.give_up_s = give_up_s
         self.poll_s = poll_s
-        self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
+        self.ca_file = ca_file or os.environ.get("ROLLMUX_CA_FILE") or None
+        self.tls = self._tls_context()
+        self._http = self.http(timeout_s)
+
+    def _tls_context(self) -> ssl.SSLContext:
+        try:
+            return ssl.create_default_context(cafile=self.ca_file)
+        except (OSError, ssl.SSLError) as err:
+            raise ClientError(f"ca_file {self.ca_file!r} (or $ROLLMUX_CA_FILE): not a readable PEM file of "
+                              f"certificates ({err})") from None
+
+    def http(self, timeout_s: float) -> httpx.Client:
+        """A new HTTP client to the service (its TLS trust included)."""
+        return httpx.Client(base_url=self.url, timeout=timeout_s, verify=self.tls)
 
     # --- jobs ---------------------------------------------------------------------------
     def submit(self, spec: dict | Job, heartbeat: bool = True,
@@ -198,6 +224,7 @@ class Client:
                     return _answer(r)
                 problem = f"HTTP {r.status_code}"
             except httpx.TransportError as exc:
+                _raise_if_untrusted(exc, self.url)
                 problem = f"{type(exc).__name__}: {exc}"
             now = time.monotonic()
             first_failure = first_failure or now
@@ -380,7 +407,7 @@ class JobHandle:
         """Fixed-rate beats every lease/4, each on its own thread (see the module docstring)."""
         lease = self.view.get("lease_s", 30.0)
         period = max(0.05, lease / 4)
-        http = httpx.Client(base_url=self.client.url, timeout=max(lease + self.view.get("grace_s", 0.0), 1.0))
+        http = self.client.http(max(lease + self.view.get("grace_s", 0.0), 1.0))
         in_flight = threading.Semaphore(MAX_BEATS_IN_FLIGHT)
         last_answer = [time.monotonic()]
         next_at = time.monotonic() + period
@@ -504,6 +531,15 @@ def _spec_dict(spec: dict | Job) -> dict:
         d = dataclasses.asdict(spec)
         return {k: d[k] for k in SPEC_FIELDS}
     return dict(spec)
+
+
+def _raise_if_untrusted(exc: httpx.TransportError, url: str) -> None:
+    """A certificate that does not verify will not verify on a retry: ``UntrustedServer`` now."""
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        raise UntrustedServer(f"{url}: the server's TLS certificate is not trusted ({exc}); pass ca_file= (or set "
+                              f"$ROLLMUX_CA_FILE) to the PEM file of its certificate or of the CA that signed "
+                              f"it") from None
 
 
 def _retriable(status: int) -> bool:

@@ -26,10 +26,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import sys
 import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any, Callable, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -37,7 +39,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rollmux.errors import SpecError
+from rollmux.errors import SpecError, TLSConfigError
 from rollmux.fleet import Fleet, Profiles
 from rollmux.model import ROLLOUT, Cluster
 from rollmux.runtime import auth
@@ -683,13 +685,35 @@ def create_app(service: Service) -> FastAPI:
     return app
 
 
+def check_tls(cert: str | None, key: str | None) -> None:
+    """Refuse (``TLSConfigError`` naming the option) a TLS pair that is half given,
+    unreadable, or whose key does not match its certificate, before anything is served."""
+    if (cert is None) != (key is None):
+        given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
+        raise TLSConfigError(f"{given} needs {missing} too")
+    if cert is None:
+        return
+    for option, path in (("--tls-cert", cert), ("--tls-key", key)):
+        if not Path(path).is_file():
+            raise TLSConfigError(f"{option} {path}: no such file")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as err:
+        raise TLSConfigError(f"--tls-cert {cert} / --tls-key {key}: not a PEM certificate (chain) and its "
+                             f"private key ({err})") from None
+
+
 def run(cluster: Cluster | Fleet | None, state_path: str, admin_token: str, config: ServiceConfig,
-        host: str = "127.0.0.1", port: int = 8470, new_state: bool = False, profiles: Profiles | None = None) -> None:
-    """Serve until interrupted (blocking)."""
+        host: str = "127.0.0.1", port: int = 8470, new_state: bool = False, profiles: Profiles | None = None,
+        tls_cert: str | None = None, tls_key: str | None = None) -> None:
+    """Serve until interrupted (blocking); https with ``tls_cert`` and ``tls_key`` (``check_tls``)."""
     import uvicorn
 
+    check_tls(tls_cert, tls_key)
     sys.setswitchinterval(0.001)  # the loop thread gets the GIL back quickly while a worker plans
     service = Service(cluster, state_path, admin_token, config, new_state=new_state, profiles=profiles)
     log.info("start", extra={"state": state_path, "restored": service.restored, "host": host, "port": port,
-                             "reconciled": service.reconciled, "pools": service.control.pool_nodes()})
-    uvicorn.run(create_app(service), host=host, port=port, log_level="warning", access_log=False)
+                             "tls": tls_cert is not None, "reconciled": service.reconciled,
+                             "pools": service.control.pool_nodes()})
+    uvicorn.run(create_app(service), host=host, port=port, log_level="warning", access_log=False,
+                ssl_certfile=tls_cert, ssl_keyfile=tls_key)

@@ -1,0 +1,136 @@
+"""`rollmux serve` over https: a real server with a certificate made here, the SDK and the
+CLI trusting it by ``ca_file`` or ``$ROLLMUX_CA_FILE``, refusing it without, and bad
+certificate options refused before anything is served or written."""
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from rollmux import Client
+from rollmux.runtime.sdk import ClientError, UntrustedServer
+
+ROLLMUX = str(Path(sys.executable).with_name("rollmux"))
+ADMIN = "tls-admin-token"
+
+
+def _certificate(folder: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (its own CA) and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / f"{name}.pem", folder / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(tmp: Path, *tls: str, stdout=subprocess.DEVNULL) -> tuple[subprocess.Popen, int]:
+    port = _free_port()
+    args = [ROLLMUX, "serve", "--state", str(tmp / "state.db"), "--port", str(port), "--lease-s", "30", *tls]
+    return subprocess.Popen(args, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN)), port
+
+
+@pytest.fixture
+def https(tmp_path):
+    """``rollmux serve`` with a certificate: (url, its certificate file)."""
+    cert, key = _certificate(tmp_path, "service")
+    proc, port = _serve(tmp_path, "--tls-cert", str(cert), "--tls-key", str(key))
+    url = f"https://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                if httpx.get(f"{url}/healthz", verify=str(cert), timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the https server did not start"
+                time.sleep(0.1)
+        yield url, cert
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_job_runs_over_https_when_its_client_trusts_the_certificate(https, tmp_path):
+    url, cert = https
+    job = Client(url, ADMIN, ca_file=str(cert)).submit({"job_id": "a", "t_roll_s": 0.05, "t_train_s": 0.05,
+                                                        "slo": 2.0, "iterations": 2})
+    for _ in range(2):
+        for name in ("rollout", "train"):
+            with job.phase(name):
+                time.sleep(0.01)
+    assert job.view["state"] == "done"
+    with pytest.raises(httpx.TransportError):  # plain http to the https port gets no answer
+        httpx.get(url.replace("https", "http") + "/healthz", timeout=2)
+
+
+def test_an_untrusted_certificate_is_refused_at_once_not_retried(https, tmp_path):
+    url, _cert = https
+    other, _ = _certificate(tmp_path, "other")
+    for ca in (None, str(other)):
+        t0 = time.monotonic()
+        with pytest.raises(UntrustedServer, match="ca_file"):
+            Client(url, ADMIN, give_up_s=30.0, ca_file=ca).submit({"job_id": "x", "t_roll_s": 1, "t_train_s": 1})
+        assert time.monotonic() - t0 < 10  # not retried for give_up_s
+    with pytest.raises(ClientError, match="ca_file"):
+        Client(url, ADMIN, ca_file=str(tmp_path / "missing.pem"))
+
+
+def test_the_cli_trusts_the_certificate_named_by_the_environment(https):
+    url, cert = https
+    env = dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN, ROLLMUX_URL=url)
+    plain = subprocess.run([ROLLMUX, "status"], env=env, capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 2 and "not trusted" in " ".join((plain.stdout + plain.stderr).split())
+    trusted = subprocess.run([ROLLMUX, "status"], env={**env, "ROLLMUX_CA_FILE": str(cert)}, capture_output=True,
+                             text=True, timeout=60)
+    assert trusted.returncode == 0, trusted.stdout + trusted.stderr
+
+
+@pytest.mark.parametrize("case", ["cert only", "missing key", "mismatched key", "not a certificate"])
+def test_bad_certificate_options_are_refused_before_anything_is_written(tmp_path, case):
+    cert, key = _certificate(tmp_path, "service")
+    _, other_key = _certificate(tmp_path, "other")
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    tls, expected = {
+        "cert only": (["--tls-cert", str(cert)], "--tls-cert needs --tls-key"),
+        "missing key": (["--tls-cert", str(cert), "--tls-key", str(tmp_path / "nope.key")], "--tls-key"),
+        "mismatched key": (["--tls-cert", str(cert), "--tls-key", str(other_key)], "private key"),
+        "not a certificate": (["--tls-cert", str(junk), "--tls-key", str(key)], "--tls-cert"),
+    }[case]
+    proc, _port = _serve(tmp_path, *tls, stdout=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2
+    assert expected in " ".join((out + err).split())
+    assert not (tmp_path / "state.db").exists()
