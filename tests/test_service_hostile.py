@@ -26,6 +26,7 @@ from fastapi.testclient import TestClient
 
 from rollmux import Client
 from rollmux.model import Cluster, PoolSpec, SwitchCost
+from rollmux.runtime.auth import Quota
 from rollmux.runtime.clock import ServiceClock
 from rollmux.runtime.sdk import LeaseLost
 from rollmux.runtime.service import Service, ServiceConfig, create_app
@@ -252,6 +253,53 @@ def test_the_live_job_limit_counts_a_reused_id_and_spares_only_a_retry(tmp_path)
         retry = submit("live1", request_id="r-1", token="t" * 32)  # a lost answer, asked again
         assert retry.status_code == 201 and retry.json()["job_id"] == "live1"
         assert _persisted(client, service) == before
+
+
+def test_a_tenant_quota_bounds_its_live_jobs_and_the_gpus_they_ask_for(tmp_path):
+    quotas = {"team-a": Quota(max_live_jobs=2, max_gpus=40)}
+    service = Service(_cluster(None), str(tmp_path / "state.db"), ADMIN, _config(quotas=quotas))
+    with TestClient(create_app(service)) as client:
+        def submit(job_id: str, token: str = TENANT, gpus: int = 8, **extra):
+            spec = _spec(job_id, rollout_gpus=gpus, train_gpus=gpus)
+            return client.post("/v1/jobs", json={"spec": spec, **extra}, headers=_auth(token))
+
+        assert submit("a1", request_id="r-1", token=TENANT).status_code == 201
+        assert submit("a2").status_code == 201
+        assert submit("admin-job", token=ADMIN, gpus=64).status_code == 201  # the admin has no quota
+        before = _persisted(client, service)
+        refused = submit("a3")
+        _assert_problem(refused, 429, "tenant")
+        assert "max_live_jobs" in refused.json()["reason"]
+        assert _persisted(client, service) == before
+        usage = client.get("/v1/status", headers=_auth(ADMIN)).json()["tenants"]
+        assert usage == {"team-a": {"live_jobs": 2, "gpus": 32, "max_live_jobs": 2, "max_gpus": 40}}
+        assert client.post("/v1/jobs/a1/cancel", headers=_auth(ADMIN)).status_code == 200
+        wide = submit("a3", gpus=16)  # 16 held + 32 asked > 40
+        _assert_problem(wide, 429, "tenant")
+        assert "max_gpus 40" in wide.json()["reason"]
+        assert submit("a3", gpus=8).status_code == 201  # 16 + 16 <= 40
+        retried = client.post("/v1/jobs", json={"spec": _spec("a3", rollout_gpus=8, train_gpus=8)},
+                              headers=_auth(TENANT))
+        _assert_problem(retried, 409, "job_id")  # a live id is a duplicate, quota or not
+
+
+def test_limits_hold_under_concurrent_submits(thread_server):
+    """Submits that arrive together are counted one after the other (the check runs
+    inside the change): with room for 3, exactly 3 of 12 concurrent submits get in, for
+    the service's limit and for a tenant's quota alike."""
+    for config, token in ((_config(max_live_jobs=3), ADMIN),
+                          (_config(quotas={"team-a": Quota(max_live_jobs=3)}), TENANT)):
+        service, url = thread_server(config)
+
+        async def burst():
+            async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+                return await asyncio.gather(*(http.post("/v1/jobs", json={"spec": _spec(f"c{i}")},
+                                                        headers=_auth(token)) for i in range(12)))
+
+        answers = asyncio.run(burst())
+        codes = sorted(r.status_code for r in answers)
+        assert codes == [201] * 3 + [429] * 9, codes
+        assert sum(1 for r in service.control.jobs.values() if r.live) == 3
 
 
 def test_one_bad_change_in_a_batch_fails_only_its_caller(tmp_path):
@@ -760,6 +808,7 @@ def test_operator_commands_against_a_live_service(thread_server, tmp_path, monke
     assert out.exit_code == 0 and "integrity ok" in out.output
     out = runner.invoke(app, ["status"])
     assert out.exit_code == 0 and "drained: R0" in out.output
+    assert "tenants" in out.output and "team-a" in out.output
     monkeypatch.setenv("ROLLMUX_ADMIN_TOKEN", "wrong")
     out = runner.invoke(app, ["jobs", "list"])
     assert out.exit_code == 2 and "403" in out.output

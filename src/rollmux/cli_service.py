@@ -115,8 +115,10 @@ def serve(
         help="File with the admin token ($ROLLMUX_ADMIN_TOKEN wins); created with a new token (0600) if missing. "
              "Default: STATE.admin-token."),
     tenants: Optional[Path] = typer.Option(None, "--tenants",
-                                           help="YAML {tenants: {NAME: {token_sha256: HEX}}}: who may submit "
-                                                "besides the admin (see `rollmux admin tenant-token`)."),
+                                           help="YAML {tenants: {NAME: {token_sha256: HEX, max_live_jobs: N, "
+                                                "max_gpus: N}}}: who may submit besides the admin (see `rollmux "
+                                                "admin tenant-token`), and, optionally, how many live jobs and "
+                                                "GPUs (rollout + training) each tenant's jobs may hold at once."),
     lease_s: float = typer.Option(30.0, "--lease-s", min=0.1,
                                   help="Seconds a job may go without a call before it loses its nodes (plus "
                                        "--grace-s)."),
@@ -181,10 +183,11 @@ def serve(
         except ControlError as err:
             raise RollMuxError(f"--policy {err.reason}") from None
         measured = load_profiles(profiles, spec) if profiles is not None else None
+        known = auth.load_tenants(tenants)
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
                                max_live_jobs=max_live_jobs, keep_ended=keep_ended, body_timeout_s=body_timeout_s,
-                               tenants=auth.load_tenants(tenants),
+                               tenants=known.hashes, quotas=known.quotas,
                                policy=policy.value, migration_s=migration_s, move_timeout_s=move_timeout_s,
                                backfill=queue.value == "backfill")
         logs.setup(log_file)
@@ -213,6 +216,14 @@ def status(url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT,
                                              pins, holders, queues)), f"{g['cost_per_hour']:.2f}")
     console.print(groups)
     console.print(_jobs_table(doc["jobs"]))
+    if doc.get("tenants"):
+        tenants = Table(title="tenants")
+        for col in ("tenant", "live jobs", "GPUs asked"):
+            tenants.add_column(col)
+        bound = lambda used, most: f"{used}" if most is None else f"{used} / {most}"  # noqa: E731
+        for name, t in doc["tenants"].items():
+            tenants.add_row(escape(name), bound(t["live_jobs"], t["max_live_jobs"]), bound(t["gpus"], t["max_gpus"]))
+        console.print(tenants)
     for r in doc.get("regroupings", []):
         state = f"opened as {r['opened']}" if r["opened"] else f"stopping {', '.join(r['waiting']) or '-'}"
         console.print(escape(f"regrouping {r['regroup']}: {', '.join(r['members'])} ({state})"))

@@ -8,7 +8,9 @@ Contract
   by default ``<state file>.admin-token``); a missing file is created with a fresh
   token, mode 0600, so the token survives restarts. It never appears on a command line.
 * Tenants (``--tenants FILE``, YAML ``{tenants: {name: {token_sha256: HEX}}}``) may
-  submit jobs with their own token; ``rollmux admin tenant-token NAME`` makes one.
+  submit jobs with their own token; ``rollmux admin tenant-token NAME`` makes one. A
+  tenant's entry may also bound its live jobs (``max_live_jobs``) and the GPUs they ask
+  for, rollout and training together (``max_gpus``): ``Quota``.
 * Job ids: ``JOB_ID_PATTERN``, letters, digits, ``.``, ``_`` and ``-``, starting with a
   letter or digit, at most 128 characters: safe in URLs, file names and logs.
 """
@@ -81,10 +83,30 @@ def admin_token(token_file: str | Path | None, state_path: str | Path) -> tuple[
     return token, f"{path} (new)"
 
 
-def load_tenants(path: str | Path | None) -> dict[str, str]:
-    """Tenant name -> token hash from a tenants YAML (see the module docstring)."""
+@dataclass(slots=True, frozen=True)
+class Quota:
+    """What one tenant's live jobs (waiting or running) may hold at once; None: no bound."""
+
+    max_live_jobs: int | None = None
+    max_gpus: int | None = None  # rollout plus training GPUs, as the jobs ask for them
+
+
+@dataclass(slots=True, frozen=True)
+class Tenants:
+    """A tenants file: each tenant's token hash, and its quota where the file sets one."""
+
+    hashes: dict[str, str] = field(default_factory=dict)
+    quotas: dict[str, Quota] = field(default_factory=dict)
+
+
+_TENANT_KEYS = ("token_sha256", "max_live_jobs", "max_gpus")
+
+
+def load_tenants(path: str | Path | None) -> Tenants:
+    """The tenants of a tenants YAML (see the module docstring); every error names the
+    file and the field."""
     if path is None:
-        return {}
+        return Tenants()
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
@@ -92,7 +114,7 @@ def load_tenants(path: str | Path | None) -> dict[str, str]:
     if not isinstance(data, dict) or not isinstance(data.get("tenants"), dict):
         raise SpecError("tenants", type(data).__name__, "a mapping {tenants: {name: {token_sha256: HEX}}}",
                         str(path))
-    out = {}
+    out = Tenants()
     for name, entry in data["tenants"].items():
         if not isinstance(name, str) or not TENANT_PATTERN.match(name):
             raise SpecError("tenants", name, "a tenant name of letters, digits, '.', '_', '-' (<= 64)", str(path))
@@ -102,5 +124,17 @@ def load_tenants(path: str | Path | None) -> dict[str, str]:
                             str(path))
         if name == ADMIN:
             raise SpecError("tenants", name, "a name other than 'admin'", str(path))
-        out[name] = digest
+        unknown = [k for k in entry if k not in _TENANT_KEYS]
+        if unknown:
+            raise SpecError(f"tenants.{name}.{unknown[0]}", entry[unknown[0]],
+                            f"one of the keys {', '.join(_TENANT_KEYS)}", str(path))
+        bounds = {}
+        for key in ("max_live_jobs", "max_gpus"):
+            value = entry.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise SpecError(f"tenants.{name}.{key}", value, "an integer >= 1, or absent (no bound)", str(path))
+            bounds[key] = value
+        out.hashes[name] = digest
+        if any(v is not None for v in bounds.values()):
+            out.quotas[name] = Quota(**bounds)
     return out

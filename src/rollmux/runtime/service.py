@@ -76,7 +76,14 @@ class ServiceConfig:
     backfill: bool = True          # a job that packs into a running group passes the waiting line
     keep_ended: int = 10_000       # departed records kept in memory (status, lists); all stay in the file
     body_timeout_s: float = 10.0   # a request body not in whole by then is answered 408 (``BodyLimit``)
-    tenants: dict[str, str] = field(default_factory=dict)
+    tenants: dict[str, str] = field(default_factory=dict)  # tenant -> token sha256
+    quotas: dict[str, auth.Quota] = field(default_factory=dict)  # tenant -> what its live jobs may hold
+
+
+class LimitReached(ControlError):
+    """A submit beyond ``--max-live-jobs`` or its tenant's quota (429): nothing changed."""
+
+    status = 429
 
 
 class AuthError(Exception):
@@ -332,14 +339,43 @@ class Service:
                         else f"the {pool} pool's {nodes} nodes x {cp.cluster.gpus_per_node} GPUs" if cp.fleet is None
                         else f"the largest {pool} pool's {nodes} nodes x {cp.cluster.gpus_per_node} GPUs")
                 raise Refused(422, f"spec.{name}", f"{gpus} GPUs is more than {limit} ({what})")
-        live = sum(1 for r in list(cp.jobs.values()) if r.live)
-        known = cp.jobs.get(spec.job_id)
-        # exempt: a submit the plane answers without a new job (a live job's id: refused as a
-        # duplicate; a retry of the submit that registered it: its first answer)
-        exempt = known is not None and (known.live or (body.token is not None and ControlPlane.is_retry(
-            known, body.request_id, hash_token(body.token))))
-        if live >= self.config.max_live_jobs and not exempt:
-            raise Refused(429, "spec", f"the service holds {live} live jobs, its --max-live-jobs; retry later")
+
+    def tenant_usage(self) -> dict[str, dict]:
+        """Per tenant: its live jobs, the GPUs they ask for, and its quota (None: no bound)."""
+        usage = {name: {"live_jobs": 0, "gpus": 0} for name in sorted(self.config.tenants)}
+        for rec in self.control.jobs.values():
+            if rec.live and rec.tenant in usage:
+                usage[rec.tenant]["live_jobs"] += 1
+                usage[rec.tenant]["gpus"] += rec.job.rollout_gpus + rec.job.train_gpus
+        for name, row in usage.items():
+            quota = self.config.quotas.get(name, auth.Quota())
+            row.update(max_live_jobs=quota.max_live_jobs, max_gpus=quota.max_gpus)
+        return usage
+
+    def check_room(self, cp: ControlPlane, body: SubmitRequest, tenant: str, job_token: str) -> None:
+        """Refuse (``LimitReached``) a submit that would take the service past
+        ``--max-live-jobs`` or its tenant past its quota (``auth.Quota``); run inside the
+        change, so that concurrent submits are counted one after the other. Exempt: a
+        submit the plane answers without a new job (a live job's id: refused as a
+        duplicate; a retry of the submit that registered it: its first answer)."""
+        known = cp.jobs.get(body.spec.job_id)
+        if known is not None and (known.live or ControlPlane.is_retry(known, body.request_id, hash_token(job_token))):
+            return
+        live = [r for r in cp.jobs.values() if r.live]
+        if len(live) >= self.config.max_live_jobs:
+            raise LimitReached("spec", f"the service holds {len(live)} live jobs, its --max-live-jobs; retry later")
+        quota = self.config.quotas.get(tenant)
+        if quota is None:
+            return
+        mine = [r.job for r in live if r.tenant == tenant]
+        if quota.max_live_jobs is not None and len(mine) >= quota.max_live_jobs:
+            raise LimitReached("tenant", f"tenant {tenant!r} holds {len(mine)} live jobs, its max_live_jobs; "
+                                         f"retry when one has ended")
+        asked = body.spec.rollout_gpus + body.spec.train_gpus
+        held = sum(j.rollout_gpus + j.train_gpus for j in mine)
+        if quota.max_gpus is not None and held + asked > quota.max_gpus:
+            raise LimitReached("tenant", f"tenant {tenant!r}'s live jobs ask for {held} GPUs; {asked} more is "
+                                         f"beyond its max_gpus {quota.max_gpus}")
 
     # --- background tasks -------------------------------------------------------------------
     async def expire_leases(self, period_s: float) -> None:
@@ -541,6 +577,7 @@ def create_app(service: Service) -> FastAPI:
         job = body.spec.to_job()
 
         def run(c: ControlPlane, now: float) -> JobRecord:
+            service.check_room(c, body, tenant, job_token)
             return c.submit(job, now, hash_token(job_token), body.request_id, tenant, body.spec.movable)
 
         rec = await service.mutate(run)
@@ -646,7 +683,7 @@ def create_app(service: Service) -> FastAPI:
     async def status(token: str | None = Depends(bearer)) -> dict:
         service.check_admin(token)
         async with lock:
-            return cp().status(service.clock.now())
+            return {**cp().status(service.clock.now()), "tenants": service.tenant_usage()}
 
     @app.get("/v1/events")
     async def events(since: int = Query(0, ge=0, le=2**62), limit: int = Query(10000, ge=1, le=100000),

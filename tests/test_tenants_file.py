@@ -1,0 +1,38 @@
+"""The tenants file (``rollmux serve --tenants``): tokens' hashes and quotas, and every
+mistake refused with the file and the field named."""
+from __future__ import annotations
+
+import pytest
+
+from rollmux.errors import SpecError
+from rollmux.runtime.auth import Quota, load_tenants
+
+HEX = "a" * 64
+
+
+def _load(tmp_path, text: str):
+    path = tmp_path / "tenants.yaml"
+    path.write_text(text)
+    return load_tenants(path)
+
+
+def test_hashes_and_quotas_are_read(tmp_path):
+    got = _load(tmp_path, f"tenants:\n  team-a: {{token_sha256: {HEX}, max_live_jobs: 4, max_gpus: 128}}\n"
+                          f"  team-b: {{token_sha256: {'b' * 64}}}\n  team-c: {{token_sha256: {'c' * 64}, max_gpus: 16}}\n")
+    assert got.hashes == {"team-a": HEX, "team-b": "b" * 64, "team-c": "c" * 64}
+    assert got.quotas == {"team-a": Quota(4, 128), "team-c": Quota(None, 16)}
+    assert load_tenants(None).hashes == {} and load_tenants(None).quotas == {}
+
+
+@pytest.mark.parametrize("entry, field", [
+    (f"{{token_sha256: {HEX}, max_live_job: 4}}", "tenants.team-a.max_live_job"),  # a typo is not ignored
+    (f"{{token_sha256: {HEX}, max_live_jobs: 0}}", "tenants.team-a.max_live_jobs"),
+    (f"{{token_sha256: {HEX}, max_live_jobs: true}}", "tenants.team-a.max_live_jobs"),
+    (f"{{token_sha256: {HEX}, max_gpus: '64'}}", "tenants.team-a.max_gpus"),
+    (f"{{token_sha256: {HEX}, max_gpus: 2.5}}", "tenants.team-a.max_gpus"),
+    ("{token_sha256: xyz}", "tenants.team-a.token_sha256"),
+])
+def test_a_mistake_names_the_file_and_the_field(tmp_path, entry, field):
+    with pytest.raises(SpecError) as err:
+        _load(tmp_path, f"tenants:\n  team-a: {entry}\n")
+    assert err.value.field == field and "tenants.yaml" in str(err.value)
