@@ -283,6 +283,25 @@ def test_a_tenant_quota_bounds_its_live_jobs_and_the_gpus_they_ask_for(tmp_path)
         _assert_problem(retried, 409, "job_id")  # a live id is a duplicate, quota or not
 
 
+def test_a_retried_submit_of_a_run_gone_from_memory_gets_its_first_answer(tmp_path):
+    """With ``--keep-ended 1`` a departed run leaves memory; its submit retried (same
+    request id and token) is answered from the state file, not started again."""
+    service = Service(_cluster(None), str(tmp_path / "state.db"), ADMIN, _config(keep_ended=1))
+    with TestClient(create_app(service)) as client:
+        def submit(job_id: str):
+            return client.post("/v1/jobs", json={"spec": _spec(job_id), "request_id": f"r-{job_id}",
+                                                 "token": job_id * 16}, headers=_auth(ADMIN))
+
+        for job_id in ("k1", "k2", "k3"):
+            assert submit(job_id).status_code == 201
+            assert client.post(f"/v1/jobs/{job_id}/cancel", headers=_auth(ADMIN)).status_code == 200
+        assert "k1" not in service.control.jobs
+        before = _persisted(client, service)
+        again = submit("k1")
+        assert again.status_code == 201 and again.json()["state"] == "cancelled", again.text
+        assert _persisted(client, service) == before and "k1" not in service.control.jobs
+
+
 def test_limits_hold_under_concurrent_submits(thread_server):
     """Submits that arrive together are counted one after the other (the check runs
     inside the change): with room for 3, exactly 3 of 12 concurrent submits get in, for
@@ -649,8 +668,9 @@ def _raw_post(port: int, head_length: int | None, parts: list[tuple[float, bytes
 def test_a_body_not_received_in_time_is_answered_408_and_its_connection_closed(thread_server):
     """Body timeout 1 s: a client that announces 500 bytes and sends 20, or trickles a
     chunked body for longer, gets a 408 naming ``body`` after about 1 s, the server closes
-    the connection, nothing is submitted, and the service goes on answering; a body that
-    trickles in within the time is accepted."""
+    the connection, nothing is submitted, and the service goes on answering; a body over
+    the size limit is answered 413 and its connection closed too; a body that trickles in
+    within the time is accepted."""
     service, url = thread_server(_config(body_timeout_s=1.0))
     port = int(url.rsplit(":", 1)[1])
     body = json.dumps({"spec": _spec("slow")}).encode()
@@ -664,6 +684,8 @@ def test_a_body_not_received_in_time_is_answered_408_and_its_connection_closed(t
     assert service.metrics.http_errors.labels("408")._value.get() == 2
     with httpx.Client(base_url=url, timeout=5) as http:
         assert http.get("/healthz").status_code == 200
+    too_large, took = _raw_post(port, 70_000, [(0.0, b"x")])  # the client keeps its end open
+    assert too_large.startswith(b"HTTP/1.1 413") and took < 3, (too_large[:200], took)
     in_time, _ = _raw_post(port, len(body), [(0.3, body[:30]), (0.3, body[30:])], close=True)
     assert in_time.startswith(b"HTTP/1.1 201"), in_time[:300]
     assert "slow" in service.control.jobs

@@ -104,6 +104,27 @@ def test_an_untrusted_certificate_is_refused_at_once_not_retried(https, tmp_path
         Client(url, ADMIN, ca_file=str(tmp_path / "missing.pem"))
 
 
+def test_an_https_url_to_a_plain_http_server_fails_at_once_with_a_hint(tmp_path):
+    proc, port = _serve(tmp_path)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        t0 = time.monotonic()
+        with pytest.raises(ClientError, match="does not speak TLS"):
+            Client(f"https://127.0.0.1:{port}", ADMIN, give_up_s=30.0).status()
+        assert time.monotonic() - t0 < 10
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
 def test_the_cli_trusts_the_certificate_named_by_the_environment(https):
     url, cert = https
     env = dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN, ROLLMUX_URL=url)
@@ -114,17 +135,24 @@ def test_the_cli_trusts_the_certificate_named_by_the_environment(https):
     assert trusted.returncode == 0, trusted.stdout + trusted.stderr
 
 
-@pytest.mark.parametrize("case", ["cert only", "missing key", "mismatched key", "not a certificate"])
+@pytest.mark.parametrize("case", ["cert only", "missing key", "mismatched key", "not a certificate",
+                                  "a key for the certificate", "a directory", "an encrypted key"])
 def test_bad_certificate_options_are_refused_before_anything_is_written(tmp_path, case):
     cert, key = _certificate(tmp_path, "service")
     _, other_key = _certificate(tmp_path, "other")
     junk = tmp_path / "junk.pem"
     junk.write_text("not a certificate\n")
+    locked = tmp_path / "locked.key"
+    locked.write_bytes(serialization.load_pem_private_key(key.read_bytes(), None).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"pw")))
     tls, expected = {
         "cert only": (["--tls-cert", str(cert)], "--tls-cert needs --tls-key"),
         "missing key": (["--tls-cert", str(cert), "--tls-key", str(tmp_path / "nope.key")], "--tls-key"),
-        "mismatched key": (["--tls-cert", str(cert), "--tls-key", str(other_key)], "private key"),
-        "not a certificate": (["--tls-cert", str(junk), "--tls-key", str(key)], "--tls-cert"),
+        "mismatched key": (["--tls-cert", str(cert), "--tls-key", str(other_key)], "is not the private key of"),
+        "not a certificate": (["--tls-cert", str(junk), "--tls-key", str(key)], "no PEM certificate"),
+        "a key for the certificate": (["--tls-cert", str(key), "--tls-key", str(key)], "--tls-cert"),
+        "a directory": (["--tls-cert", str(cert), "--tls-key", str(tmp_path)], "a directory, not a file"),
+        "an encrypted key": (["--tls-cert", str(cert), "--tls-key", str(locked)], "the key is encrypted"),
     }[case]
     proc, _port = _serve(tmp_path, *tls, stdout=subprocess.PIPE)
     try:

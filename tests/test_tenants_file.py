@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollmux.errors import SpecError
-from rollmux.runtime.auth import Quota, load_tenants
+from rollmux.runtime.auth import Credentials, Quota, load_tenants
 
 HEX = "a" * 64
 
@@ -31,8 +31,35 @@ def test_hashes_and_quotas_are_read(tmp_path):
     (f"{{token_sha256: {HEX}, max_gpus: '64'}}", "tenants.team-a.max_gpus"),
     (f"{{token_sha256: {HEX}, max_gpus: 2.5}}", "tenants.team-a.max_gpus"),
     ("{token_sha256: xyz}", "tenants.team-a.token_sha256"),
+    ("abc", "tenants.team-a"),
 ])
 def test_a_mistake_names_the_file_and_the_field(tmp_path, entry, field):
     with pytest.raises(SpecError) as err:
         _load(tmp_path, f"tenants:\n  team-a: {entry}\n")
     assert err.value.field == field and "tenants.yaml" in str(err.value)
+
+
+@pytest.mark.parametrize("text, field", [
+    (f"tenants:\n  team-a: {{token_sha256: {HEX}}}\nmax_live_jobs: 1\n", "max_live_jobs"),  # indented too little
+    ("tenants:\n  - team-a\n", "tenants"),
+    ("tenants:\n", "tenants"),
+    (f"tenant:\n  team-a: {{token_sha256: {HEX}}}\n", "tenant"),
+    ("- 1\n", "(top level)"),
+    (f"tenants:\n  team-a: {{token_sha256: {HEX}}}\n  team-b: {{token_sha256: {HEX}}}\n",
+     "tenants.team-b.token_sha256"),  # two tenants, one token: whose quota would apply?
+])
+def test_a_file_of_the_wrong_shape_names_what_is_wrong(tmp_path, text, field):
+    with pytest.raises(SpecError) as err:
+        _load(tmp_path, text)
+    assert err.value.field == field, str(err.value)
+
+
+def test_a_key_given_twice_is_refused(tmp_path):
+    with pytest.raises(SpecError, match="given twice"):
+        _load(tmp_path, f"tenants:\n  team-a: {{token_sha256: {HEX}, max_gpus: 8, max_gpus: 16}}\n")
+
+
+def test_a_tenant_with_the_admin_token_is_refused():
+    with pytest.raises(SpecError) as err:
+        Credentials(HEX, {"team-a": "b" * 64, "team-b": HEX})
+    assert err.value.field == "tenants.team-b.token_sha256" and HEX not in str(err.value)

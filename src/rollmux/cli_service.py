@@ -135,7 +135,7 @@ def serve(
                                             help="PEM certificate (chain) to serve https with (with --tls-key). "
                                                  "Clients trust it by $ROLLMUX_CA_FILE (the SDK's ca_file)."),
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="PEM private key of --tls-cert."),
-    body_timeout_s: float = typer.Option(10.0, "--body-timeout-s", min=0.1,
+    body_timeout_s: float = typer.Option(10.0, "--body-timeout-s", min=0.1, max=3600.0,
                                          help="A request body not received whole within this many seconds is "
                                               "answered 408 and its connection closed (slow or stalled clients)."),
     log_file: Optional[Path] = typer.Option(None, "--log-file", help="JSON-lines log (default: stderr)."),

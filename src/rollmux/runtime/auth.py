@@ -45,10 +45,18 @@ def same(token: str, digest: str) -> bool:
 
 @dataclass(slots=True)
 class Credentials:
-    """Who may do what: the admin token's hash and each tenant's submit-token hash."""
+    """Who may do what: the admin token's hash and each tenant's submit-token hash. A
+    token must name one submitter: a tenant's token that is the admin's is refused
+    (``SpecError``), else the tenant's quota would silently not apply."""
 
     admin_hash: str
     tenants: dict[str, str] = field(default_factory=dict)  # tenant -> token sha256
+
+    def __post_init__(self) -> None:
+        for name, digest in self.tenants.items():
+            if secrets.compare_digest(digest, self.admin_hash):
+                raise SpecError(f"tenants.{name}.token_sha256", "<the admin token's hash>",
+                                "the hash of a token of its own, not the admin token's")
 
     def submitter(self, token: str) -> str | None:
         """``ADMIN`` for the admin token, a tenant's name for its token, else None."""
@@ -102,28 +110,54 @@ class Tenants:
 _TENANT_KEYS = ("token_sha256", "max_live_jobs", "max_gpus")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML whose mappings refuse a key given twice (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_tenants(path: str | Path | None) -> Tenants:
     """The tenants of a tenants YAML (see the module docstring); every error names the
     file and the field."""
     if path is None:
         return Tenants()
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except (OSError, yaml.YAMLError) as exc:
         raise SpecError("--tenants", str(path), f"a readable YAML file ({exc})") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("tenants"), dict):
-        raise SpecError("tenants", type(data).__name__, "a mapping {tenants: {name: {token_sha256: HEX}}}",
-                        str(path))
+    shape = "a mapping {tenants: {name: {token_sha256: HEX, max_live_jobs: N, max_gpus: N}}}"
+    if not isinstance(data, dict):
+        raise SpecError("(top level)", type(data).__name__, shape, str(path))
+    extra = [k for k in data if k != "tenants"]
+    if extra:  # e.g. a tenant's key indented one level too little
+        raise SpecError(str(extra[0]), data[extra[0]], f"only the key 'tenants' at the top level: {shape}", str(path))
+    if not isinstance(data.get("tenants"), dict):
+        raise SpecError("tenants", type(data.get("tenants")).__name__, shape, str(path))
     out = Tenants()
+    owner: dict[str, str] = {}  # token hash -> the tenant that has it
     for name, entry in data["tenants"].items():
         if not isinstance(name, str) or not TENANT_PATTERN.match(name):
             raise SpecError("tenants", name, "a tenant name of letters, digits, '.', '_', '-' (<= 64)", str(path))
-        digest = entry.get("token_sha256") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict):
+            raise SpecError(f"tenants.{name}", entry, "a mapping {token_sha256: HEX, max_live_jobs: N, max_gpus: N}",
+                            str(path))
+        digest = entry.get("token_sha256")
         if not isinstance(digest, str) or not _HEX64.match(digest):
             raise SpecError(f"tenants.{name}.token_sha256", digest, "64 lowercase hex digits (SHA-256 of the token)",
                             str(path))
         if name == ADMIN:
             raise SpecError("tenants", name, "a name other than 'admin'", str(path))
+        if digest in owner:
+            raise SpecError(f"tenants.{name}.token_sha256", digest,
+                            f"a token of its own (tenant {owner[digest]!r} has the same one)", str(path))
+        owner[digest] = name
         unknown = [k for k in entry if k not in _TENANT_KEYS]
         if unknown:
             raise SpecError(f"tenants.{name}.{unknown[0]}", entry[unknown[0]],

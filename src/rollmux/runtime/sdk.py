@@ -229,7 +229,9 @@ class Client:
             now = time.monotonic()
             first_failure = first_failure or now
             if now - first_failure > self.give_up_s:
-                raise ServerUnavailable(f"{self.url}{path}: no answer for {self.give_up_s:g}s ({problem})")
+                hint = ("; an https server answers a plain http request so (is it https://?)"
+                        if self.url.startswith("http:") and "disconnected" in problem.lower() else "")
+                raise ServerUnavailable(f"{self.url}{path}: no answer for {self.give_up_s:g}s ({problem}){hint}")
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
@@ -534,12 +536,16 @@ def _spec_dict(spec: dict | Job) -> dict:
 
 
 def _raise_if_untrusted(exc: httpx.TransportError, url: str) -> None:
-    """A certificate that does not verify will not verify on a retry: ``UntrustedServer`` now."""
+    """What a retry cannot fix, raised now: a certificate that does not verify
+    (``UntrustedServer``), or an https url to a server that speaks plain http."""
     cause = exc.__cause__ or exc.__context__
     if isinstance(cause, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(exc):
-        raise UntrustedServer(f"{url}: the server's TLS certificate is not trusted ({exc}); pass ca_file= (or set "
-                              f"$ROLLMUX_CA_FILE) to the PEM file of its certificate or of the CA that signed "
-                              f"it") from None
+        raise UntrustedServer(f"{url}: the server's TLS certificate is not trusted ({exc}); if it is self-signed "
+                              f"or from a private CA, pass ca_file= (or set $ROLLMUX_CA_FILE) to the PEM file of it "
+                              f"or of that CA; if it has expired or names another host, the service needs a new "
+                              f"one") from None
+    if "WRONG_VERSION_NUMBER" in str(exc) and url.startswith("https:"):
+        raise ClientError(f"{url}: the server does not speak TLS there ({exc}); is it http://?") from None
 
 
 def _retriable(status: int) -> bool:

@@ -352,6 +352,16 @@ class Service:
             row.update(max_live_jobs=quota.max_live_jobs, max_gpus=quota.max_gpus)
         return usage
 
+    def archived_retry(self, cp: ControlPlane, body: SubmitRequest, job_token: str) -> JobRecord | None:
+        """The first answer to a retried submit (same ``request_id`` and token) whose run has
+        departed and left memory (``keep_ended``): its record, read from the state file, so
+        that the retry never starts the job again."""
+        if body.request_id is None or body.spec.job_id in cp.jobs:
+            return None
+        old = self.store.ended_record(body.spec.job_id)
+        rec = None if old is None else record_from_dict(old)
+        return rec if rec is not None and ControlPlane.is_retry(rec, body.request_id, hash_token(job_token)) else None
+
     def check_room(self, cp: ControlPlane, body: SubmitRequest, tenant: str, job_token: str) -> None:
         """Refuse (``LimitReached``) a submit that would take the service past
         ``--max-live-jobs`` or its tenant past its quota (``auth.Quota``); run inside the
@@ -363,19 +373,20 @@ class Service:
             return
         live = [r for r in cp.jobs.values() if r.live]
         if len(live) >= self.config.max_live_jobs:
-            raise LimitReached("spec", f"the service holds {len(live)} live jobs, its --max-live-jobs; retry later")
+            raise LimitReached("spec", f"the service holds {len(live)} live jobs and --max-live-jobs is "
+                                       f"{self.config.max_live_jobs}; retry later")
         quota = self.config.quotas.get(tenant)
         if quota is None:
             return
         mine = [r.job for r in live if r.tenant == tenant]
         if quota.max_live_jobs is not None and len(mine) >= quota.max_live_jobs:
-            raise LimitReached("tenant", f"tenant {tenant!r} holds {len(mine)} live jobs, its max_live_jobs; "
-                                         f"retry when one has ended")
+            raise LimitReached("tenant", f"tenant {tenant}: live jobs {len(mine)}, max_live_jobs "
+                                         f"{quota.max_live_jobs}; retry when one has ended")
         asked = body.spec.rollout_gpus + body.spec.train_gpus
         held = sum(j.rollout_gpus + j.train_gpus for j in mine)
         if quota.max_gpus is not None and held + asked > quota.max_gpus:
-            raise LimitReached("tenant", f"tenant {tenant!r}'s live jobs ask for {held} GPUs; {asked} more is "
-                                         f"beyond its max_gpus {quota.max_gpus}")
+            raise LimitReached("tenant", f"tenant {tenant}: live jobs ask for {held} GPUs, this one for {asked} "
+                                         f"more, max_gpus {quota.max_gpus}; retry when one has ended")
 
     # --- background tasks -------------------------------------------------------------------
     async def expire_leases(self, period_s: float) -> None:
@@ -452,9 +463,13 @@ class BodyLimit:
         self.refused = refused
 
     def _problem(self, status: int, reason: str) -> JSONResponse:
+        """The refusal, with ``Connection: close``: the rest of the body is never read, so
+        the connection cannot carry another request."""
         if self.refused is not None:
             self.refused(status, "body", reason)
-        return problem(status, "body", reason)
+        answer = problem(status, "body", reason)
+        answer.headers["connection"] = "close"
+        return answer
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -477,7 +492,6 @@ class BodyLimit:
                         break
         except TimeoutError:
             late = self._problem(408, f"not received whole within {self.timeout_s:g}s ({seen} bytes came)")
-            late.headers["connection"] = "close"
             return await late(scope, receive, send)
         handed = False
 
@@ -577,6 +591,9 @@ def create_app(service: Service) -> FastAPI:
         job = body.spec.to_job()
 
         def run(c: ControlPlane, now: float) -> JobRecord:
+            retried = service.archived_retry(c, body, job_token)
+            if retried is not None:
+                return retried
             service.check_room(c, body, tenant, job_token)
             return c.submit(job, now, hash_token(job_token), body.request_id, tenant, body.spec.movable)
 
@@ -730,14 +747,28 @@ def check_tls(cert: str | None, key: str | None) -> None:
         raise TLSConfigError(f"{given} needs {missing} too")
     if cert is None:
         return
-    for option, path in (("--tls-cert", cert), ("--tls-key", key)):
+    texts = {}
+    for option, path, marker in (("--tls-cert", cert, "CERTIFICATE-----"), ("--tls-key", key, "PRIVATE KEY-----")):
+        if not path:
+            raise TLSConfigError(f"{option}: an empty path")
         if not Path(path).is_file():
-            raise TLSConfigError(f"{option} {path}: no such file")
+            raise TLSConfigError(f"{option} {path}: " + ("a directory, not a file" if Path(path).is_dir()
+                                                          else "no such file" if not Path(path).exists()
+                                                          else "not a regular file"))
+        try:
+            texts[option] = Path(path).read_text(encoding="ascii", errors="replace")
+        except OSError as err:
+            raise TLSConfigError(f"{option} {path}: cannot be read ({err.strerror})") from None
+        if marker not in texts[option]:
+            raise TLSConfigError(f"{option} {path}: no PEM {marker.rstrip('-').lower()} in it")
+    if "ENCRYPTED" in texts["--tls-key"]:
+        raise TLSConfigError(f"--tls-key {key}: the key is encrypted; give an unencrypted key (readable by the "
+                             f"service's user only): the service cannot ask for a passphrase")
     try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key, password=b"")
     except (OSError, ssl.SSLError) as err:
-        raise TLSConfigError(f"--tls-cert {cert} / --tls-key {key}: not a PEM certificate (chain) and its "
-                             f"private key ({err})") from None
+        raise TLSConfigError(f"--tls-key {key} is not the private key of --tls-cert {cert}, or one of them is "
+                             f"damaged ({err})") from None
 
 
 def run(cluster: Cluster | Fleet | None, state_path: str, admin_token: str, config: ServiceConfig,
