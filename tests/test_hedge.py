@@ -18,6 +18,7 @@ from rollmux.cli import app
 from rollmux.errors import SpecError
 from rollmux.fleet import Profiles, fleet_of, load_profiles
 from rollmux import fleet_exact
+from rollmux.fit_memo import FitMemo
 from rollmux.fleet_exact import _joint_group, _pair_slack, plan_fleet_regroup, solve_fleet
 from rollmux.fleet_file import load_fleet
 from rollmux.fleet_planner import VALUE_TOL, FleetPlanner, alone_options, gavel_option
@@ -92,17 +93,19 @@ def test_every_group_an_arrival_makes_is_dominated(seed):
         assert broken  # the check can fail: the plain planner's groups cost more than Gavel+ at some step
 
 
-@pytest.mark.parametrize("seed", [4, 5])
-def test_the_joint_group_of_a_gathering_is_the_exact_solvers_with_the_fits_alone_kept(seed):
-    """``_joint_group`` (step 0's solve, each job's fit alone kept between sets) against
-    ``solve_fleet``: None exactly when the optimum is not one group, else that group."""
+@pytest.mark.parametrize("seed, memo", [(4, False), (5, False), (4, True)])
+def test_the_joint_group_of_a_gathering_is_the_exact_solvers_with_the_fits_alone_kept(seed, memo):
+    """``_joint_group`` (step 0's solve, each job's fit alone kept between sets, and with
+    ``memo`` every group search kept too) against ``solve_fleet``: None exactly when the
+    optimum is not one group, else that group."""
     fleet, profiles, _ = _example()
     jobs = _random_jobs(seed, 6)
     singles: dict = {}
+    searches = FitMemo() if memo else None
     ones = 0
     for size in (2, 3):
         for chosen in itertools.combinations(jobs, size):
-            plan = _joint_group(fleet, list(chosen), profiles, FULL_SPACE, (), singles)
+            plan = _joint_group(fleet, list(chosen), profiles, FULL_SPACE, (), singles, searches)
             exact = solve_fleet(fleet, list(chosen), profiles, FULL_SPACE, robust=True)
             groups = [(name, g) for name, (_, sub) in exact.state.views.items() for g in sub.groups.values()]
             if len(groups) != 1:
@@ -116,6 +119,7 @@ def test_the_joint_group_of_a_gathering_is_the_exact_solvers_with_the_fits_alone
             assert [m.job.job_id for m in got.members] == [m.job.job_id for m in group.members]
     assert set(singles) == {j.job_id for j in jobs}  # every fit alone was kept, and reused
     assert 0 < ones
+    assert searches is None or searches.hits > 0  # a triple's pairs were searched as pairs before
 
 
 @pytest.mark.parametrize("count", [6, 30])
@@ -139,7 +143,7 @@ def test_a_gathering_tries_as_pairs_every_job_alone_or_those_that_interleave_bes
 
     monkeypatch.setattr(fleet_exact, "_alone_set", record)
     fleet_exact._join_alone(state, state.job_group[b.job_id], lambda k: (10, 1e9), lambda k: 300.0, FULL_SPACE,
-                            policy.planner.gavel_value, 4)
+                            policy.planner.gavel_value, 4, None)
     others = jobs[:-1]
     if count <= fleet_exact._PAIRS:
         assert sorted(tried) == sorted(j.job_id for j in others)

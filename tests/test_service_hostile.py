@@ -285,7 +285,9 @@ def test_a_tenant_quota_bounds_its_live_jobs_and_the_gpus_they_ask_for(tmp_path)
 
 def test_a_retried_submit_of_a_run_gone_from_memory_gets_its_first_answer(tmp_path):
     """With ``--keep-ended 1`` a departed run leaves memory; its submit retried (same
-    request id and token) is answered from the state file, not started again."""
+    request id and token) is answered from the state file, not started again. The same
+    request id and token with another spec is refused (409 ``request_id``), in memory or
+    not."""
     service = Service(_cluster(None), str(tmp_path / "state.db"), ADMIN, _config(keep_ended=1))
     with TestClient(create_app(service)) as client:
         def submit(job_id: str):
@@ -300,6 +302,11 @@ def test_a_retried_submit_of_a_run_gone_from_memory_gets_its_first_answer(tmp_pa
         again = submit("k1")
         assert again.status_code == 201 and again.json()["state"] == "cancelled", again.text
         assert _persisted(client, service) == before and "k1" not in service.control.jobs
+        for job_id in ("k1", "k3"):  # gone from memory, and still in it: the same request, another spec
+            other = client.post("/v1/jobs", json={"spec": _spec(job_id, iterations=9), "request_id": f"r-{job_id}",
+                                                  "token": job_id * 16}, headers=_auth(ADMIN))
+            _assert_problem(other, 409, "request_id")
+        assert _persisted(client, service) == before
 
 
 def test_limits_hold_under_concurrent_submits(thread_server):

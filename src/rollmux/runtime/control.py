@@ -181,6 +181,12 @@ class DuplicateJob(ControlError):
     status = 409
 
 
+class RequestReused(ControlError):
+    """A submit that repeats the ``request_id`` and token of an earlier one with another spec."""
+
+    status = 409
+
+
 class PhaseOrderError(ControlError):
     """A phase asked for or ended out of the rollout/train alternation, or without a grant."""
 
@@ -390,16 +396,16 @@ class ControlPlane:
 
         The regrouping a policy asks for after an arrival that opens a group is left to
         ``gather``, which runs before any other change: the answer does not wait for it.
-        A repeated submit with the same ``request_id`` and token returns the first answer
-        (a client retrying after a lost reply); any other submit of a live job's id is a
-        ``DuplicateJob``. The id of a departed job may be used again. A spec the cluster
+        A repeated submit with the same ``request_id``, token and spec returns the first
+        answer (a client retrying after a lost reply; with another spec it is a
+        ``RequestReused``); any other submit of a live job's id is a ``DuplicateJob``. The id of a departed job may be used again. A spec the cluster
         cannot take (``Job.validate``: memory above a node's, ...) is a ``SpecRejected``
         on ``spec.<field>``, refused before any change.
         """
         known = self.jobs.get(job.job_id)
         if known is not None:
             if self.is_retry(known, request_id, token_hash):
-                return known
+                return self.first_answer(known, job)
             if known.live:
                 raise DuplicateJob("job_id", f"{job.job_id!r} is already registered")
         try:
@@ -620,6 +626,15 @@ class ControlPlane:
         """True when a submit with ``request_id`` and ``token_hash`` repeats the one that
         registered ``known`` (a client retrying after a lost reply)."""
         return request_id is not None and known.request_id == request_id and known.token_hash == token_hash
+
+    @staticmethod
+    def first_answer(known: JobRecord, job: Job) -> JobRecord:
+        """``known``, the run a retried submit of ``job`` registered; ``RequestReused`` when
+        the retry carries another spec (a client bug: the same request id for two jobs)."""
+        if known.job != job:
+            raise RequestReused("request_id", f"{known.request_id!r} was sent with job {known.job_id!r}'s first "
+                                              f"spec; this one differs (send a new request_id for a new submit)")
+        return known
 
     def pending_move(self, job_id: str) -> dict | None:
         """The job's move directive ({"from_group", "to_group", "rollout_nodes",

@@ -360,7 +360,9 @@ class Service:
             return None
         old = self.store.ended_record(body.spec.job_id)
         rec = None if old is None else record_from_dict(old)
-        return rec if rec is not None and ControlPlane.is_retry(rec, body.request_id, hash_token(job_token)) else None
+        if rec is None or not ControlPlane.is_retry(rec, body.request_id, hash_token(job_token)):
+            return None
+        return ControlPlane.first_answer(rec, body.spec.to_job())
 
     def check_room(self, cp: ControlPlane, body: SubmitRequest, tenant: str, job_token: str) -> None:
         """Refuse (``LimitReached``) a submit that would take the service past
