@@ -327,7 +327,8 @@ class Service:
 
     # --- limits --------------------------------------------------------------------------
     def check_limits(self, body: SubmitRequest) -> None:
-        """Refuse, before any planning, what the cluster or the service's limits cannot take."""
+        """Refuse, before any planning, a job wider than its pool (or than ``--max-job-gpus``
+        on an unbounded one); the live-job limits are ``check_room``'s, inside the change."""
         spec = body.spec
         cp = self.control
         for pool, name in ((ROLLOUT, "rollout_gpus"), ("train", "train_gpus")):
@@ -742,8 +743,9 @@ def create_app(service: Service) -> FastAPI:
 
 
 def check_tls(cert: str | None, key: str | None) -> None:
-    """Refuse (``TLSConfigError`` naming the option) a TLS pair that is half given,
-    unreadable, or whose key does not match its certificate, before anything is served."""
+    """Refuse (``TLSConfigError`` naming the option) a TLS pair that is half given, not
+    readable PEM of the right kind, an encrypted key (nobody could type its passphrase), or
+    a key that does not match its certificate, before anything is served or written."""
     if (cert is None) != (key is None):
         given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
         raise TLSConfigError(f"{given} needs {missing} too")
