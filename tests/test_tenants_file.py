@@ -3,7 +3,9 @@ mistake refused with the file and the field named."""
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
+from rollmux.cli import app
 from rollmux.errors import SpecError
 from rollmux.runtime.auth import Credentials, Quota, load_tenants
 
@@ -63,3 +65,13 @@ def test_a_tenant_with_the_admin_token_is_refused():
     with pytest.raises(SpecError) as err:
         Credentials(HEX, {"team-a": "b" * 64, "team-b": HEX})
     assert err.value.field == "tenants.team-b.token_sha256" and HEX not in str(err.value)
+
+
+def test_the_entry_printed_for_a_new_tenant_loads_with_its_quota(tmp_path):
+    out = CliRunner().invoke(app, ["admin", "tenant-token", "team-q", "--max-live-jobs", "3", "--max-gpus", "64"])
+    assert out.exit_code == 0, out.output
+    token = out.output.split("token: ")[1].split()[0]
+    entry = out.output.split("tenants file entry:\n")[1]
+    got = _load(tmp_path, "tenants:\n" + entry)
+    assert got.quotas == {"team-q": Quota(3, 64)}
+    assert Credentials(HEX, got.hashes).submitter(token) == "team-q"

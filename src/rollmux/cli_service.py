@@ -367,17 +367,24 @@ def admin_restore(backup: Path = typer.Argument(..., help="A file written by `ro
 
 
 @admin_app.command("tenant-token")
-def admin_tenant_token(name: str = typer.Argument(..., help="Tenant name (letters, digits, '.', '_', '-').")) -> None:
+def admin_tenant_token(name: str = typer.Argument(..., help="Tenant name (letters, digits, '.', '_', '-')."),
+                       max_live_jobs: Optional[int] = typer.Option(None, "--max-live-jobs", min=1,
+                                                                   help="Quota: most live jobs of the tenant."),
+                       max_gpus: Optional[int] = typer.Option(None, "--max-gpus", min=1,
+                                                              help="Quota: most GPUs (rollout + training) its live "
+                                                                   "jobs may ask for.")) -> None:
     """Make a submit token for a tenant: prints the token (give it to the tenant) and the
-    line for the --tenants file (only the hash is stored)."""
+    line for the --tenants file (only the hash is stored), with its quota when given."""
     from rollmux.runtime.auth import TENANT_PATTERN, new_token
     from rollmux.runtime.store import hash_token
 
     if not TENANT_PATTERN.match(name) or name == "admin":
         _fail(RollMuxError(f"NAME: {name!r} is not a tenant name (letters, digits, '.', '_', '-'; not 'admin')"))
     token = new_token()
+    quota = "".join(f", {key}: {value}" for key, value in (("max_live_jobs", max_live_jobs), ("max_gpus", max_gpus))
+                    if value is not None)
     typer.echo(f"token: {token}")
-    typer.echo(f"tenants file entry:\n  {name}: {{token_sha256: {hash_token(token)}}}")
+    typer.echo(f"tenants file entry:\n  {name}: {{token_sha256: {hash_token(token)}{quota}}}")
 
 
 def register(app: typer.Typer) -> None:
