@@ -273,6 +273,11 @@ def test_a_tenant_quota_bounds_its_live_jobs_and_the_gpus_they_ask_for(tmp_path)
         assert _persisted(client, service) == before
         usage = client.get("/v1/status", headers=_auth(ADMIN)).json()["tenants"]
         assert usage == {"team-a": {"live_jobs": 2, "gpus": 32, "max_live_jobs": 2, "max_gpus": 40}}
+        metrics = client.get("/metrics").text
+        for line in ('rollmux_tenant_live_jobs{tenant="team-a"} 2.0', 'rollmux_tenant_gpus{tenant="team-a"} 32.0',
+                     'rollmux_tenant_quota{bound="max_live_jobs",tenant="team-a"} 2.0',
+                     'rollmux_tenant_quota{bound="max_gpus",tenant="team-a"} 40.0'):
+            assert line in metrics, line
         assert client.post("/v1/jobs/a1/cancel", headers=_auth(ADMIN)).status_code == 200
         wide = submit("a3", gpus=16)  # 16 held + 32 asked > 40
         _assert_problem(wide, 429, "tenant")

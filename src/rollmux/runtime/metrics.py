@@ -12,6 +12,11 @@ to bound label cardinality. The service feeds the histograms and counters:
 * ``rollmux_event_loop_lag_seconds``: how late a 100 ms timer fires on the event loop
   (a blocked loop shows here first);
 * ``rollmux_lease_expiries_total``; ``rollmux_http_errors_total{status}``.
+
+Per tenant of the tenants file (their number is the operator's, so the labels are
+bounded): ``rollmux_tenant_live_jobs{tenant}``, ``rollmux_tenant_gpus{tenant}`` (rollout
+plus training GPUs its live jobs ask for) and ``rollmux_tenant_quota{tenant,bound}``
+(``max_live_jobs``, ``max_gpus``; only the bounds the file sets).
 """
 from __future__ import annotations
 
@@ -30,12 +35,14 @@ FAST_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1
 
 class _StateCollector:
     def __init__(self, control: Callable[[], ControlPlane], age: Callable[[str], float | None],
-                 per_job_limit: int) -> None:
+                 per_job_limit: int, tenants: Callable[[], dict[str, dict]]) -> None:
         self._control = control
         self._age = age
         self._limit = per_job_limit
+        self._tenants = tenants
 
     def collect(self):
+        yield from self._tenant_gauges()
         cp = self._control()
         jobs = GaugeMetricFamily("rollmux_jobs", "Jobs by state", labels=["state"])
         for state, n in cp.counts().items():
@@ -83,12 +90,30 @@ class _StateCollector:
             yield slow
             yield seen
 
+    def _tenant_gauges(self):
+        usage = self._tenants()
+        live = GaugeMetricFamily("rollmux_tenant_live_jobs", "A tenant's live jobs (waiting or running)",
+                                 labels=["tenant"])
+        gpus = GaugeMetricFamily("rollmux_tenant_gpus", "GPUs (rollout + training) a tenant's live jobs ask for",
+                                 labels=["tenant"])
+        quota = GaugeMetricFamily("rollmux_tenant_quota", "A tenant's quota, per bound its entry sets",
+                                  labels=["tenant", "bound"])
+        for name, row in usage.items():
+            live.add_metric([name], row["live_jobs"])
+            gpus.add_metric([name], row["gpus"])
+            for bound in ("max_live_jobs", "max_gpus"):
+                if row[bound] is not None:
+                    quota.add_metric([name, bound], row[bound])
+        yield live
+        yield gpus
+        yield quota
+
 
 class ServiceMetrics:
     """The registry, the instruments the service feeds, and the Prometheus text rendering."""
 
     def __init__(self, control: Callable[[], ControlPlane], age: Callable[[str], float | None],
-                 per_job_limit: int = 500) -> None:
+                 per_job_limit: int = 500, tenants: Callable[[], dict[str, dict]] = dict) -> None:
         r = self.registry = CollectorRegistry()
         self.phase_seconds = Histogram("rollmux_phase_duration_seconds", "Phase durations reported by jobs",
                                        ["pool"], buckets=PHASE_BUCKETS, registry=r)
@@ -104,7 +129,7 @@ class ServiceMetrics:
                                   "10 s", registry=r)
         self.expiries = Counter("rollmux_lease_expiries", "Jobs that lost their lease", registry=r)
         self.http_errors = Counter("rollmux_http_errors", "Error answers by status", ["status"], registry=r)
-        r.register(_StateCollector(control, age, per_job_limit))
+        r.register(_StateCollector(control, age, per_job_limit, tenants))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
