@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from rollmux import Client
-from rollmux.runtime.sdk import ClientError, UntrustedServer
+from rollmux.runtime.sdk import ClientError, UntrustedServer, WrongScheme
 
 ROLLMUX = str(Path(sys.executable).with_name("rollmux"))
 ADMIN = "tls-admin-token"
@@ -117,7 +117,7 @@ def test_an_https_url_to_a_plain_http_server_fails_at_once_with_a_hint(tmp_path)
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
         t0 = time.monotonic()
-        with pytest.raises(ClientError, match="does not speak TLS"):
+        with pytest.raises(WrongScheme, match="does not speak TLS"):
             Client(f"https://127.0.0.1:{port}", ADMIN, give_up_s=30.0).status()
         assert time.monotonic() - t0 < 10
     finally:

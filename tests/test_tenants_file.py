@@ -20,7 +20,8 @@ def _load(tmp_path, text: str):
 
 def test_hashes_and_quotas_are_read(tmp_path):
     got = _load(tmp_path, f"tenants:\n  team-a: {{token_sha256: {HEX}, max_live_jobs: 4, max_gpus: 128}}\n"
-                          f"  team-b: {{token_sha256: {'b' * 64}}}\n  team-c: {{token_sha256: {'c' * 64}, max_gpus: 16}}\n")
+                          f"  team-b: {{token_sha256: {'b' * 64}}}\n"
+                          f"  team-c: {{token_sha256: {'c' * 64}, max_gpus: 16}}\n")
     assert got.hashes == {"team-a": HEX, "team-b": "b" * 64, "team-c": "c" * 64}
     assert got.quotas == {"team-a": Quota(4, 128), "team-c": Quota(None, 16)}
     assert load_tenants(None).hashes == {} and load_tenants(None).quotas == {}

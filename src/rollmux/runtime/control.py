@@ -398,9 +398,10 @@ class ControlPlane:
         ``gather``, which runs before any other change: the answer does not wait for it.
         A repeated submit with the same ``request_id``, token and spec returns the first
         answer (a client retrying after a lost reply; with another spec it is a
-        ``RequestReused``); any other submit of a live job's id is a ``DuplicateJob``. The id of a departed job may be used again. A spec the cluster
-        cannot take (``Job.validate``: memory above a node's, ...) is a ``SpecRejected``
-        on ``spec.<field>``, refused before any change.
+        ``RequestReused``); any other submit of a live job's id is a ``DuplicateJob``. The
+        id of a departed job may be used again. A spec the cluster cannot take
+        (``Job.validate``: memory above a node's, ...) is a ``SpecRejected`` on
+        ``spec.<field>``, refused before any change.
         """
         known = self.jobs.get(job.job_id)
         if known is not None:

@@ -48,8 +48,8 @@ Contract
 * Clear failures, each its own class: ``JobCancelled``, ``LeaseLost``, ``JobDone``,
   ``ServerUnavailable``, ``RequestRejected`` (a 4xx naming field and reason) and
   ``UntrustedServer`` (an https server whose certificate does not verify: raised at
-  once, never retried). A failure seen by the heartbeat thread is raised by the job's
-  next call.
+  once, never retried) and ``WrongScheme`` (an https url to a plain http service). A
+  failure seen by the heartbeat thread is raised by the job's next call.
 * TLS: an ``https://`` url is verified against the system's trust store, or against
   ``ca_file`` (else ``$ROLLMUX_CA_FILE``): the certificate, or the CA that signed it, of
   a service started with ``rollmux serve --tls-cert/--tls-key``.
@@ -86,6 +86,10 @@ class ServerUnavailable(ClientError):
 
 class UntrustedServer(ClientError):
     """An https server whose certificate does not verify against the trusted CAs."""
+
+
+class WrongScheme(ClientError):
+    """An ``https://`` url to a service that speaks plain http."""
 
 
 class RequestRejected(ClientError):
@@ -545,7 +549,7 @@ def _raise_if_untrusted(exc: httpx.TransportError, url: str) -> None:
                               f"or of that CA; if it has expired or names another host, the service needs a new "
                               f"one") from None
     if "WRONG_VERSION_NUMBER" in str(exc) and url.startswith("https:"):
-        raise ClientError(f"{url}: the server does not speak TLS there ({exc}); is it http://?") from None
+        raise WrongScheme(f"{url}: the server does not speak TLS there ({exc}); is it http://?") from None
 
 
 def _retriable(status: int) -> bool:
