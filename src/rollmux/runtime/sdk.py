@@ -46,7 +46,7 @@ Contract
   service never sees a request it would refuse; a synchronous job's phases are entered
   exactly as before. ``Phase(timeout_s=...)`` bounds that wait (``TimeoutError``).
 * Clear failures, each its own class: ``JobCancelled``, ``LeaseLost``, ``JobDone``,
-  ``ServerUnavailable``, ``RequestRejected`` (a 4xx naming field and reason) and
+  ``ServerUnavailable``, ``RequestRejected`` (a 4xx naming field and reason),
   ``UntrustedServer`` (an https server whose certificate does not verify: raised at
   once, never retried) and ``WrongScheme`` (an https url to a plain http service). A
   failure seen by the heartbeat thread is raised by the job's next call.
