@@ -163,16 +163,16 @@ def _fleet_partition(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, spac
 
 
 def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int = 3, max_jobs: int = 6,
-                  max_solves: int = 200, memo: FitMemo | None = None) -> Improvement:
+                  max_solves: int = 200) -> Improvement:
     """Regroup a fleet plan in place while some set of up to ``max_groups`` groups (of any
     views) has a cheaper exact plan (``solve_fleet``, robust: every subset keeps its SLOs;
     the start-up check on every new group), like ``rollmux.improve`` on one cluster. Costs
     are the fleet objective E. Sets of groups are tried largest E first; at most
     ``max_solves`` solves. On bounded pools the solves are unbounded and a move is kept
     only when its new groups fit the free nodes plus those of the groups it replaces
-    (``reservation.fits_views``). The solves share ``memo`` (``rollmux.fit_memo``; a new one
-    by default): sets of groups overlap, and so do their subsets' searches."""
-    memo = FitMemo() if memo is None else memo
+    (``reservation.fits_views``). The solves share one ``rollmux.fit_memo.FitMemo``: sets of
+    groups overlap, and so do their subsets' searches."""
+    memo = FitMemo()
     start = state.effective_cost_per_hour()
     solver_fleet = _unbounded(state.fleet)
     tried: set[tuple[str, ...]] = set()

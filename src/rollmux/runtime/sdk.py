@@ -228,7 +228,7 @@ class Client:
                     return _answer(r)
                 problem = f"HTTP {r.status_code}"
             except httpx.TransportError as exc:
-                _raise_if_untrusted(exc, self.url)
+                _raise_if_permanent(exc, self.url)
                 problem = f"{type(exc).__name__}: {exc}"
             now = time.monotonic()
             first_failure = first_failure or now
@@ -539,7 +539,7 @@ def _spec_dict(spec: dict | Job) -> dict:
     return dict(spec)
 
 
-def _raise_if_untrusted(exc: httpx.TransportError, url: str) -> None:
+def _raise_if_permanent(exc: httpx.TransportError, url: str) -> None:
     """What a retry cannot fix, raised now: a certificate that does not verify
     (``UntrustedServer``), or an https url to a server that speaks plain http."""
     cause = exc.__cause__ or exc.__context__

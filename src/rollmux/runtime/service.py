@@ -342,10 +342,11 @@ class Service:
                         else f"the largest {pool} pool's {nodes} nodes x {cp.cluster.gpus_per_node} GPUs")
                 raise Refused(422, f"spec.{name}", f"{gpus} GPUs is more than {limit} ({what})")
 
-    def tenant_usage(self) -> dict[str, dict]:
-        """Per tenant: its live jobs, the GPUs they ask for, and its quota (None: no bound)."""
+    def tenant_usage(self, cp: ControlPlane | None = None) -> dict[str, dict]:
+        """Per tenant: its live jobs, the GPUs (rollout + training) they ask for, and its
+        quota (None: no bound); of ``cp``, by default the service's plane."""
         usage = {name: {"live_jobs": 0, "gpus": 0} for name in sorted(self.config.tenants)}
-        for rec in self.control.jobs.values():
+        for rec in (cp or self.control).jobs.values():
             if rec.live and rec.tenant in usage:
                 usage[rec.tenant]["live_jobs"] += 1
                 usage[rec.tenant]["gpus"] += rec.job.rollout_gpus + rec.job.train_gpus
@@ -375,19 +376,18 @@ class Service:
         known = cp.jobs.get(body.spec.job_id)
         if known is not None and (known.live or ControlPlane.is_retry(known, body.request_id, hash_token(job_token))):
             return
-        live = [r for r in cp.jobs.values() if r.live]
-        if len(live) >= self.config.max_live_jobs:
-            raise LimitReached("spec", f"the service holds {len(live)} live jobs and --max-live-jobs is "
+        live = sum(1 for r in cp.jobs.values() if r.live)
+        if live >= self.config.max_live_jobs:
+            raise LimitReached("spec", f"the service holds {live} live jobs and --max-live-jobs is "
                                        f"{self.config.max_live_jobs}; retry later")
         quota = self.config.quotas.get(tenant)
         if quota is None:
             return
-        mine = [r.job for r in live if r.tenant == tenant]
-        if quota.max_live_jobs is not None and len(mine) >= quota.max_live_jobs:
-            raise LimitReached("tenant", f"tenant {tenant}: live jobs {len(mine)}, max_live_jobs "
+        mine = self.tenant_usage(cp)[tenant]
+        if quota.max_live_jobs is not None and mine["live_jobs"] >= quota.max_live_jobs:
+            raise LimitReached("tenant", f"tenant {tenant}: live jobs {mine['live_jobs']}, max_live_jobs "
                                          f"{quota.max_live_jobs}; retry when one has ended")
-        asked = body.spec.rollout_gpus + body.spec.train_gpus
-        held = sum(j.rollout_gpus + j.train_gpus for j in mine)
+        asked, held = body.spec.rollout_gpus + body.spec.train_gpus, mine["gpus"]
         if quota.max_gpus is not None and held + asked > quota.max_gpus:
             raise LimitReached("tenant", f"tenant {tenant}: live jobs ask for {held} GPUs, this one for {asked} "
                                          f"more, max_gpus {quota.max_gpus}; retry when one has ended")
