@@ -12,7 +12,7 @@ import time
 import uvicorn
 
 from rollmux.model import Cluster
-from rollmux.runtime.service import Service, ServiceConfig, create_app
+from rollmux.runtime.service import Service, ServiceConfig, server_config
 
 
 class ThreadServer:
@@ -34,8 +34,7 @@ class ThreadServer:
                                ServiceConfig(lease_s=self.lease_s, grace_s=self.grace_s))
 
     def serve(self) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(create_app(self.service), host="127.0.0.1", port=self.port,
-                                                    log_level="warning"))
+        self.server = uvicorn.Server(server_config(self.service, "127.0.0.1", self.port))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 15

@@ -205,7 +205,7 @@ def control_plane(tmp_path):
     """The live service (2 rollout + 2 train nodes, no switch cost) on a local port."""
     uvicorn = pytest.importorskip("uvicorn")
     from rollmux.model import Cluster, PoolSpec, SwitchCost
-    from rollmux.runtime.service import Service, ServiceConfig, create_app
+    from rollmux.runtime.service import Service, ServiceConfig, server_config
 
     cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=2), train=PoolSpec("H800", 5.28, nodes=2),
                       switch_cost=SwitchCost(mode="fixed"))
@@ -213,7 +213,7 @@ def control_plane(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(server_config(service, "127.0.0.1", port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

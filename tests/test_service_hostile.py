@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import socket
 import subprocess
@@ -29,7 +30,7 @@ from rollmux.model import Cluster, PoolSpec, SwitchCost
 from rollmux.runtime.auth import Quota
 from rollmux.runtime.clock import ServiceClock
 from rollmux.runtime.sdk import LeaseLost
-from rollmux.runtime.service import Service, ServiceConfig, create_app
+from rollmux.runtime.service import Service, ServiceConfig, create_app, server_config
 from rollmux.runtime.store import StateLocked, hash_token
 
 ADMIN = "admin-secret"
@@ -548,7 +549,7 @@ def thread_server(tmp_path):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port, log_level="warning"))
+        server = uvicorn.Server(server_config(service, "127.0.0.1", port))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         deadline = time.monotonic() + 15
@@ -701,6 +702,138 @@ def test_a_body_not_received_in_time_is_answered_408_and_its_connection_closed(t
     in_time, _ = _raw_post(port, len(body), [(0.3, body[:30]), (0.3, body[30:])], close=True)
     assert in_time.startswith(b"HTTP/1.1 201"), in_time[:300]
     assert "slow" in service.control.jobs
+
+
+def _trickle(port: int, first: bytes, drip: bytes, every_s: float, for_s: float) -> tuple[bytes, float, float]:
+    """Send ``first``, then one byte of ``drip`` every ``every_s`` seconds for up to
+    ``for_s`` seconds, reading whatever the server answers; returns the bytes the server
+    sent once ``first``'s answer (if any) is out of the way, when they started coming
+    (seconds from the last complete answer, or from the connect), and whether and when
+    the server closed (inf if it never did within ``for_s``)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.setblocking(False)
+        t0 = time.monotonic()
+        got, answered_at = b"", t0
+        if first:
+            sock.sendall(first)
+            deadline = time.monotonic() + 10
+            while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):  # a whole JSON answer
+                assert time.monotonic() < deadline, got
+                with contextlib.suppress(BlockingIOError):
+                    got += sock.recv(65536)
+                time.sleep(0.01)
+            answered_at, got = time.monotonic(), b""
+        k, closed_at, first_byte_at = 0, math.inf, math.inf
+        while time.monotonic() - answered_at < for_s:
+            if k < len(drip):
+                with contextlib.suppress(OSError):
+                    sock.send(drip[k:k + 1])
+                k += 1
+            end = time.monotonic() + every_s
+            while time.monotonic() < end:
+                try:
+                    chunk = sock.recv(65536)
+                except BlockingIOError:
+                    time.sleep(0.01)
+                    continue
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    closed_at = time.monotonic() - answered_at
+                    break
+                first_byte_at = min(first_byte_at, time.monotonic() - answered_at)
+                got += chunk
+            if closed_at < math.inf:
+                break
+        return got, first_byte_at, closed_at
+
+
+def test_headers_not_received_in_time_are_answered_408_and_an_idle_connection_closed(thread_server):
+    """Header timeout 1 s: a client trickling a request's headers a byte every 0.2 s gets
+    a 408 naming ``headers`` after about 1 s and its connection is closed, both on a new
+    connection and after a first request on a kept-alive one (where every byte cancels
+    uvicorn's own keep-alive timer); a connection that sends nothing is closed after
+    about 1 s with no answer; a request that takes longer than the deadline to serve is
+    answered; the service goes on answering. Plain uvicorn (no deadline) keeps the
+    silent connection open, so the deadline is what closes it."""
+    service, url = thread_server(_config(header_timeout_s=1.0))
+    port = int(url.rsplit(":", 1)[1])
+    head = f"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ADMIN}\r\n\r\n".encode()
+    answer, at, closed = _trickle(port, b"", head, 0.2, 4.0)
+    assert answer.startswith(b"HTTP/1.1 408") and b'"field":"headers"' in answer, answer[:300]
+    assert 0.9 <= at < 3.0 and closed < 3.5, (at, closed)
+    health = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    answer, at, closed = _trickle(port, health, head, 0.2, 4.0)  # the first answer, then the trickle
+    assert answer.startswith(b"HTTP/1.1 408") and 0.9 <= at < 3.0 and closed < 3.5, (answer[:200], at, closed)
+    answer, at, closed = _trickle(port, b"", b"", 0.2, 4.0)
+    assert answer == b"" and 0.9 <= closed < 3.0, (answer[:200], closed)
+    assert service.metrics.http_errors.labels("408")._value.get() == 2  # the silent one is no refusal
+    real = service.control.planner.decide
+
+    def slow(*args, **kw):
+        time.sleep(1.5)  # a submit planned for longer than the header deadline
+        return real(*args, **kw)
+
+    service.control.planner.decide = slow
+    with httpx.Client(base_url=url, timeout=10) as http:
+        submitted = http.post("/v1/jobs", json={"spec": _spec("slow-plan")}, headers={"Authorization": f"Bearer {ADMIN}"})
+        assert submitted.status_code == 201, submitted.text
+        assert http.get("/healthz").status_code == 200  # the same connection, kept alive
+
+
+@pytest.mark.parametrize("base", ["httptools", "h11"])
+def test_the_header_deadline_holds_on_both_of_uvicorns_protocols_which_have_none(base):
+    """On either HTTP protocol uvicorn may use, with a 1 s deadline: headers trickled on a
+    new connection or on a kept-alive one get a 408 and a close after about 1 s, a silent
+    connection is closed; the same protocol without the deadline keeps both open (so the
+    deadline, not uvicorn, closes them)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from rollmux.runtime.header_deadline import header_deadline_protocol
+    from rollmux.runtime.service import problem
+
+    protocol = {"httptools": HttpToolsProtocol, "h11": H11Protocol}[base]
+    refusals = []
+
+    async def app(scope, receive, send):  # answers every request with a small JSON document
+        if scope["type"] != "http":
+            return None
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json"),
+                                                                            (b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    head = b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: " + b"y" * 40 + b"\r\n\r\n"
+    for guarded in (True, False):
+        http = header_deadline_protocol(1.0, lambda *a: refusals.append(a), problem, base=protocol) if guarded \
+            else protocol
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+                                               http=http, timeout_keep_alive=5))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 15
+            while not server.started:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            trickled = _trickle(port, b"", head, 0.2, 3.0)
+            kept_alive = _trickle(port, b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", head, 0.2, 3.0)
+            silent = _trickle(port, b"", b"", 0.2, 2.5)
+        finally:
+            server.should_exit = True
+            thread.join(15)
+        if guarded:
+            for answer, at, closed in (trickled, kept_alive):
+                assert answer.startswith(b"HTTP/1.1 408") and b'"field":"headers"' in answer, answer[:300]
+                assert 0.9 <= at < 2.5 and closed < 3.0, (at, closed)
+            assert silent[0] == b"" and 0.9 <= silent[2] < 2.5, silent
+            assert [(status, field) for status, field, _ in refusals] == [(408, "headers")] * 2
+        else:
+            assert trickled == kept_alive == silent == (b"", math.inf, math.inf), (trickled, kept_alive, silent)
 
 
 class StallOnceProxy(DelayProxy):

@@ -138,6 +138,10 @@ def serve(
     body_timeout_s: float = typer.Option(10.0, "--body-timeout-s", min=0.1, max=3600.0,
                                          help="A request body not received whole within this many seconds is "
                                               "answered 408 and its connection closed (slow or stalled clients)."),
+    header_timeout_s: float = typer.Option(10.0, "--header-timeout-s", min=0.1, max=3600.0,
+                                           help="A connection whose next request's headers are not in whole within "
+                                                "this many seconds (of connecting, or of its last answer) is closed, "
+                                                "with a 408 if part of a request came (slow or idle clients)."),
     log_file: Optional[Path] = typer.Option(None, "--log-file", help="JSON-lines log (default: stderr)."),
     policy: LivePolicy = typer.Option(LivePolicy.rollmux, "--policy",
                                       help="rollmux (Algorithm 1), rollmux-consolidate (also moves running jobs "
@@ -187,6 +191,7 @@ def serve(
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
                                max_live_jobs=max_live_jobs, keep_ended=keep_ended, body_timeout_s=body_timeout_s,
+                               header_timeout_s=header_timeout_s,
                                tenants=known.hashes, quotas=known.quotas,
                                policy=policy.value, migration_s=migration_s, move_timeout_s=move_timeout_s,
                                backfill=queue.value == "backfill")

@@ -234,7 +234,7 @@ def _control_plane(rollout_nodes: int, train_nodes: int, out_dir: Path, policy: 
     """The control plane over a bounded inventory, served on a free 127.0.0.1 port in a thread."""
     import uvicorn
 
-    from rollmux.runtime.service import Service, ServiceConfig, create_app
+    from rollmux.runtime.service import Service, ServiceConfig, server_config
 
     cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=rollout_nodes),
                       train=PoolSpec("H800", 5.28, nodes=train_nodes),
@@ -246,8 +246,7 @@ def _control_plane(rollout_nodes: int, train_nodes: int, out_dir: Path, policy: 
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port,
-                                               log_level="warning"))
+        server = uvicorn.Server(server_config(service, "127.0.0.1", port))
         thread = threading.Thread(target=server.run, name="rollmux-demo-service", daemon=True)
         thread.start()
         try:

@@ -34,6 +34,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+import uvicorn
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -49,6 +50,7 @@ from rollmux.runtime.api_models import (MAX_BODY_BYTES, AcquireRequest, AcquireR
                                         ProgressRequest, ReleaseRequest, SubmitRequest, SubmitResponse, TailRequest,
                                         TailResponse)
 from rollmux.runtime.clock import ServiceClock
+from rollmux.runtime.header_deadline import header_deadline_protocol
 from rollmux.runtime.control import (JOB_STATES, ControlError, ControlPlane, JobEnded, JobRecord, UnknownJob,
                                      record_from_dict)
 from rollmux.runtime.leases import Leases
@@ -76,6 +78,7 @@ class ServiceConfig:
     backfill: bool = True          # a job that packs into a running group passes the waiting line
     keep_ended: int = 10_000       # departed records kept in memory (status, lists); all stay in the file
     body_timeout_s: float = 10.0   # a request body not in whole by then is answered 408 (``BodyLimit``)
+    header_timeout_s: float = 10.0  # a request's headers not in whole by then: 408, closed (``header_deadline``)
     tenants: dict[str, str] = field(default_factory=dict)  # tenant -> token sha256
     quotas: dict[str, auth.Quota] = field(default_factory=dict)  # tenant -> what its live jobs may hold
 
@@ -424,6 +427,12 @@ class Service:
             window = [(t, v) for t, v in window if now - t < 10.0] + [(now, lag)]
             self.metrics.loop_lag_max.set(max(v for _, v in window))
 
+    def refused(self, status: int, field: str, reason: str) -> None:
+        """Count and log a request refused (by a check, the body's or the headers' deadline)."""
+        self.metrics.http_errors.labels(str(status)).inc()
+        level = logging.ERROR if status >= 500 else logging.INFO
+        log.log(level, "refused", extra={"status": status, "field": field, "reason": reason})
+
     def close(self) -> None:
         self.store.close()
 
@@ -528,10 +537,7 @@ def create_app(service: Service) -> FastAPI:
     cp = lambda: service.control  # noqa: E731 - the control plane, read at call time
     lock = service._lock
 
-    def refused(status: int, field: str, reason: str) -> None:
-        service.metrics.http_errors.labels(str(status)).inc()
-        level = logging.ERROR if status >= 500 else logging.INFO
-        log.log(level, "refused", extra={"status": status, "field": field, "reason": reason})
+    refused = service.refused
 
     def answer(status: int, field: str, reason: str, state: str | None = None) -> JSONResponse:
         refused(status, field, reason)
@@ -780,13 +786,19 @@ def run(cluster: Cluster | Fleet | None, state_path: str, admin_token: str, conf
         host: str = "127.0.0.1", port: int = 8470, new_state: bool = False, profiles: Profiles | None = None,
         tls_cert: str | None = None, tls_key: str | None = None) -> None:
     """Serve until interrupted (blocking); https with ``tls_cert`` and ``tls_key`` (``check_tls``)."""
-    import uvicorn
-
     check_tls(tls_cert, tls_key)
     sys.setswitchinterval(0.001)  # the loop thread gets the GIL back quickly while a worker plans
     service = Service(cluster, state_path, admin_token, config, new_state=new_state, profiles=profiles)
     log.info("start", extra={"state": state_path, "restored": service.restored, "host": host, "port": port,
                              "tls": tls_cert is not None, "reconciled": service.reconciled,
                              "pools": service.control.pool_nodes()})
-    uvicorn.run(create_app(service), host=host, port=port, log_level="warning", access_log=False,
-                ssl_certfile=tls_cert, ssl_keyfile=tls_key)
+    uvicorn.Server(server_config(service, host, port, tls_cert, tls_key)).run()
+
+
+def server_config(service: Service, host: str, port: int, tls_cert: str | None = None,
+                  tls_key: str | None = None) -> uvicorn.Config:
+    """uvicorn's settings for ``service`` (also what tests and the demo serve with): its
+    application, the header deadline (``rollmux.runtime.header_deadline``), no access log."""
+    protocol = header_deadline_protocol(service.config.header_timeout_s, service.refused, problem)
+    return uvicorn.Config(create_app(service), host=host, port=port, log_level="warning", access_log=False,
+                          http=protocol, ssl_certfile=tls_cert, ssl_keyfile=tls_key)
