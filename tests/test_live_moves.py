@@ -26,7 +26,7 @@ import pytest
 from rollmux.colocation import worst_phase
 from rollmux.model import Cluster, Job, SwitchCost
 from rollmux.policies import make_policy
-from rollmux.runtime.control import PLACED, WAITING, ControlPlane, PhaseOrderError
+from rollmux.runtime.control import PLACED, WAITING, ControlError, ControlPlane, PhaseOrderError
 from rollmux.sim.engine import simulate
 from rollmux.traces.generate import generate
 
@@ -279,6 +279,62 @@ def test_a_move_not_acknowledged_in_time_is_undone_and_a_dead_mover_departs():
     cp2.expire(["x"], now + 1.0, "silent")
     assert "x" not in {m.job.job_id for g in cp2.plan.groups.values() for m in g.members}
     assert target in cp2.plan.groups  # z still runs there
+
+
+def _drive(cp: ControlPlane, now: float, steps: int) -> float:
+    """Release the oldest grant ``steps`` times (each phase its profiled length); returns the time."""
+    for _ in range(steps):
+        holders = [r for r in cp.jobs.values() if r.live and r.grant is not None]
+        if not holders:
+            break
+        r = min(holders, key=lambda r: r.grant.granted_at)
+        now = max(now, r.grant.granted_at) + (r.job.t_roll_s if r.grant.pool == "rollout" else r.job.t_train_s)
+        cp.release(r.job_id, r.grant.pool, r.grant.seq, 1.0, now)
+    return now
+
+
+def test_a_restart_under_another_policy_drops_what_only_the_old_one_could_carry_out():
+    """A state saved with a move offered (``rollmux-consolidate``), restored under
+    ``rollmux``, which moves no job: the offer is dropped and every release is answered
+    (it used to fail with a TypeError at the offered job's iteration boundary, on every
+    retry); under ``rollmux-regroup`` it is kept. A gathering a ``rollmux-hedge`` submit
+    left pending, restored under ``rollmux`` (which the fleet plane also runs): dropped.
+    A two-pool state under ``rollmux-hedge`` (which plans as a fleet) and a fleet's state
+    under a two-pool-only policy are refused naming ``policy``."""
+    cp = ControlPlane(_cluster(), policy="rollmux-consolidate")
+    x, y, z = _consolidation_jobs()
+    cp.submit(x, 0.0, "0" * 64)
+    cp.submit(y, 0.0, "1" * 64)
+    cp.submit(z, 10.0, "2" * 64)
+    now = 10.0
+    for _ in range(400):
+        if cp.offer:
+            break
+        now = _drive(cp, now, 1)
+    assert "x" in cp.offer
+    snap = json.loads(json.dumps(cp.snapshot()))
+    assert ControlPlane.restore(snap, policy="rollmux-regroup").offer == cp.offer
+    plain = ControlPlane.restore(snap, policy="rollmux")
+    assert plain.offer == set()
+    done = plain.record("x").iterations_done
+    _drive(plain, now, 40)
+    assert plain.record("x").iterations_done > done and plain.record("x").moves == 0
+    with pytest.raises(ControlError) as err:
+        ControlPlane.restore(snap, policy="rollmux-hedge")
+    assert err.value.field == "policy" and "two-pool" in err.value.reason
+    hedge = ControlPlane(Cluster(), policy="rollmux-hedge")
+    hedge.submit(Job("a", 100.0, 100.0, slo=1.5, iterations=1000), 0.0, "0" * 64)
+    hedge.gather()
+    hedge.submit(Job("b", 100.0, 100.0, slo=1.5, iterations=1000), 60.0, "1" * 64)
+    assert hedge.gathers_pending
+    fleet_snap = json.loads(json.dumps(hedge.snapshot()))
+    again = ControlPlane.restore(fleet_snap, policy="rollmux")
+    assert not again.gathers_pending
+    again.report_progress("a", 0.5)  # a change, which ran the pending gatherings first
+    assert again.regroups == {}
+    with pytest.raises(ControlError) as err:
+        ControlPlane.restore(fleet_snap, policy="rollmux-consolidate")
+    assert err.value.field == "policy" and "fleet" in err.value.reason
 
 
 def test_an_unmovable_job_stays_where_it_is():

@@ -158,6 +158,20 @@ def check_live_policy(policy: str, fleet: bool) -> None:
         raise ControlError("policy", f"{policy!r}: the live service runs {', '.join(LIVE_POLICIES)}")
 
 
+def _check_restart_policy(policy: str, fleet: bool) -> None:
+    """A ``ControlError`` on ``policy`` when a saved state cannot run under it: a two-pool
+    state under a policy that plans as a fleet, or a fleet's state under a two-pool one."""
+    if not fleet and policy in FLEET_BACKED:
+        raise ControlError("policy", f"{policy!r} plans a two-pool cluster as a fleet of one pair of GPU types, and "
+                                     f"this state file was saved by a two-pool policy: restart with one of "
+                                     f"{', '.join(p for p in LIVE_POLICIES if p not in FLEET_BACKED)}, or give "
+                                     f"{policy} a new state file")
+    if fleet and policy not in FLEET_LIVE_POLICIES:
+        raise ControlError("policy", f"{policy!r}: this state file was saved as a fleet of GPU types (a fleet file, "
+                                     f"or {', '.join(FLEET_BACKED)} on a two-pool cluster); on it the live service "
+                                     f"runs {', '.join(FLEET_LIVE_POLICIES)}")
+
+
 class ControlError(RollMuxError):
     """A request the control plane refuses; names the field and why. Nothing changed."""
 
@@ -1040,6 +1054,7 @@ class ControlPlane:
         if glob.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"snapshot version={glob.get('version')!r}: expected {SNAPSHOT_VERSION}")
         topology = snap["cluster"]
+        _check_restart_policy(policy, "fleet" in topology)
         if "fleet" in topology:
             cp = cls(fleet_from_dict(topology["fleet"]), planner, policy, migration_s, tail_threshold,
                      profiles_from_rows(topology["profiles"]), backfill, keep_ended)
@@ -1084,12 +1099,14 @@ class ControlPlane:
         cp._clock = glob["clock"]
         cp._seq = glob["seq"]
         cp._ord = glob["ord"]
-        cp.offer = set(glob.get("offer", ()))
+        # what a policy that moves jobs left pending: kept for one that does, dropped otherwise
+        # (a restart may change --policy); decided moves and regroupings go on either way
+        cp.offer = set(glob.get("offer", ())) if cp._repack is not None else set()
         cp.move_s = dict(glob.get("move_s", {}))
         cp.regroups = glob.get("regroups", {})
         cp._next_regroup = glob.get("next_regroup", 0)
         cp.holds = {k: Reservation.from_dict(v) for k, v in glob.get("holds", {}).items()}
-        cp._gathers = [list(g) for g in glob.get("gathers", ())]
+        cp._gathers = [list(g) for g in glob.get("gathers", ())] if cp._regroup is not None else []
         if "closing" in glob:  # the groups a regrouping empties, marked until they are gone
             for gid in glob["closing"]:
                 cp.plan.close_group(gid)
