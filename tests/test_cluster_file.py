@@ -119,6 +119,9 @@ def load_cluster_roundtrip(cluster, tmp_path):
     ("rollout:\n  nodes: [{id: a, gpus: 4}]\n", "rollout.nodes[0].gpus"),
     ("rollout:\n  nodes: [{id: a}, {id: a}]\n", "rollout.nodes[1].id"),
     ("rollout:\n  nodes: [{id: a}]\ntrain:\n  nodes: [{id: a}]\n", "train.nodes"),
+    # a listed id that the other pool, naming its nodes by count (bounded or not), gives too
+    ("rollout: {nodes: 2}\ntrain:\n  nodes: [{id: R1}, {id: tB}]\n", "train.nodes[0].id"),
+    ("rollout:\n  nodes: [{id: a}, {id: T12}]\n", "rollout.nodes[1].id"),
     ("rollout:\n  nodes: [{id: a, colour: red}]\n", "rollout.nodes[0].colour"),
 ])
 def test_bad_node_lists_name_the_field(tmp_path, text, field):

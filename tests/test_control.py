@@ -262,3 +262,26 @@ def test_status_table_shows_profile_against_measured():
     assert _vs_profile({"profile_s": {"rollout": 10.0, "train": 30.0}, "measured_max_s": {"rollout": 12.0},
                         "over_profile": 1}) == "12.0/- vs 10.0/30.0 (1 over)"
     assert _vs_profile({"job_id": "x"}) == "-"
+
+
+def test_a_node_added_live_may_not_take_a_name_the_counted_pool_gives():
+    """Rollout named by count (R0, R1), training listed: a training node called R2 would
+    be a second R2 once the rollout pool grows (two jobs granted 'R2' at once, a drain
+    that cannot tell them apart), so adding it is refused naming ``node_id``, and nothing
+    changes; another name is added."""
+    from rollmux.model import NodeSpec
+    from rollmux.runtime.control import ControlError
+
+    cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=2),
+                      train=PoolSpec("H800", 5.28, nodes=2, node_list=(NodeSpec("ta", 2048.0), NodeSpec("tb", 2048.0))),
+                      switch_cost=SwitchCost("fixed"))
+    cp = ControlPlane(cluster)
+    before = json.dumps(cp.snapshot(), sort_keys=True)
+    for name in ("R2", "R0", "R17"):
+        with pytest.raises(ControlError) as err:
+            cp.add_node("train", name, None, 1.0)
+        assert err.value.field == "node_id" and ("rollout pool" in err.value.reason or name == "R0")
+    assert json.dumps(cp.snapshot(), sort_keys=True) == before
+    cp.add_node("train", "tc", None, 1.0)
+    cp.add_node("rollout", "", None, 1.0)
+    assert [n.node_id for n in cp.cluster.train.node_list] == ["ta", "tb", "tc"] and cp.cluster.rollout.nodes == 3

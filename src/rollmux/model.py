@@ -31,6 +31,8 @@ from rollmux.errors import SpecError
 ROLLOUT = "rollout"
 TRAIN = "train"
 POOLS = (ROLLOUT, TRAIN)
+#: a node id that a pool naming its nodes by count gives (``PlanState``: R0, R1, ... / T0, T1, ...)
+_COUNTED_ID = re.compile(r"([RT])[0-9]+")
 
 #: Warm-start switch seconds on one 8-GPU node, by model size column (facts section 7).
 WARM_SWITCH_S = {
@@ -176,6 +178,16 @@ class Cluster:
         """Hourly price of one whole node of ``pool``."""
         return self.pool(pool).price_per_gpu_hour * self.gpus_per_node
 
+    def counted_pool_of(self, node_id: str) -> str | None:
+        """The pool that names its nodes by count (``R0, R1, ...`` / ``T0, ...``: bounded
+        without a node list, or unbounded) and gives, or may one day give, ``node_id``; None
+        if neither does. A listed node must not have such an id (two nodes, one name)."""
+        match = _COUNTED_ID.fullmatch(node_id)
+        if match is None:
+            return None
+        pool = ROLLOUT if match.group(1) == "R" else TRAIN
+        return pool if not self.pool(pool).node_list else None
+
     def validate(self) -> None:
         if not isinstance(self.gpus_per_node, int) or self.gpus_per_node <= 0:
             raise SpecError("gpus_per_node", self.gpus_per_node, "a positive integer")
@@ -186,6 +198,12 @@ class Cluster:
         shared = {n.node_id for n in self.rollout.node_list} & {n.node_id for n in self.train.node_list}
         if shared:
             raise SpecError("train.nodes", sorted(shared), "node ids not used by the rollout pool")
+        for pool in POOLS:
+            for i, node in enumerate(self.pool(pool).node_list):
+                other = self.counted_pool_of(node.node_id)
+                if other is not None:
+                    raise SpecError(f"{pool}.nodes[{i}].id", node.node_id,
+                                    f"an id that the {other} pool, which names its nodes by count, cannot also give")
         if self.switch_cost.mode not in ("warm", "cold", "fixed"):
             raise SpecError("switch_cost_s", self.switch_cost.mode, '"warm", "cold" or seconds')
         if self.pricing not in PRICINGS:

@@ -814,6 +814,10 @@ class ControlPlane:
                 raise ControlError("node_id", "the pool lists its nodes: give the new node's id")
             if self.plan.pool_of(node_id) is not None:
                 raise ControlError("node_id", f"{node_id!r} is already a node of this cluster")
+            other = self.cluster.counted_pool_of(node_id)
+            if other is not None:
+                raise ControlError("node_id", f"{node_id!r} is a name the {other} pool gives its nodes by count; "
+                                              f"choose another")
             new = dataclasses.replace(spec, nodes=spec.nodes + 1,
                                       node_list=(*spec.node_list, NodeSpec(node_id, mem)),
                                       host_mem_gb=max(spec.host_mem_gb, mem))
