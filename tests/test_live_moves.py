@@ -26,7 +26,8 @@ import pytest
 from rollmux.colocation import worst_phase
 from rollmux.model import Cluster, Job, SwitchCost
 from rollmux.policies import make_policy
-from rollmux.runtime.control import PLACED, WAITING, ControlError, ControlPlane, PhaseOrderError
+from rollmux.runtime.control import (PLACED, WAITING, ControlError, ControlPlane, MoveUndone,
+                                     PhaseOrderError)
 from rollmux.sim.engine import simulate
 from rollmux.traces.generate import generate
 
@@ -263,7 +264,8 @@ def test_a_failed_move_places_the_job_afresh_and_loses_nothing():
     assert x.move is None and x.state in (PLACED, WAITING) and x.iterations_done == done
     if x.state == PLACED:
         assert "x" in cp.executors[x.group_id].members()
-    with pytest.raises(PhaseOrderError, match="no move in progress"):
+    assert cp.moved("x", now + 6.0, ok=False) is x  # a repeat of the failure report is answered
+    with pytest.raises(MoveUndone):  # it reported the move failed: it cannot be done now
         cp.moved("x", now + 6.0)
 
 
@@ -337,6 +339,35 @@ def test_a_restart_under_another_policy_drops_what_only_the_old_one_could_carry_
     assert err.value.field == "policy" and "fleet" in err.value.reason
 
 
+def test_a_move_reported_done_after_it_was_undone_is_answered_undone_and_a_repeat_as_before():
+    """x's move is undone (not acknowledged in 60 s); its late report of success, with
+    the directive's seq or without (and after a restart), is a ``MoveUndone`` naming
+    ``move`` and changes nothing. A done move's repeated report is answered with its seq
+    or without; a seq that is no move of the job's is a ``PhaseOrderError``."""
+    cp = ControlPlane(_cluster(), policy="rollmux-consolidate")
+    now = _run_until_move(cp)
+    seq = cp.record("x").move["seq"]
+    assert cp.abort_stale_moves(now + 61.0, timeout_s=60.0) == ["x"]
+    before = json.dumps(cp.snapshot(), sort_keys=True)
+    restored = ControlPlane.restore(json.loads(before), policy="rollmux-consolidate")
+    for plane in (cp, restored):
+        for which in (seq, None):
+            with pytest.raises(MoveUndone) as err:
+                plane.moved("x", now + 62.0, seq=which)
+            assert err.value.field == "move" and err.value.code == "move_undone"
+            assert "not acknowledged within 60s" in err.value.reason
+        assert json.dumps(plane.snapshot(), sort_keys=True) == before
+    done = ControlPlane(_cluster(), policy="rollmux-consolidate")
+    now = _run_until_move(done)
+    seq = done.record("x").move["seq"]
+    done.moved("x", now + 5.0, seq=seq)
+    after = json.dumps(done.snapshot(), sort_keys=True)
+    assert done.moved("x", now + 6.0, seq=seq).moves == done.moved("x", now + 6.0).moves == 1
+    with pytest.raises(PhaseOrderError, match=f"no move with directive seq {seq + 1000}"):
+        done.moved("x", now + 7.0, seq=seq + 1000)
+    assert json.dumps(done.snapshot(), sort_keys=True) == after
+
+
 def test_an_unmovable_job_stays_where_it_is():
     cp = ControlPlane(_cluster(), policy="rollmux-consolidate")
     x, y, z = _consolidation_jobs()
@@ -379,12 +410,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(tmp: Path, port: int) -> subprocess.Popen:
+def _serve(tmp: Path, port: int, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN)
     (tmp / "cluster.yaml").write_text("switch_cost_s: 0\n")
     proc = subprocess.Popen([ROLLMUX, "serve", "--cluster", str(tmp / "cluster.yaml"), "--state",
                              str(tmp / "state.db"), "--port", str(port), "--policy", "rollmux-consolidate",
-                             "--migration-s", "0.5", "--lease-s", "5", "--log-file", str(tmp / "log.jsonl")],
+                             "--migration-s", "0.5", "--lease-s", "5", "--log-file", str(tmp / "log.jsonl"), *extra],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while True:
@@ -394,6 +425,68 @@ def _serve(tmp: Path, port: int) -> subprocess.Popen:
         except httpx.TransportError:
             assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read1().decode()
             time.sleep(0.1)
+
+
+def _run_xyz(tmp: Path, url: str, worker: str) -> None:
+    """x and y share a group, z starts alone (registered in that order), y leaves once z
+    is there: x is moved next to z. Each job runs ``worker`` (a script of the WORKER form)."""
+    script = tmp / "worker.py"
+    script.write_text(worker)
+    workers = {}
+    try:
+        for name in ("x", "y", "z"):
+            spec, phase_s = MOVE_SPECS[name]
+            gate = [str(tmp / "z-registered")] if name == "y" else []  # y leaves only once z is there
+            workers[name] = subprocess.Popen(
+                [sys.executable, str(script), url, json.dumps(spec), str(tmp / f"{name}.json"),
+                 json.dumps(phase_s), ADMIN, *gate], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            registered = time.monotonic() + 30
+            while httpx.get(f"{url}/v1/jobs/{name}", headers={"Authorization": f"Bearer {ADMIN}"}).status_code != 200:
+                assert time.monotonic() < registered, f"{name} never registered"
+                time.sleep(0.02)
+        (tmp / "z-registered").touch()
+        for name, w in workers.items():
+            assert w.wait(90) == 0, f"{name}: {w.stderr.read().decode()[-2000:]}"
+    finally:
+        for w in workers.values():
+            if w.poll() is None:
+                w.kill()
+
+
+MOVE_SPECS = {"x": ({"job_id": "x", "t_roll_s": 1.0, "t_train_s": 0.2, "slo": 2.0, "iterations": 60},
+                    {"rollout": 0.1, "train": 0.02}),
+              "y": ({"job_id": "y", "t_roll_s": 0.2, "t_train_s": 1.0, "slo": 2.0, "iterations": 6},
+                    {"rollout": 0.02, "train": 0.1}),
+              "z": ({"job_id": "z", "t_roll_s": 1.0, "t_train_s": 0.2, "slo": 2.0, "iterations": 60},
+                    {"rollout": 0.1, "train": 0.02})}
+
+
+def test_a_job_whose_move_outlasts_the_move_timeout_goes_on_where_the_service_placed_it(tmp_path):
+    """``--move-timeout-s 1`` and an ``on_move`` that takes 3 s the first time: the
+    service undoes x's move before x acknowledges it; the SDK's acknowledgement is
+    answered ``move_undone``, the handle lists the directive in ``undone_moves`` (not in
+    ``moves``) and x runs every iteration from where the service placed it, as do y and
+    z. (It used to raise out of ``phase()``.)"""
+    port = _free_port()
+    proc = _serve(tmp_path, port, "--move-timeout-s", "1")
+    worker = WORKER.replace("on_move=lambda m: (moves.append(m), time.sleep(1.5))",
+                            "on_move=lambda m: (moves.append(m), time.sleep(3.0 if len(moves) == 1 else 0.1))")
+    worker = worker.replace('"moves": moves,', '"moves": job.moves, "undone": job.undone_moves,')
+    assert worker != WORKER
+    try:
+        _run_xyz(tmp_path, f"http://127.0.0.1:{port}", worker)
+        events = _events(port)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    aborted = [e for e in events if e["kind"] == "move_aborted"]
+    assert aborted and aborted[0]["job_id"] == "x" and "not acknowledged within 1s" in aborted[0]["detail"]["reason"]
+    for name, (spec, _) in MOVE_SPECS.items():
+        out = json.loads((tmp_path / f"{name}.json").read_text())
+        assert [h[0] for h in out["history"]] == ["rollout", "train"] * spec["iterations"], name
+        assert out["view"]["state"] == "done"
+    x = json.loads((tmp_path / "x.json").read_text())
+    assert len(x["undone"]) == 1 and x["undone"][0]["seq"] not in [m["seq"] for m in x["moves"]]
 
 
 def _events(port: int) -> list[dict]:

@@ -162,6 +162,8 @@ class MovedRequest(_Request):
 
     ok: StrictBool = True
     reason: str = Field(default="", max_length=500, pattern=TEXT)
+    seq: StrictInt | None = Field(default=None, ge=0, le=2**62,
+                                  description="the directive's seq: which move this reports on")
 
 
 class MoveView(BaseModel):

@@ -207,6 +207,15 @@ class PhaseOrderError(ControlError):
     status = 409
 
 
+class MoveUndone(ControlError):
+    """A move reported done after the service had undone it (not acknowledged within
+    ``--move-timeout-s``): the job was placed afresh and carries on from there. Its
+    problem document has ``code: move_undone``."""
+
+    status = 409
+    code = "move_undone"
+
+
 class ClusterConflict(ControlError):
     """A cluster change that would strand pinned jobs (a removed node in use, less memory than used)."""
 
@@ -276,6 +285,8 @@ class JobRecord:
     movable: bool = True
     move: dict | None = None
     moves: int = 0
+    # how the latest move ended: {"seq": its directive's, "outcome": "done" | "undone", "reason"}
+    last_move: dict | None = None
     phase_max_s: dict[str, float] = field(default_factory=dict)  # pool -> longest phase body released
     over_profile: int = 0  # phases released longer than the profile x (1 + PROFILE_TOLERANCE)
     # An asynchronous job's second grant (the other pool than ``grant``'s), held at the same
@@ -660,23 +671,26 @@ class ControlPlane:
             return None  # an acknowledged regroup member waits for the others without a directive
         return move
 
-    def moved(self, job_id: str, now: float, ok: bool = True, reason: str = "") -> JobRecord:
+    def moved(self, job_id: str, now: float, ok: bool = True, reason: str = "", seq: int | None = None) -> JobRecord:
         """The job reports its move done (``ok``: its state is on the new nodes; it is
-        admitted to its new group) or failed (it is placed afresh or queued). A repeat
-        of a done move is answered, not re-applied."""
+        admitted to its new group) or failed (it is placed afresh or queued). ``seq``, the
+        directive's, says which move (without it: the one in progress, else the latest).
+        A repeat of a report is answered, not re-applied; a move reported done after the
+        service undid it is a ``MoveUndone``."""
         self.gather()
         rec = self._live(job_id)
         if rec.move is not None and rec.move.get("acked"):  # a regrouped member waiting for the others
-            if ok:
+            if ok and seq in (None, rec.move.get("seq")):
                 return rec  # a repeat of its acknowledgement
+            if ok:
+                return self._past_move(rec, ok, seq)
             raise PhaseOrderError("move", f"job {job_id!r} has already reported its move done; its new group "
                                           f"waits for the other members")
-        if rec.move is None or "to_group" not in rec.move:
-            if rec.move is None and rec.state == PLACED and rec.moves > 0:
-                return rec
-            raise PhaseOrderError("move", f"job {job_id!r} has no move in progress")
+        if rec.move is None or "to_group" not in rec.move or seq not in (None, rec.move.get("seq")):
+            return self._past_move(rec, ok, seq)
         self._advance(now)
         if ok:
+            rec.last_move = {"seq": rec.move.get("seq"), "outcome": "done", "reason": ""}
             seconds = now - rec.move["decided_at"]
             column = str(model_size_column(rec.job.model))
             self.move_s[column] = max(self.move_s.get(column, 0.0), seconds)
@@ -694,6 +708,22 @@ class ControlPlane:
             self._abort_move(rec, now, reason or "the job could not move")
         self._dirty_jobs.add(job_id)
         return rec
+
+    def _past_move(self, rec: JobRecord, ok: bool, seq: int | None) -> JobRecord:
+        """A report about a move that is not in progress: a repeat of how the latest one
+        ended is answered; one reported done after it was undone is a ``MoveUndone``."""
+        last = rec.last_move
+        if last is not None and seq in (None, last["seq"]):
+            if (last["outcome"] == "done") == ok:
+                return rec  # a repeat
+            if ok:
+                raise MoveUndone("move", f"job {rec.job_id!r}: its move (directive seq {last['seq']}) was undone "
+                                         f"before this report ({last['reason']}); it was placed afresh: go on "
+                                         f"from its current placement")
+        elif last is None and seq is None and rec.move is None and rec.state == PLACED and rec.moves > 0 and ok:
+            return rec  # (a record saved before moves' outcomes were kept: the latest move was done)
+        which = f" with directive seq {seq}" if seq is not None else ""
+        raise PhaseOrderError("move", f"job {rec.job_id!r} has no move{which} in progress")
 
     def abort_stale_moves(self, now: float, timeout_s: float) -> list[str]:
         """Undo every move not acknowledged within ``timeout_s``; returns those jobs."""
@@ -1404,6 +1434,7 @@ class ControlPlane:
         gid = rec.group_id
         self._log(now, "move_aborted", gid, rec.job_id, "", (), reason=reason, from_group=rec.move["from_group"])
         rid = rec.move.get("regroup")
+        rec.last_move = {"seq": rec.move.get("seq"), "outcome": "undone", "reason": reason}
         released = self.plan.release(rec.job_id)
         self._withhold_drained()
         self._dirty_groups.add(gid)

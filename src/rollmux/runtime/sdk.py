@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import secrets
 import ssl
@@ -70,6 +71,8 @@ import httpx
 
 from rollmux.errors import RollMuxError
 from rollmux.model import Job
+
+log = logging.getLogger(__name__)
 
 SPEC_FIELDS = ("job_id", "rollout_gpus", "train_gpus", "t_roll_s", "t_train_s", "mem_roll_gb", "mem_train_gb",
                "slo", "model", "iterations", "staleness", "reward_s", "reward_price_per_hour", "reward_mem_gb",
@@ -93,12 +96,14 @@ class WrongScheme(ClientError):
 
 
 class RequestRejected(ClientError):
-    """The control plane refused a request (4xx); ``field`` and ``reason`` say why."""
+    """The control plane refused a request (4xx); ``field`` and ``reason`` say why, and
+    ``code`` which refusal it is where a client may act on it (``move_undone``)."""
 
-    def __init__(self, status: int, field: str, reason: str) -> None:
+    def __init__(self, status: int, field: str, reason: str, code: str | None = None) -> None:
         self.status = status
         self.field = field
         self.reason = reason
+        self.code = code
         super().__init__(f"HTTP {status}: {field}: {reason}")
 
 
@@ -248,13 +253,16 @@ class JobHandle:
 
     Moves: when the service moves the job (a consolidating policy, at an iteration
     boundary), entering the next phase receives a move directive instead of a grant:
-    ``{"from_group", "to_group", "rollout_nodes", "train_nodes", "decided_at"}``. The
+    ``{"from_group", "to_group", "rollout_nodes", "train_nodes", "decided_at", "seq"}``. The
     handle calls ``on_move(directive)``, which brings the job's state and workers to
     the new nodes (e.g. ``RayJobRunner`` re-created there, the state cache's host
     buffers shipped through the object store), then acknowledges; the job is admitted
     to its new group and the phase is granted there. If ``on_move`` raises, the handle
     reports the failure and the service places the job afresh or queues it. ``moves``
-    lists the directives carried out.
+    lists the directives carried out. If ``on_move`` takes longer than the service's
+    ``--move-timeout-s``, the service has undone the move by the time it is acknowledged
+    (placed the job afresh): the handle logs a warning, lists the directive in
+    ``undone_moves`` and goes on from the job's current placement.
     """
 
     def __init__(self, client: Client, job_id: str, token: str, view: dict, heartbeat: bool = True,
@@ -262,6 +270,7 @@ class JobHandle:
         self.client = client
         self.on_move = on_move
         self.moves: list[dict] = []
+        self.undone_moves: list[dict] = []
         self.job_id = job_id
         self.token = token
         self.view = view
@@ -401,7 +410,19 @@ class JobHandle:
                 self.on_move(directive)
         except Exception as exc:  # reported to the service, which places the job afresh
             ok, reason = False, f"{type(exc).__name__}: {exc}"[:500]
-        self.view = self._call("POST", f"/jobs/{self.job_id}/moved", json={"ok": ok, "reason": reason})
+        try:
+            self.view = self._call("POST", f"/jobs/{self.job_id}/moved",
+                                   json={"ok": ok, "reason": reason, "seq": directive.get("seq")})
+        except RequestRejected as err:
+            if err.code != "move_undone":
+                raise
+            # on_move took longer than the service's --move-timeout-s: it undid the move and
+            # placed the job afresh; the job goes on from there (its next grant says where)
+            log.warning("job %s: move to %s undone by the service: %s", self.job_id, directive.get("to_group"),
+                        err.reason)
+            self.undone_moves.append(directive)
+            self.view = self._call("GET", f"/jobs/{self.job_id}")
+            return
         if ok:
             self.moves.append(directive)
 
@@ -567,4 +588,4 @@ def _answer(r: httpx.Response) -> Any:
     if r.status_code == 410 and body.get("state") in _ENDED:
         job_id = r.request.url.path.split("/")[3]
         raise _ENDED[body["state"]](job_id, body["state"], body.get("reason", ""))
-    raise RequestRejected(r.status_code, body.get("field", "body"), body.get("reason", r.text))
+    raise RequestRejected(r.status_code, body.get("field", "body"), body.get("reason", r.text), body.get("code"))

@@ -449,13 +449,16 @@ async def bearer(authorization: str | None = Header(default=None)) -> str | None
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def problem(status: int, field: str, reason: str, state: str | None = None) -> JSONResponse:
-    """An RFC 9457 problem-details answer naming ``field``."""
+def problem(status: int, field: str, reason: str, state: str | None = None, code: str | None = None) -> JSONResponse:
+    """An RFC 9457 problem-details answer naming ``field`` (with the job's ``state`` for a
+    departed job, and a ``code`` where a client acts on which refusal it is)."""
     title = HTTPStatus(status).phrase
     body = {"type": f"urn:rollmux:problem:{title.lower().replace(' ', '-')}", "title": title, "status": status,
             "detail": f"{field}: {reason}", "field": field, "reason": reason}
     if state is not None:
         body["state"] = state
+    if code is not None:
+        body["code"] = code
     return JSONResponse(body, status_code=status, media_type="application/problem+json")
 
 
@@ -539,15 +542,17 @@ def create_app(service: Service) -> FastAPI:
 
     refused = service.refused
 
-    def answer(status: int, field: str, reason: str, state: str | None = None) -> JSONResponse:
+    def answer(status: int, field: str, reason: str, state: str | None = None,
+               code: str | None = None) -> JSONResponse:
         refused(status, field, reason)
-        return problem(status, field, reason, state)
+        return problem(status, field, reason, state, code)
 
     app.add_middleware(BodyLimit, timeout_s=service.config.body_timeout_s, refused=refused)
 
     @app.exception_handler(ControlError)
     async def _control_error(_r: Request, exc: ControlError) -> JSONResponse:
-        return answer(exc.status, exc.field, exc.reason, exc.state if isinstance(exc, JobEnded) else None)
+        return answer(exc.status, exc.field, exc.reason, exc.state if isinstance(exc, JobEnded) else None,
+                      getattr(exc, "code", None))
 
     @app.exception_handler(SpecError)
     async def _spec_error(_r: Request, exc: SpecError) -> JSONResponse:
@@ -659,7 +664,7 @@ def create_app(service: Service) -> FastAPI:
     @app.post("/v1/jobs/{job_id}/moved", response_model=JobView)
     async def moved(job_id: str, body: MovedRequest, token: str | None = Depends(bearer)) -> JobView:
         service.check_job(job_id, token)
-        rec = await service.mutate(lambda c, now: c.moved(job_id, now, body.ok, body.reason))
+        rec = await service.mutate(lambda c, now: c.moved(job_id, now, body.ok, body.reason, body.seq))
         return service.view(rec)
 
     @app.post("/v1/jobs/{job_id}/release", response_model=JobView)
