@@ -118,6 +118,10 @@ HOSTILE = [
     ("post", "/v1/jobs", {"spec": _spec("x"), "token": "short"}, "admin", 422, "token"),
     ("post", "/v1/jobs", {"spec": _spec("a")}, "admin", 409, "job_id"),
     ("post", "/v1/jobs", b"{not json", "admin", 422, "body"),
+    ("post", "/v1/jobs", b'{"spec": {"job_id": "x", "t_roll_s": 1, "t_train_s": 1}, "spec": {"job_id": "y", '
+                         b'"t_roll_s": 1, "t_train_s": 1}}', "admin", 400, "body"),
+    ("post", "/v1/jobs", b'{"spec": {"job_id": "x", "t_roll_s": 1, "t_roll_s": 9, "t_train_s": 1}}', "admin", 400,
+     "body"),
     ("post", "/v1/jobs", b"[]", "admin", 422, "body"),
     ("post", "/v1/jobs", b'{"spec": {"job_id": "\xff\xfe"}}', "admin", 400, "body"),
     ("post", "/v1/jobs", b"[" * 30000 + b"]" * 30000, "admin", 400, "body"),

@@ -162,3 +162,60 @@ def test_bad_certificate_options_are_refused_before_anything_is_written(tmp_path
     assert proc.returncode == 2
     assert expected in " ".join((out + err).split())
     assert not (tmp_path / "state.db").exists()
+
+
+def _closed_within(sock, limit_s: float) -> float:
+    """Seconds until the server closes ``sock`` (reads nothing but the close), or inf."""
+    t0 = time.monotonic()
+    sock.settimeout(limit_s)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return float("inf")
+    except OSError:  # reset, or a TLS alert on the way out
+        pass
+    return time.monotonic() - t0
+
+
+def test_over_https_the_header_deadline_also_bounds_the_handshake(tmp_path):
+    """``--header-timeout-s 1`` over https: a connection that sends no ClientHello, or
+    trickles one, is cut off after about 1 s (asyncio alone gives a handshake 60 s, and
+    the HTTP protocol sees a connection only after it), and one that shakes hands and
+    then says nothing is closed after about 1 s more; a real client is served."""
+    import ssl
+
+    cert, key = _certificate(tmp_path, "service")
+    proc, port = _serve(tmp_path, "--tls-cert", str(cert), "--tls-key", str(key), "--header-timeout-s", "1")
+    url = f"https://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                if httpx.get(f"{url}/healthz", verify=str(cert), timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the https server did not start"
+                time.sleep(0.1)
+        context = ssl.create_default_context(cafile=str(cert))
+        with socket.create_connection(("127.0.0.1", port)) as silent:
+            assert 0.8 <= _closed_within(silent, 10.0) < 3.0
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        with pytest.raises(ssl.SSLWantReadError):
+            context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1").do_handshake()
+        hello = outgoing.read()
+        with socket.create_connection(("127.0.0.1", port)) as trickle:
+            t0 = time.monotonic()
+            with pytest.raises(OSError):  # the server hangs up while the hello still trickles
+                for k in range(len(hello) - 1):
+                    trickle.sendall(hello[k:k + 1])
+                    time.sleep(0.2)
+                    assert time.monotonic() - t0 < 10.0, "the trickled handshake was never cut off"
+            assert time.monotonic() - t0 < 3.5
+        with context.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="127.0.0.1") as shook:
+            assert 0.8 <= _closed_within(shook, 10.0) < 3.0
+        assert httpx.get(f"{url}/healthz", verify=str(cert), timeout=5).status_code == 200
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -16,15 +16,26 @@ problem document naming ``headers`` and ``Connection: close``, and ``refused(408
 without an answer, as an idle keep-alive connection is. While a request is being
 served (its headers are in, its response is not finished) the deadline does not apply:
 the body has its own (``service.BodyLimit``) and a long poll may take its time.
+
+Over https the protocol sees a connection only once its TLS handshake is over, and
+asyncio gives a handshake 60 s. ``DeadlineServer`` runs uvicorn on an event loop (uvloop
+when installed, as uvicorn would choose, else asyncio's) whose TLS listeners give it the
+same deadline: a client that connects and sends no ClientHello, or trickles one, is cut
+off after ``timeout_s`` too.
 """
 from __future__ import annotations
 
 import asyncio
 from typing import Callable
 
+import uvicorn
 from fastapi.responses import JSONResponse
-
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+try:
+    from uvloop import Loop as _BaseLoop
+except ImportError:  # uvicorn's own fallback when uvloop is missing
+    _BaseLoop = asyncio.SelectorEventLoop
 
 
 class HeaderDeadline:
@@ -95,3 +106,26 @@ def header_deadline_protocol(timeout_s: float, refused: Callable[[int, str, str]
     return type(f"HeaderDeadline{base.__name__}", (HeaderDeadline, base),
                 {"timeout_s": timeout_s, "refused": staticmethod(refused) if refused else None,
                  "problem": staticmethod(problem) if problem else None})
+
+
+class DeadlineServer(uvicorn.Server):
+    """uvicorn's server on an event loop whose TLS handshakes must end within
+    ``handshake_timeout_s`` (the module docstring); plain http runs as uvicorn's."""
+
+    def __init__(self, config: uvicorn.Config, handshake_timeout_s: float) -> None:
+        if not handshake_timeout_s > 0:
+            raise ValueError(f"handshake_timeout_s={handshake_timeout_s!r}: expected seconds > 0")
+        super().__init__(config)
+        self.handshake_timeout_s = handshake_timeout_s
+
+    def run(self, sockets=None) -> None:
+        timeout_s = self.handshake_timeout_s
+
+        class Loop(_BaseLoop):
+            async def create_server(self, *args, **kw):
+                if kw.get("ssl") is not None and kw.get("ssl_handshake_timeout") is None:
+                    kw["ssl_handshake_timeout"] = timeout_s
+                return await super().create_server(*args, **kw)
+
+        with asyncio.Runner(loop_factory=Loop) as runner:
+            runner.run(self.serve(sockets=sockets))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import ssl
 import sys
@@ -50,7 +51,7 @@ from rollmux.runtime.api_models import (MAX_BODY_BYTES, AcquireRequest, AcquireR
                                         ProgressRequest, ReleaseRequest, SubmitRequest, SubmitResponse, TailRequest,
                                         TailResponse)
 from rollmux.runtime.clock import ServiceClock
-from rollmux.runtime.header_deadline import header_deadline_protocol
+from rollmux.runtime.header_deadline import DeadlineServer, header_deadline_protocol
 from rollmux.runtime.control import (JOB_STATES, ControlError, ControlPlane, JobEnded, JobRecord, UnknownJob,
                                      record_from_dict)
 from rollmux.runtime.leases import Leases
@@ -468,8 +469,10 @@ class BodyLimit:
     when it has one (the server reads no more than it says), else (chunked) once more than
     ``limit`` bytes came in. One not in whole within ``timeout_s`` seconds of the request
     (a client that sends less than it announced, or trickles it) is answered 408 (``body``)
-    and its connection closed, so a slow client holds no connection and no worker.
-    ``refused(status, field, reason)`` is told of each refusal (metrics and log)."""
+    and its connection closed, so a slow client holds no connection and no worker. A JSON
+    body that gives a key twice in one object is answered 400 (``body``), where a parser
+    would keep the last value silently. ``refused(status, field, reason)`` is told of each
+    refusal (metrics and log)."""
 
     def __init__(self, app, limit: int = MAX_BODY_BYTES, timeout_s: float = 10.0,
                  refused: Callable[[int, str, str], None] | None = None) -> None:
@@ -509,6 +512,12 @@ class BodyLimit:
         except TimeoutError:
             late = self._problem(408, f"not received whole within {self.timeout_s:g}s ({seen} bytes came)")
             return await late(scope, receive, send)
+        body = b"".join(chunks)
+        twice = _key_given_twice(body)
+        if twice is not None:
+            if self.refused is not None:
+                self.refused(400, "body", twice)
+            return await problem(400, "body", twice)(scope, receive, send)
         handed = False
 
         async def replay():
@@ -516,9 +525,37 @@ class BodyLimit:
             if handed:
                 return await receive()
             handed = True
-            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": False}
 
         return await self.app(scope, replay, send)
+
+
+class _KeyGivenTwice(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _KeyGivenTwice(key)
+        seen[key] = value
+    return seen
+
+
+def _key_given_twice(body: bytes) -> str | None:
+    """Why a JSON body that gives one key twice in an object is refused (JSON parsers keep
+    the last one silently: ``{"spec": A, "spec": B}`` would submit B), else None; a body
+    that is not JSON at all is left to the request's own checks."""
+    if not body:
+        return None
+    try:
+        json.loads(body, object_pairs_hook=_unique_keys)
+    except _KeyGivenTwice as err:
+        return f"the key {str(err)[:100]!r} given twice in one object"
+    except (ValueError, RecursionError):
+        return None
+    return None
 
 
 def create_app(service: Service) -> FastAPI:
@@ -797,7 +834,7 @@ def run(cluster: Cluster | Fleet | None, state_path: str, admin_token: str, conf
     log.info("start", extra={"state": state_path, "restored": service.restored, "host": host, "port": port,
                              "tls": tls_cert is not None, "reconciled": service.reconciled,
                              "pools": service.control.pool_nodes()})
-    uvicorn.Server(server_config(service, host, port, tls_cert, tls_key)).run()
+    DeadlineServer(server_config(service, host, port, tls_cert, tls_key), service.config.header_timeout_s).run()
 
 
 def server_config(service: Service, host: str, port: int, tls_cert: str | None = None,
