@@ -368,6 +368,29 @@ def test_a_move_reported_done_after_it_was_undone_is_answered_undone_and_a_repea
     assert json.dumps(done.snapshot(), sort_keys=True) == after
 
 
+def test_a_regrouping_the_policy_fails_to_decide_is_logged_and_skipped_and_no_change_fails(caplog):
+    """A policy whose regrouping raises (a bug): the gathering a submit left pending is
+    logged as ``regroup_failed`` with the traceback and dropped; the change that ran it,
+    and every later one, goes on. (A submit with phases below the analysis's microsecond
+    tick did this, and every change after it failed: such phases are now refused.)"""
+    cp = ControlPlane(Cluster(), policy="rollmux-hedge")
+    cp.submit(Job("a", 100.0, 100.0, slo=1.5, iterations=1000), 0.0, "0" * 64)
+    cp.gather()
+    cp.submit(Job("b", 100.0, 100.0, slo=1.5, iterations=1000), 60.0, "1" * 64)
+    assert cp.gathers_pending
+
+    def broken(*args, **kw):
+        raise ZeroDivisionError("float division by zero")
+
+    cp._regroup = broken
+    with caplog.at_level("ERROR", logger="rollmux.service"):
+        cp.report_progress("a", 0.5)
+    assert not cp.gathers_pending and cp.regroups == {} and cp.record("a").progress == 0.5
+    failed = [r for r in caplog.records if r.getMessage() == "regroup_failed"]
+    assert len(failed) == 1 and failed[0].exc_info[0] is ZeroDivisionError
+    cp.report_progress("b", 0.25)
+
+
 def test_an_unmovable_job_stays_where_it_is():
     cp = ControlPlane(_cluster(), policy="rollmux-consolidate")
     x, y, z = _consolidation_jobs()

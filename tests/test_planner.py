@@ -142,7 +142,8 @@ def test_job_larger_than_the_inventory_is_rejected():
     assert d.outcome == "rejected" and "needs 2 train nodes" in d.reason
 
 
-@pytest.mark.parametrize("field,value", [("t_roll_s", 0.0), ("t_train_s", -1.0), ("slo", 0.9),
+@pytest.mark.parametrize("field,value", [("t_roll_s", 0.0), ("t_train_s", -1.0), ("t_roll_s", 5e-324),
+                                         ("t_train_s", 0.0009), ("t_roll_colo_s", 1e-7), ("slo", 0.9),
                                          ("rollout_gpus", 0), ("train_gpus", -8), ("mem_roll_gb", 4096.0)])
 def test_bad_job_fields_raise_before_any_change(field, value):
     state = PlanState(cluster())

@@ -103,6 +103,7 @@ HOSTILE = [
     ("post", "/v1/jobs", {"spec": _spec("x", mem_roll_gb=-1)}, "admin", 422, "spec.mem_roll_gb"),
     ("post", "/v1/jobs", {"spec": _spec("x", mem_roll_gb=5000)}, "admin", 422, "spec.mem_roll_gb"),
     ("post", "/v1/jobs", {"spec": _spec("x", slo=0.5)}, "admin", 422, "spec.slo"),
+    ("post", "/v1/jobs", {"spec": _spec("x", t_roll_s=5e-324)}, "admin", 422, "spec.t_roll_s"),  # < 1 tick
     ("post", "/v1/jobs", {"spec": _spec("x", model="m" * 129)}, "admin", 422, "spec.model"),
     ("post", "/v1/jobs", {"spec": _spec("x", model="a\nb")}, "admin", 422, "spec.model"),
     ("post", "/v1/jobs", {"spec": _spec("x", model=BIG)}, "admin", 413, "body"),

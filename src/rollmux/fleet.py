@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, Job, PoolSpec, SwitchCost
+from rollmux.model import GPU_TYPES, MIN_PHASE_S, ROLLOUT, TRAIN, Cluster, Job, PoolSpec, SwitchCost
 
 ROLES = (ROLLOUT, TRAIN)
 
@@ -286,8 +286,9 @@ def load_profiles(path: str | Path, fleet: Fleet) -> Profiles:
                     value = float(text)
                 except ValueError:
                     value = float("nan")
-                if not (math.isfinite(value) and value > 0):
-                    raise TraceFormatError(str(path), line, name, f"{text!r} is not a duration > 0 seconds")
+                if not (math.isfinite(value) and value >= MIN_PHASE_S):
+                    raise TraceFormatError(str(path), line, name,
+                                           f"{text!r} is not a duration >= {MIN_PHASE_S:g} seconds")
                 times.append(value)
             if (job_id, gpu) in table:
                 raise TraceFormatError(str(path), line, "job_id", f"a second row for ({job_id}, {gpu})")

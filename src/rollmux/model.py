@@ -31,6 +31,10 @@ from rollmux.errors import SpecError
 ROLLOUT = "rollout"
 TRAIN = "train"
 POOLS = (ROLLOUT, TRAIN)
+#: The shortest phase a job may declare: the group analysis runs the execution rule in
+#: integer microsecond ticks (``rollmux.kernel``), and a phase shorter than a tick was a
+#: phase of no time (a division by zero in the planner). No RL phase is shorter than this.
+MIN_PHASE_S = 1e-3
 #: a node id that a pool naming its nodes by count gives (``PlanState``: R0, R1, ... / T0, T1, ...)
 _COUNTED_ID = re.compile(r"([RT])[0-9]+")
 
@@ -323,8 +327,8 @@ class Job:
         ctx = where or f"job {self.job_id}"
         for name in ("t_roll_s", "t_train_s"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise SpecError(name, value, "a duration > 0 seconds", ctx)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= MIN_PHASE_S):
+                raise SpecError(name, value, f"a duration >= {MIN_PHASE_S:g} seconds", ctx)
         for name in ("rollout_gpus", "train_gpus"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -343,8 +347,8 @@ class Job:
             raise SpecError("iterations", self.iterations, "a positive integer", ctx)
         for name in ("t_roll_colo_s", "t_train_colo_s"):
             value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise SpecError(name, value, "a duration > 0 seconds or empty", ctx)
+            if value is not None and not (math.isfinite(value) and value >= MIN_PHASE_S):
+                raise SpecError(name, value, f"a duration >= {MIN_PHASE_S:g} seconds or empty", ctx)
         if not isinstance(self.staleness, int) or isinstance(self.staleness, bool) or self.staleness < 0:
             raise SpecError("staleness", self.staleness, "an integer >= 0 (0: synchronous)", ctx)
         for name, expected in (("reward_s", "seconds >= 0 (0: no shared reward service)"),

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo,
                       field_validator)
 
-from rollmux.model import REWARD_PRICE_PER_HOUR, Job
+from rollmux.model import MIN_PHASE_S, REWARD_PRICE_PER_HOUR, Job
 from rollmux.runtime.auth import JOB_ID_PATTERN
 from rollmux.runtime.control import MAX_STALENESS, GrantRecord, JobRecord
 
@@ -53,8 +53,8 @@ class JobSpec(_Request):
     job_id: str = Field(pattern=JOB_ID_PATTERN, description="1-128 of A-Z a-z 0-9 . _ -, starting alphanumeric")
     rollout_gpus: StrictInt = Field(default=8, ge=1, le=MAX_GPUS)
     train_gpus: StrictInt = Field(default=8, ge=1, le=MAX_GPUS)
-    t_roll_s: Number = Field(gt=0, le=MAX_PHASE_S)
-    t_train_s: Number = Field(gt=0, le=MAX_PHASE_S)
+    t_roll_s: Number = Field(ge=MIN_PHASE_S, le=MAX_PHASE_S)
+    t_train_s: Number = Field(ge=MIN_PHASE_S, le=MAX_PHASE_S)
     mem_roll_gb: Number = Field(default=0.0, ge=0, le=MAX_MEM_GB)
     mem_train_gb: Number = Field(default=0.0, ge=0, le=MAX_MEM_GB)
     slo: Number = Field(default=1.5, ge=1.0, le=MAX_SLO)

@@ -111,6 +111,7 @@ Contract
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -130,7 +131,10 @@ from rollmux.planner import Planner
 from rollmux.policies import FLEET_BACKED, make_policy
 from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_rollmux
 from rollmux.reservation import Reservation, fits, group_need
+from rollmux.runtime.logs import LOGGER
 from rollmux.runtime.store import Changes, hash_token
+
+log = logging.getLogger(LOGGER)
 
 WAITING, PLACED, DONE, CANCELLED, EXPIRED = "waiting", "placed", "done", "cancelled", "expired"
 LIVE_STATES = (WAITING, PLACED)
@@ -1297,11 +1301,22 @@ class ControlPlane:
         return None if left < 2 else (left, spare)
 
     def _plan_regroup(self, gid: str, now: float) -> None:
-        """After a departure from ``gid``: ask the policy for a regrouping and mark its jobs."""
+        """After a departure from ``gid``: ask the policy for a regrouping and mark its jobs.
+
+        A regrouping only lowers the cost of jobs that already run, so a policy that fails
+        to decide one (a bug) is logged (``regroup_failed``, ERROR, with the traceback) and
+        no regrouping is made: the change that asked for it goes on. Raised instead, it
+        failed that change, and a pending gathering (``gather``, which every change runs
+        first) failed every change after it, for good."""
         def pause(k: str) -> float:  # until k's current iteration ends, then the migration
             return self.plan.analysis(self.plan.job_group[k]).iteration_s[k] + self.migration_seconds(self.jobs[k].job)
 
-        plan = self._regroup(self.plan, gid, lambda k: self._movable(k, now), pause)
+        try:
+            plan = self._regroup(self.plan, gid, lambda k: self._movable(k, now), pause)
+        except Exception:  # noqa: BLE001 - see the docstring; the traceback goes to the log
+            log.exception("regroup_failed", extra={"group_id": gid,
+                                                   "jobs": [m.job.job_id for m in self.plan.groups[gid].members]})
+            return
         if plan is None or (self.drained and not fits(self.plan, plan.view, plan.replaced, plan.groups,
                                                       self.drained)):
             return  # (a drained node of the groups it empties will not come back for it)
