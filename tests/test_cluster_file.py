@@ -56,6 +56,12 @@ def test_switch_cost_forms(tmp_path, value, expected):
     ("switch_cost_s: lukewarm\n", "switch_cost_s", "warm"),
     ("switch_cost_s: -1\n", "switch_cost_s", ">= 0"),
     ("rollout: 3\n", "rollout", "mapping"),
+    ("switch_cost_s: .nan\n", "switch_cost_s", "finite"),    # (crashed the analysis)
+    ("switch_cost_s: {rollout: .inf, train: 5}\n", "switch_cost_s", "finite"),
+    ("train: {price_per_gpu_hour: .inf}\n", "train.price_per_gpu_hour", "finite"),  # (a bill of inf, NaN ratios)
+    ("train: {nodes: 100000000}\n", "train.nodes", "100,000"),  # (hung without a word)
+    ("train: {nodes: 0x10}\n", "train.nodes", "node count"),   # YAML 1.1 read 16
+    ("train: {nodes: 1_0}\n", "train.nodes", "node count"),    # YAML 1.1 read 10
 ])
 def test_errors_name_field_and_expectation(tmp_path, text, field, needle):
     with pytest.raises(SpecError) as info:
@@ -150,3 +156,20 @@ def test_h200_and_b200_are_known_types_with_default_prices(tmp_path):
     # rollout is bandwidth bound: on B200 (8.0 TB/s) it runs faster than on H200 (4.8 TB/s)
     assert rollout_speed_factor(cluster) == pytest.approx(4.8 / 8.0)
     assert GPU_TYPES["B200"][0] > GPU_TYPES["H200"][0] == GPU_TYPES["H100"][0]  # same Hopper compute
+
+
+def test_yaml_reads_what_the_file_says_and_refuses_what_it_cannot_mean(tmp_path):
+    """``nodes: 010`` is ten nodes (YAML 1.1 read octal 8); a key given twice, an alias
+    (nine nested ones took gigabytes) and bytes that are not UTF-8 are refused naming
+    the file and line."""
+    assert load_cluster(_write(tmp_path, "train: {nodes: 010}\n")).train.nodes == 10
+    for text, line, needle in (("train: {nodes: 4}\ntrain: {nodes: 40}\n", 2, "given twice"),
+                               ("a0: &a0 [1, 2]\ntrain: {nodes: *a0}\n", 2, "aliases are not accepted")):
+        with pytest.raises(TraceFormatError) as err:
+            load_cluster(_write(tmp_path, text))
+        assert err.value.line == line and needle in str(err.value)
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("train: {gpu: H800}\nrollout: {gpu: H2\xd8}\n".encode("latin-1"))
+    with pytest.raises(TraceFormatError) as err:
+        load_cluster(path)
+    assert err.value.line == 2 and "not UTF-8" in str(err.value)

@@ -127,6 +127,44 @@ def test_a_bad_profile_file_names_the_line_and_field(tmp_path, text, field):
     assert err.value.line == (1 if field == "header" else text.count("\n"))
 
 
+def test_a_profile_error_names_the_files_own_line_past_comments_blanks_and_a_bom(tmp_path):
+    """Comment and blank lines count in the line named (they were dropped before counting:
+    line 3 for the file's line 6), a byte-order mark and a blank last line are no errors,
+    a time below 1 ms is refused, and bytes that are not UTF-8 name the file and line."""
+    fleet, _, _ = _example()
+    path = tmp_path / "p.csv"
+    path.write_bytes(b"\xef\xbb\xbf# measured 2026-11\n#\njob_id,gpu,t_roll_s,t_train_s\n\na,H200,10,20\n"
+                     b"b,H200,abc,20\n\n")
+    with pytest.raises(TraceFormatError) as err:
+        load_profiles(path, fleet)
+    assert (err.value.line, err.value.column) == (6, "t_roll_s")
+    path.write_bytes(b"\xef\xbb\xbfjob_id,gpu,t_roll_s,t_train_s\na,H200,10,0.0005\n")
+    with pytest.raises(TraceFormatError) as err:
+        load_profiles(path, fleet)
+    assert (err.value.line, err.value.column) == (2, "t_train_s")
+    path.write_bytes(b"\xef\xbb\xbfjob_id,gpu,t_roll_s,t_train_s\r\na,H200,10,20\r\n\r\n")
+    assert load_profiles(path, fleet).table == {("a", "H200"): (10.0, 20.0)}
+    path.write_bytes(b"job_id,gpu,t_roll_s,t_train_s\nj\xf6b,H200,10,20\n")
+    with pytest.raises(TraceFormatError) as err:
+        load_profiles(path, fleet)
+    assert err.value.line == 2 and "not UTF-8" in str(err.value)
+
+
+def test_fleet_commands_refuse_an_empty_trace_and_a_fleet_that_serves_nothing(tmp_path):
+    """Each a clear error and exit 2, not a traceback (they were a ZeroDivisionError and
+    an IndexError)."""
+    empty = tmp_path / "empty.csv"
+    empty.write_text("job_id,arrival_s,duration_s,rollout_gpus,train_gpus,t_roll_s,t_train_s,mem_roll_gb,"
+                     "mem_train_gb,slo,model\n")
+    out = runner.invoke(app, ["fleet", "plan", "--jobs", str(empty), "--cluster", str(EXAMPLE / "three_types.yaml")])
+    assert out.exit_code == 2 and "holds no jobs" in out.output, out.output
+    zero = tmp_path / "zero.yaml"
+    zero.write_text("pools:\n  - {name: H20, gpu: H20, roles: [rollout], nodes: 0}\n"
+                    "  - {name: H800, gpu: H800, roles: [train], nodes: 0}\n")
+    out = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster", str(zero)])
+    assert out.exit_code == 2 and "no policy can run this trace" in out.output, out.output
+
+
 # --- phase times and translation ------------------------------------------------------
 def test_phase_times_come_from_the_profile_then_the_trace_then_the_roofline_rule():
     fleet, profiles, jobs = _example()

@@ -68,11 +68,40 @@ def test_a_tenant_with_the_admin_token_is_refused():
     assert err.value.field == "tenants.team-b.token_sha256" and HEX not in str(err.value)
 
 
-def test_the_entry_printed_for_a_new_tenant_loads_with_its_quota(tmp_path):
-    out = CliRunner().invoke(app, ["admin", "tenant-token", "team-q", "--max-live-jobs", "3", "--max-gpus", "64"])
+@pytest.mark.parametrize("name", ["team-q", "010", "1.5", "yes", "null", "true", "0x1F"])
+def test_the_entry_printed_for_a_new_tenant_loads_with_its_quota(tmp_path, name):
+    """Whatever the name, the printed entry loads as that name (it is quoted: unquoted,
+    010 read as a number and null as nothing, and the service refused its own entry)."""
+    out = CliRunner().invoke(app, ["admin", "tenant-token", name, "--max-live-jobs", "3", "--max-gpus", "64"])
     assert out.exit_code == 0, out.output
     token = out.output.split("token: ")[1].split()[0]
     entry = out.output.split("tenants file entry:\n")[1]
     got = _load(tmp_path, "tenants:\n" + entry)
-    assert got.quotas == {"team-q": Quota(3, 64)}
-    assert Credentials(HEX, got.hashes).submitter(token) == "team-q"
+    assert got.quotas == {name: Quota(3, 64)}
+    assert Credentials(HEX, got.hashes).submitter(token) == name
+
+
+@pytest.mark.parametrize("value,shown", [("010", None), ("0x10", "'0x10'"), ("1_0", "'1_0'")])
+def test_a_quota_is_a_plain_decimal_integer(tmp_path, value, shown):
+    """``010`` is ten (YAML 1.1 read it as octal 8: a quota of 8 where 10 was written);
+    hex and underscores are not numbers here, and are refused naming the field."""
+    text = f"tenants:\n  team-a: {{token_sha256: {HEX}, max_live_jobs: {value}}}\n"
+    if shown is None:
+        assert _load(tmp_path, text).quotas == {"team-a": Quota(10, None)}
+        return
+    with pytest.raises(SpecError) as err:
+        _load(tmp_path, text)
+    assert err.value.field == "tenants.team-a.max_live_jobs" and shown in str(err.value)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("a: &x [1, 2]\nb: *x\n", "aliases are not accepted"),
+    ("tenants:\n  team-a: {token_sha256: " + "f" * 64 + "}\n" + "\xff".encode("latin-1").decode("latin-1") + "\n",
+     "not UTF-8 text"),
+])
+def test_aliases_and_bytes_that_are_not_utf8_are_refused_naming_the_file(tmp_path, text, needle):
+    path = tmp_path / "tenants.yaml"
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(SpecError) as err:
+        load_tenants(path)
+    assert needle in str(err.value) and str(path) in str(err.value)

@@ -83,11 +83,23 @@ def test_row_needs_duration_or_iterations(tmp_path):
     ("a,0,3600,8,8,0,50,0,0,1.5,7B", 3, "t_roll_s"),          # zero phase
     ("a,0,3600,8,8,100,50,0,0,nan,7B", 3, "slo"),             # not finite
     ("a,0,3600,8,8,100,50,0,0,1.5", 3, ""),                   # short row
+    ("a,0,3600,8,8,0.0005,50,0,0,1.5,7B", 3, "t_roll_s"),     # below 1 ms (the analysis's ticks)
+    ("a,0,1e25,8,8,100,50,0,0,1.5,7B", 3, "duration_s"),      # past any replay's precision
+    ("a,0,3e8,8,8,100,50,0,0,1.5,7B", 3, "duration_s"),       # 2 million solo iterations: hours of replay
+    ("a,1e20,3600,8,8,100,50,0,0,1.5,7B", 3, "arrival_s"),    # gave negative bubbles
+    ("a,0,3600,8,800000,100,50,0,0,1.5,7B", 3, "train_gpus"),  # hung the planner
 ])
 def test_bad_values_name_line_and_column(tmp_path, row, line, column):
     err = _error(_trace(tmp_path, "# comment", HEADER, row))
     assert (err.line, err.column) == (line, column)
     assert str(tmp_path) in str(err) and f"line {line}" in str(err)
+
+
+def test_bytes_that_are_not_utf8_name_the_file_and_line(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_bytes((HEADER + "\n" + ROW_A + "\n").encode() + "j\xf6b,0,3600,8,8,100,50,0,0,1.5,7B\n".encode("latin-1"))
+    err = _error(path)
+    assert err.line == 3 and "not UTF-8" in str(err) and str(path) in str(err)
 
 
 def test_missing_column_is_reported_on_the_header(tmp_path):

@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from rollmux.accounting import ACCOUNTINGS
-from rollmux.cli_output import console
+from rollmux.cli_output import console, progress_console
 from rollmux.cli_output import fail as _fail
 from rollmux.cli_output import write_json as _write_json
 from rollmux.cli_service import register as register_service_commands
@@ -186,7 +186,7 @@ def simulate(
     results = []
     gantt_of = "rollmux" if "rollmux" in names else names[0]
     for name in names:
-        with progress_reporter(console, name, len(jobs)) as update:
+        with progress_reporter(progress_console, name, len(jobs)) as update:
             if name == "optimal":
                 result = optimal_curve(jobs, cl)
                 result.accounting = acct.name
@@ -339,7 +339,7 @@ def _stress(state, histories: int) -> list[dict]:
     from rollmux.report.progress import progress_reporter
 
     shared = sum(len(g.members) > 1 for g in state.groups.values())
-    with progress_reporter(console, "stress", shared) as update:
+    with progress_reporter(progress_console, "stress", shared) as update:
         settled = stress_plan(state, histories, on_group=lambda done, _: update(done))
     worst = {}
     for m in settled:

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollmux.cli_choices import QUEUE_HELP, SPACES, DurationModel, FleetSpaceName, QueueOrder
-from rollmux.cli_output import console
+from rollmux.cli_output import console, progress_console
 from rollmux.cli_output import fail as _fail
 from rollmux.cli_output import write_json as _write_json
 from rollmux.errors import RollMuxError
@@ -89,11 +89,13 @@ def plan(
         fleet = load_fleet(cluster)
         measured = load_profiles(profiles, fleet) if profiles is not None else Profiles()
         trace, _ = load_trace(jobs, None)
+        if not trace:
+            raise RollMuxError(f"--jobs {jobs}: the trace holds no jobs")
         planner = FleetPlanner(fleet, measured, space=chosen_space)
         regroup = partial(improve_fleet, space=chosen_space) if improve else None
         # one step per plan: the fleet's, then each fixed-type one (every plan is
         # regrouped, which is where the time goes: minutes on 200 jobs)
-        with progress_reporter(console, "fleet plan", 1 + len(fleet.views())) as update:
+        with progress_reporter(progress_console, "fleet plan", 1 + len(fleet.views())) as update:
             state, decisions = plan_jobs(planner, trace, explain=explain)
             improvement = regroup(state) if regroup is not None else None
             update(1)
@@ -124,7 +126,7 @@ def plan(
     fixed = [r for r in rows if r.kind == "fixed-view" and not r.misses]
     best_fixed = min(fixed, key=lambda r: r.effective_cost) if fixed else None
     console.print(_alternatives_table(rows, fleet_cost, best_fixed, optimum))
-    if best_fixed is not None:
+    if best_fixed is not None and best_fixed.effective_cost > 0:
         console.print(f"fleet plan ${fleet_cost:,.2f}/h vs the best fixed-type assignment "
                       f"({escape(best_fixed.name)}) ${best_fixed.effective_cost:,.2f}/h: "
                       f"{100 * (1 - fleet_cost / best_fixed.effective_cost):.1f}% less", highlight=False)
@@ -172,15 +174,17 @@ def _alternatives_table(rows, fleet_cost: float, best_fixed, optimum) -> Table:
     table = Table(title="the same jobs, other ways (effective $/h, every job present at once)")
     for column in ("plan", "effective $/h", "x fleet plan", "jobs it cannot serve"):
         table.add_column(column, justify="left" if column == "plan" else "right")
+    def ratio(cost: float) -> str:  # (a fleet plan that serves no job costs nothing)
+        return f"{cost / fleet_cost:.3f}" if fleet_cost > 0 else "-"
+
     if optimum is not None:
-        table.add_row("exact optimum (fleet)", f"{optimum.objective:,.2f}", f"{optimum.objective / fleet_cost:.3f}",
-                      "0")
+        table.add_row("exact optimum (fleet)", f"{optimum.objective:,.2f}", ratio(optimum.objective), "0")
     for r in rows:
         if r.misses and not r.effective_cost:
             table.add_row(escape(r.name), "-", "-", f"all {len(r.misses)}")
             continue
         name = escape(r.name) + (" (best fixed)" if r is best_fixed else "")
-        table.add_row(name, f"{r.effective_cost:,.2f}", f"{r.effective_cost / fleet_cost:.3f}",
+        table.add_row(name, f"{r.effective_cost:,.2f}", ratio(r.effective_cost),
                       str(len(r.misses)) if r.misses else "0")
     table.caption = "a plan that cannot serve some job (too slow for its SLO on those types) counts only the rest"
     return table
@@ -234,18 +238,22 @@ def simulate(
         _fail(RollMuxError(f"--jobs {jobs}: the trace holds no jobs"))
     results, none = [], []
     for policy in policies:
-        with progress_reporter(console, policy.name, len(trace)) as update:
+        with progress_reporter(progress_console, policy.name, len(trace)) as update:
             try:
                 results.append(run(trace, fleet.views()[0].cluster, policy, duration_model.value, seed,
                                    progress=update, backfill=queue.value == "backfill"))
-            except CapacityError:
+            except CapacityError as err:
                 none.append(policy.name)
+                reason = str(err)
+    if not results:
+        _fail(RollMuxError(f"no policy can run this trace on {cluster}: {reason}"))
     ours = results[0]
     table = Table(title=f"{len(trace)} jobs on {len(fleet.pools)} GPU types, {duration_model.value} durations")
     for column in ("policy", "total $", "x rollmux", "$/h", "SLO met", "never ran", "span h"):
         table.add_column(column, justify="left" if column == "policy" else "right")
     for r in results:
-        table.add_row(escape(r.policy), f"{r.total_cost:,.0f}", f"{r.total_cost / ours.total_cost:.3f}",
+        table.add_row(escape(r.policy), f"{r.total_cost:,.0f}",
+                      f"{r.total_cost / ours.total_cost:.3f}" if ours.total_cost > 0 else "-",
                       f"{r.cost_per_hour:,.2f}", f"{100 * r.slo_attainment:.1f}%", str(len(r.rejected)),
                       f"{r.span_s / 3600:.1f}")
     table.caption = ("total $ is the whole replay (the same work for every policy); a job too slow for its SLO on a "

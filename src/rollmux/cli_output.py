@@ -12,6 +12,9 @@ from rich.markup import escape
 from rollmux.errors import RollMuxError, SpecError
 
 console = Console(width=None if sys.stdout.isatty() else 150)
+#: progress of long runs (``rollmux.report.progress``) goes to stderr, so that a table or
+#: report redirected to a file holds only itself
+progress_console = Console(stderr=True)
 
 
 def fail(err: Exception, options: dict[str, str] | None = None) -> None:

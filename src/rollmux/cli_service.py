@@ -269,10 +269,12 @@ def submit(job_file: Path = typer.Argument(..., help="YAML mapping of the job's 
            url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """Register a job (admin or tenant token); prints its token and placement. The job's
     process must attach and heartbeat within the lease, or the job expires."""
+    from rollmux import strict_yaml
     from rollmux.runtime.sdk import ClientError
+    from rollmux.text_file import read_text
 
     try:
-        spec = yaml.safe_load(job_file.read_text(encoding="utf-8"))
+        spec = strict_yaml.load(read_text(job_file))
         if not isinstance(spec, dict):
             kind = "empty" if spec is None else f"a {type(spec).__name__}"
             raise RollMuxError(f"{job_file}: the job file is {kind}; expected a mapping of trace columns "
@@ -389,7 +391,8 @@ def admin_tenant_token(name: str = typer.Argument(..., help="Tenant name (letter
     quota = "".join(f", {key}: {value}" for key, value in (("max_live_jobs", max_live_jobs), ("max_gpus", max_gpus))
                     if value is not None)
     typer.echo(f"token: {token}")
-    typer.echo(f"tenants file entry:\n  {name}: {{token_sha256: {hash_token(token)}{quota}}}")
+    # the name quoted: a YAML reader takes 010, 1.5 or null unquoted for a number or nothing
+    typer.echo(f"tenants file entry:\n  \"{name}\": {{token_sha256: {hash_token(token)}{quota}}}")
 
 
 def register(app: typer.Typer) -> None:

@@ -23,21 +23,24 @@ Contract
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from rollmux import strict_yaml
 from rollmux.errors import SpecError, TraceFormatError
 from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, NodeSpec, PoolSpec, SwitchCost
+from rollmux.text_file import read_text
 
 _DEFAULT = Cluster()
-_SWITCH_EXPECTED = '"warm", "cold", seconds >= 0, or {rollout: seconds, train: seconds}'
+_SWITCH_EXPECTED = '"warm", "cold", finite seconds >= 0, or {rollout: seconds, train: seconds}'
 
 
 class _NodeFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     id: str
     gpus: int | None = None
@@ -45,7 +48,7 @@ class _NodeFile(BaseModel):
 
 
 class _PoolFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     gpu: str | None = None
     price_per_gpu_hour: float | None = None
@@ -54,7 +57,7 @@ class _PoolFile(BaseModel):
 
 
 class _ClusterFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     gpus_per_node: int = _DEFAULT.gpus_per_node
     rollout: _PoolFile = _PoolFile()
@@ -115,12 +118,14 @@ def _pool(spec: _PoolFile, pool: str, default_gpu: str, gpus_per_node: int) -> P
 
 def switch_from_value(value: Any) -> SwitchCost:
     """``switch_cost_s`` of a cluster or fleet file as a SwitchCost (SpecError if malformed)."""
+    def seconds(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
     if value in ("warm", "cold"):
         return SwitchCost(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if seconds(value):
         return SwitchCost("fixed", float(value), float(value))
-    if isinstance(value, dict) and set(value) == {ROLLOUT, TRAIN} and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values()):
+    if isinstance(value, dict) and set(value) == {ROLLOUT, TRAIN} and all(seconds(v) for v in value.values()):
         return SwitchCost("fixed", float(value[ROLLOUT]), float(value[TRAIN]))
     raise SpecError("switch_cost_s", value, _SWITCH_EXPECTED)
 
@@ -148,14 +153,15 @@ def cluster_from_dict(data: dict) -> Cluster:
 
 
 def read_mapping(path: str | Path, what: str) -> dict:
-    """A YAML file's top-level mapping (an empty file: {}); TraceFormatError with the line otherwise."""
-    with open(path, encoding="utf-8") as handle:
-        try:
-            data = yaml.safe_load(handle)
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            line = mark.line + 1 if mark is not None else 1
-            raise TraceFormatError(str(path), line, "", f"not valid YAML: {err}") from None
+    """A YAML file's top-level mapping (an empty file: {}), read by ``strict_yaml``;
+    TraceFormatError with the line otherwise (also for text that is not UTF-8)."""
+    text = read_text(path)
+    try:
+        data = strict_yaml.load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        raise TraceFormatError(str(path), line, "", f"not valid YAML: {err}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import functools
 import math
 import statistics
@@ -53,7 +54,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import GPU_TYPES, MIN_PHASE_S, ROLLOUT, TRAIN, Cluster, Job, PoolSpec, SwitchCost
+from rollmux.model import (GPU_TYPES, MAX_PHASE_S, MAX_POOL_NODES, MIN_PHASE_S, ROLLOUT, TRAIN, Cluster, Job, PoolSpec,
+                           SwitchCost)
+from rollmux.text_file import read_text
 
 ROLES = (ROLLOUT, TRAIN)
 
@@ -78,8 +81,9 @@ class FleetPool:
                     and value > 0):
                 raise SpecError(f"{where}.{name}", value, "a number > 0")
         if self.nodes is not None and (not isinstance(self.nodes, int) or isinstance(self.nodes, bool)
-                                       or self.nodes < 0):
-            raise SpecError(f"{where}.nodes", self.nodes, "a node count >= 0 or null (unbounded)")
+                                       or not 0 <= self.nodes <= MAX_POOL_NODES):
+            raise SpecError(f"{where}.nodes", self.nodes, f"a node count from 0 to {MAX_POOL_NODES:,} or null "
+                                                          f"(unbounded)")
         if not self.roles or any(r not in ROLES for r in self.roles) or len(set(self.roles)) != len(self.roles):
             raise SpecError(f"{where}.roles", list(self.roles), f"a non-empty list of distinct {list(ROLES)}")
 
@@ -259,40 +263,44 @@ _PROFILE_COLUMNS = ("job_id", "gpu", "t_roll_s", "t_train_s")
 
 def load_profiles(path: str | Path, fleet: Fleet) -> Profiles:
     """Read a profile CSV (columns job_id, gpu, t_roll_s, t_train_s; an empty time: not
-    measured). A bad row raises TraceFormatError naming the file, line and field."""
+    measured). Comment lines (``#``) and blank lines are skipped, a byte-order mark is
+    dropped. A bad row raises TraceFormatError naming the file, its line in the file and
+    the field."""
     table: dict[tuple[str, str], tuple[float | None, float | None]] = {}
     known = fleet.figures()
-    with open(path, encoding="utf-8", newline="") as handle:
-        rows = csv.reader(line for line in handle if not line.startswith("#"))
-        header = next(rows, None)
-        if header is None or [h.strip() for h in header] != list(_PROFILE_COLUMNS):
-            raise TraceFormatError(str(path), 1, "header", f"expected the columns {','.join(_PROFILE_COLUMNS)}")
-        for line, row in enumerate(rows, start=2):
-            if len(row) != len(_PROFILE_COLUMNS):
-                raise TraceFormatError(str(path), line, "row", f"{len(row)} fields, expected {len(_PROFILE_COLUMNS)}")
-            job_id, gpu = row[0].strip(), row[1].strip()
-            if not job_id:
-                raise TraceFormatError(str(path), line, "job_id", "empty")
-            if gpu not in known:
-                raise TraceFormatError(str(path), line, "gpu", f"{gpu!r} is not a GPU type of the fleet "
-                                       f"({', '.join(sorted({p.gpu for p in fleet.pools}))}) or the built-in table")
-            times: list[float | None] = []
-            for name, text in zip(_PROFILE_COLUMNS[2:], row[2:]):
-                text = text.strip()
-                if not text:
-                    times.append(None)
-                    continue
-                try:
-                    value = float(text)
-                except ValueError:
-                    value = float("nan")
-                if not (math.isfinite(value) and value >= MIN_PHASE_S):
-                    raise TraceFormatError(str(path), line, name,
-                                           f"{text!r} is not a duration >= {MIN_PHASE_S:g} seconds")
-                times.append(value)
-            if (job_id, gpu) in table:
-                raise TraceFormatError(str(path), line, "job_id", f"a second row for ({job_id}, {gpu})")
-            table[(job_id, gpu)] = (times[0], times[1])
+    with io.StringIO(read_text(path), newline="") as handle:
+        numbered = [(n, text) for n, text in enumerate(handle, start=1)
+                    if text.strip() and not text.lstrip().startswith("#")]
+    if not numbered or [h.strip() for h in next(csv.reader([numbered[0][1]]))] != list(_PROFILE_COLUMNS):
+        raise TraceFormatError(str(path), numbered[0][0] if numbered else 1, "header",
+                               f"expected the columns {','.join(_PROFILE_COLUMNS)}")
+    for line, text in numbered[1:]:
+        row = next(csv.reader([text]))
+        if len(row) != len(_PROFILE_COLUMNS):
+            raise TraceFormatError(str(path), line, "row", f"{len(row)} fields, expected {len(_PROFILE_COLUMNS)}")
+        job_id, gpu = row[0].strip(), row[1].strip()
+        if not job_id:
+            raise TraceFormatError(str(path), line, "job_id", "empty")
+        if gpu not in known:
+            raise TraceFormatError(str(path), line, "gpu", f"{gpu!r} is not a GPU type of the fleet "
+                                   f"({', '.join(sorted({p.gpu for p in fleet.pools}))}) or the built-in table")
+        times: list[float | None] = []
+        for name, cell in zip(_PROFILE_COLUMNS[2:], row[2:]):
+            cell = cell.strip()
+            if not cell:
+                times.append(None)
+                continue
+            try:
+                value = float(cell)
+            except ValueError:
+                value = float("nan")
+            if not MIN_PHASE_S <= value <= MAX_PHASE_S:
+                raise TraceFormatError(str(path), line, name, f"{cell!r} is not a duration from {MIN_PHASE_S:g} "
+                                                              f"to {MAX_PHASE_S:g} seconds")
+            times.append(value)
+        if (job_id, gpu) in table:
+            raise TraceFormatError(str(path), line, "job_id", f"a second row for ({job_id}, {gpu})")
+        table[(job_id, gpu)] = (times[0], times[1])
     return Profiles(table)
 
 

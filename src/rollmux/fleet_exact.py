@@ -279,7 +279,10 @@ def plan_fleet_regroup(state: FleetState, group_id: str, progress: Callable[[str
     left = now[0]
     alone = solve_fleet(_unbounded(state.fleet), [state.originals[job_id]], state.profiles, space, robust=True,
                         only=state.only, memo=memo)
-    (target, (_, target_sub)), = [(name, vs) for name, vs in alone.state.views.items() if vs[1].groups]
+    served = [(name, vs) for name, vs in alone.state.views.items() if vs[1].groups]
+    if len(served) != 1:  # no view meets its SLO alone (a fleet too slow for it): it stays where it is
+        return None
+    (target, (_, target_sub)), = served
     if target == view:
         return None
     (new,) = target_sub.groups.values()

@@ -36,7 +36,7 @@ _DEFAULT = Fleet(())
 
 
 class _PoolFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     gpu: str
     name: str | None = None
@@ -49,14 +49,14 @@ class _PoolFile(BaseModel):
 
 
 class _Reference(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     rollout: str = _DEFAULT.reference[0]
     train: str = _DEFAULT.reference[1]
 
 
 class _FleetFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     pools: list[_PoolFile]
     reference: _Reference = _Reference()

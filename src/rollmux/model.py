@@ -35,6 +35,14 @@ POOLS = (ROLLOUT, TRAIN)
 #: integer microsecond ticks (``rollmux.kernel``), and a phase shorter than a tick was a
 #: phase of no time (a division by zero in the planner). No RL phase is shorter than this.
 MIN_PHASE_S = 1e-3
+#: Upper bounds on a job's and a cluster's numbers, far above any real one: beyond them a
+#: replay lost float precision (a job of 1e25 s crashed the engine), ran for hours without
+#: a sign (1e8 nodes, 1e24 iterations), or gave negative bubbles (an arrival at 1e20 s).
+MAX_PHASE_S = 1e6            # a worst-case phase of about 11.6 days
+MAX_TIME_S = 1e9             # an arrival or a duration: about 32 years
+MAX_JOB_ITERATIONS = 1_000_000  # a replay's time grows with them: 2 jobs of 1e7 took 200 s
+MAX_JOB_GPUS = 100_000       # per pool and job
+MAX_POOL_NODES = 100_000
 #: a node id that a pool naming its nodes by count gives (``PlanState``: R0, R1, ... / T0, T1, ...)
 _COUNTED_ID = re.compile(r"([RT])[0-9]+")
 
@@ -123,12 +131,14 @@ class PoolSpec:
     def validate(self, pool: str) -> None:
         if self.gpu not in GPU_TYPES:
             raise SpecError(f"{pool}.gpu", self.gpu, f"one of {sorted(GPU_TYPES)}")
-        if not self.price_per_gpu_hour > 0:
-            raise SpecError(f"{pool}.price_per_gpu_hour", self.price_per_gpu_hour, "a price > 0")
-        if not self.host_mem_gb > 0:
+        if not (self.price_per_gpu_hour > 0 and math.isfinite(self.price_per_gpu_hour)):
+            raise SpecError(f"{pool}.price_per_gpu_hour", self.price_per_gpu_hour, "a finite price > 0")
+        if not self.host_mem_gb > 0:  # (infinite under the paper's accounting: rollmux.accounting)
             raise SpecError(f"{pool}.host_mem_gb", self.host_mem_gb, "memory > 0 GB")
-        if self.nodes is not None and (not isinstance(self.nodes, int) or self.nodes < 0):
-            raise SpecError(f"{pool}.nodes", self.nodes, "a node count >= 0 or null (unbounded)")
+        if self.nodes is not None and (not isinstance(self.nodes, int) or isinstance(self.nodes, bool)
+                                       or not 0 <= self.nodes <= MAX_POOL_NODES):
+            raise SpecError(f"{pool}.nodes", self.nodes, f"a node count from 0 to {MAX_POOL_NODES:,} or null "
+                                                         f"(unbounded)")
         if self.node_list:
             if self.nodes != len(self.node_list):
                 raise SpecError(f"{pool}.nodes", self.nodes, f"the length of the node list ({len(self.node_list)})")
@@ -214,8 +224,9 @@ class Cluster:
             raise SpecError("pricing", self.pricing, f"one of {list(PRICINGS)}")
         if self.pricing == "owned" and self.rollout.nodes is None and self.train.nodes is None:
             raise SpecError("pricing", self.pricing, "a bounded pool to own (rollout.nodes or train.nodes)")
-        if self.switch_cost.rollout_s < 0 or self.switch_cost.train_s < 0:
-            raise SpecError("switch_cost_s", (self.switch_cost.rollout_s, self.switch_cost.train_s), "seconds >= 0")
+        if not all(0 <= s <= MAX_PHASE_S for s in (self.switch_cost.rollout_s, self.switch_cost.train_s)):
+            raise SpecError("switch_cost_s", (self.switch_cost.rollout_s, self.switch_cost.train_s),
+                            f"seconds >= 0 and <= {MAX_PHASE_S:g}")
 
 
 @dataclass(slots=True)
@@ -327,28 +338,35 @@ class Job:
         ctx = where or f"job {self.job_id}"
         for name in ("t_roll_s", "t_train_s"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= MIN_PHASE_S):
-                raise SpecError(name, value, f"a duration >= {MIN_PHASE_S:g} seconds", ctx)
+            if not (isinstance(value, (int, float)) and MIN_PHASE_S <= value <= MAX_PHASE_S):
+                raise SpecError(name, value, f"a duration from {MIN_PHASE_S:g} to {MAX_PHASE_S:g} seconds", ctx)
         for name in ("rollout_gpus", "train_gpus"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise SpecError(name, value, "a positive integer", ctx)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_JOB_GPUS:
+                raise SpecError(name, value, f"an integer from 1 to {MAX_JOB_GPUS:,}", ctx)
         for name in ("mem_roll_gb", "mem_train_gb"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise SpecError(name, value, "host memory >= 0 GB", ctx)
         if not (isinstance(self.slo, (int, float)) and math.isfinite(self.slo) and self.slo >= 1.0):
             raise SpecError("slo", self.slo, "a slowdown tolerance >= 1.0", ctx)
-        if not (math.isfinite(self.arrival_s) and self.arrival_s >= 0):
-            raise SpecError("arrival_s", self.arrival_s, "a time >= 0 seconds", ctx)
-        if self.duration_s is not None and not (math.isfinite(self.duration_s) and self.duration_s > 0):
-            raise SpecError("duration_s", self.duration_s, "a duration > 0 seconds", ctx)
-        if self.iterations is not None and (not isinstance(self.iterations, int) or self.iterations <= 0):
-            raise SpecError("iterations", self.iterations, "a positive integer", ctx)
+        if not 0 <= self.arrival_s <= MAX_TIME_S:
+            raise SpecError("arrival_s", self.arrival_s, f"a time from 0 to {MAX_TIME_S:g} seconds", ctx)
+        if self.duration_s is not None and not 0 < self.duration_s <= MAX_TIME_S:
+            raise SpecError("duration_s", self.duration_s, f"a duration > 0 and <= {MAX_TIME_S:g} seconds", ctx)
+        if self.iterations is not None and (not isinstance(self.iterations, int) or isinstance(self.iterations, bool)
+                                            or not 0 < self.iterations <= MAX_JOB_ITERATIONS):
+            raise SpecError("iterations", self.iterations, f"an integer from 1 to {MAX_JOB_ITERATIONS:,}", ctx)
+        longest = MAX_JOB_ITERATIONS * self.t_solo
+        if self.iterations is None and self.duration_s is not None and self.duration_s > longest:
+            raise SpecError("duration_s", self.duration_s, f"at most {MAX_JOB_ITERATIONS:,} solo iterations of "
+                                                           f"{self.t_solo:g} s ({longest:g} s)",
+                            ctx)
         for name in ("t_roll_colo_s", "t_train_colo_s"):
             value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value >= MIN_PHASE_S):
-                raise SpecError(name, value, f"a duration >= {MIN_PHASE_S:g} seconds or empty", ctx)
+            if value is not None and not MIN_PHASE_S <= value <= MAX_PHASE_S:
+                raise SpecError(name, value, f"a duration from {MIN_PHASE_S:g} to {MAX_PHASE_S:g} seconds or empty",
+                                ctx)
         if not isinstance(self.staleness, int) or isinstance(self.staleness, bool) or self.staleness < 0:
             raise SpecError("staleness", self.staleness, "an integer >= 0 (0: synchronous)", ctx)
         for name, expected in (("reward_s", "seconds >= 0 (0: no shared reward service)"),

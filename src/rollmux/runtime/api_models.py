@@ -13,18 +13,17 @@ from typing import Annotated, Literal
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo,
                       field_validator)
 
-from rollmux.model import MIN_PHASE_S, REWARD_PRICE_PER_HOUR, Job
+from rollmux.model import (MAX_JOB_GPUS, MAX_JOB_ITERATIONS, MAX_PHASE_S, MIN_PHASE_S, REWARD_PRICE_PER_HOUR,
+                           Job)
 from rollmux.runtime.auth import JOB_ID_PATTERN
 from rollmux.runtime.control import MAX_STALENESS, GrantRecord, JobRecord
 
 Phase = Literal["rollout", "train"]
 MAX_WAIT_S = 30.0
-MAX_PHASE_S = 1e6            # a worst-case phase of about 11.6 days
 MAX_MEM_GB = 1e6
 MAX_SLO = 1000.0
 MAX_PRICE_PER_HOUR = 1e6
-MAX_ITERATIONS = 10_000_000
-MAX_GPUS = 1_000_000         # shape bound only; the service applies the cluster's limit
+MAX_GPUS = MAX_JOB_GPUS      # shape bound only; the service applies the cluster's limit
 MAX_BODY_BYTES = 64 * 1024
 TEXT = r"^[^\x00-\x1f\x7f]*$"  # no control characters
 
@@ -59,7 +58,7 @@ class JobSpec(_Request):
     mem_train_gb: Number = Field(default=0.0, ge=0, le=MAX_MEM_GB)
     slo: Number = Field(default=1.5, ge=1.0, le=MAX_SLO)
     model: str = Field(default="", max_length=128, pattern=TEXT)
-    iterations: StrictInt | None = Field(default=None, ge=1, le=MAX_ITERATIONS)
+    iterations: StrictInt | None = Field(default=None, ge=1, le=MAX_JOB_ITERATIONS)
     movable: StrictBool = Field(default=True, description="false: the policy never moves this job")
     tail_workers: StrictInt | None = Field(default=None, ge=1, le=MAX_GPUS,
                                            description="GPUs a rollout keeps in its long tail (default: 1/8)")

@@ -24,8 +24,10 @@ from pathlib import Path
 
 import yaml
 
-from rollmux.errors import SpecError
+from rollmux import strict_yaml
+from rollmux.errors import SpecError, TraceFormatError
 from rollmux.runtime.store import hash_token
+from rollmux.text_file import read_text
 
 ADMIN_TOKEN_ENV = "ROLLMUX_ADMIN_TOKEN"
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -110,27 +112,14 @@ class Tenants:
 _TENANT_KEYS = ("token_sha256", "max_live_jobs", "max_gpus")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML whose mappings refuse a key given twice (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
 def load_tenants(path: str | Path | None) -> Tenants:
     """The tenants of a tenants YAML (see the module docstring); every error names the
     file and the field."""
     if path is None:
         return Tenants()
     try:
-        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
-    except (OSError, yaml.YAMLError) as exc:
+        data = strict_yaml.load(read_text(path))
+    except (OSError, yaml.YAMLError, TraceFormatError) as exc:
         raise SpecError("--tenants", str(path), f"a readable YAML file ({exc})") from exc
     shape = "a mapping {tenants: {name: {token_sha256: HEX, max_live_jobs: N, max_gpus: N}}}"
     if not isinstance(data, dict):

@@ -31,12 +31,14 @@ Contract
 from __future__ import annotations
 
 import csv
+import io
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
 from rollmux.model import REWARD_PRICE_PER_HOUR, Cluster, Job
+from rollmux.text_file import read_text
 
 REQUIRED = ("job_id", "arrival_s", "rollout_gpus", "train_gpus", "t_roll_s", "t_train_s",
             "mem_roll_gb", "mem_train_gb", "slo", "model")
@@ -114,7 +116,7 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[Job]:
     header_line = 0
     first_seen: dict[str, int] = {}
     order: list[Job] = []
-    with open(path, newline="", encoding="utf-8-sig") as handle:
+    with io.StringIO(read_text(path), newline="") as handle:  # lines as the file's own reader would cut them
         for line_no, text in enumerate(handle, start=1):
             if not text.strip() or text.lstrip().startswith("#"):
                 continue

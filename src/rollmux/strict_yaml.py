@@ -1,0 +1,62 @@
+"""YAML as RollMux's configuration files read it: what the file says, nothing more.
+
+PyYAML's ``SafeLoader`` follows YAML 1.1, under which a cluster file's ``nodes: 010`` is
+8 (octal), ``0x10`` is 16, ``1_0`` is 10, a tenant named ``yes`` or ``null`` is a boolean
+or nothing, a key given twice keeps its last value silently, and nine nested aliases
+expand into billions of nodes (memory grows until the process dies). ``StrictLoader``
+differs in four ways, each refusing or reading literally what the default would turn
+into something else:
+
+* integers are decimal digits with an optional sign (``010`` is 10); ``0x10``, ``0o10``
+  and ``1_0`` stay strings, which the files' own checks then refuse by name;
+* booleans are ``true`` and ``false`` (any case) only: ``yes``, ``no``, ``on``, ``off``
+  are strings;
+* a key given twice in one mapping is an error naming the key and its line;
+* aliases (``*name``) are an error: no configuration needs them, and they are how a
+  small file becomes a huge document.
+
+``load(text)`` parses with it; errors are ``yaml.YAMLError`` with the line (``problem_mark``).
+"""
+from __future__ import annotations
+
+import re
+
+import yaml
+
+_INT = "tag:yaml.org,2002:int"
+_BOOL = "tag:yaml.org,2002:bool"
+
+
+class StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` with the four differences of the module docstring."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"an alias (*{event.anchor}): aliases are not accepted "
+                                                          f"here; write the value out", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _BOOL)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+StrictLoader.add_implicit_resolver(_INT, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+StrictLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|false)$", re.IGNORECASE), list("tTfF"))
+StrictLoader.add_constructor(_INT, lambda loader, node: int(loader.construct_scalar(node), 10))
+StrictLoader.add_constructor(_BOOL, lambda loader, node: loader.construct_scalar(node).lower() == "true")
+
+
+def load(text: str):
+    """The document in ``text``, read by ``StrictLoader``."""
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass

@@ -1,0 +1,24 @@
+"""A user's text file (trace, profiles, cluster, fleet, tenants, job spec), read whole.
+
+``read_text(path)`` decodes UTF-8 (a leading byte-order mark is dropped). Bytes that are
+not UTF-8 (a file saved as Latin-1, a binary file) raise ``TraceFormatError`` naming the
+file, the line and the byte, where Python's own ``UnicodeDecodeError`` named neither file
+nor line and, uncaught, ended a command with a traceback.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rollmux.errors import TraceFormatError
+
+
+def read_text(path: str | Path) -> str:
+    """The file's text (see the module docstring); ``OSError`` as ``open`` raises it."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise TraceFormatError(str(path), line, "", f"not UTF-8 text: byte 0x{data[err.start]:02x} at character "
+                                                    f"{column} (save the file as UTF-8)") from None
