@@ -150,6 +150,20 @@ def test_a_profile_error_names_the_files_own_line_past_comments_blanks_and_a_bom
     assert err.value.line == 2 and "not UTF-8" in str(err.value)
 
 
+def test_profile_rows_a_run_never_reads_are_named_not_dropped_silently(tmp_path):
+    fleet, _, jobs = _example()
+    table = {(jobs[0].job_id, "H200"): (10.0, 20.0), ("ghost", "H200"): (1.0, 1.0),
+             (jobs[1].job_id, "A100"): (5.0, 5.0)}
+    lines = Profiles(table).unused(fleet, jobs)
+    assert lines == ["1 job id(s) not in the trace: ghost", "GPU type(s) the fleet has no pool of: A100"]
+    assert Profiles({(jobs[0].job_id, "H200"): (10.0, 20.0)}).unused(fleet, jobs) == []
+    path = tmp_path / "p.csv"
+    path.write_text("job_id,gpu,t_roll_s,t_train_s\nghost,H200,10,20\n")
+    out = runner.invoke(app, ["fleet", "plan", "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster",
+                              str(EXAMPLE / "three_types.yaml"), "--profiles", str(path)])
+    assert out.exit_code == 0 and "warning" in out.output and "ghost" in out.output, out.output
+
+
 def test_fleet_commands_refuse_an_empty_trace_and_a_fleet_that_serves_nothing(tmp_path):
     """Each a clear error and exit 2, not a traceback (they were a ZeroDivisionError and
     an IndexError)."""

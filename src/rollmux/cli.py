@@ -293,6 +293,8 @@ def plan(
             check_writable(json_path, "--json")
         cl = _load_cluster(cluster)
         trace, _ = load_trace(jobs, cl)
+        if not trace:
+            raise RollMuxError(f"--jobs {jobs}: the trace holds no jobs")
         decisions, waiting, improvement = [], [], None
         if optimal:
             from rollmux.exact import solve

@@ -91,6 +91,7 @@ def plan(
         trace, _ = load_trace(jobs, None)
         if not trace:
             raise RollMuxError(f"--jobs {jobs}: the trace holds no jobs")
+        _warn_unused(profiles, measured, fleet, trace)
         planner = FleetPlanner(fleet, measured, space=chosen_space)
         regroup = partial(improve_fleet, space=chosen_space) if improve else None
         # one step per plan: the fleet's, then each fixed-type one (every plan is
@@ -170,6 +171,12 @@ def _groups_table(state) -> Table:
     return table
 
 
+def _warn_unused(path, measured, fleet, trace) -> None:
+    """Say which rows of ``--profiles`` this run never reads (they were dropped silently)."""
+    for line in measured.unused(fleet, trace):
+        console.print(f"[yellow]warning: --profiles {escape(str(path))}: {escape(line)} (rows not used)[/yellow]")
+
+
 def _alternatives_table(rows, fleet_cost: float, best_fixed, optimum) -> Table:
     table = Table(title="the same jobs, other ways (effective $/h, every job present at once)")
     for column in ("plan", "effective $/h", "x fleet plan", "jobs it cannot serve"):
@@ -231,6 +238,7 @@ def simulate(
         fleet = load_fleet(cluster)
         measured = load_profiles(profiles, fleet) if profiles is not None else Profiles()
         trace, _ = load_trace(jobs, None)
+        _warn_unused(profiles, measured, fleet, trace)
         policies = fleet_policies(fleet, measured)
     except (RollMuxError, OSError, ValueError) as err:
         _fail(err)

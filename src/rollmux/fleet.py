@@ -194,6 +194,21 @@ class Profiles:
 
     table: dict[tuple[str, str], tuple[float | None, float | None]] = dataclasses.field(default_factory=dict)
 
+    def unused(self, fleet: Fleet, jobs: list[Job]) -> list[str]:
+        """What of this table a plan of ``jobs`` on ``fleet`` never reads, as lines to warn
+        with: rows of jobs not in the trace, rows of GPU types the fleet has no pool of."""
+        ids = {j.job_id for j in jobs}
+        types = {p.gpu for p in fleet.pools}
+        strangers = sorted({job for job, _ in self.table if job not in ids})
+        elsewhere = sorted({gpu for _, gpu in self.table if gpu not in types})
+        lines = []
+        if strangers:
+            lines.append(f"{len(strangers)} job id(s) not in the trace: {', '.join(strangers[:5])}"
+                         + (" ..." if len(strangers) > 5 else ""))
+        if elsewhere:
+            lines.append(f"GPU type(s) the fleet has no pool of: {', '.join(elsewhere)}")
+        return lines
+
     def phase_s(self, fleet: Fleet, job: Job, side: str, gpu: str) -> tuple[float, str]:
         """(seconds, source) of ``job``'s ``side`` phase on ``gpu``; source is "profile",
         "trace" or "roofline" (module contract, in that order)."""
