@@ -72,8 +72,8 @@ def test_index_and_name_set_the_same_pool():
     ("pools[3].nodes=1", "a pool index 0..2 or a pool name (H20, H800, H200)"),
     ("pools[H200].tflops=900", "a pool field: one of nodes, price_per_gpu_hour, host_mem_gb"),
     ("pools[H200].nodes=1.5", "integers: '1.5' is not one"),
-    ("pools[H200].nodes=-1", "values the fleet file accepts (pools[2].nodes=-1: expected a node count >= 0 or "
-                             "null (unbounded))"),
+    ("pools[H200].nodes=-1", "values the fleet file accepts (pools[2].nodes=-1: expected a node count from 0 to "
+                             "100,000 or null (unbounded))"),
     ("pools[H800].price_per_gpu_hour=0", "values the fleet file accepts (pools[1].price_per_gpu_hour=0.0: "
                                          "expected a number > 0)"),
     ("pools[H800].price_per_gpu_hour=2,unbounded", "numbers ('unbounded' is a value of a pool's nodes only)"),
