@@ -450,30 +450,41 @@ def _serve(tmp: Path, port: int, *extra: str) -> subprocess.Popen:
             time.sleep(0.1)
 
 
-def _run_xyz(tmp: Path, url: str, worker: str) -> None:
-    """x and y share a group, z starts alone (registered in that order), y leaves once z
-    is there: x is moved next to z. Each job runs ``worker`` (a script of the WORKER form)."""
+def _start_xyz(tmp: Path, url: str, worker: str, workers: dict) -> None:
+    """x and y share a group, z starts alone (registered in that order: the scenario
+    depends on it), y leaves once z is there: x is moved next to z. Each job runs
+    ``worker`` (a script of the WORKER form); ``workers`` receives the processes."""
     script = tmp / "worker.py"
     script.write_text(worker)
-    workers = {}
-    try:
-        for name in ("x", "y", "z"):
-            spec, phase_s = MOVE_SPECS[name]
-            gate = [str(tmp / "z-registered")] if name == "y" else []  # y leaves only once z is there
-            workers[name] = subprocess.Popen(
-                [sys.executable, str(script), url, json.dumps(spec), str(tmp / f"{name}.json"),
-                 json.dumps(phase_s), ADMIN, *gate], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            registered = time.monotonic() + 30
-            while httpx.get(f"{url}/v1/jobs/{name}", headers={"Authorization": f"Bearer {ADMIN}"}).status_code != 200:
-                assert time.monotonic() < registered, f"{name} never registered"
-                time.sleep(0.02)
-        (tmp / "z-registered").touch()
-        for name, w in workers.items():
-            assert w.wait(90) == 0, f"{name}: {w.stderr.read().decode()[-2000:]}"
-    finally:
-        for w in workers.values():
-            if w.poll() is None:
-                w.kill()
+    for name in ("x", "y", "z"):
+        spec, phase_s = MOVE_SPECS[name]
+        gate = [str(tmp / "z-registered")] if name == "y" else []  # y leaves only once z is there
+        workers[name] = subprocess.Popen(
+            [sys.executable, str(script), url, json.dumps(spec), str(tmp / f"{name}.json"),
+             json.dumps(phase_s), ADMIN, *gate], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        registered = time.monotonic() + 30
+        while httpx.get(f"{url}/v1/jobs/{name}", headers={"Authorization": f"Bearer {ADMIN}"}).status_code != 200:
+            assert time.monotonic() < registered, f"{name} never registered"
+            time.sleep(0.02)
+    (tmp / "z-registered").touch()
+
+
+def _every_iteration_ran(tmp: Path) -> None:
+    for name, (spec, _) in MOVE_SPECS.items():
+        out = json.loads((tmp / f"{name}.json").read_text())
+        assert [h[0] for h in out["history"]] == ["rollout", "train"] * spec["iterations"], name
+        assert out["view"]["state"] == "done"
+
+
+def _wait_all(workers: dict) -> None:
+    for name, w in workers.items():
+        assert w.wait(90) == 0, f"{name}: {w.stderr.read().decode()[-2000:]}"
+
+
+def _kill_left(workers: dict) -> None:
+    for w in workers.values():
+        if w.poll() is None:
+            w.kill()
 
 
 MOVE_SPECS = {"x": ({"job_id": "x", "t_roll_s": 1.0, "t_train_s": 0.2, "slo": 2.0, "iterations": 60},
@@ -496,18 +507,18 @@ def test_a_job_whose_move_outlasts_the_move_timeout_goes_on_where_the_service_pl
                             "on_move=lambda m: (moves.append(m), time.sleep(3.0 if len(moves) == 1 else 0.1))")
     worker = worker.replace('"moves": moves,', '"moves": job.moves, "undone": job.undone_moves,')
     assert worker != WORKER
+    workers: dict = {}
     try:
-        _run_xyz(tmp_path, f"http://127.0.0.1:{port}", worker)
+        _start_xyz(tmp_path, f"http://127.0.0.1:{port}", worker, workers)
+        _wait_all(workers)
         events = _events(port)
     finally:
+        _kill_left(workers)
         proc.kill()
         proc.wait(10)
     aborted = [e for e in events if e["kind"] == "move_aborted"]
     assert aborted and aborted[0]["job_id"] == "x" and "not acknowledged within 1s" in aborted[0]["detail"]["reason"]
-    for name, (spec, _) in MOVE_SPECS.items():
-        out = json.loads((tmp_path / f"{name}.json").read_text())
-        assert [h[0] for h in out["history"]] == ["rollout", "train"] * spec["iterations"], name
-        assert out["view"]["state"] == "done"
+    _every_iteration_ran(tmp_path)
     x = json.loads((tmp_path / "x.json").read_text())
     assert len(x["undone"]) == 1 and x["undone"][0]["seq"] not in [m["seq"] for m in x["moves"]]
 
@@ -526,27 +537,9 @@ def test_kill_9_at_each_step_of_a_live_move_loses_nothing(tmp_path, kill_at):
     port = _free_port()
     proc = _serve(tmp_path, port)
     url = f"http://127.0.0.1:{port}"
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    specs = {"x": ({"job_id": "x", "t_roll_s": 1.0, "t_train_s": 0.2, "slo": 2.0, "iterations": 60},
-                   {"rollout": 0.1, "train": 0.02}),
-             "y": ({"job_id": "y", "t_roll_s": 0.2, "t_train_s": 1.0, "slo": 2.0, "iterations": 6},
-                   {"rollout": 0.02, "train": 0.1}),
-             "z": ({"job_id": "z", "t_roll_s": 1.0, "t_train_s": 0.2, "slo": 2.0, "iterations": 60},
-                   {"rollout": 0.1, "train": 0.02})}
-    workers = {}
+    workers: dict = {}
     try:
-        for name in ("x", "y", "z"):
-            spec, phase_s = specs[name]
-            gate = [str(tmp_path / "z-registered")] if name == "y" else []  # y leaves only once z is there
-            workers[name] = subprocess.Popen(
-                [sys.executable, str(script), url, json.dumps(spec), str(tmp_path / f"{name}.json"),
-                 json.dumps(phase_s), ADMIN, *gate], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            registered = time.monotonic() + 30
-            while httpx.get(f"{url}/v1/jobs/{name}", headers={"Authorization": f"Bearer {ADMIN}"}).status_code != 200:
-                assert time.monotonic() < registered, f"{name} never registered"
-                time.sleep(0.02)  # x, y, z in this order: the scenario depends on it
-        (tmp_path / "z-registered").touch()
+        _start_xyz(tmp_path, url, WORKER, workers)
         deadline = time.monotonic() + 60
         step = {"move": "move", "directive": "move", "moved": "moved"}[kill_at]
         while not any(e["kind"] == step for e in _events(port)):
@@ -560,25 +553,19 @@ def test_kill_9_at_each_step_of_a_live_move_loses_nothing(tmp_path, kill_at):
         proc.wait(10)
         time.sleep(0.5)
         proc = _serve(tmp_path, port)
-        for name, w in workers.items():
-            assert w.wait(90) == 0, f"{name}: {w.stderr.read().decode()[-2000:]}"
+        _wait_all(workers)
         events = _events(port)
     finally:
-        for w in workers.values():
-            if w.poll() is None:
-                w.kill()
+        _kill_left(workers)
         proc.kill()
         proc.wait(10)
     moves = [e for e in events if e["kind"] == "moved"]
     assert [e["job_id"] for e in moves] == ["x"]
-    for name, (spec, _) in specs.items():
-        out = json.loads((tmp_path / f"{name}.json").read_text())
-        assert [h[0] for h in out["history"]] == ["rollout", "train"] * spec["iterations"], name
-        assert out["view"]["state"] == "done"
+    _every_iteration_ran(tmp_path)
     x = json.loads((tmp_path / "x.json").read_text())
     assert len(x["moves"]) == 1 and x["moves"][0]["to_group"] != x["moves"][0]["from_group"]
     spans = defaultdict(list)
-    for name in specs:
+    for name in MOVE_SPECS:
         for _pool, nodes, _seq, start, end in json.loads((tmp_path / f"{name}.json").read_text())["history"]:
             for n in nodes:
                 spans[n].append((start, end, name))

@@ -57,23 +57,29 @@ def _serve(tmp: Path, *tls: str, stdout=subprocess.DEVNULL) -> tuple[subprocess.
                             env=dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN)), port
 
 
+def _serve_https(tmp: Path, *extra: str) -> tuple[subprocess.Popen, int, Path]:
+    """``rollmux serve`` with a certificate made here, answering: (process, port, certificate)."""
+    cert, key = _certificate(tmp, "service")
+    proc, port = _serve(tmp, "--tls-cert", str(cert), "--tls-key", str(key), *extra)
+    deadline = time.monotonic() + 20
+    while True:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            if httpx.get(f"https://127.0.0.1:{port}/healthz", verify=str(cert), timeout=1).status_code == 200:
+                return proc, port, cert
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError("the https server did not start") from None
+            time.sleep(0.1)
+
+
 @pytest.fixture
 def https(tmp_path):
     """``rollmux serve`` with a certificate: (url, its certificate file)."""
-    cert, key = _certificate(tmp_path, "service")
-    proc, port = _serve(tmp_path, "--tls-cert", str(cert), "--tls-key", str(key))
-    url = f"https://127.0.0.1:{port}"
+    proc, port, cert = _serve_https(tmp_path)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert proc.poll() is None, proc.stderr.read()
-            try:
-                if httpx.get(f"{url}/healthz", verify=str(cert), timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the https server did not start"
-                time.sleep(0.1)
-        yield url, cert
+        yield f"https://127.0.0.1:{port}", cert
     finally:
         proc.kill()
         proc.wait(10)
@@ -185,19 +191,9 @@ def test_over_https_the_header_deadline_also_bounds_the_handshake(tmp_path):
     then says nothing is closed after about 1 s more; a real client is served."""
     import ssl
 
-    cert, key = _certificate(tmp_path, "service")
-    proc, port = _serve(tmp_path, "--tls-cert", str(cert), "--tls-key", str(key), "--header-timeout-s", "1")
+    proc, port, cert = _serve_https(tmp_path, "--header-timeout-s", "1")
     url = f"https://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert proc.poll() is None, proc.stderr.read()
-            try:
-                if httpx.get(f"{url}/healthz", verify=str(cert), timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the https server did not start"
-                time.sleep(0.1)
         context = ssl.create_default_context(cafile=str(cert))
         with socket.create_connection(("127.0.0.1", port)) as silent:
             assert 0.8 <= _closed_within(silent, 10.0) < 3.0
