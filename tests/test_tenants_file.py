@@ -105,3 +105,17 @@ def test_aliases_and_bytes_that_are_not_utf8_are_refused_naming_the_file(tmp_pat
     with pytest.raises(SpecError) as err:
         load_tenants(path)
     assert needle in str(err.value) and str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("where, needle", [("missing/x.db", "does not exist"), ("a-file/x.db", "is not a folder"),
+                                           ("a-dir", "a directory")])
+def test_serve_refuses_a_state_path_that_cannot_be_one_before_writing_anything(tmp_path, where, needle):
+    """Exit 2 naming ``--state`` (it said ``[Errno 2] ... x.db.admin-token``), and no
+    admin token file or lock left beside it."""
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "a-dir").mkdir()
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    out = CliRunner().invoke(app, ["serve", "--state", str(tmp_path / where), "--port", "1"],
+                             env={"ROLLMUX_ADMIN_TOKEN": ""})
+    assert out.exit_code == 2 and "--state" in out.output and needle in " ".join(out.output.split()), out.output
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before

@@ -188,6 +188,7 @@ def serve(
             raise RollMuxError(f"--policy {err.reason}") from None
         measured = load_profiles(profiles, spec) if profiles is not None else None
         known = auth.load_tenants(tenants)
+        _check_state_path(state)  # before the admin token is written beside it
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
                                max_live_jobs=max_live_jobs, keep_ended=keep_ended, body_timeout_s=body_timeout_s,
@@ -200,6 +201,18 @@ def serve(
         run(spec, str(state), token, config, host, port, new_state, measured, cert, key)
     except (RollMuxError, OSError) as err:
         _fail(err)
+
+
+def _check_state_path(state: Path) -> None:
+    """A ``--state`` that cannot be a state file, refused naming the option before anything
+    is written (the admin token file beside it, the lock)."""
+    if state.is_dir():
+        raise RollMuxError(f"--state {state}: a directory; give the state file's path (e.g. {state / 'state.db'})")
+    parent = state.parent
+    if not parent.exists():
+        raise RollMuxError(f"--state {state}: the folder {parent} does not exist; create it first")
+    if not parent.is_dir():
+        raise RollMuxError(f"--state {state}: {parent} is not a folder")
 
 
 def status(url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT,
