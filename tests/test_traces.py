@@ -87,6 +87,7 @@ def test_row_needs_duration_or_iterations(tmp_path):
     ("a,0,1e25,8,8,100,50,0,0,1.5,7B", 3, "duration_s"),      # past any replay's precision
     ("a,0,3e8,8,8,100,50,0,0,1.5,7B", 3, "duration_s"),       # 2 million solo iterations: hours of replay
     ("a,1e20,3600,8,8,100,50,0,0,1.5,7B", 3, "arrival_s"),    # gave negative bubbles
+    ("a\x1b[2J,0,3600,8,8,100,50,0,0,1.5,7B", 3, "job_id"),  # a control character, raw into reports
     ("a,0,3600,8,800000,100,50,0,0,1.5,7B", 3, "train_gpus"),  # hung the planner
 ])
 def test_bad_values_name_line_and_column(tmp_path, row, line, column):
@@ -100,6 +101,15 @@ def test_bytes_that_are_not_utf8_name_the_file_and_line(tmp_path):
     path.write_bytes((HEADER + "\n" + ROW_A + "\n").encode() + "j\xf6b,0,3600,8,8,100,50,0,0,1.5,7B\n".encode("latin-1"))
     err = _error(path)
     assert err.line == 3 and "not UTF-8" in str(err) and str(path) in str(err)
+
+
+def test_a_file_named_like_a_builtin_trace_is_not_read_silently_in_its_place(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "production").write_text(HEADER + "\n" + ROW_A + "\n")
+    with pytest.warns(UserWarning, match=r"\./production for the file"):
+        jobs, _ = load_trace("production")
+    assert len(jobs) == 200
+    assert [j.job_id for j in load_trace("./production")[0]] == ["a"]
 
 
 def test_missing_column_is_reported_on_the_header(tmp_path):

@@ -17,6 +17,7 @@ Contract
 """
 from __future__ import annotations
 
+import warnings
 from importlib import resources
 from pathlib import Path
 
@@ -47,6 +48,9 @@ def load_trace(spec: str, cluster: Cluster | None = None, seed: int = 0
                ) -> tuple[list[Job], dict]:
     """Load a builtin trace or a trace file; see the module contract."""
     info: dict = {"name": spec}
+    if spec in BUILTIN and Path(spec).exists():
+        warnings.warn(f"{spec!r} names the builtin trace, which is used, not the file {spec!r} here: give "
+                      f"./{spec} for the file", stacklevel=2)
     if spec in BUILTIN:
         data = resources.files("rollmux.traces") / "data" / _FILES[spec]
         with resources.as_file(data) as path:
