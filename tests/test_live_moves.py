@@ -219,20 +219,22 @@ def _consolidation_jobs() -> list[Job]:
             Job("z", 100, 20, slo=2.0, iterations=200)]
 
 
-def _run_until_move(cp: ControlPlane) -> float:
-    """Drive the three jobs until x's move is decided; returns the time."""
+def _submit_consolidation_jobs(cp: ControlPlane) -> float:
+    """Submit x, y (at 0 s) and z (at 10 s); returns the time."""
     x, y, z = _consolidation_jobs()
     cp.submit(x, 0.0, "0" * 64)
     cp.submit(y, 0.0, "1" * 64)
     cp.submit(z, 10.0, "2" * 64)
-    now = 10.0
+    return 10.0
+
+
+def _run_until_move(cp: ControlPlane) -> float:
+    """Drive the three jobs until x's move is decided; returns the time."""
+    now = _submit_consolidation_jobs(cp)
     for _ in range(2000):
-        holders = [r for r in cp.jobs.values() if r.live and r.grant is not None]
         if any(r.move for r in cp.jobs.values() if r.live):
             return now
-        r = min(holders, key=lambda r: r.grant.granted_at)
-        now = max(now, r.grant.granted_at) + (r.job.t_roll_s if r.grant.pool == "rollout" else r.job.t_train_s)
-        cp.release(r.job_id, r.grant.pool, r.grant.seq, 1.0, now)
+        now = _drive(cp, now, 1)
     raise AssertionError("no move")
 
 
@@ -304,11 +306,7 @@ def test_a_restart_under_another_policy_drops_what_only_the_old_one_could_carry_
     A two-pool state under ``rollmux-hedge`` (which plans as a fleet) and a fleet's state
     under a two-pool-only policy are refused naming ``policy``."""
     cp = ControlPlane(_cluster(), policy="rollmux-consolidate")
-    x, y, z = _consolidation_jobs()
-    cp.submit(x, 0.0, "0" * 64)
-    cp.submit(y, 0.0, "1" * 64)
-    cp.submit(z, 10.0, "2" * 64)
-    now = 10.0
+    now = _submit_consolidation_jobs(cp)
     for _ in range(400):
         if cp.offer:
             break
@@ -481,10 +479,13 @@ def _wait_all(workers: dict) -> None:
         assert w.wait(90) == 0, f"{name}: {w.stderr.read().decode()[-2000:]}"
 
 
-def _kill_left(workers: dict) -> None:
+def _stop(workers: dict, proc: subprocess.Popen) -> None:
+    """Kill the workers still running (after a failure) and the service."""
     for w in workers.values():
         if w.poll() is None:
             w.kill()
+    proc.kill()
+    proc.wait(10)
 
 
 MOVE_SPECS = {"x": ({"job_id": "x", "t_roll_s": 1.0, "t_train_s": 0.2, "slo": 2.0, "iterations": 60},
@@ -513,9 +514,7 @@ def test_a_job_whose_move_outlasts_the_move_timeout_goes_on_where_the_service_pl
         _wait_all(workers)
         events = _events(port)
     finally:
-        _kill_left(workers)
-        proc.kill()
-        proc.wait(10)
+        _stop(workers, proc)
     aborted = [e for e in events if e["kind"] == "move_aborted"]
     assert aborted and aborted[0]["job_id"] == "x" and "not acknowledged within 1s" in aborted[0]["detail"]["reason"]
     _every_iteration_ran(tmp_path)
@@ -556,9 +555,7 @@ def test_kill_9_at_each_step_of_a_live_move_loses_nothing(tmp_path, kill_at):
         _wait_all(workers)
         events = _events(port)
     finally:
-        _kill_left(workers)
-        proc.kill()
-        proc.wait(10)
+        _stop(workers, proc)
     moves = [e for e in events if e["kind"] == "moved"]
     assert [e["job_id"] for e in moves] == ["x"]
     _every_iteration_ran(tmp_path)

@@ -23,7 +23,6 @@ Contract
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, NodeSpec, PoolSpec
 from rollmux.text_file import read_text
 
 _DEFAULT = Cluster()
-_SWITCH_EXPECTED = '"warm", "cold", finite seconds >= 0, or {rollout: seconds, train: seconds}'
+_SWITCH_EXPECTED = '"warm", "cold", seconds >= 0, or {rollout: seconds, train: seconds}'
 
 
 class _NodeFile(BaseModel):
@@ -118,16 +117,14 @@ def _pool(spec: _PoolFile, pool: str, default_gpu: str, gpus_per_node: int) -> P
 
 def switch_from_value(value: Any) -> SwitchCost:
     """``switch_cost_s`` of a cluster or fleet file as a SwitchCost (SpecError if malformed)."""
-    def seconds(v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
     if value in ("warm", "cold"):
         return SwitchCost(value)
-    if seconds(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return SwitchCost("fixed", float(value), float(value))
-    if isinstance(value, dict) and set(value) == {ROLLOUT, TRAIN} and all(seconds(v) for v in value.values()):
+    if isinstance(value, dict) and set(value) == {ROLLOUT, TRAIN} and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values()):
         return SwitchCost("fixed", float(value[ROLLOUT]), float(value[TRAIN]))
-    raise SpecError("switch_cost_s", value, _SWITCH_EXPECTED)
+    raise SpecError("switch_cost_s", value, _SWITCH_EXPECTED)  # (the range: Cluster.validate)
 
 
 def cluster_from_dict(data: dict) -> Cluster:

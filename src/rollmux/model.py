@@ -228,7 +228,7 @@ class Cluster:
             raise SpecError("pricing", self.pricing, "a bounded pool to own (rollout.nodes or train.nodes)")
         if not all(0 <= s <= MAX_PHASE_S for s in (self.switch_cost.rollout_s, self.switch_cost.train_s)):
             raise SpecError("switch_cost_s", (self.switch_cost.rollout_s, self.switch_cost.train_s),
-                            f"seconds >= 0 and <= {MAX_PHASE_S:g}")
+                            f"finite seconds >= 0 and <= {MAX_PHASE_S:g}")
 
 
 @dataclass(slots=True)
