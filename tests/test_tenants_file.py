@@ -108,14 +108,29 @@ def test_aliases_and_bytes_that_are_not_utf8_are_refused_naming_the_file(tmp_pat
 
 
 @pytest.mark.parametrize("where, needle", [("missing/x.db", "does not exist"), ("a-file/x.db", "is not a folder"),
-                                           ("a-dir", "a directory")])
+                                           ("a-dir", "a directory"), ("notes.txt", "not an SQLite database"),
+                                           ("a-file", "empty (0 bytes)")])
 def test_serve_refuses_a_state_path_that_cannot_be_one_before_writing_anything(tmp_path, where, needle):
-    """Exit 2 naming ``--state`` (it said ``[Errno 2] ... x.db.admin-token``), and no
-    admin token file or lock left beside it."""
+    """Exit 2 naming ``--state`` (it said ``[Errno 2] ... x.db.admin-token``; a text file
+    was refused only after its admin token file and lock were written beside it), and
+    nothing written: no admin token file or lock, the file as it was."""
     (tmp_path / "a-file").write_text("")
+    (tmp_path / "notes.txt").write_text("not a state file\n")
     (tmp_path / "a-dir").mkdir()
     before = sorted(p.name for p in tmp_path.rglob("*"))
     out = CliRunner().invoke(app, ["serve", "--state", str(tmp_path / where), "--port", "1"],
                              env={"ROLLMUX_ADMIN_TOKEN": ""})
     assert out.exit_code == 2 and "--state" in out.output and needle in " ".join(out.output.split()), out.output
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    assert (tmp_path / "notes.txt").read_text() == "not a state file\n"
+
+
+@pytest.mark.parametrize("option", ["--lease-s", "--grace-s", "--migration-s", "--move-timeout-s"])
+@pytest.mark.parametrize("value", ["inf", "1e9"])
+def test_serve_refuses_an_endless_duration_before_writing_anything(tmp_path, option, value):
+    """``--lease-s inf`` started a service whose jobs never lost their nodes; every duration
+    of serve is at most a day, refused naming the option before the state is touched."""
+    out = CliRunner().invoke(app, ["serve", "--state", str(tmp_path / "x.db"), "--port", "1", option, value],
+                             env={"ROLLMUX_ADMIN_TOKEN": ""})
+    assert out.exit_code == 2 and option in out.output and "86400" in out.output, out.output
+    assert list(tmp_path.iterdir()) == []

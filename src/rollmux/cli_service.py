@@ -24,6 +24,7 @@ from rollmux.errors import RollMuxError
 from rollmux.model import POOLS
 
 DEFAULT_URL = "http://127.0.0.1:8470"
+DAY_S = 86_400.0  # the most any of serve's durations may be: a finite bound (inf would never expire)
 URL_OPT = typer.Option(DEFAULT_URL, "--url", envvar="ROLLMUX_URL", help="Control plane address.")
 TOKEN_FILE_OPT = typer.Option(None, "--token-file",
                               help="File holding the admin or tenant token (else $ROLLMUX_TOKEN or "
@@ -119,10 +120,10 @@ def serve(
                                                 "max_gpus: N}}}: who may submit besides the admin (see `rollmux "
                                                 "admin tenant-token`), and, optionally, how many live jobs and "
                                                 "GPUs (rollout + training) each tenant's jobs may hold at once."),
-    lease_s: float = typer.Option(30.0, "--lease-s", min=0.1,
+    lease_s: float = typer.Option(30.0, "--lease-s", min=0.1, max=DAY_S,
                                   help="Seconds a job may go without a call before it loses its nodes (plus "
                                        "--grace-s)."),
-    grace_s: float = typer.Option(10.0, "--grace-s", min=0.0,
+    grace_s: float = typer.Option(10.0, "--grace-s", min=0.0, max=DAY_S,
                                   help="Extra seconds tolerated on top of the lease for slow networks."),
     max_job_gpus: int = typer.Option(256, "--max-job-gpus", min=1,
                                      help="Most GPUs one job may ask of an unbounded pool."),
@@ -162,10 +163,10 @@ def serve(
                                            "rollmux-full-regroup (regrouping within a pair of GPU types, or a "
                                            "job left alone moved to another pair) or rollmux-hedge, as `rollmux "
                                            "fleet simulate` does."),
-    migration_s: float = typer.Option(300.0, "--migration-s", min=0.0,
+    migration_s: float = typer.Option(300.0, "--migration-s", min=0.0, max=DAY_S,
                                       help="Pause a move is planned with until moves of that model size are "
                                            "measured."),
-    move_timeout_s: float = typer.Option(600.0, "--move-timeout-s", min=1.0,
+    move_timeout_s: float = typer.Option(600.0, "--move-timeout-s", min=1.0, max=DAY_S,
                                          help="A move the job has not acknowledged by then is undone."),
     queue: QueueOrder = typer.Option("backfill", help=QUEUE_HELP),
 ) -> None:
@@ -188,7 +189,7 @@ def serve(
             raise RollMuxError(f"--policy {err.reason}") from None
         measured = load_profiles(profiles, spec) if profiles is not None else None
         known = auth.load_tenants(tenants)
-        _check_state_path(state)  # before the admin token is written beside it
+        _check_state_path(state, new_state)  # before the admin token is written beside it
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
                                max_live_jobs=max_live_jobs, keep_ended=keep_ended, body_timeout_s=body_timeout_s,
@@ -203,9 +204,13 @@ def serve(
         _fail(err)
 
 
-def _check_state_path(state: Path) -> None:
+def _check_state_path(state: Path, new_state: bool) -> None:
     """A ``--state`` that cannot be a state file, refused naming the option before anything
-    is written (the admin token file beside it, the lock)."""
+    is written (the admin token file beside it, the lock): a folder, a path under a missing
+    folder or under a file, or (unless ``--new-state`` moves it aside) a file that is not an
+    SQLite database."""
+    from rollmux.runtime.store import StateDamaged, check_header
+
     if state.is_dir():
         raise RollMuxError(f"--state {state}: a directory; give the state file's path (e.g. {state / 'state.db'})")
     parent = state.parent
@@ -213,6 +218,11 @@ def _check_state_path(state: Path) -> None:
         raise RollMuxError(f"--state {state}: the folder {parent} does not exist; create it first")
     if not parent.is_dir():
         raise RollMuxError(f"--state {state}: {parent} is not a folder")
+    if state.exists() and not new_state:
+        try:
+            check_header(state)
+        except StateDamaged as err:
+            raise RollMuxError(f"--state {err}") from None
 
 
 def status(url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT,

@@ -119,7 +119,7 @@ class Store:
                         p.rename(f"{path}.replaced-{stamp}{suffix}")
             created = not path.exists()
             if not created:
-                _check_header(path)
+                check_header(path)
                 if not Path(f"{path}-wal").exists() and _flag_open(path):
                     raise StateDamaged(f"{path}: the state file was in use but its write-ahead log "
                                        f"({path.name}-wal) is missing, so its last changes are lost; "
@@ -314,7 +314,7 @@ def backup(db: sqlite3.Connection, dst: str | Path) -> None:
 def backup_file(state: str | Path, dst: str | Path) -> None:
     """Online backup of the state file at ``state`` (a running service may hold it)."""
     state = Path(state)
-    _check_header(state)
+    check_header(state)
     src = sqlite3.connect(f"file:{state}?mode=ro", uri=True)
     try:
         backup(src, dst)
@@ -326,7 +326,7 @@ def restore_file(backup_path: str | Path, state: str | Path) -> Path | None:
     """Put a backup in place of ``state`` (no service may hold it); the old file is moved
     aside and its new name returned (None if there was none)."""
     backup_path, state = Path(backup_path), Path(state)
-    _check_header(backup_path)
+    check_header(backup_path)
     fd = _lock(state)
     try:
         src = sqlite3.connect(f"file:{backup_path}?mode=ro", uri=True)
@@ -369,7 +369,8 @@ def _lock(path: Path) -> int:
     return fd
 
 
-def _check_header(path: Path) -> None:
+def check_header(path: Path) -> None:
+    """Refuse (``StateDamaged``) a file that is not an SQLite database, reading 16 bytes only."""
     try:
         with open(path, "rb") as f:
             head = f.read(16)
