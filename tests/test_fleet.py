@@ -572,6 +572,21 @@ def test_on_the_example_fleet_rollmux_full_is_the_cheapest_replay_at_every_slo()
     assert slow.slo_attainment == 0.0 and slow.span_s > 4 * ours.span_s
 
 
+def test_fleet_simulate_names_why_a_policy_placed_no_job_a_type_with_no_nodes(tmp_path):
+    """A type with no nodes: its views place no job because its pool is empty, which the
+    output says (it said "too slow for every SLO on those types", and "rollout.nodes =
+    None" for a fleet's view)."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("gpus_per_node: 8\nreference: {rollout: H20, train: H800}\n"
+                     "pools:\n  - {gpu: H20, nodes: 0}\n  - {gpu: H800, nodes: 4}\n")
+    result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster", str(fleet)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    listed = text.split("placed no job, so not in the table:")[1]
+    assert "solo-d on H20/H800: " in listed and "H20 has 0 free nodes, needs 1" in listed
+    assert "too slow for every SLO" not in text and "nodes = None" not in text
+
+
 def test_gavel_over_types_runs_each_job_on_its_cheapest_option_that_meets_its_slo():
     fleet, profiles, jobs = _example()
     result = simulate(jobs, fleet.views()[0].cluster, FleetAlone(fleet, profiles, "gavel+", gavel=True))
@@ -588,7 +603,10 @@ def test_fleet_simulate_prints_every_policy_and_writes_json(tmp_path):
     result = _on_example("simulate", "--json", str(out), "--plot", str(tmp_path / "plots" / "cost.png"))
     assert result.exit_code == 0, result.output
     assert (tmp_path / "plots" / "cost.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "gavel+" in result.output and "serve no job" in result.output
+    # the views that place no job are listed with a job's reason (training on H20 is too slow for any SLO)
+    assert "gavel+" in result.output and "placed no job" in result.output
+    listed = " ".join(result.output.split()).split("placed no job, so not in the table:")[1]
+    assert "rollmux on H20/H20: short-a: no view can take it (H20/H20: slower than its SLO even alone" in listed
     data = json.loads(out.read_text())
     ours = data["policies"]["rollmux-full"]
     assert ours["slo_attainment"] == 1.0

@@ -251,7 +251,7 @@ def simulate(
                 results.append(run(trace, fleet.views()[0].cluster, policy, duration_model.value, seed,
                                    progress=update, backfill=queue.value == "backfill"))
             except CapacityError as err:
-                none.append(policy.name)
+                none.append((policy.name, err.reason))
                 reason = str(err)
     if not results:
         _fail(RollMuxError(f"no policy can run this trace on {cluster}: {reason}"))
@@ -276,9 +276,10 @@ def simulate(
     cheapest = min(full, key=lambda r: r.total_cost).policy if full else "rollmux"
     for line in cost_lines([r for r in results if r.policy in ("rollmux", "rollmux-full", cheapest)]):
         console.print(line, highlight=False)
-    if none:
-        console.print(f"serve no job (too slow for every SLO on those types): {escape(', '.join(none))}",
-                      highlight=False)
+    if none:  # (short of nodes on their types, or too slow for every SLO there)
+        console.print("placed no job, so not in the table:", highlight=False)
+        for name, why in none:
+            console.print(escape(f"  {name}: {why}"), highlight=False)
     if plot is not None:
         from rollmux.report.plots import savings
 

@@ -46,12 +46,14 @@ class CapacityError(RollMuxError):
     """A simulated run could place no job at all: the bounded pools can never host the trace.
 
     ``pools`` names the pools that lacked nodes; the message names them, their inventory
-    field (``rollout.nodes`` / ``train.nodes``) and a job's reason.
+    field (``rollout.nodes`` / ``train.nodes``) where the cluster bounds it, and a job's
+    reason, which ``reason`` holds alone ("JOB: why it was not placed").
     """
 
-    def __init__(self, policy: str, pools: tuple[str, ...], message: str) -> None:
+    def __init__(self, policy: str, pools: tuple[str, ...], message: str, reason: str = "") -> None:
         self.policy = policy
         self.pools = pools
+        self.reason = reason
         super().__init__(message)
 
 

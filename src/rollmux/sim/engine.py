@@ -641,10 +641,14 @@ def _never_placed(policy: str, cluster: Cluster, rejected: list[str], reasons: d
                   short_of: dict[str, tuple[str, ...]]) -> CapacityError:
     """The error for a run that placed no job: which pools lacked nodes, and one job's reason."""
     pools = tuple(p for p in POOLS if any(p in short_of.get(k, ()) for k in rejected))
-    named = " and ".join(f"the {p} pool ({p}.nodes = {cluster.pool(p).nodes})" for p in pools) or "the inventory"
+    # (a fleet's views are unbounded clusters: the fleet's state holds the inventory)
+    named = " and ".join(f"the {p} pool" + ("" if cluster.pool(p).nodes is None else f" ({p}.nodes = "
+                                                                                    f"{cluster.pool(p).nodes})")
+                         for p in pools) or "the inventory"
     first = rejected[0]
+    reason = f"{first}: {reasons.get(first, 'no reason given')}"
     return CapacityError(policy, pools, f"{policy} could place none of the {len(rejected)} jobs: {named} "
-                                        f"cannot host them ({first}: {reasons.get(first, 'no reason given')})")
+                                        f"cannot host them ({reason})", reason)
 
 
 _NOT_LIVE = (0.0, -1)
