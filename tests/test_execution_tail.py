@@ -249,3 +249,23 @@ def test_a_later_phase_of_the_donor_can_end_later_than_in_the_plain_rule():
     assert got[("B", ROLLOUT, 0)] == (F(1, 10), F(97, 80))
     assert got[("A", ROLLOUT, 2)] == (F(337, 80), F(417, 80))
     assert got[("B", ROLLOUT, 1)][1] < base[("B", ROLLOUT, 1)][1]
+
+
+def test_a_failed_phase_is_queued_again_in_its_own_pool_also_from_a_slice():
+    """``finish(failed=True)``: the job's code raised, so the phase is due again: its nodes
+    are freed and the same pool queued (a plain phase, and a recipient's rollout that
+    failed in its slice, which is queued at once rather than parked for a training)."""
+    ex = GroupExecutor()
+    ex.admit("A", ("R0",), ("T0",), 0, 0, 0)
+    ex.admit("B", ("R0",), ("T0",), 0, 0, 0)
+    assert [(g.job_id, g.pool) for g in ex.dispatch(0)] == [("A", ROLLOUT)]
+    ex.finish("A", 1, failed=True)
+    assert ex.running("A") is None and ex.queued(ROLLOUT) == ["B", "A"] and ex.queued(TRAIN) == []
+    assert [(g.job_id, g.pool) for g in ex.dispatch(1)] == [("B", ROLLOUT)]
+    assert ex.tail("B", 2, 2) == 6  # B's tail: A's rollout gets a slice of R0
+    granted = ex.dispatch(2)
+    assert [(g.job_id, g.pool, g.share) for g in granted] == [("A", ROLLOUT, 0.75)]
+    ex.finish("A", 3, failed=True)
+    assert ex.running("A") is None and ex.queued(ROLLOUT) == ["A"] and ex.queued(TRAIN) == []
+    ex.finish("B", 4)
+    assert sorted((g.job_id, g.pool) for g in ex.dispatch(4)) == [("A", ROLLOUT), ("B", TRAIN)]

@@ -67,13 +67,160 @@ def test_phases_run_in_order_with_the_state_hook_inside_the_grant(srv):
     job.complete()
 
 
-def test_phase_body_error_still_releases_the_grant(srv):
+def test_phase_body_error_releases_the_grant_as_failed_and_the_phase_is_due_again(srv):
+    """A body that raises gives its grant back as failed: nothing is counted and the job
+    is due for the same phase, so a retry starts where it stopped (before, the failed
+    rollout counted as done and a retried rollout was refused 409 'due for train'; a
+    failed training counted as an iteration)."""
     job = Client(srv.url, ADMIN).submit(_spec("a"))
+    for name in ("rollout", "train"):
+        with pytest.raises(RuntimeError):
+            with job.phase(name):
+                raise RuntimeError("trainer crashed")
+        assert job.view["next_phase"] == name and job.view["iterations_done"] == 0
+        with job.phase(name) as ph:  # the retry: granted again, on the same nodes
+            assert ph.grant["pool"] == name
+    assert job.view["iterations_done"] == 1
+    events = [e for e in Client(srv.url, ADMIN).events() if e["job_id"] == "a" and e["kind"] == "finish"]
+    assert [bool(e["detail"].get("failed")) for e in events] == [True, False, True, False]
+    job.cancel()
+
+
+def test_an_asynchronous_jobs_failed_rollout_is_not_counted_as_started(srv):
+    job = Client(srv.url, ADMIN).submit(_spec("a") | {"staleness": 1})
     with pytest.raises(RuntimeError):
         with job.phase("rollout"):
-            raise RuntimeError("trainer crashed")
-    assert job.view["next_phase"] == "train" and job.view["grant"]["pool"] == "train"
+            raise RuntimeError("generation crashed")
+    pipe = job.view["pipeline"]  # (the rollout may be granted again already: started 0 or 1)
+    assert (pipe["rollouts_started"] <= 1, pipe["rollouts_done"], job._started, job._rolled) == (True, 0, 0, 0)
+    with job.phase("rollout"):
+        pass
+    with job.phase("train"):
+        pass
+    assert (job.view["iterations_done"], job.view["pipeline"]["rollouts_done"]) == (1, 1)
     job.cancel()
+
+
+class FailingCache:
+    """A state hook whose load raises, as a CUDA out of memory would."""
+
+    def resident(self, key, device):
+        class _Resident:
+            def __enter__(self):
+                raise MemoryError("CUDA out of memory")
+
+            def __exit__(self, *exc):
+                raise AssertionError("never entered: never left")
+
+        return _Resident()
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_state_hook_that_fails_on_entry_gives_the_grant_back_at_once(srv, staleness):
+    """The grant was held with nothing to release it (the job kept heartbeating), so the
+    other member of its group waited for good; now it is released as failed at once."""
+    client = Client(srv.url, ADMIN)
+    a = client.submit(_spec("a", iterations=None) | {"staleness": staleness})
+    b = client.submit(_spec("b", iterations=None))
+    shared = a.wait_placed(5)["rollout_nodes"] == b.wait_placed(5)["rollout_nodes"]
+    assert shared or staleness  # (an asynchronous job may get a group of its own)
+    with pytest.raises(MemoryError):
+        with a.phase("rollout", state=FailingCache(), device="cpu"):
+            raise AssertionError("the body must not run")
+    ended = [e for e in client.events() if e["job_id"] == "a" and e["kind"] == "finish"]
+    assert [(e["pool"], e["detail"].get("failed")) for e in ended] == [("rollout", True)]
+    granted = threading.Event()
+
+    def b_rollout() -> None:  # on a thread: without the fix it waited for good
+        with b.phase("rollout"):
+            granted.set()
+
+    thread = threading.Thread(target=b_rollout, daemon=True)
+    thread.start()
+    assert granted.wait(10)
+    thread.join(10)
+    with a.phase("rollout"):  # the retry (e.g. on the host) is granted: the handle holds no phase
+        pass
+    a.cancel()
+    b.cancel()
+
+
+def test_a_synchronous_handle_refuses_a_second_phase_from_another_thread(srv):
+    from rollmux.runtime.sdk import PhaseBusy
+
+    job = Client(srv.url, ADMIN).submit(_spec("a", iterations=None))
+    inside, errors = threading.Event(), []
+
+    def other() -> None:
+        inside.wait(5)
+        try:
+            with job.phase("rollout"):
+                errors.append("entered")
+        except PhaseBusy as err:
+            errors.append(str(err))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with job.phase("rollout"):
+        inside.set()
+        thread.join(10)
+    assert len(errors) == 1 and "one phase at a time" in errors[0], errors
+    assert job.view["next_phase"] == "train" and [h[0] for h in job.history] == ["rollout"]
+    with job.phase("train"):  # the handle goes on
+        pass
+    job.cancel()
+
+
+def test_a_release_that_fails_never_hides_the_bodys_exception(srv):
+    job = Client(srv.url, ADMIN, give_up_s=0.3).submit(_spec("a"), heartbeat=False)
+    with pytest.raises(ValueError, match="bad batch") as err:
+        with job.phase("rollout"):
+            srv.stop()
+            raise ValueError("bad batch")
+    assert any("releasing the rollout grant failed too: ServerUnavailable" in n for n in err.value.__notes__)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"url": "127.0.0.1:8470"}, "url='127.0.0.1:8470': expected the service's address"),
+    ({"url": None}, "url=None"),
+    ({"timeout_s": -1}, "timeout_s=-1: expected seconds"),
+    ({"give_up_s": float("nan")}, "give_up_s=nan"),
+    ({"poll_s": 60}, "poll_s=60: expected seconds from 0 to 30"),
+    ({"token": 5}, "token: expected a string"),
+])
+def test_client_arguments_the_service_could_never_take_are_refused_naming_them(kwargs, needle):
+    args = {"url": "http://127.0.0.1:1"} | kwargs
+    t0 = time.monotonic()
+    with pytest.raises(ValueError) as err:
+        Client(**args)
+    assert needle in str(err.value) and time.monotonic() - t0 < 1  # (a bad url was retried for give_up_s)
+
+
+def test_job_arguments_are_checked_before_any_request(srv):
+    import numpy as np
+
+    client = Client(srv.url, ADMIN)
+    with pytest.raises(TypeError, match="spec: expected a dict"):
+        client.submit(["a"])
+    with pytest.raises(ValueError, match=r"spec.t_roll_s=nan: expected a finite number"):
+        client.submit(_spec("a") | {"t_roll_s": float("nan")})
+    with pytest.raises(TypeError, match="on_move='nope'"):
+        client.submit(_spec("a"), on_move="nope")
+    with pytest.raises(ValueError, match=r"job_id='../status'"):
+        client.attach("../status", "token")
+    job = client.submit(_spec("a") | {"iterations": np.int64(3), "slo": np.float32(2.0)})  # numpy scalars
+    assert job.view["iterations"] == 3
+    with pytest.raises(ValueError, match="fraction=nan"):
+        job.progress(float("nan"))
+    job.progress(np.float64(0.5))
+    job.cancel()
+
+
+def test_the_sdks_longest_poll_is_the_services():
+    from rollmux.runtime.api_models import MAX_WAIT_S
+    from rollmux.runtime.sdk import MAX_POLL_S
+
+    assert MAX_POLL_S == MAX_WAIT_S
 
 
 def test_progress_is_recorded(srv):

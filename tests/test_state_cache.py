@@ -207,6 +207,68 @@ def test_optimizer_state_created_after_first_offload_gets_new_buffers() -> None:
     assert_identical(before, snapshot(model, optimizer))
 
 
+def test_a_state_whose_shapes_change_keeps_its_host_memory_bounded() -> None:
+    """A slot that changes shape gets a new buffer; the arena left with no buffer in use is
+    freed (it was kept: reserved memory grew with every change until the budget refused
+    an offload of a state that fitted it three times over)."""
+    layer = torch.nn.Linear(1, 1, bias=False)
+    size = 512 * 1024  # 2 MiB of float32
+    cache = StateCache(budget_bytes=3 * 4 * (size + 1) + 3 * 4096)
+    layer.weight.data = torch.zeros(size)
+    cache.register("job", layer)
+    reserved = []
+    for cycle in range(8):
+        cache.offload("job")
+        reserved.append(cache.reserved_bytes)
+        cache.load("job", "cpu")
+        layer.weight.data = torch.full((size + cycle % 2,), float(cycle))  # the shape flips each cycle
+    cache.offload("job")
+    assert max(reserved) <= 2 * reserved[0] + 4096 and cache.reserved_bytes <= 2 * reserved[0] + 4096, reserved
+    cache.load("job", "cpu")
+    assert layer.weight.shape == (size + 1,) and bool((layer.weight == 7.0).all())
+
+
+def test_a_module_another_entry_holds_is_refused_on_register() -> None:
+    """Registered under two keys (say job/rollout and job/train), an offload of one emptied
+    the tensors the other still counted as resident: its phase then ran on (0,) weights."""
+    model, optimizer = make_job()
+    cache = StateCache(budget_bytes=1 << 24)
+    cache.register("job/rollout", model, optimizer)
+    with pytest.raises(SpecError, match="entry 'job/rollout' holds some of them"):
+        cache.register("job/train", model)
+    with pytest.raises(SpecError, match="entry 'job/rollout' holds some of them"):
+        cache.register("job/head", model.head)  # a part of it
+    assert "job/train" not in cache and "job/rollout" in cache
+    cache.register("other", make_job(1)[0])
+
+
+def test_a_cold_optimizer_state_is_refused_for_parameters_in_another_order(tmp_path) -> None:
+    """The i-th parameter's moments go to the optimizer's i-th parameter: an optimizer built
+    over the same module with its parameters in another order took (3, 4) moments for a
+    (2,) parameter, and failed only inside optimizer.step()."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    cache = StateCache(budget_bytes=0)
+    cache.register("job", model, optimizer)
+    saved = snapshot(model, optimizer)
+    cache.save_cold("job", tmp_path)
+    fresh = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    reordered = torch.optim.Adam(list(fresh.parameters())[::-1])
+    cache.register("fresh", fresh, reordered)
+    before = snapshot(fresh, reordered)
+    with pytest.raises(CheckpointMismatchError, match=r"optimizer parameter 0=shape \(3, 4\): expected shape \(2,\)"):
+        cache.load_cold("fresh", tmp_path, "cpu")
+    assert_identical(before, snapshot(fresh, reordered))
+    in_order = torch.optim.Adam(fresh.parameters())
+    cache.remove("fresh")
+    cache.register("fresh", fresh, in_order)
+    cache.load_cold("fresh", tmp_path, "cpu")
+    assert_identical(saved, snapshot(fresh, in_order))
+
+
 def test_stats_and_records_count_the_bytes_moved() -> None:
     model, optimizer = trained_job()
     expected = state_bytes(model, optimizer)

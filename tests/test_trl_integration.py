@@ -199,3 +199,54 @@ def test_example_refuses_bad_arguments_with_a_message_and_status_2(tmp_path):
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_train_that_raises_hands_the_model_back_and_can_be_run_again(tmp_path):
+    """A reward function that fails at the third generation: ``train`` raises, the model's
+    parameters are back (they were left as (0,) tensors parked in the cache), the failed
+    rollout is due again (it counted as done, so the retry was refused 409 'due for
+    train'), and a second ``train`` runs all its steps."""
+    pytest.importorskip("trl")
+    import torch
+    from trl import GRPOConfig
+
+    from rollmux.demo import _control_plane
+    from rollmux.errors import SpecError
+    from rollmux.integrations.trl import RollMuxGRPOTrainer
+    from rollmux.integrations.trl_toy import COMPLETION_LEN, digit_reward, shift_dataset, toy_tokenizer, tiny_qwen2
+    from rollmux.runtime.sdk import Client
+
+    calls = [0]
+
+    def flaky_reward(completions, target, **kwargs):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("reward server down")
+        return digit_reward(completions, target, **kwargs)
+
+    tokenizer = toy_tokenizer()
+    model = tiny_qwen2(tokenizer, 1)
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    config = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=4, seed=1,
+                        per_device_train_batch_size=8, num_generations=8, max_completion_length=COMPLETION_LEN,
+                        learning_rate=1e-2, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
+                        disable_tqdm=True)
+    with _control_plane(1, 1, str(tmp_path)) as (url, token):
+        client = Client(url, token=token)
+        job = client.submit({"job_id": "flaky", "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 2.0})
+        job.wait_placed(timeout_s=60)
+        trainer = RollMuxGRPOTrainer(job=job, model=model, reward_funcs=flaky_reward, args=config,
+                                     processing_class=tokenizer, train_dataset=shift_dataset(0, 8 * 4, 1))
+        with pytest.raises(RuntimeError, match="reward server down"):
+            trainer.train()
+        assert [tuple(p.shape) for p in model.parameters()] == shapes
+        assert all(torch.isfinite(p).all() for p in model.parameters())
+        assert f"{job.job_id}/policy" not in trainer.phases.cache
+        view = client.job("flaky")
+        assert (view["next_phase"], view["iterations_done"]) == ("rollout", 2)
+        trainer.train()
+        assert trainer.state.global_step == 4 and client.job("flaky")["iterations_done"] == 6
+        job.complete()
+        client.close()
+    with pytest.raises(SpecError, match="job='NoneType'"):
+        RollMuxGRPOTrainer(job=None, model=model, reward_funcs=digit_reward, args=config)

@@ -256,37 +256,44 @@ class GroupExecutor:
         for tail in self._tails.values():
             tail.parked = [p for p in tail.parked if p[0] != job_id]
 
-    def finish(self, job_id: str, now: float, requeue: bool = True, pool: str | None = None) -> str:
+    def finish(self, job_id: str, now: float, requeue: bool = True, pool: str | None = None,
+               failed: bool = False) -> str:
         """End the running phase of ``job_id`` at ``now``; queue its next phase unless told not to.
 
         ``pool`` names the phase (rule 11; needed when an asynchronous member runs two).
-        Returns the pool of the phase that ended.
+        ``failed``: the phase did not complete (the job's code raised): its nodes are freed
+        and the same phase is queued again, as if it had never been granted (an
+        asynchronous member's counters do not count it). Returns the pool of the phase
+        that ended.
         """
         slot = self._members[job_id]
         if slot.pipe is not None:
-            return self._finish_async(slot, now, requeue, pool)
+            return self._finish_async(slot, now, requeue, pool, failed)
         if pool is not None and pool != slot.running:
             raise ValueError(f"job {job_id!r} is not running a {pool} phase (running: {slot.running!r})")
         pool = slot.running
         if pool is None:
             raise ValueError(f"job {job_id!r} is not running a phase")
-        if job_id in self._donor:  # a slice ends before its donor (rule 8): park
-            self._slice_end(job_id, now if requeue else None)
+        if job_id in self._donor:  # a slice ends before its donor (rule 8): park (a failed one queues again)
+            self._slice_end(job_id, now if requeue and not failed else None)
             slot.running = None
+            if requeue and failed:
+                insort(self._queues[pool], (now, slot.order, job_id))
             return pool
         for node in slot.nodes[pool]:
             del self._busy[node]
             self._last[node] = job_id
         slot.running = None
         if requeue:
-            nxt = TRAIN if pool == ROLLOUT else ROLLOUT
+            nxt = pool if failed else TRAIN if pool == ROLLOUT else ROLLOUT
             insort(self._queues[nxt], (now, slot.order, job_id))
         if job_id in self._tails:
             self._tail_leave(job_id, now)
         return pool
 
-    def _finish_async(self, slot: _Slot, now: float, requeue: bool, pool: str | None) -> str:
-        """Rules 10-11 for an asynchronous member: count the phase, free its nodes, requeue."""
+    def _finish_async(self, slot: _Slot, now: float, requeue: bool, pool: str | None, failed: bool = False) -> str:
+        """Rules 10-11 for an asynchronous member: count the phase (unless it ``failed``: a
+        rollout then no longer counts as started), free its nodes, requeue."""
         pipe = slot.pipe
         if pool is None and len(pipe.running) == 1:
             pool = next(iter(pipe.running))
@@ -297,7 +304,10 @@ class GroupExecutor:
         for node in slot.nodes[pool]:
             del self._busy[node]
             self._last[node] = slot.job_id
-        if pool == ROLLOUT:
+        if failed:
+            if pool == ROLLOUT:
+                pipe.started -= 1
+        elif pool == ROLLOUT:
             pipe.rolled += 1
         else:
             pipe.trained += 1

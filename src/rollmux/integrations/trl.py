@@ -25,7 +25,7 @@ Contract
 * Why a subclass and a callback: TRL has no callback event around generation, so the
   rollout phase needs the method override; the state is registered by a
   ``TrainerCallback`` at ``on_train_begin``, the first moment the Trainer has built its
-  optimizer, and returned to the caller at ``on_train_end``.
+  optimizer, and returned to the caller at ``on_train_end`` (or when ``train`` raises).
 * State: the model and the optimizer (the torch optimizer under accelerate's wrapper)
   form one ``StateCache`` entry. It is offloaded to host buffers at ``on_train_begin``;
   each phase loads it onto the trainer's device when its grant arrives and offloads it
@@ -78,9 +78,23 @@ class PhaseHolder:
         self._stack.enter_context(self.job.phase(name, state=self.cache, key=self.key, device=self.device))
         self.held = name
 
-    def release(self) -> None:
+    def release(self, failure: BaseException | None = None) -> None:
+        """Give the phase held back; as failed (due again, nothing counted) with ``failure``."""
         self.held = None
-        self._stack.close()
+        stack, self._stack = self._stack, ExitStack()
+        if failure is None:
+            stack.close()
+        else:
+            stack.__exit__(type(failure), failure, failure.__traceback__)
+
+    def hand_back(self, failure: BaseException | None = None) -> None:
+        """Release the phase held (see ``release``) and return the state to its module and
+        optimizer, on the host (``cpu``), leaving the cache; a state not in the cache is
+        left alone."""
+        self.release(failure)
+        if self.key in self.cache:
+            self.cache.load(self.key, "cpu")
+            self.cache.remove(self.key)
 
 
 class _StateCallback(TrainerCallback):
@@ -97,10 +111,7 @@ class _StateCallback(TrainerCallback):
         t.phases.cache.offload(t.phases.key)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        t = self.trainer
-        t.phases.release()
-        t.phases.cache.load(t.phases.key, "cpu")
-        t.phases.cache.remove(t.phases.key)
+        self.trainer.phases.hand_back()
 
 
 class RollMuxGRPOTrainer(GRPOTrainer):
@@ -115,6 +126,9 @@ class RollMuxGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, job: JobHandle, cache_budget_bytes: int = CACHE_BUDGET_BYTES,
                  cache: StateCache | None = None, **kwargs: Any) -> None:
+        if not isinstance(job, JobHandle):  # before the whole GRPOTrainer is built
+            raise SpecError("job", type(job).__name__, "a rollmux JobHandle (Client.submit or Client.attach)",
+                            "RollMuxGRPOTrainer")
         super().__init__(*args, **kwargs)
         generate_every = self.args.steps_per_generation * self.num_iterations
         if generate_every % self.args.gradient_accumulation_steps:
@@ -135,11 +149,17 @@ class RollMuxGRPOTrainer(GRPOTrainer):
         return batch
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """``Trainer.train``; a phase still held when it raises is released (state offloaded)."""
+        """``Trainer.train``. When it raises, the phase held is released and the model and
+        optimizer get their state back on the host, as after a normal end: the model can be
+        saved or inspected, and ``train`` called again (e.g. from a checkpoint): the phase
+        it failed in was released as failed, so the job is due for that phase again."""
         try:
-            return super().train(*args, **kwargs)
-        finally:
-            self.phases.release()
+            result = super().train(*args, **kwargs)
+        except BaseException as exc:
+            self.phases.hand_back(exc)
+            raise
+        self.phases.hand_back()
+        return result
 
     @property
     def switches(self) -> tuple[SwitchRecord, ...]:

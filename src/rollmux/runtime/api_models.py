@@ -134,6 +134,9 @@ class ReleaseRequest(_Request):
     phase: Phase
     grant_seq: StrictInt = Field(ge=1, le=2**62)
     duration_s: Number = Field(ge=0.0, le=MAX_PHASE_S)
+    failed: StrictBool = Field(default=False, description="the job's code raised in the phase: it did not "
+                                                          "complete; the job is due for the same phase again "
+                                                          "and nothing is counted")
 
 
 class HeartbeatRequest(_Request):

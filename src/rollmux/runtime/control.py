@@ -537,9 +537,12 @@ class ControlPlane:
         return ((rec.last_released_seq == grant_seq and rec.last_released_phase == phase)
                 or (rec.asynchronous and rec.last_released_in.get(phase) == grant_seq))
 
-    def release(self, job_id: str, phase: str, grant_seq: int, duration_s: float, now: float) -> JobRecord:
+    def release(self, job_id: str, phase: str, grant_seq: int, duration_s: float, now: float,
+                failed: bool = False) -> JobRecord:
         """End the granted ``phase``; a repeat of the last release (same grant and phase) is
-        answered, not re-applied."""
+        answered, not re-applied. ``failed``: the job's code raised in the phase, which did
+        not complete: its nodes go back and the job is due for the same phase again, with
+        nothing counted (no iteration, no measured time, no move at that boundary)."""
         self.gather()
         if self.is_repeat_release(job_id, phase, grant_seq):
             return self.jobs[job_id]
@@ -548,7 +551,7 @@ class ControlPlane:
         if not (math.isfinite(duration_s) and duration_s >= 0):
             raise ControlError("duration_s", f"{duration_s!r} is not a finite duration >= 0 seconds")
         if rec.asynchronous:
-            return self._release_async(rec, phase, grant_seq, duration_s, now)
+            return self._release_async(rec, phase, grant_seq, duration_s, now, failed)
         if rec.grant is None:
             raise PhaseOrderError("phase", f"job {job_id!r} holds no grant to release")
         if rec.grant.pool != phase:
@@ -556,6 +559,11 @@ class ControlPlane:
         if rec.grant.seq != grant_seq:
             raise PhaseOrderError("grant_seq", f"{grant_seq} is not the held grant ({rec.grant.seq})")
         self._advance(now)
+        if failed:
+            self._fail_phase(rec, phase, grant_seq, now)
+            self.executors[rec.group_id].finish(job_id, now, failed=True)
+            self._dispatch(rec.group_id, now)
+            return rec
         last = phase == TRAIN and rec.job.iterations is not None and rec.iterations_done + 1 >= rec.job.iterations
         rec.next_phase = TRAIN if phase == ROLLOUT else ROLLOUT
         self._count_release(rec, phase, grant_seq, duration_s, now)
@@ -618,8 +626,20 @@ class ControlPlane:
         else:
             rec.rollouts_done += 1
 
+    def _fail_phase(self, rec: JobRecord, phase: str, grant_seq: int, now: float) -> None:
+        """The bookkeeping of a failed release: its grant ends and a retry of the same
+        release is recognised; no counter moves."""
+        rec.last_released_seq = grant_seq
+        rec.last_released_phase = phase
+        rec.last_released_in[phase] = grant_seq
+        rec.ready_at = now
+        self._end_grant(rec, now, phase)
+        self._log(now, "finish", rec.group_id, rec.job_id, phase, (), requeue=True, failed=True)
+        self._dirty_jobs.add(rec.job_id)
+        self._dirty_groups.add(rec.group_id)
+
     def _release_async(self, rec: JobRecord, phase: str, grant_seq: int, duration_s: float,
-                       now: float) -> JobRecord:
+                       now: float, failed: bool = False) -> JobRecord:
         """Release one of an asynchronous job's (up to two) grants: the executor finishes
         that pool's phase (rule 11) and queues what rules 10 and 12 allow."""
         job_id = rec.job_id
@@ -631,6 +651,14 @@ class ControlPlane:
         if held.seq != grant_seq:
             raise PhaseOrderError("grant_seq", f"{grant_seq} is not the held {phase} grant ({held.seq})")
         self._advance(now)
+        if failed:
+            self._fail_phase(rec, phase, grant_seq, now)
+            if phase == ROLLOUT:
+                rec.rollouts_started -= 1
+            self.executors[rec.group_id].finish(job_id, now, pool=phase, failed=True)
+            rec.next_phase = self._async_due(rec)
+            self._dispatch(rec.group_id, now)
+            return rec
         last = phase == TRAIN and rec.job.iterations is not None and rec.iterations_done + 1 >= rec.job.iterations
         self._count_release(rec, phase, grant_seq, duration_s, now)
         self._end_grant(rec, now, phase)

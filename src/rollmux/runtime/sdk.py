@@ -27,10 +27,18 @@ Contract
 --------
 * Entering a phase blocks until the group scheduler grants it (long polls); leaving it
   reports the measured duration and frees the nodes for the next phase in the group.
-  A phase body that raises still releases its grant; the exception propagates.
+  A phase body that raises still releases its grant, as failed: the service counts
+  nothing (no iteration, no measured time) and the job is due for the same phase again,
+  so a retry (``train()`` called again) starts where the job stopped. The exception
+  propagates (a release that fails then is logged and noted on it, never raised in its
+  place).
 * ``phase(..., state=obj)`` enters ``obj.resident(key, device)`` once the grant is held
   and leaves it before the grant is released (load on the device, offload to host); any
-  object with such a context-manager method works.
+  object with such a context-manager method works. If entering it fails (a CUDA out of
+  memory), the grant is released at once and the error raised: the group's other jobs
+  never wait on a phase that did not start.
+* A synchronous job runs one phase at a time: a phase entered while another thread holds
+  one raises ``PhaseBusy`` at once (an asynchronous job's threads wait for their turn).
 * Heartbeats run on their own timer: one is sent every quarter of the lease, at fixed
   times, each on its own short-lived thread, so a slow answer (or a long poll, or a
   long phase body) never delays the next one; the service measures the lease from
@@ -46,10 +54,13 @@ Contract
   service never sees a request it would refuse; a synchronous job's phases are entered
   exactly as before. ``Phase(timeout_s=...)`` bounds that wait (``TimeoutError``).
 * Clear failures, each its own class: ``JobCancelled``, ``LeaseLost``, ``JobDone``,
-  ``ServerUnavailable``, ``RequestRejected`` (a 4xx naming field and reason),
+  ``ServerUnavailable``, ``PhaseBusy``, ``RequestRejected`` (a 4xx naming field and reason),
   ``UntrustedServer`` (an https server whose certificate does not verify: raised at
   once, never retried) and ``WrongScheme`` (an https url to a plain http service). A
-  failure seen by the heartbeat thread is raised by the job's next call.
+  failure seen by the heartbeat thread is raised by the job's next call. Arguments the
+  service could never take (a url without http:// or https://, seconds out of range, a
+  spec field that is NaN, an ``on_move`` that is not callable) raise ``ValueError`` or
+  ``TypeError`` naming the argument, before any request.
 * TLS: an ``https://`` url is verified against the system's trust store, or against
   ``ca_file`` (else ``$ROLLMUX_CA_FILE``): the certificate, or the CA that signed it, of
   a service started with ``rollmux serve --tls-cert/--tls-key``.
@@ -59,7 +70,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
+import numbers
 import os
+import re
 import secrets
 import ssl
 import threading
@@ -71,6 +85,7 @@ import httpx
 
 from rollmux.errors import RollMuxError
 from rollmux.model import Job
+from rollmux.runtime.auth import JOB_ID_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +122,11 @@ class RequestRejected(ClientError):
         super().__init__(f"HTTP {status}: {field}: {reason}")
 
 
+class PhaseBusy(ClientError):
+    """A synchronous job's phase entered while the handle holds one (two threads on one
+    handle): nothing was asked of the service."""
+
+
 class JobEnded(ClientError):
     """The job has left the control plane; ``state`` and ``reason`` say how."""
 
@@ -132,6 +152,8 @@ class JobDone(JobEnded):
 _ENDED = {"cancelled": JobCancelled, "expired": LeaseLost, "done": JobDone}
 API = "/v1"
 MAX_BEATS_IN_FLIGHT = 4
+MAX_POLL_S = 30.0  # the longest long poll the service takes (api_models.MAX_WAIT_S)
+DAY_S = 86_400.0
 
 
 class Client:
@@ -142,6 +164,13 @@ class Client:
 
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 10.0, give_up_s: float = 30.0,
                  poll_s: float = 10.0, ca_file: str | None = None) -> None:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"url={url!r}: expected the service's address, http://HOST:PORT or https://HOST:PORT")
+        _check_seconds("timeout_s", timeout_s, 1e-3, DAY_S)
+        _check_seconds("give_up_s", give_up_s, 0.0, DAY_S)
+        _check_seconds("poll_s", poll_s, 0.0, MAX_POLL_S)
+        if token is not None and not isinstance(token, str):
+            raise ValueError(f"token: expected a string or None, got {type(token).__name__}")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
@@ -172,6 +201,7 @@ class Client:
         is called when the service moves the job (see ``JobHandle``); a spec with
         ``movable: false`` is never moved.
         """
+        _check_on_move(on_move)
         job_token = secrets.token_urlsafe(32)
         body = {"spec": _spec_dict(spec), "request_id": uuid.uuid4().hex, "token": job_token}
         view = self.call("POST", "/jobs", token=self.token, json=body)
@@ -179,6 +209,9 @@ class Client:
 
     def attach(self, job_id: str, token: str, on_move: Callable[[dict], None] | None = None) -> "JobHandle":
         """A handle on an already registered job (another process, or after a client restart)."""
+        if not isinstance(job_id, str) or not re.fullmatch(JOB_ID_PATTERN, job_id):
+            raise ValueError(f"job_id={job_id!r}: expected 1-128 of A-Z a-z 0-9 . _ -, starting alphanumeric")
+        _check_on_move(on_move)
         view = self.call("GET", f"/jobs/{job_id}", token=token)
         return JobHandle(self, job_id, token, view, on_move=on_move)
 
@@ -317,6 +350,10 @@ class JobHandle:
         return Phase(self, name, state, key or f"{self.job_id}/{name}", device, timeout_s)
 
     def progress(self, fraction: float) -> None:
+        """Report the fraction of the job's work done, 0 to 1."""
+        if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 <= fraction <= 1:
+            raise ValueError(f"fraction={fraction!r}: expected a number from 0 to 1")
+        fraction = float(fraction)
         self.view = self._call("POST", f"/jobs/{self.job_id}/progress", json={"fraction": fraction})
 
     def complete(self) -> None:
@@ -391,9 +428,20 @@ class JobHandle:
                 self._turn.wait(0.5 if left is None else min(0.5, left))
             self._in_flight.add(name)
 
+    def _enter_alone(self, name: str) -> None:
+        """A synchronous job: phase ``name`` may begin only while no phase of the handle is held."""
+        with self._turn:
+            if self._in_flight:
+                raise PhaseBusy(f"job {self.job_id!r}: phase {name!r} entered while phase "
+                                f"{next(iter(self._in_flight))!r} is held (another thread?); a synchronous job "
+                                f"runs one phase at a time, one after the other")
+            self._in_flight.add(name)
+
     def _end_turn(self, name: str, entered: bool, released: bool) -> None:
         with self._turn:
             self._in_flight.discard(name)
+            if not self.staleness:
+                return
             if released:
                 if name == "rollout":
                     self._rolled += 1
@@ -426,9 +474,11 @@ class JobHandle:
         if ok:
             self.moves.append(directive)
 
-    def _release(self, name: str, grant: dict, duration_s: float) -> None:
-        self.view = self._call("POST", f"/jobs/{self.job_id}/release",
-                               json={"phase": name, "grant_seq": grant["seq"], "duration_s": duration_s})
+    def _release(self, name: str, grant: dict, duration_s: float, failed: bool = False) -> None:
+        body = {"phase": name, "grant_seq": grant["seq"], "duration_s": duration_s}
+        if failed:  # (only then: a service older than the field takes every other release)
+            body["failed"] = True
+        self.view = self._call("POST", f"/jobs/{self.job_id}/release", json=body)
 
     def _heartbeat(self) -> None:
         """Fixed-rate beats every lease/4, each on its own thread (see the module docstring)."""
@@ -483,7 +533,6 @@ class Phase(contextlib.ContextDecorator):
             raise ValueError(f"phase={name!r}: expected 'rollout' or 'train'")
         self.job = job
         self.timeout_s = timeout_s
-        self._pipelined = False
         self.name = name
         self.state = state
         self.key = key
@@ -514,8 +563,7 @@ class Phase(contextlib.ContextDecorator):
         return answer["keep_gpus"]
 
     def __enter__(self) -> "Phase":
-        self._pipelined = self.job.staleness > 0
-        if self._pipelined:
+        if self.job.staleness > 0:
             self.job._await_turn(self.name, self.timeout_s)
             try:
                 self._grant = self.job._acquire(self.name)
@@ -526,38 +574,83 @@ class Phase(contextlib.ContextDecorator):
                 with self.job._turn:
                     self.job._started += 1
         else:
-            self._grant = self.job._acquire(self.name)
+            self.job._enter_alone(self.name)
+            try:
+                self._grant = self.job._acquire(self.name)
+            except BaseException:
+                self.job._end_turn(self.name, False, False)
+                raise
         self._wall0 = time.time()
         self._t0 = time.monotonic()
         if self.state is not None:
-            self._resident = self.state.resident(self.key, self.device)
-            self._resident.__enter__()
+            resident = self.state.resident(self.key, self.device)
+            try:
+                resident.__enter__()
+            except BaseException as exc:  # (e.g. CUDA out of memory): the grant goes back at once
+                self._give_back(exc)
+                raise
+            self._resident = resident
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        try:
-            if self._resident is not None:
-                resident, self._resident = self._resident, None
-                resident.__exit__(exc_type, exc, tb)
-        finally:
-            duration = time.monotonic() - self._t0
-            grant, self._grant = self._grant, None
-            self.job.history.append((self.name, tuple(grant["nodes"]), grant["seq"], self._wall0, time.time()))
-            released = False
+        failure = None
+        if self._resident is not None:
+            resident, self._resident = self._resident, None
             try:
-                self.job._release(self.name, grant, duration)
-                released = True
-            finally:
-                if self._pipelined:
-                    self.job._end_turn(self.name, True, released)
+                resident.__exit__(exc_type, exc, tb)
+            except BaseException as err:
+                failure = err
+        self._give_back(failure or exc)
+        if failure is not None:
+            raise failure
         return False
+
+    def _give_back(self, pending: BaseException | None) -> None:
+        """Release the grant held. A release that fails while ``pending`` (the body's or the
+        state hook's exception) propagates is logged and noted on it, and ``pending`` goes on."""
+        duration = time.monotonic() - self._t0
+        grant, self._grant = self._grant, None
+        self.job.history.append((self.name, tuple(grant["nodes"]), grant["seq"], self._wall0, time.time()))
+        released = False
+        try:
+            self.job._release(self.name, grant, duration, failed=pending is not None)
+            released = pending is None  # a failed phase is due again: it counts as not begun
+        except Exception as err:
+            if pending is None:
+                raise
+            log.warning("job %s: releasing the %s grant failed after %s: %s: %s", self.job.job_id, self.name,
+                        type(pending).__name__, type(err).__name__, err)
+            pending.add_note(f"rollmux: releasing the {self.name} grant failed too: {type(err).__name__}: {err}")
+        finally:
+            self.job._end_turn(self.name, True, released)
 
 
 def _spec_dict(spec: dict | Job) -> dict:
+    """The spec as JSON-ready values: numpy scalars as Python numbers; a number that JSON
+    cannot carry (NaN, infinity) refused naming its field (the service checks the rest)."""
     if isinstance(spec, Job):
         d = dataclasses.asdict(spec)
-        return {k: d[k] for k in SPEC_FIELDS}
-    return dict(spec)
+        spec = {k: d[k] for k in SPEC_FIELDS}
+    elif not isinstance(spec, dict):
+        raise TypeError(f"spec: expected a dict of job fields or a rollmux.model.Job, got {type(spec).__name__}")
+    out = {}
+    for key, value in spec.items():
+        if isinstance(value, numbers.Number) and not isinstance(value, (bool, int, float)) and hasattr(value, "item"):
+            value = value.item()  # numpy and torch scalars
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"spec.{key}={value!r}: expected a finite number")
+        out[key] = value
+    return out
+
+
+def _check_seconds(name: str, value: Any, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= value <= high:
+        raise ValueError(f"{name}={value!r}: expected seconds from {low:g} to {high:g}")
+
+
+def _check_on_move(on_move: Any) -> None:
+    if on_move is not None and not callable(on_move):
+        raise TypeError(f"on_move={on_move!r}: expected a callable taking the move directive, or None")
 
 
 def _raise_if_permanent(exc: httpx.TransportError, url: str) -> None:

@@ -709,10 +709,10 @@ def create_app(service: Service) -> FastAPI:
         service.check_job(job_id, token)
         def run(c: ControlPlane, now: float) -> tuple[JobRecord, bool]:
             repeat = c.is_repeat_release(job_id, body.phase, body.grant_seq)
-            return c.release(job_id, body.phase, body.grant_seq, body.duration_s, now), repeat
+            return c.release(job_id, body.phase, body.grant_seq, body.duration_s, now, body.failed), repeat
 
         rec, repeat = await service.mutate(run)
-        if not repeat:  # a retried release is answered, not counted again
+        if not repeat and not body.failed:  # a retried release is answered, not counted again
             service.metrics.phase_seconds.labels(body.phase).observe(body.duration_s)
         return service.view(rec)
 

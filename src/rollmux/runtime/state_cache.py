@@ -12,7 +12,9 @@ optimizer's per-parameter state. An entry is in one of three residencies:
   both the device storage and the host buffers; :meth:`StateCache.load_cold` reads it.
 
 Host buffers are allocated once per entry, on its first offload, and reused by every
-later offload; they are pinned (``cudaHostRegister``) when the entry lives on a CUDA
+later offload (a slot that appeared or changed shape or dtype since gets a buffer of its
+own, and an arena none of whose buffers is still used is freed then, so shape changes
+do not accumulate host memory); they are pinned (``cudaHostRegister``) when the entry lives on a CUDA
 device, so copies run at DMA speed. Their total size is bounded by the cache's
 host-memory budget: an offload that would exceed it raises :class:`CacheBudgetError`
 before anything changes.
@@ -309,12 +311,22 @@ class StateCache:
         """Add an entry, resident on the device of the module's first tensor.
 
         Every parameter the optimizer steps must belong to ``module`` (else SpecError),
-        and the module must hold at least one tensor.
+        and the module must hold at least one tensor, none of which another entry holds
+        (SpecError naming that entry: offloading one would empty the other's tensors
+        while the cache still counted it as resident).
         """
         if key in self._entries:
             raise CacheKeyError(key, "a key not yet registered")
         first = entry_tensor(module, optimizer, f"entry {key!r}")
+        mine = {id(t) for t in [*module.parameters(), *module.buffers()]}
+        for other, entry in self._entries.items():
+            if any(id(t) in mine for t in [*entry.module.parameters(), *entry.module.buffers()]):
+                raise SpecError("module", type(module).__name__, f"a module whose tensors no other entry holds "
+                                f"(entry {other!r} holds some of them)", f"entry {key!r}")
         self._entries[key] = _Entry(module, optimizer, _resolve(first.device))
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
 
     def remove(self, key: Hashable) -> None:
         """Forget an entry and free its host buffers; refused while its only copy is on the host."""
@@ -341,8 +353,10 @@ class StateCache:
     def offload(self, key: Hashable) -> SwitchRecord:
         """Copy a DEVICE entry's state into its host buffers and free the device storage.
 
-        Buffers missing for some slot (first offload, or optimizer state created since)
-        are allocated in one new arena; CacheBudgetError if it does not fit the budget.
+        Buffers missing for some slot (first offload, optimizer state created since, or a
+        slot whose shape or dtype changed) are allocated in one new arena, and the arenas
+        left with no buffer in use are freed; CacheBudgetError if the new arena does not fit
+        the budget with those freed.
         """
         entry = self._entry(key)
         self._expect(key, entry, "offload", (Residency.DEVICE,))
@@ -357,13 +371,17 @@ class StateCache:
         }
         if missing:
             pin = entry.device.type == "cuda"
+            kept = set(slots) - set(missing)  # slots whose buffers stay in use
+            stale = [arena for arena in entry.arenas if not kept & set(arena.views)]
             needed = arena_bytes(missing)
-            left = self.budget_bytes - self.reserved_bytes
+            left = self.budget_bytes - self.reserved_bytes + sum(arena.nbytes for arena in stale)
             if needed > left:
                 raise CacheBudgetError(key, needed, left)
             arena = HostArena(missing, pin)
-            entry.arenas.append(arena)
-            entry.host.update(arena.views)
+            for old in stale:
+                old.release()
+            entry.arenas = [a for a in entry.arenas if all(a is not old for old in stale)] + [arena]
+            entry.host = {name: view for name, view in entry.host.items() if name in kept} | arena.views
         for name, tensor in slots.items():
             entry.host[name].copy_(tensor.detach(), non_blocking=True)
         synchronize(*(t.device for t in slots.values()))
@@ -438,7 +456,9 @@ class StateCache:
         save_file(tensors, str(folder / TENSORS_FILE))
         _fsync_file(folder / TENSORS_FILE)
         if entry.optimizer is not None:
-            torch.save(_optimizer_skeleton(entry.optimizer), folder / OPTIMIZER_FILE)
+            slot_of = {id(t): name for name, t in slots.items()}
+            shapes = [list(moved[slot_of[id(p)]][0]) for g in entry.optimizer.param_groups for p in g["params"]]
+            torch.save(_optimizer_skeleton(entry.optimizer, shapes), folder / OPTIMIZER_FILE)
             _fsync_file(folder / OPTIMIZER_FILE)
         del tensors
         for param in entry.module.parameters():
@@ -485,9 +505,11 @@ class StateCache:
                 found = f"{tuple(loaded[name].shape)} {loaded[name].dtype}"
                 raise CheckpointMismatchError(folder / TENSORS_FILE, name, found, f"{tuple(shape)} {dtype}")
         state_dict = None
-        if entry.optimizer is not None:
-            state_dict = _optimizer_state_dict(folder, loaded, entry.optimizer)
         module_slots = state_slots(entry.module, None)
+        if entry.optimizer is not None:
+            slot_of = {id(t): name for name, t in module_slots.items()}
+            shapes = [list(expected[slot_of[id(p)]][0]) for g in entry.optimizer.param_groups for p in g["params"]]
+            state_dict = _optimizer_state_dict(folder, loaded, entry.optimizer, shapes)
         fresh = {name: loaded[name].to(target) for name in module_slots}
         synchronize(target)
         for name, tensor in fresh.items():
@@ -549,8 +571,9 @@ class StateCache:
         return record
 
 
-def _optimizer_skeleton(optimizer: torch.optim.Optimizer) -> dict[str, object]:
-    """The optimizer's state_dict without its tensors (those go to the safetensors file)."""
+def _optimizer_skeleton(optimizer: torch.optim.Optimizer, shapes: list[list[int]]) -> dict[str, object]:
+    """The optimizer's state_dict without its tensors (those go to the safetensors file),
+    with its parameters' ``shapes`` in its order (they may be offloaded now)."""
     packed = optimizer.state_dict()
     return {
         "state": {
@@ -564,15 +587,18 @@ def _optimizer_skeleton(optimizer: torch.optim.Optimizer) -> dict[str, object]:
             if isinstance(v, torch.Tensor)
         ),
         "param_groups": packed["param_groups"],
+        "param_shapes": shapes,
     }
 
 
 def _optimizer_state_dict(
-    folder: Path, loaded: Mapping[str, torch.Tensor], optimizer: torch.optim.Optimizer
+    folder: Path, loaded: Mapping[str, torch.Tensor], optimizer: torch.optim.Optimizer, shapes: list[list[int]]
 ) -> dict[str, object]:
     """Rebuild an optimizer state_dict from ``optimizer.pt`` and the loaded tensors.
 
-    Checks that the saved param groups have the sizes of ``optimizer``'s groups.
+    Checks that the saved param groups have the sizes of ``optimizer``'s groups, and that
+    its parameters, whose shapes once loaded are ``shapes`` (in the optimizer's order),
+    have the saved shapes in the saved order.
     """
     path = folder / OPTIMIZER_FILE
     if not path.exists():
@@ -582,6 +608,12 @@ def _optimizer_state_dict(
     sizes = [len(group["params"]) for group in optimizer.param_groups]
     if saved_sizes != sizes:
         raise CheckpointMismatchError(path, "param_groups", f"sizes {saved_sizes}", f"sizes {sizes}")
+    # the i-th parameter's state goes to the optimizer's i-th parameter: the same shapes, in
+    # the same order (a file written before the shapes were saved is not checked)
+    for index, (saved, now) in enumerate(zip(skeleton.get("param_shapes", shapes), shapes)):
+        if list(saved) != now:
+            raise CheckpointMismatchError(path, f"optimizer parameter {index}", f"shape {tuple(saved)}",
+                                          f"shape {tuple(now)} (the optimizer's parameters in the order saved)")
     state: dict[int, dict[str, object]] = {int(i): dict(v) for i, v in skeleton["state"].items()}
     for name in skeleton["tensor_slots"]:
         if name not in loaded:
