@@ -457,9 +457,10 @@ def test_a_damaged_file_refuses_to_start_with_how_to_recover(tmp_path):
     env = dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN)
     proc = subprocess.run([ROLLMUX, "serve", "--state", str(tmp_path / "state.db"), "--port", "1"],
                           capture_output=True, text=True, env=env, timeout=60)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 2 and "empty (0 bytes)" in out and "--new-state" in out
+    out = " ".join((proc.stdout + proc.stderr).split())  # (the console wraps long lines)
+    assert proc.returncode == 2 and "--state" in out and "empty (0 bytes)" in out and "--new-state" in out
     assert (tmp_path / "state.db").read_bytes() == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]  # no admin token or lock beside it
 
 
 def test_a_restart_reconciles_the_cluster_file(tmp_path):

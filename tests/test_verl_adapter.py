@@ -455,9 +455,9 @@ def _run_fit(base_config, tmp_path, fail_update_at=None, reward_model=False):
             job = client.submit(spec)
             release = job._release
 
-            def snapshot_release(name, grant, duration_s):
+            def snapshot_release(name, grant, duration_s, failed=False):
                 snapshots.append((name, world.model, world.optim, world.awake))
-                release(name, grant, duration_s)
+                release(name, grant, duration_s, failed)
             job._release = snapshot_release
             try:
                 with job.lifetime():
@@ -519,6 +519,8 @@ def test_a_failing_verl_update_releases_its_grant_with_the_state_offloaded(base_
     assert [name for name, *_ in job.history] == ["rollout", "train"] * 2
     assert snapshots[-1] == ("train", "cpu", "cpu", False) and world.version == 1
     assert view["state"] == "cancelled"  # JobHandle.lifetime cancels on an exception
+    # the failed update's train phase was released as failed: the service counted one step, not two
+    assert view["iterations_done"] == 1 and view["next_phase"] == "train"
     assert "sleep_replicas" not in vars(trainer.checkpoint_manager) and trainer.rollmux.held is None
 
 

@@ -65,7 +65,8 @@ Contract
 * Not under a grant: ``init_workers`` (model load) and a checkpoint resume at the
   start of ``fit`` (``trainer.resume_mode``) run before the first grant.
 * ``fit`` releases the phase held when it returns or raises (state offloaded, engines
-  asleep) and removes the hooks.
+  asleep) and removes the hooks; when it raises, the phase is released as failed (the
+  service counts nothing and the job is due for that phase again).
 * Refused at construction (``FrameworkConfigError``, see ``verl_config``): configs the
   boundary actions cannot keep off the GPUs (``free_cache_engine`` false, a reference
   model without param offload, engines other than vLLM / SGLang, ...).
@@ -137,9 +138,15 @@ class VerlPhases:
         self._stack.enter_context(self.job.phase(name, state=self, key=name))
         self.held = name
 
-    def release(self) -> None:
+    def release(self, failure: BaseException | None = None) -> None:
+        """Run the closing action and give the phase back; as failed (due again, nothing
+        counted) with ``failure``, what ``fit`` raised."""
         self.held = None
-        self._stack.close()
+        stack, self._stack = self._stack, ExitStack()
+        if failure is None:
+            stack.close()
+        else:
+            stack.__exit__(type(failure), failure, failure.__traceback__)
 
     @contextmanager
     def resident(self, key: str, device: Any) -> Iterator[None]:
@@ -280,12 +287,18 @@ class RollMuxPPOMixin:
         phases.install()
         try:
             phases.park()
-            return super().fit()
-        finally:
+            result = super().fit()
+        except BaseException as exc:
             try:
-                phases.release()
+                phases.release(exc)
             finally:
                 phases.uninstall()
+            raise
+        try:
+            phases.release()
+        finally:
+            phases.uninstall()
+        return result
 
     def _validate(self, merged: bool = False) -> Any:
         if not self.rollmux._originals:  # outside fit: no grants
