@@ -272,6 +272,26 @@ def test_client_reconnects_to_a_restarted_server(srv):
     assert job.view["iterations_done"] == 1
 
 
+def test_a_handle_outlives_an_outage_longer_than_give_up_s(srv):
+    """The service down for 2.5 s, give_up_s 0.5 s: the job's own calls meanwhile raise
+    ServerUnavailable, but its heartbeats go on, so once the service is back the handle
+    works (it was failed for good, and the job then expired: lost to a slow restart)."""
+    job = Client(srv.url, ADMIN, give_up_s=0.5).submit(_spec("a", iterations=2))
+    with job.phase("rollout"):
+        pass
+    srv.stop()
+    with pytest.raises(ServerUnavailable):
+        job.progress(0.1)
+    time.sleep(2.0)
+    srv.start()
+    with job.phase("train"):
+        pass
+    assert job.view["iterations_done"] == 1
+    time.sleep(2.0)  # lease 1 s + grace 0.5 s: alive only if the heartbeats came back
+    assert Client(srv.url, ADMIN).job("a")["state"] == "placed"
+    job.cancel()
+
+
 def test_server_that_stays_gone_raises_server_unavailable(srv):
     job = Client(srv.url, ADMIN, give_up_s=0.5).submit(_spec("a"), heartbeat=False)
     srv.stop()

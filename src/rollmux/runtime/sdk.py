@@ -42,7 +42,12 @@ Contract
 * Heartbeats run on their own timer: one is sent every quarter of the lease, at fixed
   times, each on its own short-lived thread, so a slow answer (or a long poll, or a
   long phase body) never delays the next one; the service measures the lease from
-  when it receives each call, and tolerates its documented grace on top.
+  when it receives each call, and tolerates its documented grace on top. They never
+  give up on a service that does not answer (a warning is logged after ``give_up_s``):
+  a service restarted after any outage renews every live job's lease, and the job's
+  first answered heartbeat keeps it; only an answer that ends or refuses the job is
+  raised by its next call (``LeaseLost`` if the outage outlasted the lease without a
+  restart).
 * A server that does not answer (connection refused, reset, 5xx) is retried with
   exponential backoff until ``give_up_s`` has passed without an answer, so a
   restarted server is reconnected transparently; every retried call is idempotent
@@ -488,13 +493,15 @@ class JobHandle:
         in_flight = threading.Semaphore(MAX_BEATS_IN_FLIGHT)
         last_answer = [time.monotonic()]
         next_at = time.monotonic() + period
+        warned = False
         try:
             while not self._stop.wait(max(0.0, next_at - time.monotonic())):
                 next_at += period
-                if time.monotonic() - last_answer[0] > self.client.give_up_s:
-                    self._failure = ServerUnavailable(f"{self.client.url}: no heartbeat answered for "
-                                                      f"{self.client.give_up_s:g}s")
-                    return
+                silent = time.monotonic() - last_answer[0]
+                if silent > self.client.give_up_s and not warned:  # (said once per outage)
+                    log.warning("job %s: no heartbeat answered for %.0fs by %s; still beating (a restarted "
+                                "service renews the job's lease at once)", self.job_id, silent, self.client.url)
+                warned = silent > self.client.give_up_s
                 if self._failure is not None:
                     return
                 if in_flight.acquire(blocking=False):
