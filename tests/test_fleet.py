@@ -579,8 +579,13 @@ def test_fleet_simulate_names_why_a_policy_placed_no_job_a_type_with_no_nodes(tm
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("gpus_per_node: 8\nreference: {rollout: H20, train: H800}\n"
                      "pools:\n  - {gpu: H20, nodes: 0}\n  - {gpu: H800, nodes: 4}\n")
-    result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster", str(fleet)])
+    out = tmp_path / "sim.json"
+    result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster", str(fleet),
+                                 "--json", str(out)])
     assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert "solo-d on H20/H800" in data["serve_no_job"]
+    assert "H20 has 0 free nodes" in data["no_job_reasons"]["solo-d on H20/H800"]
     text = " ".join(result.output.split())
     listed = text.split("placed no job, so not in the table:")[1]
     assert "solo-d on H20/H800: " in listed and "H20 has 0 free nodes, needs 1" in listed

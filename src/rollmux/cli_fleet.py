@@ -292,7 +292,7 @@ def simulate(
     if json_path is not None:
         payload = {"duration_model": duration_model.value, "seed": seed, "queue": queue.value,
                    "policies": {r.policy: {k: v for k, v in r.summary().items() if k != "jobs"} for r in results},
-                   "serve_no_job": none}
+                   "serve_no_job": [name for name, _ in none], "no_job_reasons": dict(none)}
         _write_json(json_path, payload)
 
 
