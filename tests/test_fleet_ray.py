@@ -43,6 +43,33 @@ def test_map_tasks_returns_each_call_in_item_order_and_reports_each_as_done():
     assert map_tasks(math.sqrt, (), [], command="test") == []  # nothing to run: Ray not started
 
 
+def test_map_tasks_starts_its_own_instance_beside_another_ray_cluster(tmp_path):
+    """Another Ray cluster on the machine (``ray start --head``, a test's cluster, or the
+    address file a killed one left): ``ray.init(num_cpus=...)`` attached to it and failed
+    ("num_cpus ... must not be provided"); whatif crashed with a traceback."""
+    from rollmux.runtime.ray_adapter import local_cluster
+
+    with local_cluster(["R0"], ["T0"]):
+        ray.shutdown()  # the cluster runs on; this driver leaves it, as another process would be
+        assert map_tasks(operator.neg, (), [(1,), (2,)], command="test", num_cpus=1) == [-1, -2]
+    assert not ray.is_initialized()
+
+
+def test_an_address_where_nothing_answers_is_refused_at_once():
+    import socket
+    import time
+
+    from rollmux.errors import RollMuxError
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(RollMuxError, match=f"test: cannot connect to the Ray cluster at 127.0.0.1:{port}"):
+        map_tasks(operator.neg, (), [(1,)], command="test", address=f"127.0.0.1:{port}")
+    assert time.monotonic() - t0 < 10 and not ray.is_initialized()  # (Ray itself retried for minutes)
+
+
 def test_fixed_type_plans_on_ray_are_the_serial_plans():
     fleet = load_fleet(EXAMPLE / "three_types.yaml")
     profiles = load_profiles(EXAMPLE / "profiles.csv", fleet)

@@ -7,8 +7,10 @@ Contract
   ``num_cpus`` CPUs and ``RAY_AUTH_MODE=disabled`` unless the environment says otherwise
   (its start retried after Ray's start-up timeouts, ``runtime.ray_start``). It returns
   True when this call connected (so the caller disconnects), False when a driver was
-  connected already. Without Ray installed, or when ``address`` cannot be reached,
-  ``RollMuxError`` names ``command``.
+  connected already. Without Ray installed, or when ``address`` cannot be reached
+  (``HOST:PORT`` refusing a TCP connection within 5 s is refused at once),
+  ``RollMuxError`` names ``command``. A local instance is new even when another Ray
+  cluster runs on the machine.
 * ``map_tasks(fn, shared, items, ...)`` runs ``fn(*shared, *item)`` for every item as a
   Ray task of one CPU and returns the results in item order, each equal to the call made
   in this process. ``fn`` is any picklable callable that Ray's workers can load (a
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from typing import Any, Callable, Sequence
 
 from rollmux.errors import RollMuxError
@@ -42,6 +45,7 @@ def connect(address: str | None, num_cpus: int, command: str) -> bool:
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address:
+        _check_reachable(address, command)
         try:
             ray.init(address=address, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as err:
@@ -50,9 +54,25 @@ def connect(address: str | None, num_cpus: int, command: str) -> bool:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         from rollmux.runtime.ray_start import start_ray
 
-        start_ray(lambda: ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                                   logging_level=logging.WARNING))
+        # address="local": a new instance even when another Ray cluster runs on this machine
+        # (``ray start --head``, a test's cluster, or the stale address file a killed one left)
+        start_ray(lambda: ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                                   log_to_driver=False, logging_level=logging.WARNING))
     return True
+
+
+def _check_reachable(address: str, command: str, timeout_s: float = 5.0) -> None:
+    """A ``HOST:PORT`` (or ``ray://HOST:PORT``) address that refuses a TCP connection within
+    ``timeout_s``: RollMuxError now (``ray.init`` retries such an address for minutes)."""
+    where = address.removeprefix("ray://")
+    host, sep, port = where.rpartition(":")
+    if not sep or not port.isdigit() or "/" in where:
+        return  # "auto", a scheme Ray knows: Ray's own errors say
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise RollMuxError(f"{command}: cannot connect to the Ray cluster at {address}: nothing answers on "
+                           f"{host}:{port} within {timeout_s:g}s ({err})") from None
 
 
 #: A map of independent calls: ``mapper(fn, shared, items, on_done=)`` returns

@@ -97,8 +97,8 @@ def running_service(num_cpus: int = 2, **options) -> Iterator[DeploymentHandle]:
     here, are shut down on exit even if the body raised."""
     started = not ray.is_initialized()
     if started:
-        start_ray(lambda: ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                                   _node_ip_address="127.0.0.1"))
+        start_ray(lambda: ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                                   log_to_driver=False, _node_ip_address="127.0.0.1"))
     try:
         yield start_service(**options)
     finally:
