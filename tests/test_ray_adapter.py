@@ -191,13 +191,48 @@ def test_full_node_times_out_and_withdraws(cluster, runners):
     assert wait_until(lambda: ray.available_resources().get("rollmux_node:R0") == 1.0)
 
 
-def test_bad_arguments_are_rejected_before_ray():
-    with pytest.raises(SpecError):
-        RayJobRunner("A", PLAN_A, Worker, Worker, workers_per_node=0)
-    with pytest.raises(SpecError):
-        RayJobRunner("A", PLAN_A, Worker, Worker, claim=0)
-    with pytest.raises(SpecError):
-        RayJobRunner("A", PLAN_A, Worker, Worker, actor_options={"num_gpus": 1})
+def test_an_interrupted_reservation_is_withdrawn(cluster, runners, monkeypatch):
+    """Ctrl-C while ``start`` waits for the reservation left the placement group pending,
+    with ``started`` False, so nothing could remove it."""
+    import rollmux.runtime.ray_adapter as adapter
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    runner = RayJobRunner("I", Placement(None, ("R0",), ("T0",)), Worker, Worker, timeout_s=5)
+    runners.append(runner)
+    before = set(ray.util.placement_group_table())
+    monkeypatch.setattr(adapter.ray, "wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.start()
+    monkeypatch.undo()
+    new = [pg for pg_id, pg in ray.util.placement_group_table().items() if pg_id not in before]
+    assert [pg["state"] for pg in new] == ["REMOVED"] and not runner.started
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"workers_per_node": 0}, "workers_per_node"), ({"workers_per_node": 1.5}, "workers_per_node"),
+    ({"workers_per_node": "2"}, "workers_per_node"), ({"claim": 0}, "claim"),
+    ({"timeout_s": float("inf")}, "timeout_s"), ({"timeout_s": float("nan")}, "timeout_s"),
+    ({"actor_options": {"num_gpus": 1}}, "actor_options"),
+])
+def test_bad_arguments_are_rejected_before_ray(kwargs, field):
+    """(an infinite or NaN timeout passed, then Ray failed with the placement group made)"""
+    with pytest.raises(SpecError, match=field):
+        RayJobRunner("A", PLAN_A, Worker, Worker, **kwargs)
+
+
+def test_start_without_a_ray_connection_says_so():
+    """(it raised Ray's own RaySystemError); in a process of its own, with no Ray connection"""
+    import subprocess
+    import sys
+
+    code = ("from rollmux.runtime.ray_adapter import RayAdapterError, RayJobRunner\n"
+            "from rollmux.plan_state import Placement\n"
+            "try:\n    RayJobRunner('A', Placement(None, ('R0',), ('T0',)), object, object).start()\n"
+            "except RayAdapterError as err:\n    print('refused:', err)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "refused: job 'A': no Ray connection" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.fixture

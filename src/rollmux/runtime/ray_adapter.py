@@ -41,6 +41,7 @@ from rollmux.plan_state import Placement
 from rollmux.runtime.ray_start import start_ray
 
 NODE_RESOURCE_PREFIX = "rollmux_node:"
+MAX_TIMEOUT_S = 86_400.0  # a reservation's wait: finite (Ray overflows on inf)
 GPU_RESOURCE = {ROLLOUT: "rollout_gpu", TRAIN: "train_gpu"}
 
 
@@ -236,12 +237,13 @@ class RayJobRunner:
         timeout_s: float = 60.0,
         actor_options: dict[str, Any] | None = None,
     ) -> None:
-        if workers_per_node < 1:
+        if isinstance(workers_per_node, bool) or not isinstance(workers_per_node, int) or workers_per_node < 1:
             raise SpecError("workers_per_node", workers_per_node, "an integer >= 1")
-        if not 0 < claim <= 1:
+        if isinstance(claim, bool) or not isinstance(claim, (int, float)) or not 0 < claim <= 1:
             raise SpecError("claim", claim, "a fraction in (0, 1]")
-        if timeout_s <= 0:
-            raise SpecError("timeout_s", timeout_s, "a positive number of seconds")
+        if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                or not 0 < timeout_s <= MAX_TIMEOUT_S):
+            raise SpecError("timeout_s", timeout_s, f"a positive number of seconds, at most {MAX_TIMEOUT_S:g}")
         reserved = {"resources", "num_cpus", "num_gpus", "scheduling_strategy", "placement_group"}
         clash = reserved.intersection(actor_options or {})
         if clash:
@@ -262,11 +264,15 @@ class RayJobRunner:
     def start(self) -> RayJobRunner:
         """Reserve the pinned nodes and start the workers; returns self.
 
-        Raises ``UnknownNodeError`` or ``PlacementTimeout`` with nothing left behind,
-        and ``RayAdapterError`` if already started.
+        Raises ``UnknownNodeError`` or ``PlacementTimeout`` with nothing left behind (also
+        when interrupted while it waits), and ``RayAdapterError`` if already started or
+        without a Ray connection.
         """
         if self._pg is not None:
             raise RayAdapterError(f"job {self.job_id!r}: already started")
+        if not ray.is_initialized():
+            raise RayAdapterError(f"job {self.job_id!r}: no Ray connection (ray.init first, to the cluster whose "
+                                  f"nodes carry the rollmux_node:<id> resources)")
         self._check_nodes()
         infos = [
             WorkerInfo(self.job_id, pool, node, i * self.workers_per_node + k)
@@ -280,7 +286,11 @@ class RayJobRunner:
         # The pin comes from each bundle's resource; "SPREAD" is only a soft tie-breaker,
         # so several workers (or both pools of a colocated job) may share one node.
         pg = placement_group(bundles, strategy="SPREAD", name=f"rollmux-{self.job_id}")
-        ready, _ = ray.wait([pg.ready()], timeout=self.timeout_s)
+        try:
+            ready, _ = ray.wait([pg.ready()], timeout=self.timeout_s)
+        except BaseException:  # (Ctrl-C while waiting): the reservation goes too
+            remove_placement_group(pg)
+            raise
         if not ready:
             remove_placement_group(pg)
             raise PlacementTimeout(self.job_id, self.timeout_s)
