@@ -1,6 +1,7 @@
 """The rollmux command: simulate, plan and trace, including their errors."""
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from rollmux.cli import app
@@ -176,6 +177,52 @@ def test_unwritable_outputs_are_refused_before_the_run(tmp_path):
     assert r.exit_code == 2 and "--json" in r.output and "chosen" not in r.output
     r = runner.invoke(app, ["trace", "generate", "--out", str(blocker / "g.csv")])
     assert r.exit_code == 2 and "--out" in r.output
+
+
+def test_outputs_that_would_clash_or_that_root_cannot_write_are_refused_before_the_run(tmp_path):
+    """/proc passed ``os.access`` for root and the write failed after the whole run with a
+    traceback; two options on one file overwrote each other; a plot named .txt failed in
+    matplotlib after the sweep."""
+    small = tmp_path / "small.csv"
+    small.write_text("job_id,arrival_s,iterations,t_roll_s,t_train_s,slo\na,0,3,10,10,2\n")
+    cases = [(["simulate", "--trace", str(small), "--html", "/proc/report.html"], "--html /proc/report.html: "
+              "cannot make the file in /proc"),
+             (["simulate", "--trace", str(small), "--json", str(tmp_path / "x"), "--jobs-csv", str(tmp_path / "x")],
+              "--jobs-csv"),
+             (["whatif", "--trace", str(small), "--vary", "train.nodes=1", "--plot", str(tmp_path / "f.txt")],
+              "--plot"),
+             (["whatif", "--trace", str(small), "--vary", "train.nodes=1", "--json", str(tmp_path / "w"),
+               "--csv", str(tmp_path / "w")], "the same file as --json")]
+    for args, needle in cases:
+        r = runner.invoke(app, args)
+        text = " ".join(r.output.split())
+        assert r.exit_code == 2 and needle in text, (args, r.output)
+        assert "run" not in text.split("error:")[0]  # refused before anything ran
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small.csv"]
+
+
+def test_a_report_is_written_whole_or_not_at_all(tmp_path):
+    """A write that fails (a full disk) leaves no half file, and an earlier report as it was."""
+    import resource
+    import signal
+
+    from rollmux.errors import OutputPathError
+    from rollmux.report.paths import write_json
+
+    target = tmp_path / "r.json"
+    target.write_text('{"kept": 1}')
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limits[1]))
+    try:
+        with pytest.raises(OutputPathError, match="--json .*File too large"):
+            write_json(target, {"rows": list(range(5000))})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert target.read_text() == '{"kept": 1}' and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    write_json(target, {"rows": [1]})
+    assert json.loads(target.read_text()) == {"rows": [1]} and oct(target.stat().st_mode & 0o777) != "0o600"
 
 
 def test_errors_speak_option_names(tmp_path):

@@ -266,3 +266,14 @@ def test_the_waiting_line_order_reaches_every_run(tmp_path):
                                                           "--queue fifo: given twice")):
         bad = CliRunner().invoke(whatif_app(), ["whatif", "--vary", "train.nodes=1", *args])
         assert bad.exit_code == 2 and message in " ".join(bad.output.split())
+
+
+def test_the_frontier_plot_shows_a_dollar_in_a_pool_name_literally(tmp_path):
+    """A fleet pool named ``cheap$\\frac$``: its label went to matplotlib as mathtext and the
+    plot failed with a ValueError after the whole sweep."""
+    from rollmux.report.whatif_plot import frontier_plot
+
+    rows = [Row({"pools[cheap$\\frac$].nodes": n}, "rollmux", owned_per_hour=100.0 + n, cost_per_hour=90.0 + n,
+                p95_wait_h=1.0 / n, slo_met=1.0) for n in (6, 8)]
+    path = frontier_plot(rows, rows, rows[0], "owned", tmp_path / "f.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -155,7 +155,7 @@ def simulate(
     from rollmux.errors import CapacityError
     from rollmux.model import POOLS
     from rollmux.policies import make_policy
-    from rollmux.report.paths import check_writable
+    from rollmux.report.paths import check_outputs, check_writable
     from rollmux.report.tables import limit_lines, simulate_table
     from rollmux.sim.engine import simulate as run
     from rollmux.sim.optimal_curve import optimal_curve
@@ -166,12 +166,7 @@ def simulate(
     try:
         if out is not None:
             check_writable(out, "--out", directory=True)
-        if json_path is not None:
-            check_writable(json_path, "--json")
-        if jobs_csv is not None:
-            check_writable(jobs_csv, "--jobs-csv")
-        if html is not None:
-            check_writable(html, "--html")
+        check_outputs({"--json": json_path, "--jobs-csv": jobs_csv, "--html": html})
         acct = ACCOUNTINGS[accounting.value]
         for name in names:
             check_accounting(name, acct)
@@ -223,10 +218,16 @@ def simulate(
                    **({"tail": {"threshold": tail_threshold}} if tail else {})}
         _write_json(json_path, payload)
     if out is not None:
-        _plots(shown, out, cl)
+        try:
+            _plots(shown, out, cl)
+        except OSError as err:
+            _fail(RollMuxError(f"--out {out}: {err.strerror or err}"))
     if jobs_csv is not None:
         from rollmux.report.jobs_csv import write_jobs_csv
-        console.print(f"wrote {escape(str(write_jobs_csv(results, jobs_csv)))}")
+        try:
+            console.print(f"wrote {escape(str(write_jobs_csv(results, jobs_csv)))}")
+        except RollMuxError as err:
+            _fail(err)
     if html is not None:
         from rollmux.report.html import write_html_report
         try:

@@ -224,17 +224,14 @@ def simulate(
     from rollmux.fleet import Profiles, load_profiles
     from rollmux.fleet_file import load_fleet
     from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_policies
-    from rollmux.report.paths import check_writable
+    from rollmux.report.paths import check_outputs
     from rollmux.report.progress import progress_reporter
     from rollmux.report.tables import cost_lines
     from rollmux.sim.engine import simulate as run
     from rollmux.traces.builtin import load_trace
 
     try:
-        if json_path is not None:
-            check_writable(json_path, "--json")
-        if plot is not None:
-            check_writable(plot, "--plot")
+        check_outputs({"--json": json_path, "--plot": plot}, {"--plot": (".png",)})
         fleet = load_fleet(cluster)
         measured = load_profiles(profiles, fleet) if profiles is not None else Profiles()
         trace, _ = load_trace(jobs, None)
@@ -283,8 +280,10 @@ def simulate(
     if plot is not None:
         from rollmux.report.plots import savings
 
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        console.print(f"wrote {escape(str(savings(results, plot, ours.policy)))}")
+        try:
+            console.print(f"wrote {escape(str(savings(results, plot, ours.policy)))}")
+        except OSError as err:
+            _fail(RollMuxError(f"--plot {plot}: {err.strerror or err}"))
     cheaper = [r for r in results[1:] if r.total_cost < ours.total_cost and r.slo_attainment >= ours.slo_attainment]
     if cheaper:
         console.print(f"[yellow]cheaper than rollmux at no fewer SLOs: {escape(', '.join(r.policy for r in cheaper))}"

@@ -137,11 +137,12 @@ def _why(chosen: Row, qualifying: list[Row], front: list[Row], basis: str, targe
 
 
 def _write(path: Path, option: str, text: str) -> None:
+    from rollmux.report.paths import write_text
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    except OSError as err:
-        _fail(RollMuxError(f"{option} {path}: {err.strerror or err}"))
+        write_text(path, text, option)
+    except RollMuxError as err:
+        _fail(err)
     console.print(f"wrote {escape(str(path))}")
 
 
@@ -242,7 +243,7 @@ def whatif(
     """Capacity planning: simulate the trace on every cluster of a grid (in parallel on Ray),
     then pick the cheapest configuration meeting a p95-wait / SLO target and show the
     cost vs p95-wait Pareto frontier."""
-    from rollmux.report.paths import check_writable
+    from rollmux.report.paths import check_outputs
     from rollmux.traces.builtin import load_trace
     from rollmux.whatif import choose, frontier, grid, parse_vary, qualifies
     from rollmux.whatif_fleet import check_accounting
@@ -257,9 +258,7 @@ def whatif(
         _fail(RollMuxError("--workers sizes the local Ray instance; with --address the cluster's CPUs are used"))
     acct = ACCOUNTINGS[accounting.value]
     try:
-        for path, option in ((json_path, "--json"), (csv_path, "--csv"), (plot, "--plot")):
-            if path is not None:
-                check_writable(path, option)
+        check_outputs({"--json": json_path, "--csv": csv_path, "--plot": plot}, {"--plot": (".png",)})
         base = _base(cluster)
         measured = _profiles(profiles, base)
         _check_policies(names, base, measured)
@@ -319,8 +318,10 @@ def whatif(
     if plot is not None:
         from rollmux.report.whatif_plot import frontier_plot
 
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        console.print(f"wrote {escape(str(frontier_plot(rows, front, chosen, basis, plot, show)))}")
+        try:
+            console.print(f"wrote {escape(str(frontier_plot(rows, front, chosen, basis, plot, show)))}")
+        except OSError as err:
+            _fail(RollMuxError(f"--plot {plot}: {err.strerror or err}"))
     if chosen is None:
         raise typer.Exit(1)
 

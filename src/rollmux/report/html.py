@@ -43,6 +43,7 @@ from rollmux.errors import ReportError
 from rollmux.model import POOLS, Cluster
 from rollmux.report import plots
 from rollmux.report.jobs_csv import COLUMNS, job_rows
+from rollmux.report.paths import write_text
 from rollmux.report.tables import job_count, placement_counts
 from rollmux.sim.metrics import PolicyResult
 
@@ -93,10 +94,7 @@ def write_html_report(results: list[PolicyResult], cluster: Cluster, path: Path,
         "<h2>Figures</h2>", *figures,
         "<h2>Jobs</h2>", _job_tables(shown, ref),
         "</body></html>"])
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
-    return path
+    return write_text(Path(path), page, "--html")
 
 
 def _figures(shown: list[PolicyResult], cluster: Cluster, ref: str, traced: PolicyResult | None, frame,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from rollmux.report.paths import written_by
 from rollmux.sim.metrics import JobOutcome, PolicyResult
 
 COLUMNS = ("policy", "job_id", "arrival_s", "placed_s", "wait_s", "end_s", "jct_s", "iterations", "t_solo_s",
@@ -60,10 +61,10 @@ def job_rows(results: list[PolicyResult]) -> list[dict]:
 
 def write_jobs_csv(results: list[PolicyResult], path: Path) -> Path:
     """Write ``job_rows(results)`` as CSV at ``path``; see the module contract."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(job_rows(results))
-    return path
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(job_rows(results))
+
+    return written_by(Path(path), write, "--jobs-csv")

@@ -1,9 +1,14 @@
 """Checking, before a run starts, that the places its report goes can be written; and
-writing a JSON report there."""
+writing reports there whole or not at all (a temporary file beside the target, renamed
+over it once complete: a full disk leaves the previous file as it was, never half a
+new one)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rollmux.errors import OutputPathError
@@ -25,6 +30,7 @@ def check_writable(path: Path, option: str, directory: bool = False) -> None:
             raise OutputPathError(option, path, "is a folder; expected a file path")
         if not os.access(path, os.W_OK | (os.X_OK if directory else 0)):
             raise OutputPathError(option, path, f"the {kind} is not writable")
+        _probe(path if directory else path.parent, option, path, f"the {kind} is not writable")
         return
     ancestor = path.parent
     while not ancestor.exists() and ancestor != ancestor.parent:
@@ -33,13 +39,85 @@ def check_writable(path: Path, option: str, directory: bool = False) -> None:
         raise OutputPathError(option, path, f"cannot make the {kind}: {ancestor} is not a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise OutputPathError(option, path, f"cannot make the {kind}: {ancestor} is not writable")
+    _probe(ancestor, option, path, f"cannot make the {kind} in {ancestor}")
+
+
+def _probe(folder: Path, option: str, path: Path, what: str) -> None:
+    """Create (and at once drop) a nameless file in ``folder``: ``os.access`` says yes to
+    root everywhere, /proc included, where the write then failed after the whole run."""
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        raise OutputPathError(option, path, f"{what} ({err.strerror or err})") from None
+
+
+def check_outputs(paths: dict[str, Path | None], suffixes: dict[str, tuple[str, ...]] | None = None) -> None:
+    """``check_writable`` for each option's path given, and more: no two options given
+    the same file (the later write replaced the earlier one), and a path of an option
+    in ``suffixes`` ending in one of its suffixes (``--plot``: ``.png``)."""
+    seen: dict[Path, str] = {}
+    for option, path in paths.items():
+        if path is None:
+            continue
+        check_writable(path, option)
+        allowed = (suffixes or {}).get(option)
+        if allowed and path.suffix.lower() not in allowed:
+            raise OutputPathError(option, path, f"expected a file name ending in {' or '.join(allowed)}")
+        key = path.resolve()
+        if key in seen:
+            raise OutputPathError(option, path, f"the same file as {seen[key]}; give each output its own file")
+        seen[key] = option
+
+
+@contextlib.contextmanager
+def replacing(path: Path, option: str | None = None) -> Iterator[Path]:
+    """A temporary path beside ``path`` for the body to write; renamed over ``path`` when
+    the body returns, removed when it raises, so ``path`` is then untouched. An OS error
+    (a full disk, a folder that cannot be made) raises OutputPathError naming ``option``
+    (the OSError itself without one)."""
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+        os.close(fd)
+        tmp = Path(name)
+        yield tmp
+        os.chmod(tmp, _FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException as err:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and option is not None:
+            raise OutputPathError(option, path, str(err.strerror or err)) from None
+        raise
+
+
+def write_text(path: Path, text: str, option: str) -> Path:
+    """``text`` (UTF-8) at ``path``, whole or not at all (``replacing``)."""
+    with replacing(path, option) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path
+
+
+def written_by(path: Path, write: Callable[[Path], object], option: str | None = None) -> Path:
+    """``write(tmp)`` into a temporary file, then renamed to ``path`` (``replacing``)."""
+    with replacing(path, option) as tmp:
+        write(tmp)
+    return path
+
+
+def _file_mode() -> int:
+    """What a new file gets under this process's umask (read once, at import)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_FILE_MODE = _file_mode()
 
 
 def write_json(path: Path, payload, option: str = "--json") -> None:
-    """Write ``payload`` as indented JSON at ``path``, making its folder; an OS error
-    raises OutputPathError naming ``option``."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(payload, indent=1))
-    except OSError as err:
-        raise OutputPathError(option, path, str(err.strerror or err)) from None
+    """Write ``payload`` as indented JSON at ``path``, making its folder, whole or not at
+    all; an OS error raises OutputPathError naming ``option``."""
+    write_text(path, json.dumps(payload, indent=1), option)

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from rollmux.errors import ReportError  # noqa: E402
+from rollmux.report.paths import written_by  # noqa: E402
 from rollmux.model import POOLS, ROLLOUT, TRAIN  # noqa: E402
 from rollmux.sim.metrics import PolicyResult  # noqa: E402
 
@@ -25,10 +26,13 @@ MISSES_SLOS = "(misses SLOs)"
 
 
 def save(fig, path: Path) -> Path:
-    """Lay out, write as PNG and close: the last step of every figure here."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    """Lay out, write as PNG (whole or not at all, ``paths.replacing``) and close: the last
+    step of every figure here."""
+    try:
+        fig.tight_layout()
+        written_by(Path(path), lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollmux.report.plots import plt, save
+from rollmux.report.plots import plain, plt, save
 from rollmux.whatif import Row, qualifies
 
 LABEL_ALL = 40
@@ -33,7 +33,7 @@ def frontier_plot(rows: list[Row], front: list[Row], chosen: Row | None, basis: 
     marked = {id(r) for r in front} | {id(chosen)}
     labelled = shown if len(shown) <= LABEL_ALL else [r for r in shown if id(r) in marked]
     for r in labelled:
-        ax.annotate(r.label(*show), (r.p95_wait_h, r.cost(basis)), fontsize=6, xytext=(3, 3),
+        ax.annotate(plain(r.label(*show)), (r.p95_wait_h, r.cost(basis)), fontsize=6, xytext=(3, 3),
                     textcoords="offset points")
     left_out = len(rows) - len(shown)
     ax.set_title(f"cost vs p95 wait, {len(shown)} configurations"
