@@ -114,12 +114,34 @@ def test_standalone_rollout_config_becomes_a_disaggregated_job_spec(base_config)
     ({"actor_rollout_ref__actor__use_kl_loss": True}, "actor_rollout_ref.ref.fsdp_config.param_offload"),
     ({"actor_rollout_ref__hybrid_engine": False}, "actor_rollout_ref.rollout.nnodes"),  # veRL's default 0
     ({"trainer__total_training_steps": 0}, "trainer.total_training_steps"),
+    # read as true through bool() (a critic doubled the training memory), or a blank model name
+    ({"critic__enable": "false"}, "critic.enable"),
+    ({"actor_rollout_ref__actor__use_kl_loss": "false"}, "actor_rollout_ref.actor.use_kl_loss"),
+    ({"algorithm__use_kl_in_reward": 0}, "algorithm.use_kl_in_reward"),
+    ({"actor_rollout_ref__model__path": "Qwen/Qwen2.5-7B/ "}, "actor_rollout_ref.model.path"),
+    # an interpolation that does not resolve (it escaped as OmegaConf's own error)
+    ({"trainer__nnodes": "${trainer.no_such_key}"}, "trainer.nnodes"),
 ])
 def test_unusable_configs_are_refused_naming_the_field(base_config, overrides, field):
     with pytest.raises(FrameworkConfigError) as info:
         VerlShape.from_config(_config(base_config, **overrides))
     assert info.value.field == field and field in str(info.value) and "veRL config" in str(info.value)
     assert isinstance(info.value, SpecError)
+
+
+@pytest.mark.parametrize("params_b", [True, float("inf"), float("nan"), -1, "7"])
+def test_a_model_size_that_is_not_a_finite_number_is_refused(base_config, params_b):
+    """(inf put "mem_roll_gb": Infinity, which is not JSON, into the job spec)"""
+    with pytest.raises(FrameworkConfigError, match="params_b"):
+        VerlShape.from_config(base_config, params_b=params_b)
+
+
+def test_overrides_never_shrink_a_run_to_a_smaller_placement(base_config):
+    """A config asking for 4 nodes on a 1-node placement got ``trainer.nnodes: 1`` silently."""
+    cfg = _config(base_config, trainer__nnodes=4, trainer__n_gpus_per_node=8)
+    with pytest.raises(FrameworkConfigError, match="asks for 4 x 8 training GPUs, the placement has 8") as info:
+        verl_overrides({"rollout_nodes": ["T0"], "train_nodes": ["T0"]}, cfg, 8)
+    assert info.value.field == "trainer.nnodes"
 
 
 def test_kl_loss_with_an_offloaded_reference_model_is_accepted(base_config):
@@ -166,7 +188,8 @@ def test_placement_becomes_verl_overrides_and_back(base_config):
     assert info.value.field == "gpus_per_node"
     # tp 2 does not divide one 1-GPU node
     with pytest.raises(FrameworkConfigError) as info:
-        verl_overrides({"rollout_nodes": ["T0"], "train_nodes": ["T0"]}, cfg, 1)
+        verl_overrides({"rollout_nodes": ["T0"], "train_nodes": ["T0"]},
+                       _config(base_config, trainer__nnodes=1, trainer__n_gpus_per_node=1), 1)
     assert info.value.field == "actor_rollout_ref.rollout.tensor_model_parallel_size"
 
 

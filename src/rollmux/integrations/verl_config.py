@@ -42,7 +42,9 @@ standalone rollout when disaggregated), ``trainer.use_v1=False`` (the legacy
 ``RayPPOTrainer`` loop the phase hooks wrap). A placement whose two node sets are the
 same is colocated; any other is disaggregated. A hybrid-engine config on a
 disaggregated placement is refused (``RayPPOTrainer`` asserts ``hybrid_engine``; a
-disaggregated veRL run is veRL's standalone rollout, ``hybrid_engine=False``).
+disaggregated veRL run is veRL's standalone rollout, ``hybrid_engine=False``). A
+placement with fewer training GPUs than the config asks for is refused too (the job's
+spec came from another config): the overrides never shrink a run silently.
 ``apply_overrides`` writes them into a config, ``hydra_args`` renders them for veRL's
 command line.
 """
@@ -75,7 +77,14 @@ def _plain(config: Any) -> Any:
     except ImportError:  # pragma: no cover - omegaconf comes with the verl extra
         DictConfig = ()  # type: ignore[assignment]
     if DictConfig and isinstance(config, DictConfig):
-        return OmegaConf.to_container(config, resolve=True, throw_on_missing=False)
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            return OmegaConf.to_container(config, resolve=True, throw_on_missing=False)
+        except OmegaConfBaseException as err:  # (an interpolation that does not resolve, anywhere in it)
+            key = getattr(err, "full_key", None) or "config"
+            raise FrameworkConfigError(str(key), getattr(err, "msg", str(err)).splitlines()[0],
+                                       "a value that resolves (an interpolation failed)", WHERE) from None
     if not isinstance(config, Mapping):
         raise FrameworkConfigError("config", type(config).__name__, "a veRL config (dict or OmegaConf DictConfig)",
                                    WHERE)
@@ -119,15 +128,15 @@ def params_from_name(model: str) -> float | None:
 
 def needs_reference(config: Mapping) -> bool:
     """veRL's ``need_reference_policy``: a KL term in the reward or in the actor's loss."""
-    return bool(_get(config, "algorithm.use_kl_in_reward", False) or
-                _get(config, "actor_rollout_ref.actor.use_kl_loss", False))
+    return (_flag(config, "algorithm.use_kl_in_reward", False)
+            or _flag(config, "actor_rollout_ref.actor.use_kl_loss", False))
 
 
 def needs_critic(config: Mapping) -> bool:
     """veRL's ``need_critic``: ``critic.enable`` when set, else GAE advantages."""
     enable = _get(config, "critic.enable", None)
     if enable is not None:
-        return bool(enable)
+        return _flag(config, "critic.enable", False)  # (a string "false" was read as true)
     return _get(config, "algorithm.adv_estimator", "gae") == "gae"
 
 
@@ -189,9 +198,12 @@ class VerlShape:
                                        f"a replica size (tp x dp x pp = {parallel}) dividing the "
                                        f"{roll_nodes * roll_gpn} rollout GPUs", WHERE)
         path = _get(c, "actor_rollout_ref.model.path")
-        if not isinstance(path, str) or not path.strip("/ "):
-            raise FrameworkConfigError("actor_rollout_ref.model.path", path, "a model path or hub id", WHERE)
-        model = path.rstrip("/").split("/")[-1]
+        if not isinstance(path, str) or path != path.strip() or not path.strip("/ "):
+            raise FrameworkConfigError("actor_rollout_ref.model.path", path,
+                                       "a model path or hub id (without surrounding spaces)", WHERE)
+        model = path.rstrip("/").split("/")[-1].strip()
+        if not model:
+            raise FrameworkConfigError("actor_rollout_ref.model.path", path, "a path ending in a model name", WHERE)
         batch = _int(c, "data.train_batch_size", 1)
         n = _int(c, "actor_rollout_ref.rollout.n", 1, 1)
         reference, critic = needs_reference(c), needs_critic(c)
@@ -205,8 +217,9 @@ class VerlShape:
         steps = _get(c, "trainer.total_training_steps", None)
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
             raise FrameworkConfigError("trainer.total_training_steps", steps, "null or an integer >= 1", WHERE)
-        if params_b is not None and not (isinstance(params_b, (int, float)) and params_b > 0):
-            raise FrameworkConfigError("params_b", params_b, "billions of parameters > 0", WHERE)
+        if params_b is not None and (isinstance(params_b, bool) or not isinstance(params_b, (int, float))
+                                     or not 0 < params_b < 1e6):
+            raise FrameworkConfigError("params_b", params_b, "billions of parameters, a finite number > 0", WHERE)
         size = params_b if params_b is not None else params_from_name(model)
         mem_roll = mem_train = None
         if size is not None:
@@ -285,6 +298,13 @@ def verl_overrides(placement: Any, config: Any, gpus_per_node: int = 8) -> dict[
     """Dotted veRL overrides that run ``config`` on ``placement`` (module docstring)."""
     where = VerlPlacement.of(placement, gpus_per_node)
     shape = VerlShape.from_config(config)
+    granted = len(where.train_nodes) * where.gpus_per_node
+    if granted < shape.train_nodes * shape.train_gpus_per_node:
+        raise FrameworkConfigError("trainer.nnodes", shape.train_nodes,
+                                   f"a config this placement can run: it asks for {shape.train_nodes} x "
+                                   f"{shape.train_gpus_per_node} training GPUs, the placement has {granted} "
+                                   f"({len(where.train_nodes)} node(s) of {where.gpus_per_node}); submit the job's "
+                                   "spec from this config (VerlShape.job_spec)", WHERE)
     out: dict[str, Any] = {"trainer.nnodes": len(where.train_nodes), "trainer.n_gpus_per_node": where.gpus_per_node,
                            "trainer.use_v1": False}
     if where.layout == COLOCATED:
