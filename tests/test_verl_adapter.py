@@ -274,6 +274,10 @@ def test_verl_pools_and_worker_groups_land_on_the_pinned_nodes(monkeypatch):
         with pytest.raises(FrameworkConfigError, match="node R0") as info:
             verl_pools({"rollout_nodes": ["R0"], "train_nodes": ["T0"]}, 4).create_resource_pool()
         assert info.value.field == "resource_pool_spec"
+        # more CPUs than the node has (veRL's bundle holds max_colocate_count of them): the
+        # reservation waited for good when it was not checked
+        with pytest.raises(FrameworkConfigError, match="CPU of node T0"):
+            verl_pools({"rollout_nodes": ["T0"], "train_nodes": ["T0"]}, 2, use_gpu=False).create_resource_pool()
     finally:
         for manager in managers:
             manager.remove()

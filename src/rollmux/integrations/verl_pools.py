@@ -135,21 +135,24 @@ class RollMuxResourcePoolManager(ResourcePoolManager):
         missing = [n for n in wanted if n not in known]
         if missing:
             raise UnknownNodeError("veRL pools", missing, sorted(known))
-        if not self.use_gpu:
-            return
-        from verl.plugin.platform import get_platform
+        devices = ["CPU"]  # each bundle holds max_colocate_count CPUs, and a GPU with use_gpu
+        if self.use_gpu:
+            from verl.plugin.platform import get_platform
 
-        device = get_platform().ray_resource_name()
-        totals = {n["NodeID"]: n["Resources"].get(device, 0) for n in ray.nodes() if n["Alive"]}
-        need: dict[str, float] = {}
-        for name, nodes in self.nodes.items():
-            for node, count in zip(nodes, self.resource_pool_spec[name]):
-                need[node] = need.get(node, 0) + count
-        for node, gpus in need.items():
-            if totals.get(known[node], 0) + 1e-9 < gpus:
-                raise FrameworkConfigError("resource_pool_spec", dict(self.resource_pool_spec),
-                                           f"at most the {totals.get(known[node], 0):g} {device} of node {node} "
-                                           f"({gpus:g} asked there)", "veRL pools")
+            devices.append(get_platform().ray_resource_name())
+        alive = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
+        for device in devices:
+            per_bundle = self.max_colocate_count if device == "CPU" else 1
+            need: dict[str, float] = {}
+            for name, nodes in self.nodes.items():
+                for node, count in zip(nodes, self.resource_pool_spec[name]):
+                    need[node] = need.get(node, 0) + count * per_bundle
+            for node, amount in need.items():
+                have = alive.get(known[node], {}).get(device, 0)
+                if have + 1e-9 < amount:  # (the reservation would wait for good)
+                    raise FrameworkConfigError("resource_pool_spec", dict(self.resource_pool_spec),
+                                               f"at most the {have:g} {device} of node {node} ({amount:g} asked "
+                                               f"there: {per_bundle:g} per process)", "veRL pools")
 
     def remove(self) -> None:
         """Withdraw every pool's placement groups (idempotent)."""
