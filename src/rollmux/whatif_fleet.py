@@ -22,6 +22,8 @@ Contract
 """
 from __future__ import annotations
 
+import dataclasses
+
 from rollmux.accounting import OURS, CostAccounting
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.fleet import Fleet, Profiles
@@ -99,4 +101,6 @@ def run_fleet_config(jobs: list[Job], base: dict, values: dict, policy: str, see
     except RollMuxError as err:
         return Row(values, policy, error=str(err), queue=order(backfill))
     owned = fleet_owned_cost(fleet, result.span_s, result.pool_gpu_seconds)
-    return result_row(values, policy, result, owned, order(backfill))
+    # (the replay's binding pool is a role of its first view, "rollout" or "train", which names
+    # no pool of a fleet: the limits column says "-", as docs/whatif.md has it)
+    return dataclasses.replace(result_row(values, policy, result, owned, order(backfill)), limiting_pool=None)
