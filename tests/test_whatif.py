@@ -61,6 +61,7 @@ def test_switch_cost_varies_only_when_the_file_gives_seconds():
     "train.price_per_gpu_hour=0", "train.price_per_gpu_hour=unbounded", "train.price_per_gpu_hour=1:2:1e-9",
     "train.price_per_gpu_hour=-1e308:1e308:1", "gpus_per_node=0", "max_group_size=0:2:1",
     "rollout.nodes=[1]", "rollout.nodes=8;rm -rf /", "rollout.nodes=\x00",
+    "rollout.price_per_gpu_hour=1:1.000000001:1e-12",  # 1001 values of 1.0 once rounded
 ])
 def test_hostile_specs_name_the_spec(spec):
     with pytest.raises(SpecError) as info:

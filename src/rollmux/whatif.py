@@ -172,7 +172,10 @@ def _range(text: str, kind: type, spec: str) -> tuple[int | float, ...]:
     count = math.floor(span + 1e-9) + 1
     if kind is int:
         return tuple(range(lo, hi + 1, step))
-    return tuple(round(lo + i * step, 10) for i in range(count))
+    values = tuple(round(lo + i * step, 10) for i in range(count))
+    if len(set(values)) != len(values):  # (a step below the 1e-10 the values are rounded to)
+        raise SpecError("vary", spec, "a step of at least 1e-10, so that each value comes once")
+    return values
 
 
 def parse_vary(spec: str, base: dict) -> Vary:
