@@ -16,12 +16,14 @@ from rollmux.report import html as report_html
 from rollmux.report import plots
 from rollmux.report.html import write_html_report
 from rollmux.report.jobs_csv import COLUMNS, NEVER_RAN, write_jobs_csv
+from rollmux.report.paths import csv_cell
 from rollmux.sim.engine import simulate
 from rollmux.sim.optimal_curve import optimal_curve
 from rollmux.traces.generate import generate
 
 HOSTILE = "<script>x</script>"
 MATH = "m$\\frac{$"  # would be broken mathtext if a plot did not escape it
+FORMULA = '=HYPERLINK("http://x","y")'  # a formula to a spreadsheet opening the jobs CSV
 CLUSTER = Cluster(rollout=PoolSpec("H200", 6.3), train=PoolSpec("B200", 8.6, nodes=4))
 
 
@@ -30,7 +32,7 @@ def trace():
     """Fourteen jobs on a 4-node training pool (some wait), two with hostile ids, and one
     arriving last that needs 8 training nodes: it never runs."""
     jobs = generate(14, seed=3)
-    jobs[2].job_id, jobs[5].job_id = HOSTILE, MATH
+    jobs[2].job_id, jobs[5].job_id, jobs[7].job_id = HOSTILE, MATH, FORMULA
     last = max(j.arrival_s for j in jobs)
     return jobs + [Job("huge", 100.0, 50.0, train_gpus=64, slo=1.5, arrival_s=last + 1.0, iterations=4)]
 
@@ -67,7 +69,7 @@ def test_csv_has_a_row_per_policy_and_job_agreeing_with_the_outcomes(results, tr
     assert len(by_key) == len(rows)
     for r in executed:
         for j in r.jobs:
-            row = by_key[r.policy, j.job_id]
+            row = by_key[r.policy, csv_cell(j.job_id)]  # (the formula-like id carries its leading ')
             for col, value in (("arrival_s", j.arrival_s), ("placed_s", j.placed_s), ("wait_s", j.wait_s),
                                ("end_s", j.end_s), ("jct_s", j.jct_s), ("t_solo_s", j.t_solo)):
                 assert float(row[col]) == pytest.approx(value, abs=1e-3), col
@@ -197,3 +199,9 @@ def test_html_splits_rollmux_cost_by_placement(page, results):
         assert f"<th>{kind}</th>" in table
         assert f"{100 * k['share']:.1f}% (${k['cost']:,.0f}, {k['jobs']} job{'s' * (k['jobs'] != 1)})" in table
     assert "<td class=\"text\">rollmux</td>" in table and "solo-d" not in table
+
+
+def test_the_jobs_csv_keeps_a_spreadsheet_from_running_an_id_as_a_formula(results, tmp_path):
+    rows = list(csv.DictReader(io.StringIO(write_jobs_csv(results, tmp_path / "jobs.csv").read_text())))
+    ids = {row["job_id"] for row in rows}
+    assert "'" + FORMULA in ids and FORMULA not in ids and HOSTILE in ids

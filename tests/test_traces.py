@@ -88,6 +88,7 @@ def test_row_needs_duration_or_iterations(tmp_path):
     ("a,0,3e8,8,8,100,50,0,0,1.5,7B", 3, "duration_s"),       # 2 million solo iterations: hours of replay
     ("a,1e20,3600,8,8,100,50,0,0,1.5,7B", 3, "arrival_s"),    # gave negative bubbles
     ("a\x1b[2J,0,3600,8,8,100,50,0,0,1.5,7B", 3, "job_id"),  # a control character, raw into reports
+    ("gpt\u202eab,0,3600,8,8,100,50,0,0,1.5,7B", 3, "job_id"),  # a bidi override: shows another id
     ("a,0,3600,8,800000,100,50,0,0,1.5,7B", 3, "train_gpus"),  # hung the planner
 ])
 def test_bad_values_name_line_and_column(tmp_path, row, line, column):

@@ -149,14 +149,17 @@ def _write(path: Path, option: str, text: str) -> None:
 def _csv_text(rows: list[Row], fields: list[str], marks: dict[int, str]) -> str:
     from io import StringIO
 
+    from rollmux.report.paths import csv_cell
+
     out = StringIO()
     metrics = [k for k in rows[0].to_dict() if k != "values"]
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(fields + metrics + ["on_frontier", "chosen"])
+    writer.writerow([csv_cell(name) for name in fields + metrics + ["on_frontier", "chosen"]])
     for r in rows:
         data = r.to_dict()
-        writer.writerow([_value(r.values[f]) for f in fields] + ["" if data[k] is None else data[k] for k in metrics]
-                        + [int("frontier" in marks.get(id(r), "")), int("chosen" in marks.get(id(r), ""))])
+        cells = ([_value(r.values[f]) for f in fields] + ["" if data[k] is None else data[k] for k in metrics]
+                 + [int("frontier" in marks.get(id(r), "")), int("chosen" in marks.get(id(r), ""))])
+        writer.writerow([csv_cell(cell) for cell in cells])  # (a pool name or an error as a formula)
     return out.getvalue()
 
 

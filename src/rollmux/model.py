@@ -43,8 +43,9 @@ MAX_TIME_S = 1e9             # an arrival or a duration: about 32 years
 MAX_JOB_ITERATIONS = 1_000_000  # a replay's time grows with them: 2 jobs of 1e7 took 200 s
 MAX_JOB_GPUS = 100_000       # per pool and job
 MAX_POOL_NODES = 100_000
-#: a control character (an ESC in a job id reached reports and terminals raw)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: a control character (an ESC in a job id reached reports and terminals raw), or an invisible
+#: formatting one (a bidi override such as U+202E shows another id than the one stored)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 #: a node id that a pool naming its nodes by count gives (``PlanState``: R0, R1, ... / T0, T1, ...)
 _COUNTED_ID = re.compile(r"([RT])[0-9]+")
 
@@ -336,7 +337,8 @@ class Job:
     def validate(self, cluster: Cluster | None = None, where: str = "") -> None:
         """Raise SpecError naming the first field outside its contract."""
         if not self.job_id or not isinstance(self.job_id, str) or _CONTROL.search(self.job_id):
-            raise SpecError("job_id", self.job_id, "a non-empty string without control characters", where)
+            raise SpecError("job_id", self.job_id, "a non-empty string without control or invisible formatting "
+                                                   "characters", where)
         ctx = where or f"job {self.job_id}"
         for name in ("t_roll_s", "t_train_s"):
             value = getattr(self, name)

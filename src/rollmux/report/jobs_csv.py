@@ -18,8 +18,9 @@ Contract
   counts as missing its SLO), ``outcome`` "never-ran", the reason the simulator gave,
   and every other field empty.
 * ``write_jobs_csv(results, path)`` writes the header and those rows (UTF-8, the csv
-  module's quoting, so commas and quotes in ids survive), creating the parent folder,
-  and returns ``path``. An infinite slowdown (a job cut off before one full iteration
+  module's quoting, so commas and quotes in ids survive; text a spreadsheet would take
+  for a formula, such as an id ``=HYPERLINK(...)``, gets a leading ``'``), creating the
+  parent folder, whole or not at all, and returns ``path``. An infinite slowdown (a job cut off before one full iteration
   under fixed departures) is written ``inf``.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from rollmux.report.paths import written_by
+from rollmux.report.paths import csv_cell, written_by
 from rollmux.sim.metrics import JobOutcome, PolicyResult
 
 COLUMNS = ("policy", "job_id", "arrival_s", "placed_s", "wait_s", "end_s", "jct_s", "iterations", "t_solo_s",
@@ -65,6 +66,6 @@ def write_jobs_csv(results: list[PolicyResult], path: Path) -> Path:
         with tmp.open("w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS)
             writer.writeheader()
-            writer.writerows(job_rows(results))
+            writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in job_rows(results))
 
     return written_by(Path(path), write, "--jobs-csv")

@@ -121,3 +121,15 @@ def write_json(path: Path, payload, option: str = "--json") -> None:
     """Write ``payload`` as indented JSON at ``path``, making its folder, whole or not at
     all; an OS error raises OutputPathError naming ``option``."""
     write_text(path, json.dumps(payload, indent=1), option)
+
+
+def csv_cell(value):
+    """``value`` for a CSV cell a spreadsheet will open: text starting with ``=``, ``+``,
+    ``-``, ``@``, a tab or a carriage return (a formula to Excel or LibreOffice: a job id
+    ``=HYPERLINK(...)``) gets a leading ``'``; numbers and other text as they are."""
+    if isinstance(value, str) and value[:1] in _FORMULA_START:
+        return "'" + value
+    return value
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
