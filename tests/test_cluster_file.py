@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from rollmux.cluster_file import cluster_to_dict, load_cluster
+from rollmux.cluster_file import cluster_from_dict, cluster_to_dict, load_cluster
 from rollmux.errors import SpecError, TraceFormatError
 from rollmux.model import Cluster, PoolSpec, SwitchCost
 
@@ -173,3 +173,12 @@ def test_yaml_reads_what_the_file_says_and_refuses_what_it_cannot_mean(tmp_path)
     with pytest.raises(TraceFormatError) as err:
         load_cluster(path)
     assert err.value.line == 2 and "not UTF-8" in str(err.value)
+
+
+@pytest.mark.parametrize("node_id", ["a/../b", "x\x1b[2J", "-lead", "a b", "k" * 129])
+def test_a_listed_node_id_is_one_that_admin_nodes_add_would_take(node_id):
+    """(any string was accepted: an ESC reached terminals through status, and a node named
+    a/../b could never be drained)"""
+    with pytest.raises(SpecError) as err:
+        cluster_from_dict({"train": {"nodes": [{"id": node_id}]}})
+    assert err.value.field == "train.nodes[0].id"

@@ -962,12 +962,28 @@ def test_operator_commands_against_a_live_service(thread_server, tmp_path, monke
     runner = CliRunner()
     (tmp_path / "empty.yaml").write_text("")
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
-    for name, kind in (("empty.yaml", "empty"), ("list.yaml", "a list")):
-        out = runner.invoke(app, ["submit", str(tmp_path / name)])
-        assert out.exit_code == 2 and f"is {kind}; expected a mapping" in out.output
+    (tmp_path / "nan.yaml").write_text("job_id: n\nt_roll_s: .nan\nt_train_s: 10\n")
+    (tmp_path / "date.yaml").write_text("job_id: d\nt_roll_s: 2026-11-29\nt_train_s: 10\n")
+    for name, said in (("empty.yaml", "the job file is empty"), ("list.yaml", "expected a mapping"),
+                       ("nan.yaml", "spec.t_roll_s=nan: expected a finite number"),
+                       ("date.yaml", "spec.t_roll_s=datetime.date(2026, 11, 29): expected a number")):
+        out = runner.invoke(app, ["submit", str(tmp_path / name)])  # (nan and a date were tracebacks)
+        assert out.exit_code == 2 and said in " ".join(out.output.split()), out.output
     (tmp_path / "job.yaml").write_text("job_id: cli-job\nt_roll_s: 10\nt_train_s: 10\nslo: 2\n")
     out = runner.invoke(app, ["submit", str(tmp_path / "job.yaml")])
     assert out.exit_code == 0 and "job cli-job: new-group" in out.output and "R[R0]" in out.output
+    # the token on one line with its label, however long the id (the console wrapped it at 80 columns)
+    (tmp_path / "long.yaml").write_text("job_id: a-rather-long-job-id-of-26\nt_roll_s: 10\nt_train_s: 10\n")
+    out = runner.invoke(app, ["submit", str(tmp_path / "long.yaml")])
+    line = next(x for x in out.output.splitlines() if "token" in x)
+    assert line.startswith("job a-rather-long-job-id-of-26: ") and len(line.split("token ")[1]) >= 40
+    assert runner.invoke(app, ["cancel", "a-rather-long-job-id-of-26"]).exit_code == 0
+    # an id or node name that would name another job or node in the URL: refused, nothing done
+    for args in (["cancel", "nosuch/../cli-job"], ["jobs", "show", "cli-job?x"], ["jobs", "show", ""],
+                 ["admin", "nodes", "drain", "R9/../R1"]):
+        out = runner.invoke(app, args)
+        assert out.exit_code == 2 and "expected 1-128 of A-Z a-z 0-9" in out.output, (args, out.output)
+    assert service.control.jobs["cli-job"].live and not service.control.drained
     out = runner.invoke(app, ["jobs", "list", "--state", "placed", "--json"])
     assert [j["job_id"] for j in json.loads(out.output)] == ["cli-job"]
     assert runner.invoke(app, ["jobs", "list", "--state", "running"]).exit_code == 2  # not a state: choices shown

@@ -289,3 +289,37 @@ def test_online_backup_and_restore(tmp_path):
     again = Store.open(path)
     assert again.load() == expected
     again.close()
+
+
+def test_a_restore_of_another_programs_sqlite_file_changes_nothing(tmp_path):
+    """It moved the state aside, left the foreign database as the state file, then crashed."""
+    path, store = _committed_file(tmp_path)
+    before = path.read_bytes()
+    foreign = tmp_path / "other.db"
+    with sqlite3.connect(foreign) as db:
+        db.execute("CREATE TABLE t (x)")
+    with pytest.raises(StateDamaged, match="not a RollMux state file"):
+        restore_file(foreign, path)
+    assert path.read_bytes() == before and not list(tmp_path.glob("*.replaced-*"))
+    with pytest.raises(StateDamaged, match="not a RollMux state file"):
+        backup_file(foreign, tmp_path / "copy.db")
+    assert not (tmp_path / "copy.db").exists()
+
+
+def test_two_restores_in_one_second_keep_every_old_file(tmp_path):
+    """Both moved the old file to the same STATE.replaced-<second>: the first one was lost."""
+    path, store = _committed_file(tmp_path)
+    backup_file(path, tmp_path / "b.db")
+    first = restore_file(tmp_path / "b.db", path)
+    second = restore_file(tmp_path / "b.db", path)
+    third = Store.open(path, new_state=True)  # (--new-state moves it aside the same way)
+    third.close()
+    moved = sorted(tmp_path.glob("s.db.replaced-*"))
+    assert len({first, second}) == 2 and len([m for m in moved if not m.name.endswith(("-wal", "-shm"))]) == 3
+
+
+def test_a_backup_that_cannot_be_written_is_an_error_and_leaves_no_file(tmp_path):
+    path, store = _committed_file(tmp_path)
+    with pytest.raises(StoreError, match="cannot write the backup there"):
+        backup_file(path, tmp_path / "missing" / "b.db")
+    assert not (tmp_path / "missing").exists()

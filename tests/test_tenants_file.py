@@ -134,3 +134,33 @@ def test_serve_refuses_an_endless_duration_before_writing_anything(tmp_path, opt
                              env={"ROLLMUX_ADMIN_TOKEN": ""})
     assert out.exit_code == 2 and option in out.output and "86400" in out.output, out.output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("t\u00f6ken\n".encode("utf-8"), "not a token"), (b"\xff\xfe\n", "--token-file"),
+    (b"abc\ndef\n", "not a token"),
+])
+def test_a_token_file_that_holds_no_token_is_refused_without_showing_it(tmp_path, content, needle):
+    """(a non-ASCII token was a UnicodeEncodeError traceback, a non-UTF-8 file a
+    UnicodeDecodeError; two lines were retried and then printed in the error)"""
+    path = tmp_path / "token"
+    path.write_bytes(content)
+    out = CliRunner().invoke(app, ["status", "--url", "http://127.0.0.1:1", "--token-file", str(path)],
+                             env={"ROLLMUX_ADMIN_TOKEN": "", "ROLLMUX_TOKEN": ""})
+    assert out.exit_code == 2 and needle in out.output and "def" not in out.output, out.output
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "127.0.0.1:8470", ""])
+def test_a_url_without_its_scheme_is_refused_naming_the_option(url):
+    out = CliRunner().invoke(app, ["status", "--url", url], env={"ROLLMUX_ADMIN_TOKEN": "x"})
+    assert out.exit_code == 2 and "--url" in out.output and "expected http://HOST:PORT" in " ".join(out.output.split())
+
+
+def test_a_tenant_name_with_a_trailing_newline_is_refused(tmp_path):
+    """(re.match's $ took "ok\\n", and the tenants line printed was broken YAML)"""
+    out = CliRunner().invoke(app, ["admin", "tenant-token", "ok\n"])
+    assert out.exit_code == 2
+    path = tmp_path / "t.yaml"
+    path.write_text('tenants:\n  "ok\\n": {token_sha256: ' + "f" * 64 + "}\n")
+    with pytest.raises(SpecError):
+        load_tenants(path)

@@ -136,6 +136,17 @@ def test_a_model_size_that_is_not_a_finite_number_is_refused(base_config, params
         VerlShape.from_config(base_config, params_b=params_b)
 
 
+@pytest.mark.parametrize("kwargs, field", [({"t_roll_s": -5.0}, "spec.t_roll_s"), ({"slo": 0.5}, "spec.slo"),
+                                            ({"job_id": "../x"}, "spec.job_id"),
+                                            ({"t_train_s": float("nan")}, "spec.t_train_s")])
+def test_a_job_spec_the_service_would_refuse_is_refused_naming_the_field(base_config, kwargs, field):
+    """(``--print-spec``, "what RollMux would be asked for", printed such specs, NaN included)"""
+    args = {"job_id": "j", "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 1.5} | kwargs
+    with pytest.raises(FrameworkConfigError) as info:
+        VerlShape.from_config(base_config).job_spec(**args)
+    assert info.value.field == field
+
+
 def test_overrides_never_shrink_a_run_to_a_smaller_placement(base_config):
     """A config asking for 4 nodes on a 1-node placement got ``trainer.nnodes: 1`` silently."""
     cfg = _config(base_config, trainer__nnodes=4, trainer__n_gpus_per_node=8)

@@ -86,11 +86,19 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", help="veRL overrides, after --")
     args = parser.parse_args()
 
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from rollmux.errors import RollMuxError
     from rollmux.integrations.verl_config import VerlShape, apply_overrides, hydra_args, verl_overrides
 
-    config = verl_config(args.overrides)
-    shape = VerlShape.from_config(config, params_b=args.params_b)
-    spec = shape.job_spec(args.job_id, args.t_roll, args.t_train, args.slo)
+    try:
+        config = verl_config(args.overrides)
+        shape = VerlShape.from_config(config, params_b=args.params_b)
+        spec = shape.job_spec(args.job_id, args.t_roll, args.t_train, args.slo)
+    except (RollMuxError, HydraException, OmegaConfBaseException) as err:  # named: the override, the field
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(f"layout {shape.layout}; job spec {json.dumps(spec)}")
     if args.print_spec:
         return 0

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -71,25 +71,33 @@ def _fail(err: Exception) -> None:
 def _credential(token_file: Optional[Path]) -> Optional[str]:
     if token_file is not None:
         try:
-            return token_file.read_text(encoding="utf-8").strip() or None
-        except OSError as err:
+            token, where = token_file.read_text(encoding="utf-8").strip() or None, f"--token-file {token_file}"
+        except (OSError, UnicodeDecodeError) as err:
             _fail(RollMuxError(f"--token-file: {err}"))
-    return os.environ.get("ROLLMUX_TOKEN") or os.environ.get("ROLLMUX_ADMIN_TOKEN")
+    else:
+        name = "ROLLMUX_TOKEN" if os.environ.get("ROLLMUX_TOKEN") else "ROLLMUX_ADMIN_TOKEN"
+        token, where = os.environ.get(name) or None, f"${name}"
+    if token is not None and not re.fullmatch(r"[\x21-\x7e]+", token):  # (never printed)
+        _fail(RollMuxError(f"{where}: not a token (one word of printable ASCII, no spaces or line breaks)"))
+    return token
 
 
 def _client(url: str, token_file: Optional[Path]):
     from rollmux.runtime.sdk import Client
 
+    if not url.startswith(("http://", "https://")):
+        _fail(RollMuxError(f"--url {url!r} (or $ROLLMUX_URL): expected http://HOST:PORT or https://HOST:PORT"))
     return Client(url, _credential(token_file), give_up_s=5.0)
 
 
 def _ask(url: str, token_file: Optional[Path], call: Callable[[Any], Any]) -> Any:
-    """``call(client)``; a refusal or an unreachable service is printed and exits 2."""
+    """``call(client)``; a refusal, an argument the service could never take (a job id or
+    node name that is not one) or an unreachable service is printed and exits 2."""
     from rollmux.runtime.sdk import ClientError
 
     try:
         return call(_client(url, token_file))
-    except ClientError as err:
+    except (ClientError, ValueError, TypeError) as err:
         _fail(err)
 
 
@@ -292,21 +300,20 @@ def submit(job_file: Path = typer.Argument(..., help="YAML mapping of the job's 
            url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """Register a job (admin or tenant token); prints its token and placement. The job's
     process must attach and heartbeat within the lease, or the job expires."""
-    from rollmux import strict_yaml
+    from rollmux.cluster_file import read_mapping
     from rollmux.runtime.sdk import ClientError
-    from rollmux.text_file import read_text
 
     try:
-        spec = strict_yaml.load(read_text(job_file))
-        if not isinstance(spec, dict):
-            kind = "empty" if spec is None else f"a {type(spec).__name__}"
-            raise RollMuxError(f"{job_file}: the job file is {kind}; expected a mapping of trace columns "
+        spec = read_mapping(job_file, "job")  # (errors name the file and line)
+        if not spec:
+            raise RollMuxError(f"{job_file}: the job file is empty; expected a mapping of trace columns "
                                f"(job_id: ..., t_roll_s: ..., ...)")
         job = _client(url, token_file).submit(spec, heartbeat=False)
-    except (ClientError, RollMuxError, OSError, yaml.YAMLError) as err:
+    except (ClientError, RollMuxError, OSError, ValueError, TypeError) as err:
         _fail(err)
     view = job.view
-    console.print(f"job {escape(job.job_id)}: {view['outcome']}, token {job.token}")
+    # one line, never wrapped: scripts read the token from it (the service keeps only its hash)
+    typer.echo(f"job {job.job_id}: {view['outcome']}, token {job.token}")
     if job.placement:
         p = job.placement
         console.print(escape(f"group {p['group_id']}: R[{','.join(p['rollout_nodes'])}] "
@@ -346,7 +353,7 @@ def jobs_show(job_id: str = typer.Argument(...), url: str = URL_OPT,
 @nodes_app.command("add")
 def nodes_add(pool: PoolName = typer.Argument(..., help="rollout or train."),
               node_id: str = typer.Argument("", help="The new node's id (a pool that lists its nodes needs one)."),
-              host_mem_gb: Optional[float] = typer.Option(None, "--host-mem-gb", min=0.001),
+              host_mem_gb: Optional[float] = typer.Option(None, "--host-mem-gb", min=0.001, max=1e6),
               url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """Add a node to a bounded pool, live; waiting jobs may be placed on it at once."""
     out = _ask(url, token_file, lambda c: c.add_node(pool.value, node_id, host_mem_gb))
@@ -375,9 +382,11 @@ def admin_backup(out: Path = typer.Argument(..., help="New file to write the bac
     """Consistent copy of the state file, also while the service runs (SQLite online backup)."""
     from rollmux.runtime.store import StoreError, backup_file
 
+    import sqlite3
+
     try:
         backup_file(state, out)
-    except (StoreError, OSError) as err:
+    except (StoreError, OSError, sqlite3.Error) as err:
         _fail(err)
     console.print(escape(f"backed up {state} to {out} ({out.stat().st_size} bytes, integrity ok)"))
 
@@ -389,9 +398,11 @@ def admin_restore(backup: Path = typer.Argument(..., help="A file written by `ro
     """Put a backup in place of the state file; the old file is kept beside it."""
     from rollmux.runtime.store import StoreError, restore_file
 
+    import sqlite3
+
     try:
         moved = restore_file(backup, state)
-    except (StoreError, OSError) as err:
+    except (StoreError, OSError, sqlite3.Error) as err:
         _fail(err)
     console.print(escape(f"restored {backup} to {state}" + (f"; the old file is now {moved}" if moved else "")))
 
@@ -408,7 +419,7 @@ def admin_tenant_token(name: str = typer.Argument(..., help="Tenant name (letter
     from rollmux.runtime.auth import TENANT_PATTERN, new_token
     from rollmux.runtime.store import hash_token
 
-    if not TENANT_PATTERN.match(name) or name == "admin":
+    if not TENANT_PATTERN.fullmatch(name) or name == "admin":  # (match took "ok\n": $ allows a final newline)
         _fail(RollMuxError(f"NAME: {name!r} is not a tenant name (letters, digits, '.', '_', '-'; not 'admin')"))
     token = new_token()
     quota = "".join(f", {key}: {value}" for key, value in (("max_live_jobs", max_live_jobs), ("max_gpus", max_gpus))

@@ -251,6 +251,19 @@ class VerlShape:
         steps = iterations if iterations is not None else self.iterations
         if steps is not None:
             spec["iterations"] = steps
+        from pydantic import ValidationError
+
+        from rollmux.runtime.api_models import JobSpec
+
+        try:  # what the service would refuse, refused here naming the field
+            JobSpec.model_validate(spec)
+        except ValidationError as err:
+            first = err.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "spec"
+            said = first["msg"]
+            for prefix in ("Input should be ", "String should "):
+                said = said.removeprefix(prefix)
+            raise FrameworkConfigError(f"spec.{field}", spec.get(field), said, WHERE) from None
         return spec
 
 

@@ -132,7 +132,7 @@ def load_tenants(path: str | Path | None) -> Tenants:
     out = Tenants()
     owner: dict[str, str] = {}  # token hash -> the tenant that has it
     for name, entry in data["tenants"].items():
-        if not isinstance(name, str) or not TENANT_PATTERN.match(name):
+        if not isinstance(name, str) or not TENANT_PATTERN.fullmatch(name):
             raise SpecError("tenants", name, "a tenant name of letters, digits, '.', '_', '-' (<= 64)", str(path))
         if not isinstance(entry, dict):
             raise SpecError(f"tenants.{name}", entry, "a mapping {token_sha256: HEX, max_live_jobs: N, max_gpus: N}",

@@ -174,8 +174,9 @@ class Client:
         _check_seconds("timeout_s", timeout_s, 1e-3, DAY_S)
         _check_seconds("give_up_s", give_up_s, 0.0, DAY_S)
         _check_seconds("poll_s", poll_s, 0.0, MAX_POLL_S)
-        if token is not None and not isinstance(token, str):
-            raise ValueError(f"token: expected a string or None, got {type(token).__name__}")
+        if token is not None and (not isinstance(token, str) or not _TOKEN.fullmatch(token)):
+            raise ValueError("token: expected one word of printable ASCII (no spaces or line breaks; a token file "
+                             f"holds one line), or None; got {_kind(token)}")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
@@ -214,10 +215,8 @@ class Client:
 
     def attach(self, job_id: str, token: str, on_move: Callable[[dict], None] | None = None) -> "JobHandle":
         """A handle on an already registered job (another process, or after a client restart)."""
-        if not isinstance(job_id, str) or not re.fullmatch(JOB_ID_PATTERN, job_id):
-            raise ValueError(f"job_id={job_id!r}: expected 1-128 of A-Z a-z 0-9 . _ -, starting alphanumeric")
         _check_on_move(on_move)
-        view = self.call("GET", f"/jobs/{job_id}", token=token)
+        view = self.call("GET", f"/jobs/{_segment('job_id', job_id)}", token=token)
         return JobHandle(self, job_id, token, view, on_move=on_move)
 
     # --- operator calls (admin token) ---------------------------------------------------------
@@ -231,19 +230,19 @@ class Client:
         return self.call("GET", "/jobs", token=self.token, params=params)
 
     def job(self, job_id: str) -> dict:
-        return self.call("GET", f"/jobs/{job_id}", token=self.token)
+        return self.call("GET", f"/jobs/{_segment('job_id', job_id)}", token=self.token)
 
     def events(self, since: int = 0, limit: int = 10000) -> list[dict]:
         return self.call("GET", "/events", token=self.token, params={"since": since, "limit": limit})
 
     def cancel(self, job_id: str) -> dict:
-        return self.call("POST", f"/jobs/{job_id}/cancel", token=self.token)
+        return self.call("POST", f"/jobs/{_segment('job_id', job_id)}/cancel", token=self.token)
 
     def drain(self, node: str) -> dict:
-        return self.call("POST", f"/admin/nodes/{node}/drain", token=self.token)
+        return self.call("POST", f"/admin/nodes/{_segment('node', node)}/drain", token=self.token)
 
     def undrain(self, node: str) -> dict:
-        return self.call("POST", f"/admin/nodes/{node}/undrain", token=self.token)
+        return self.call("POST", f"/admin/nodes/{_segment('node', node)}/undrain", token=self.token)
 
     def add_node(self, pool: str, node_id: str = "", host_mem_gb: float | None = None) -> dict:
         return self.call("POST", "/admin/nodes", token=self.token,
@@ -646,8 +645,30 @@ def _spec_dict(spec: dict | Job) -> dict:
             value = value.item()  # numpy and torch scalars
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"spec.{key}={value!r}: expected a finite number")
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            raise TypeError(f"spec.{key}={value!r}: expected a number, a string, true/false or null, not a "
+                            f"{type(value).__name__}")
         out[key] = value
     return out
+
+
+def _segment(name: str, value: Any) -> str:
+    """A job id or node name for a URL path: refused unless it is one (``../victim``, or
+    ``victim?x``, would name another job; ``ValueError`` naming ``name``, nothing sent)."""
+    if not isinstance(value, str) or not re.fullmatch(JOB_ID_PATTERN, value):
+        raise ValueError(f"{name}={value!r}: expected 1-128 of A-Z a-z 0-9 . _ -, starting alphanumeric")
+    return value
+
+
+def _kind(token: Any) -> str:
+    """What a refused token is, without showing it."""
+    if not isinstance(token, str):
+        return type(token).__name__
+    return f"a string of {len(token)} characters" + (" with a space or line break" if re.search(r"\s", token)
+                                                     else " with other than printable ASCII")
+
+
+_TOKEN = re.compile(r"[\x21-\x7e]+")
 
 
 def _check_seconds(name: str, value: Any, low: float, high: float) -> None:

@@ -112,11 +112,7 @@ class Store:
         lock_fd = _lock(path) if lock else None
         try:
             if new_state and path.exists():
-                stamp = time.strftime("%Y%m%d-%H%M%S")
-                for suffix in ("", "-wal", "-shm"):
-                    p = Path(f"{path}{suffix}")
-                    if p.exists():
-                        p.rename(f"{path}.replaced-{stamp}{suffix}")
+                aside(path)
             created = not path.exists()
             if not created:
                 check_header(path)
@@ -169,15 +165,7 @@ class Store:
             raise
 
     def _version(self) -> int:
-        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if "meta" in tables:
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is not None and row[0].isdigit():
-                return int(row[0])
-        if tables == {"snapshot", "events", "ended", "sqlite_sequence"} or tables == {"snapshot", "events", "ended"}:
-            return 2
-        raise StateDamaged(f"{self.path}: not a RollMux state file (tables: {sorted(tables) or 'none'}); "
-                           + _RECOVER.format(path=self.path))
+        return schema_version(self._db, self.path)
 
     # --- reads ---------------------------------------------------------------------------
     def load(self) -> dict | None:
@@ -290,25 +278,50 @@ class Store:
             self._lock_fd = None
 
 
+def schema_version(db: sqlite3.Connection, path: Path) -> int:
+    """The RollMux schema version of an open SQLite file; StateDamaged if it is not a
+    RollMux state file (another program's SQLite database)."""
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "meta" in tables:
+        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is not None and row[0].isdigit():
+            return int(row[0])
+    if tables == {"snapshot", "events", "ended", "sqlite_sequence"} or tables == {"snapshot", "events", "ended"}:
+        return 2
+    raise StateDamaged(f"{path}: not a RollMux state file (tables: {sorted(tables) or 'none'}); "
+                       + _RECOVER.format(path=path))
+
+
 def backup(db: sqlite3.Connection, dst: str | Path) -> None:
-    """Copy ``db`` to ``dst`` with SQLite's online backup; refuses to overwrite a file."""
+    """Copy ``db`` to ``dst`` with SQLite's online backup; refuses to overwrite a file. A
+    backup that fails (a folder that does not exist, a full disk) is a StoreError naming
+    ``dst``, and leaves no file there."""
     dst = Path(dst)
     if dst.exists():
         raise StoreError(f"{dst}: exists; give a new file name for the backup")
     old = os.umask(0o077)
     try:
         out = sqlite3.connect(str(dst))
+    except sqlite3.Error as err:
+        raise StoreError(f"{dst}: cannot write the backup there ({err})") from None
     finally:
         os.umask(old)
     try:
         db.backup(out)
-        out.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('open', '0')")
+        if out.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
+            out.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('open', '0')")
         out.commit()
         check = out.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise StoreError(f"{dst}: the backup failed its integrity check ({check})")
-    finally:
+    except (sqlite3.Error, OSError, StoreError) as err:
         out.close()
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            Path(f"{dst}{suffix}").unlink(missing_ok=True)
+        if isinstance(err, StoreError):
+            raise
+        raise StoreError(f"{dst}: the backup could not be written ({err})") from None
+    out.close()
 
 
 def backup_file(state: str | Path, dst: str | Path) -> None:
@@ -317,6 +330,7 @@ def backup_file(state: str | Path, dst: str | Path) -> None:
     check_header(state)
     src = sqlite3.connect(f"file:{state}?mode=ro", uri=True)
     try:
+        schema_version(src, state)
         backup(src, dst)
     finally:
         src.close()
@@ -324,7 +338,9 @@ def backup_file(state: str | Path, dst: str | Path) -> None:
 
 def restore_file(backup_path: str | Path, state: str | Path) -> Path | None:
     """Put a backup in place of ``state`` (no service may hold it); the old file is moved
-    aside and its new name returned (None if there was none)."""
+    aside and its new name returned (None if there was none). A backup that is not a
+    sound RollMux state file is refused with nothing changed; the backup is copied next
+    to ``state`` first, so the old file is moved aside only once the copy is whole."""
     backup_path, state = Path(backup_path), Path(state)
     check_header(backup_path)
     fd = _lock(state)
@@ -334,19 +350,35 @@ def restore_file(backup_path: str | Path, state: str | Path) -> Path | None:
             check = src.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise StateDamaged(f"{backup_path}: integrity check failed ({check}); not restored")
+            schema_version(src, backup_path)
+            staged = Path(f"{state}.restoring")
+            for suffix in ("", "-journal"):
+                Path(f"{staged}{suffix}").unlink(missing_ok=True)  # (a restore killed before)
+            backup(src, staged)
             moved = None
             if state.exists():
-                moved = Path(f"{state}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
-                for suffix in ("", "-wal", "-shm"):
-                    p = Path(f"{state}{suffix}")
-                    if p.exists():
-                        p.rename(f"{moved}{suffix}")
-            backup(src, state)
+                moved = aside(state)
+            staged.rename(state)
             return moved
         finally:
             src.close()
     finally:
         os.close(fd)
+
+
+def aside(state: Path) -> Path:
+    """Move ``state`` (and its -wal and -shm) to ``STATE.replaced-TIME``, a name no file
+    has (``-2``, ``-3``, ... within one second); returns it."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    moved, n = Path(f"{state}.replaced-{stamp}"), 1
+    while any(Path(f"{moved}{suffix}").exists() for suffix in ("", "-wal", "-shm")):
+        n += 1
+        moved = Path(f"{state}.replaced-{stamp}-{n}")
+    for suffix in ("", "-wal", "-shm"):
+        p = Path(f"{state}{suffix}")
+        if p.exists():
+            p.rename(f"{moved}{suffix}")
+    return moved
 
 
 # --- helpers -----------------------------------------------------------------------------
