@@ -35,6 +35,9 @@ def main() -> int:
     parser.add_argument("--alone", choices=[j.job_id for j in JOBS], default=None,
                         help="run only this job, by itself under the same service (the solo baseline)")
     args = parser.parse_args()
+    if args.out.exists() and not args.out.is_dir():
+        print(f"error: --out {args.out}: a file; expected a folder (made if missing)", file=sys.stderr)
+        return 2
     steps = args.steps if args.steps is not None else QUICK_STEPS if args.quick else DEFAULT_STEPS
     jobs = tuple(j for j in JOBS if args.alone in (None, j.job_id))
     try:

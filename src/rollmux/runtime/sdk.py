@@ -277,7 +277,8 @@ class Client:
             if now - first_failure > self.give_up_s:
                 hint = ("; an https server answers a plain http request so (is it https://?)"
                         if self.url.startswith("http:") and "disconnected" in problem.lower() else "")
-                raise ServerUnavailable(f"{self.url}{path}: no answer for {self.give_up_s:g}s ({problem}){hint}")
+                raise ServerUnavailable(f"{self.url}{API}{path}: no answer for {self.give_up_s:g}s ({problem}){hint}; "
+                                        f"a {method} that reached a slow service may still be applied")
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
