@@ -256,15 +256,19 @@ def test_a_trace_saved_with_a_byte_order_mark_simulates(tmp_path):
 # --- user strings print literally --------------------------------------------------------
 
 def test_node_and_job_names_with_brackets_print_literally(tmp_path):
-    cluster = _cluster_file(tmp_path, "rollout: {nodes: [{id: '[h20-r01]'}, {id: '[h20-r02]'}]}\n"
-                                      "train: {nodes: [{id: '[h800-t01]'}, {id: '[h800-t02]'}]}\n")
+    cluster = _cluster_file(tmp_path, "rollout: {nodes: [{id: 'h20-r01'}, {id: 'h20-r02'}]}\n"
+                                      "train: {nodes: [{id: 'h800-t01'}, {id: 'h800-t02'}]}\n")
     trace = tmp_path / "jobs.csv"
     trace.write_text("job_id,arrival_s,iterations,rollout_gpus,train_gpus,t_roll_s,t_train_s,mem_roll_gb,"
                      "mem_train_gb,slo,model\n[bold]job,0,5,8,8,100,50,10,10,1.5,7B\n")
     r = runner.invoke(app, ["plan", "--jobs", str(trace), "--cluster", str(cluster), "--no-improve"])
     assert r.exit_code == 0, r.output
-    assert "R[[h20-r01]] T[[h800-t01]]" in r.output  # a candidate's description
-    assert "[bold]job" in r.output and "[h20-r01]" in r.output.split("Plan:")[1]  # and the plan table
+    assert "R[h20-r01] T[h800-t01]" in r.output  # a candidate's description
+    assert "[bold]job" in r.output and "h20-r01" in r.output.split("Plan:")[1]  # and the plan table
+    # a listed node id in brackets (Rich markup) is no node id at all: refused naming it
+    odd = _cluster_file(tmp_path, "rollout: {nodes: [{id: '[h20-r01]'}]}\n", name="odd.yaml")
+    r = runner.invoke(app, ["plan", "--jobs", str(trace), "--cluster", str(odd)])
+    assert r.exit_code == 2 and "rollout.nodes[0].id='[h20-r01]'" in r.output
     r = runner.invoke(app, ["simulate", "--trace", str(tmp_path / "[x]" / "none.csv")])
     assert r.exit_code == 2 and "[x]" in r.output
 

@@ -175,10 +175,13 @@ def test_yaml_reads_what_the_file_says_and_refuses_what_it_cannot_mean(tmp_path)
     assert err.value.line == 2 and "not UTF-8" in str(err.value)
 
 
-@pytest.mark.parametrize("node_id", ["a/../b", "x\x1b[2J", "-lead", "a b", "k" * 129])
-def test_a_listed_node_id_is_one_that_admin_nodes_add_would_take(node_id):
+@pytest.mark.parametrize("node_id", ["a/../b", "x\x1b[2J", "-lead", "a b", "[h20-r01]", "k" * 129])
+def test_a_listed_node_id_is_one_that_admin_nodes_add_would_take(tmp_path, node_id):
     """(any string was accepted: an ESC reached terminals through status, and a node named
-    a/../b could never be drained)"""
+    a/../b could never be drained); a state file saved before keeps its ids"""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"train": {"nodes": [{"id": node_id}]}}))
     with pytest.raises(SpecError) as err:
-        cluster_from_dict({"train": {"nodes": [{"id": node_id}]}})
-    assert err.value.field == "train.nodes[0].id"
+        load_cluster(path)
+    assert err.value.field == "train.nodes[0].id" and str(path) in str(err.value)
+    assert cluster_from_dict({"train": {"nodes": [{"id": node_id}]}}).train.node_list[0].node_id == node_id

@@ -23,6 +23,7 @@ Contract
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rollmux import strict_yaml
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import GPU_TYPES, ROLLOUT, TRAIN, Cluster, NodeSpec, PoolSpec, SwitchCost
+from rollmux.model import GPU_TYPES, POOLS, ROLLOUT, TRAIN, Cluster, NodeSpec, PoolSpec, SwitchCost
 from rollmux.text_file import read_text
 
 _DEFAULT = Cluster()
@@ -170,7 +171,19 @@ def load_cluster(path: str | Path | None) -> Cluster:
     """Read a cluster YAML file (None: the default cluster); see the module contract."""
     if path is None:
         return Cluster()
-    return cluster_from_dict(read_mapping(path, "cluster"))
+    cluster = cluster_from_dict(read_mapping(path, "cluster"))
+    for pool in POOLS:
+        for i, node in enumerate(cluster.pool(pool).node_list or ()):
+            if not _NODE_ID.fullmatch(node.node_id):
+                raise SpecError(f"{pool}.nodes[{i}].id", node.node_id, "1-128 of A-Z a-z 0-9 . _ -, starting "
+                                                                     "alphanumeric (what `admin nodes add` takes)",
+                                str(path))
+    return cluster
+
+
+#: a node id a cluster file may list: an ESC reached terminals raw, and "a/../b" could not be drained
+#: (checked on the files people write; a state file saved before keeps its ids)
+_NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def switch_to_value(switch: SwitchCost) -> str | float | dict[str, float]:

@@ -46,8 +46,6 @@ MAX_POOL_NODES = 100_000
 #: a control character (an ESC in a job id reached reports and terminals raw), or an invisible
 #: formatting one (a bidi override such as U+202E shows another id than the one stored)
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-#: a node id a cluster file may list: an ESC reached terminals raw, and "a/../b" could not be drained
-_NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 #: a node id that a pool naming its nodes by count gives (``PlanState``: R0, R1, ... / T0, T1, ...)
 _COUNTED_ID = re.compile(r"([RT])[0-9]+")
 
@@ -149,10 +147,7 @@ class PoolSpec:
                 raise SpecError(f"{pool}.nodes", self.nodes, f"the length of the node list ({len(self.node_list)})")
             seen: set[str] = set()
             for i, node in enumerate(self.node_list):
-                if not isinstance(node.node_id, str) or not _NODE_ID.fullmatch(node.node_id):
-                    raise SpecError(f"{pool}.nodes[{i}].id", node.node_id, "1-128 of A-Z a-z 0-9 . _ -, starting "
-                                                                         "alphanumeric (what `admin nodes add` takes)")
-                if node.node_id in seen:
+                if not node.node_id or node.node_id in seen:
                     raise SpecError(f"{pool}.nodes[{i}].id", node.node_id, "a non-empty id unique in the cluster")
                 seen.add(node.node_id)
                 if not node.host_mem_gb > 0:
