@@ -186,7 +186,8 @@ def test_a_release_that_fails_never_hides_the_bodys_exception(srv):
     ({"timeout_s": -1}, "timeout_s=-1: expected seconds"),
     ({"give_up_s": float("nan")}, "give_up_s=nan"),
     ({"poll_s": 60}, "poll_s=60: expected seconds from 0 to 30"),
-    ({"token": 5}, "token: expected a string"),
+    ({"token": 5}, "token: expected one word of printable ASCII"),
+    ({"token": "abc\ndef"}, "got a string of 7 characters with a space or line break"),  # (never shown)
 ])
 def test_client_arguments_the_service_could_never_take_are_refused_naming_them(kwargs, needle):
     args = {"url": "http://127.0.0.1:1"} | kwargs
