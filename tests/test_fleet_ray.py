@@ -43,7 +43,7 @@ def test_map_tasks_returns_each_call_in_item_order_and_reports_each_as_done():
     assert map_tasks(math.sqrt, (), [], command="test") == []  # nothing to run: Ray not started
 
 
-def test_map_tasks_starts_its_own_instance_beside_another_ray_cluster(tmp_path):
+def test_map_tasks_starts_its_own_instance_beside_another_ray_cluster():
     """Another Ray cluster on the machine (``ray start --head``, a test's cluster, or the
     address file a killed one left): ``ray.init(num_cpus=...)`` attached to it and failed
     ("num_cpus ... must not be provided"); whatif crashed with a traceback."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -77,7 +76,9 @@ def _credential(token_file: Optional[Path]) -> Optional[str]:
     else:
         name = "ROLLMUX_TOKEN" if os.environ.get("ROLLMUX_TOKEN") else "ROLLMUX_ADMIN_TOKEN"
         token, where = os.environ.get(name) or None, f"${name}"
-    if token is not None and not re.fullmatch(r"[\x21-\x7e]+", token):  # (never printed)
+    from rollmux.runtime.sdk import TOKEN_PATTERN
+
+    if token is not None and not TOKEN_PATTERN.fullmatch(token):  # (never printed)
         _fail(RollMuxError(f"{where}: not a token (one word of printable ASCII, no spaces or line breaks)"))
     return token
 
@@ -85,9 +86,11 @@ def _credential(token_file: Optional[Path]) -> Optional[str]:
 def _client(url: str, token_file: Optional[Path]):
     from rollmux.runtime.sdk import Client
 
-    if not url.startswith(("http://", "https://")):
+    token = _credential(token_file)
+    try:
+        return Client(url, token, give_up_s=5.0)
+    except ValueError:  # (the SDK's check of the url: the only argument given here that it can refuse)
         _fail(RollMuxError(f"--url {url!r} (or $ROLLMUX_URL): expected http://HOST:PORT or https://HOST:PORT"))
-    return Client(url, _credential(token_file), give_up_s=5.0)
 
 
 def _ask(url: str, token_file: Optional[Path], call: Callable[[Any], Any]) -> Any:
@@ -380,9 +383,9 @@ def nodes_undrain(node: str = typer.Argument(...), url: str = URL_OPT,
 def admin_backup(out: Path = typer.Argument(..., help="New file to write the backup to."),
                  state: Path = typer.Option(Path("rollmux-state.db"), "--state", help="The service's state file.")) -> None:
     """Consistent copy of the state file, also while the service runs (SQLite online backup)."""
-    from rollmux.runtime.store import StoreError, backup_file
-
     import sqlite3
+
+    from rollmux.runtime.store import StoreError, backup_file
 
     try:
         backup_file(state, out)
@@ -396,9 +399,9 @@ def admin_restore(backup: Path = typer.Argument(..., help="A file written by `ro
                   state: Path = typer.Option(Path("rollmux-state.db"), "--state",
                                              help="The state file to replace (the service must be stopped).")) -> None:
     """Put a backup in place of the state file; the old file is kept beside it."""
-    from rollmux.runtime.store import StoreError, restore_file
-
     import sqlite3
+
+    from rollmux.runtime.store import StoreError, restore_file
 
     try:
         moved = restore_file(backup, state)

@@ -52,7 +52,7 @@ from trl import GRPOTrainer
 
 from rollmux.errors import SpecError
 from rollmux.model import ROLLOUT, TRAIN
-from rollmux.runtime.sdk import JobHandle
+from rollmux.runtime.sdk import JobHandle, leave
 from rollmux.runtime.state_cache import SwitchRecord, StateCache
 
 CACHE_BUDGET_BYTES = 8 * 1024**3
@@ -82,10 +82,7 @@ class PhaseHolder:
         """Give the phase held back; as failed (due again, nothing counted) with ``failure``."""
         self.held = None
         stack, self._stack = self._stack, ExitStack()
-        if failure is None:
-            stack.close()
-        else:
-            stack.__exit__(type(failure), failure, failure.__traceback__)
+        leave(stack, failure)
 
     def hand_back(self, failure: BaseException | None = None) -> None:
         """Release the phase held (see ``release``) and return the state to its module and
@@ -153,13 +150,14 @@ class RollMuxGRPOTrainer(GRPOTrainer):
         optimizer get their state back on the host, as after a normal end: the model can be
         saved or inspected, and ``train`` called again (e.g. from a checkpoint): the phase
         it failed in was released as failed, so the job is due for that phase again."""
+        failure = None
         try:
-            result = super().train(*args, **kwargs)
+            return super().train(*args, **kwargs)
         except BaseException as exc:
-            self.phases.hand_back(exc)
+            failure = exc
             raise
-        self.phases.hand_back()
-        return result
+        finally:
+            self.phases.hand_back(failure)
 
     @property
     def switches(self) -> tuple[SwitchRecord, ...]:

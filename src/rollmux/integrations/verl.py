@@ -91,7 +91,7 @@ from rollmux.integrations.verl_config import (COLOCATED, DISAGGREGATED, VerlPlac
 from rollmux.integrations.verl_pools import (RollMuxResourcePool, RollMuxResourcePoolManager, pool_nodes,
                                              role_mapping, verl_pools)
 from rollmux.model import ROLLOUT, TRAIN
-from rollmux.runtime.sdk import JobHandle
+from rollmux.runtime.sdk import JobHandle, leave
 
 __all__ = ["BoundaryRecord", "COLOCATED", "DISAGGREGATED", "RollMuxPPOMixin", "RollMuxPPOTrainer",
            "RollMuxResourcePool", "RollMuxResourcePoolManager", "VerlPhases", "VerlPlacement", "VerlShape",
@@ -143,10 +143,7 @@ class VerlPhases:
         counted) with ``failure``, what ``fit`` raised."""
         self.held = None
         stack, self._stack = self._stack, ExitStack()
-        if failure is None:
-            stack.close()
-        else:
-            stack.__exit__(type(failure), failure, failure.__traceback__)
+        leave(stack, failure)
 
     @contextmanager
     def resident(self, key: str, device: Any) -> Iterator[None]:
@@ -285,20 +282,18 @@ class RollMuxPPOMixin:
     def fit(self) -> Any:
         phases = self.rollmux
         phases.install()
+        failure = None
         try:
             phases.park()
-            result = super().fit()
+            return super().fit()
         except BaseException as exc:
+            failure = exc
+            raise
+        finally:
             try:
-                phases.release(exc)
+                phases.release(failure)
             finally:
                 phases.uninstall()
-            raise
-        try:
-            phases.release()
-        finally:
-            phases.uninstall()
-        return result
 
     def _validate(self, merged: bool = False) -> Any:
         if not self.rollmux._originals:  # outside fit: no grants

@@ -95,9 +95,7 @@ def replacing(path: Path, option: str | None = None) -> Iterator[Path]:
 
 def write_text(path: Path, text: str, option: str) -> Path:
     """``text`` (UTF-8) at ``path``, whole or not at all (``replacing``)."""
-    with replacing(path, option) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    return path
+    return written_by(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), option)
 
 
 def written_by(path: Path, write: Callable[[Path], object], option: str | None = None) -> Path:

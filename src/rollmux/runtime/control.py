@@ -609,10 +609,7 @@ class ControlPlane:
 
     def _count_release(self, rec: JobRecord, phase: str, grant_seq: int, duration_s: float, now: float) -> None:
         """The bookkeeping of a release, synchronous or not: counters, measured times."""
-        rec.last_released_seq = grant_seq
-        rec.last_released_phase = phase
-        rec.last_released_in[phase] = grant_seq
-        rec.ready_at = now
+        self._mark_released(rec, phase, grant_seq, now)
         rec.phase_max_s[phase] = max(rec.phase_max_s.get(phase, 0.0), duration_s)
         profiled = self._phase_profile(rec, phase)
         if duration_s > profiled * (1 + PROFILE_TOLERANCE):
@@ -626,13 +623,19 @@ class ControlPlane:
         else:
             rec.rollouts_done += 1
 
-    def _fail_phase(self, rec: JobRecord, phase: str, grant_seq: int, now: float) -> None:
-        """The bookkeeping of a failed release: its grant ends and a retry of the same
-        release is recognised; no counter moves."""
+    @staticmethod
+    def _mark_released(rec: JobRecord, phase: str, grant_seq: int, now: float) -> None:
+        """What every release records, failed or not: which grant it ended (``is_repeat_release``)
+        and when the job became ready again."""
         rec.last_released_seq = grant_seq
         rec.last_released_phase = phase
         rec.last_released_in[phase] = grant_seq
         rec.ready_at = now
+
+    def _fail_phase(self, rec: JobRecord, phase: str, grant_seq: int, now: float) -> None:
+        """The bookkeeping of a failed release: its grant ends and a retry of the same
+        release is recognised; no counter moves."""
+        self._mark_released(rec, phase, grant_seq, now)
         self._end_grant(rec, now, phase)
         self._log(now, "finish", rec.group_id, rec.job_id, phase, (), requeue=True, failed=True)
         self._dirty_jobs.add(rec.job_id)

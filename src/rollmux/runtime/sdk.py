@@ -174,7 +174,7 @@ class Client:
         _check_seconds("timeout_s", timeout_s, 1e-3, DAY_S)
         _check_seconds("give_up_s", give_up_s, 0.0, DAY_S)
         _check_seconds("poll_s", poll_s, 0.0, MAX_POLL_S)
-        if token is not None and (not isinstance(token, str) or not _TOKEN.fullmatch(token)):
+        if token is not None and (not isinstance(token, str) or not TOKEN_PATTERN.fullmatch(token)):
             raise ValueError("token: expected one word of printable ASCII (no spaces or line breaks; a token file "
                              f"holds one line), or None; got {_kind(token)}")
         self.url = url.rstrip("/")
@@ -669,7 +669,18 @@ def _kind(token: Any) -> str:
                                                      else " with other than printable ASCII")
 
 
-_TOKEN = re.compile(r"[\x21-\x7e]+")
+#: what a bearer token is: one word of printable ASCII (a second line of a token file is not part of it)
+TOKEN_PATTERN = re.compile(r"[\x21-\x7e]+")
+
+
+def leave(stack: contextlib.ExitStack, failure: BaseException | None) -> None:
+    """Close ``stack`` holding an adapter's phase: with ``failure`` (what its trainer
+    raised) the phase is left as the ``with`` block it stands for would be, so it is
+    released as failed."""
+    if failure is None:
+        stack.close()
+    else:
+        stack.__exit__(type(failure), failure, failure.__traceback__)
 
 
 def _check_seconds(name: str, value: Any, low: float, high: float) -> None:

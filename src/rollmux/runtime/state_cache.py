@@ -12,12 +12,12 @@ optimizer's per-parameter state. An entry is in one of three residencies:
   both the device storage and the host buffers; :meth:`StateCache.load_cold` reads it.
 
 Host buffers are allocated once per entry, on its first offload, and reused by every
-later offload (a slot that appeared or changed shape or dtype since gets a buffer of its
-own, and an arena none of whose buffers is still used is freed then, so shape changes
-do not accumulate host memory); they are pinned (``cudaHostRegister``) when the entry lives on a CUDA
-device, so copies run at DMA speed. Their total size is bounded by the cache's
-host-memory budget: an offload that would exceed it raises :class:`CacheBudgetError`
-before anything changes.
+later offload (a slot that appeared or changed shape or dtype since gets a buffer of
+its own, and an arena none of whose buffers is still used is freed then, so shape
+changes do not accumulate host memory); they are pinned (``cudaHostRegister``) when
+the entry lives on a CUDA device, so copies run at DMA speed. Their total size is
+bounded by the cache's host-memory budget: an offload that would exceed it raises
+:class:`CacheBudgetError` before anything changes.
 
 Contracts kept by every switch:
 
@@ -380,7 +380,7 @@ class StateCache:
             arena = HostArena(missing, pin)
             for old in stale:
                 old.release()
-            entry.arenas = [a for a in entry.arenas if all(a is not old for old in stale)] + [arena]
+            entry.arenas = [a for a in entry.arenas if a not in stale] + [arena]
             entry.host = {name: view for name, view in entry.host.items() if name in kept} | arena.views
         for name, tensor in slots.items():
             entry.host[name].copy_(tensor.detach(), non_blocking=True)
@@ -456,8 +456,7 @@ class StateCache:
         save_file(tensors, str(folder / TENSORS_FILE))
         _fsync_file(folder / TENSORS_FILE)
         if entry.optimizer is not None:
-            slot_of = {id(t): name for name, t in slots.items()}
-            shapes = [list(moved[slot_of[id(p)]][0]) for g in entry.optimizer.param_groups for p in g["params"]]
+            shapes = _param_shapes(entry.optimizer, slots, moved)
             torch.save(_optimizer_skeleton(entry.optimizer, shapes), folder / OPTIMIZER_FILE)
             _fsync_file(folder / OPTIMIZER_FILE)
         del tensors
@@ -507,8 +506,7 @@ class StateCache:
         state_dict = None
         module_slots = state_slots(entry.module, None)
         if entry.optimizer is not None:
-            slot_of = {id(t): name for name, t in module_slots.items()}
-            shapes = [list(expected[slot_of[id(p)]][0]) for g in entry.optimizer.param_groups for p in g["params"]]
+            shapes = _param_shapes(entry.optimizer, module_slots, expected)
             state_dict = _optimizer_state_dict(folder, loaded, entry.optimizer, shapes)
         fresh = {name: loaded[name].to(target) for name in module_slots}
         synchronize(target)
@@ -569,6 +567,14 @@ class StateCache:
         record = SwitchRecord(key, direction, path, size, time.perf_counter() - start)
         self._records.append(record)
         return record
+
+
+def _param_shapes(optimizer: torch.optim.Optimizer, slots: Mapping[str, torch.Tensor],
+                  layout: Mapping[str, tuple]) -> list[list[int]]:
+    """Each of the optimizer's parameters' shape, in its order, read from ``layout`` (slot
+    name -> (shape, ...)): the tensors themselves may be (0,) placeholders while offloaded."""
+    slot_of = {id(t): name for name, t in slots.items()}
+    return [list(layout[slot_of[id(p)]][0]) for g in optimizer.param_groups for p in g["params"]]
 
 
 def _optimizer_skeleton(optimizer: torch.optim.Optimizer, shapes: list[list[int]]) -> dict[str, object]:
