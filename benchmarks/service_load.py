@@ -2,13 +2,15 @@
 SIGKILLed and restarted mid-run: latency per endpoint and policy, and whether the service
 stayed consistent. One run, one table.
 
-Usage: python benchmarks/service_load.py [--policies rollmux rollmux-hedge] [--workers 40]
+Usage: python benchmarks/service_load.py [--policies rollmux rollmux-hedge@locked rollmux-hedge] [--workers 40]
        [--seconds 30] [--kills 0] [--seed 1] [--nodes 12] [--iterations 3,8]
        [--lease-s 10] [--grace-s 5] [--migration-s 0.5] [--readers 2] [--queue backfill|fifo]
        [--fleet H20 H800 H200] [--workdir DIR] [--json OUT]
 
 For each policy of ``--policies`` (the first one is the baseline; default ``rollmux``,
-then ``rollmux-hedge``): ``rollmux serve`` in a subprocess (its own process group) on a
+then ``rollmux-hedge``; a name ending in ``@locked`` or ``@apart`` is served with
+``--regroup-decisions`` so: ``rollmux-hedge@locked`` decides its regroupings under the
+service's lock): ``rollmux serve`` in a subprocess (its own process group) on a
 free 127.0.0.1 port, a fresh state file in a temporary folder, the admin token in
 ``$ROLLMUX_ADMIN_TOKEN``, a bounded cluster of ``--nodes`` rollout + ``--nodes`` train
 nodes (``switch_cost_s: 0``), ``--lease-s`` + ``--grace-s``, ``--migration-s`` (0.5 s, so
@@ -113,10 +115,13 @@ class Served:
             cluster.write_text(f"rollout: {{nodes: {args.nodes}}}\ntrain: {{nodes: {args.nodes}}}\nswitch_cost_s: 0\n")
         self.log = folder / "service.jsonl"
         self.out = folder / "serve.out"
+        policy, _, decisions = policy.partition("@")
         self.argv = [str(Path(sys.executable).with_name("rollmux")), "serve", "--cluster", str(cluster),
                      "--state", str(folder / "state.db"), "--host", "127.0.0.1", "--port", str(self.port),
                      "--policy", policy, "--lease-s", str(args.lease_s), "--grace-s", str(args.grace_s),
                      "--migration-s", str(args.migration_s), "--queue", args.queue, "--log-file", str(self.log)]
+        if decisions:
+            self.argv += ["--regroup-decisions", decisions]
         self.env = {**os.environ, "ROLLMUX_ADMIN_TOKEN": admin, "RAY_AUTH_MODE": "disabled"}
         self.proc: subprocess.Popen | None = None
         self.restored: list[bool] = []  # /healthz "restored" after each start
@@ -591,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"service load: {args.workers} job clients + {args.readers} admin readers, {args.seconds:g}s per policy, "
           f"{args.nodes}+{args.nodes} nodes, lease {args.lease_s:g}s + grace {args.grace_s:g}s, {args.kills} "
           f"SIGKILL(s), seed {args.seed}; x base = p50 over {base['policy']}'s (same workload, this run)")
-    print(f"{'policy':<16} {'endpoint':<10} {'calls':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+    print(f"{'policy':<20} {'endpoint':<10} {'calls':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} "
           f"{'x base':>7}")
     for r in results:
         for ep in ENDPOINTS:
@@ -601,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
             b = base["latency"].get(ep)
             x = f"{s['p50_ms'] / b['p50_ms']:.2f}" if b and ep != "acquire" else "-"
             s["x_base"] = None if x == "-" else float(x)
-            print(f"{r['policy']:<16} {ep:<10} {s['calls']:>7} {s['p50_ms']:>8.1f} {s['p95_ms']:>8.1f} "
+            print(f"{r['policy']:<20} {ep:<10} {s['calls']:>7} {s['p50_ms']:>8.1f} {s['p95_ms']:>8.1f} "
                   f"{s['p99_ms']:>8.1f} {s['max_ms']:>8.1f} {x:>7}")
     print("acquire is a long poll (wait_s up to 5): its latency is mostly the wait.")
     print()

@@ -38,7 +38,8 @@ ROLLMUX = str(Path(sys.executable).with_name("rollmux"))
 def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
                  policy: str = "rollmux-consolidate", restore_every: int = 0,
                  fault: str = "", profiles=None, out: dict | None = None,
-                 backfill: bool = True, reconcile: bool = False, on_step=None) -> tuple[list, list]:
+                 backfill: bool = True, reconcile: bool = False, on_step=None,
+                 decide_apart: bool = False) -> tuple[list, list]:
     """Run ``jobs`` through a ControlPlane in virtual time: arrivals at their times, each
     granted phase released after its worst-case time (plus the grant's switch cost),
     each move acknowledged ``migration_s`` after it was decided. With ``restore_every``
@@ -50,10 +51,14 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
     (with its ``profiles``). ``backfill``: the plane's waiting line. ``reconcile``: each
     restored plane is also reconciled with the cluster it already has, as ``rollmux serve
     --cluster`` does on a restart (which must change nothing). ``on_step(plane, now)`` is
-    called after each step (it must not change the plane). Returns the phases
+    called after each step (it must not change the plane). ``decide_apart``: the plane
+    only records the regroupings it is asked for, and each step is followed by deciding
+    them on a ticket and applying them, as ``rollmux serve`` does with nothing in between
+    (``rollmux.runtime.regroup_ticket``). Returns the phases
     (job, pool, group, nodes, start) and the moves (job, from, to, time); ``out["plane"]``
     gets the plane as it ends."""
-    cp = ControlPlane(cluster, policy=policy, migration_s=migration_s, profiles=profiles, backfill=backfill)
+    cp = ControlPlane(cluster, policy=policy, migration_s=migration_s, profiles=profiles, backfill=backfill,
+                      decide_apart=decide_apart)
     ended: list[dict] = []
     steps = 0
     faults: list[str] = []
@@ -105,13 +110,16 @@ def _live_replay(jobs: list[Job], cluster: Cluster, migration_s: float,
         else:
             cp.moved(payload, now)
             assert cp.pending_move(payload) is None, "an acknowledged move is not directed again"
+        while (ticket := cp.regroup_ticket(now)) is not None:
+            cp.apply_regroups(ticket, ticket.decide(), now)
         collect()
         steps += 1
         if on_step is not None:
             on_step(cp, now)
         if restore_every and steps % restore_every == 0:
             cp = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())), json.loads(json.dumps(ended)),
-                                      policy=policy, migration_s=migration_s, backfill=backfill)
+                                      policy=policy, migration_s=migration_s, backfill=backfill,
+                                      decide_apart=decide_apart)
             if reconcile:
                 assert cp.reconcile(cluster, now, profiles) == {"added": [], "removed": [], "changed": [],
                                                                 "placed": []}

@@ -142,6 +142,55 @@ def test_rollmux_hedge_answers_a_submit_before_the_gathering_it_then_runs_by_its
         assert service.store.load()["globals"]["regroups"]  # committed
 
 
+def test_changes_are_answered_while_a_regrouping_is_decided_off_the_lock(tmp_path):
+    """The service decides regroupings apart (the default): while the policy is held
+    inside a decision, a submit, a progress report and the status are answered, and the
+    regrouping is carried out (and committed) once the decision returns. Under
+    ``--regroup-decisions locked`` the same decision is made in the submit itself."""
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from rollmux.model import Cluster
+    from rollmux.runtime.service import Service, create_app
+
+    spec = {"t_roll_s": 100.0, "t_train_s": 100.0, "slo": 1.5, "iterations": 1000}
+    locked = Service(Cluster(), str(tmp_path / "locked.db"), ADMIN, _config(policy="rollmux-hedge",
+                                                                            decide_apart=False))
+    assert not locked.control.decide_apart
+    locked.close()
+    service = Service(Cluster(), str(tmp_path / "state.db"), ADMIN, _config(policy="rollmux-hedge"))
+    assert service.control.decide_apart
+    real, entered, gate = service.control._regroup, threading.Event(), threading.Event()
+
+    def held(*args, **kw):
+        entered.set()
+        assert gate.wait(30), "the test never let the decision go"
+        return real(*args, **kw)
+
+    service.control._regroup = held
+    with TestClient(create_app(service)) as client:
+        answer = client.post("/v1/jobs", json={"spec": {"job_id": "a", **spec}}, headers=_auth(ADMIN))
+        assert answer.status_code == 201, answer.text
+        token = answer.json()["token"]
+        assert entered.wait(10), "a's arrival asks for a regrouping"
+        t0 = time.monotonic()
+        answer = client.post("/v1/jobs", json={"spec": {"job_id": "b", **spec}}, headers=_auth(ADMIN))
+        assert answer.status_code == 201 and answer.json()["placement"] is not None, answer.text
+        assert client.post("/v1/jobs/a/progress", json={"fraction": 0.5}, headers=_auth(token)).status_code == 200
+        status = client.get("/v1/status", headers=_auth(ADMIN)).json()
+        assert time.monotonic() - t0 < 10 and status["regroupings"] == [] and not gate.is_set()
+        gate.set()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not service.control.regroups:
+            time.sleep(0.05)
+        regroupings = client.get("/v1/status", headers=_auth(ADMIN)).json()["regroupings"]
+        assert [sorted(r["members"]) for r in regroupings] == [["a", "b"]]
+        assert service.store.load()["globals"]["regroups"]  # committed
+        metrics = client.get("/metrics").text
+        assert "rollmux_regroup_decide_seconds_count" in metrics
+
+
 @pytest.mark.parametrize("case", ["profiles without a fleet", "policy", "bad profile row"])
 def test_serve_refuses_a_bad_fleet_start_and_writes_no_state(tmp_path, case):
     (tmp_path / "fleet.yaml").write_text(FLEET_YAML)

@@ -40,18 +40,26 @@ def test_hedge_under_load_and_a_sigkill_stays_consistent(bench, tmp_path):
 
 
 @pytest.mark.slow
-def test_both_policies_at_forty_clients_with_two_kills(bench, tmp_path):
+def test_every_policy_at_forty_clients_with_two_kills(bench, tmp_path):
     out = tmp_path / "load.json"
-    rc = bench.main(["--workers", "40", "--seconds", "30", "--kills", "2", "--workdir", str(tmp_path),
-                     "--json", str(out)])
+    rc = bench.main(["--policies", "rollmux", "rollmux-hedge@locked", "rollmux-hedge", "--workers", "40",
+                     "--seconds", "30", "--kills", "2", "--workdir", str(tmp_path), "--json", str(out)])
     results = json.loads(out.read_text())["results"]
     for r in results:
         _assert_consistent(r)
         assert len(r["kills_down_s"]) == 2
         assert r["phases"] > 0
-    assert [r["policy"] for r in results] == ["rollmux", "rollmux-hedge"]
-    assert results[1]["regroupings"] > 0 and results[1]["moves"] > 0
+    assert [r["policy"] for r in results] == ["rollmux", "rollmux-hedge@locked", "rollmux-hedge"]
+    assert all(r["regroupings"] > 0 and r["moves"] > 0 for r in results[1:])
     assert rc == 0
+
+
+def test_a_policy_suffix_names_where_the_service_decides_regroupings(bench, tmp_path):
+    args = bench.parse_args([])
+    argv = bench.Served(tmp_path / "a", "rollmux-hedge@locked", args, "x").argv
+    assert argv[argv.index("--policy") + 1] == "rollmux-hedge"
+    assert argv[argv.index("--regroup-decisions") + 1] == "locked"
+    assert "--regroup-decisions" not in bench.Served(tmp_path / "b", "rollmux-hedge", args, "x").argv
 
 
 def _grant(seq, at, job, nodes):

@@ -21,3 +21,10 @@ QueueOrder = enum.Enum("QueueOrder", {q: q for q in ("backfill", "fifo")}, type=
 QUEUE_HELP = ("On bounded pools: backfill (a job that packs into a running group on its nodes passes the waiting "
               "line; it takes no free node, though it may keep its group's nodes busy longer) or fifo (strictly "
               "first come, first placed).")
+#: Where ``rollmux serve`` decides a regrouping (``ServiceConfig.decide_apart``;
+#: ``rollmux.runtime.regroup_ticket``).
+RegroupDecisions = enum.Enum("RegroupDecisions", {d: d for d in ("apart", "locked")}, type=str)
+REGROUP_HELP = ("Where a regrouping is decided (policies that regroup): apart (on a copy of the plan, while other "
+                "requests are answered; carried out only if the groups it replaces are unchanged and every moved job "
+                "still keeps its SLO) or locked (in the request that asks for it, as `rollmux simulate` decides; "
+                "other requests wait).")

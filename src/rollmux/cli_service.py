@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rollmux.cli_choices import QUEUE_HELP, QueueOrder
+from rollmux.cli_choices import QUEUE_HELP, REGROUP_HELP, QueueOrder, RegroupDecisions
 from rollmux.errors import RollMuxError
 from rollmux.model import POOLS
 
@@ -180,6 +180,7 @@ def serve(
     move_timeout_s: float = typer.Option(600.0, "--move-timeout-s", min=1.0, max=DAY_S,
                                          help="A move the job has not acknowledged by then is undone."),
     queue: QueueOrder = typer.Option("backfill", help=QUEUE_HELP),
+    regroup_decisions: RegroupDecisions = typer.Option("apart", "--regroup-decisions", help=REGROUP_HELP),
 ) -> None:
     """Run the control plane (HTTP+JSON under /v1, OpenAPI at /docs). A state file that exists is resumed."""
     from rollmux.fleet import Fleet, load_profiles
@@ -207,7 +208,8 @@ def serve(
                                header_timeout_s=header_timeout_s,
                                tenants=known.hashes, quotas=known.quotas,
                                policy=policy.value, migration_s=migration_s, move_timeout_s=move_timeout_s,
-                               backfill=queue.value == "backfill")
+                               backfill=queue.value == "backfill",
+                               decide_apart=regroup_decisions.value == "apart")
         logs.setup(log_file)
         typer.echo(f"rollmux: admin token from {source}", err=True)
         run(spec, str(state), token, config, host, port, new_state, measured, cert, key)

@@ -71,7 +71,13 @@ Contract
   with ``regroup_on_wait`` (``rollmux-hedge``, ``rollmux-full-regroup``) is also asked,
   whenever the head of the waiting line is refused (a submit that waits, a retry of the
   line), for each group that holds one job (``improve.lone_groups``), as the simulator
-  asks it: a submit's are gathered after its answer too.
+  asks it: a submit's are gathered after its answer too. With ``decide_apart`` (what
+  ``rollmux serve`` runs) every regrouping asked for is only recorded (once per group);
+  the caller decides them on a copy of the plan off its lock (``regroup_ticket``) and
+  hands the decisions back (``apply_regroups``), which carries out those whose check
+  still holds (``rollmux.runtime.regroup_ticket``). Meanwhile the waiting line waits
+  for them, as it waits for them under the lock: so with nothing in between it is the
+  same decision for decision as the simulator, on bounded pools too.
 * The placement space beyond the paper (policies ``rollmux-full`` and
   ``rollmux-full-regroup``, as in the simulator; ``make_policy`` builds every live
   policy): a job may also get training nodes of its own next to a group's, or run
@@ -132,6 +138,7 @@ from rollmux.policies import FLEET_BACKED, make_policy
 from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_rollmux
 from rollmux.reservation import Reservation, fits, group_need
 from rollmux.runtime.logs import LOGGER
+from rollmux.runtime.regroup_ticket import MAX_TRIES, Decided, RegroupTicket, still_holds
 from rollmux.runtime.store import Changes, hash_token
 
 log = logging.getLogger(LOGGER)
@@ -344,7 +351,8 @@ class ControlPlane:
 
     def __init__(self, cluster: Cluster | Fleet, planner: Planner | FleetPlanner | None = None,
                  policy: str = "rollmux", migration_s: float = 300.0, tail_threshold: float = 0.8,
-                 profiles: Profiles | None = None, backfill: bool = True, keep_ended: int | None = None) -> None:
+                 profiles: Profiles | None = None, backfill: bool = True, keep_ended: int | None = None,
+                 decide_apart: bool = False) -> None:
         """``cluster``: a two-pool ``Cluster``, or a ``Fleet`` of GPU types (with its
         measured ``profiles``): then each job's pair of types and group come from the
         fleet planner, nodes are the fleet's (``FleetState``), the plane runs the policies
@@ -352,7 +360,10 @@ class ControlPlane:
         A fleet-backed policy (``rollmux-hedge``) on a two-pool cluster runs it as a fleet
         of one view (``fleet.fleet_of``), as ``rollmux simulate`` does. ``backfill``: a
         job that packs into a running group passes the waiting line, as in the
-        simulator (``simulate(backfill=)``); False: strictly first come, first placed."""
+        simulator (``simulate(backfill=)``); False: strictly first come, first placed.
+        ``decide_apart``: regroupings are only asked for here and decided by the caller
+        off its lock (``regroup_ticket``, ``apply_regroups``; ``rollmux.runtime.regroup_ticket``);
+        False: each is decided in the change that asks for it, as in the simulator."""
         cluster.validate()
         if isinstance(cluster, Cluster) and policy in FLEET_BACKED:
             cluster = fleet_of(cluster)
@@ -379,8 +390,12 @@ class ControlPlane:
         self._next_regroup = 0
         # regrouping -> the nodes held for its new groups on bounded pools (rollmux.reservation)
         self.holds: dict[str, Reservation] = {}
-        # regroupings asked for by a submit, run after it is answered: [group, job, time] (``gather``)
+        # regroupings asked for by a submit, run after it is answered: [group, job, time] (``gather``);
+        # with ``decide_apart`` every regrouping asked for, [group, job, time(, tries)] (``regroup_ticket``)
         self._gathers: list[list] = []
+        self.decide_apart = decide_apart
+        self._in_ticket = 0  # the first asks of ``_gathers``, out on a ticket (``regroup_ticket``)
+        self._line_due: list | None = None  # ["retry"] or ["backfill", head]: ``_retry_waiting``
         self.migration_s = migration_s
         self.tail_threshold = tail_threshold
         self.backfill = backfill
@@ -472,7 +487,8 @@ class ControlPlane:
         if decision.placement is None or behind:
             rec.end_reason = f"behind the waiting line, first {self.waiting[0]}" if behind else decision.reason
             if not self.waiting:  # it heads the line, refused: after the answer (``gather``)
-                self._gathers.extend(self._on_wait(now))
+                for gid, job_id, at in self._on_wait(now):
+                    self._ask(gid, job_id, at)
             self.waiting.append(job.job_id)
         else:
             self._place(rec, decision, now, defer=True)
@@ -481,7 +497,12 @@ class ControlPlane:
     @property
     def gathers_pending(self) -> bool:
         """Whether a submit's regroupings wait for ``gather``."""
-        return bool(self._gathers)
+        return bool(self._gathers) and not self.decide_apart
+
+    @property
+    def regroups_asked(self) -> bool:
+        """With ``decide_apart``: whether regroupings wait to be decided (``regroup_ticket``)."""
+        return self.decide_apart and bool(self._gathers)
 
     def gather(self) -> int:
         """Run the regroupings a submit asked for: after an arrival that opened a group, or
@@ -490,9 +511,12 @@ class ControlPlane:
         regroupings here: the job starts at once, and a move it leads to happens at its
         first iteration's end at the earliest. Each runs as at its submit, on the same
         state, since every other change runs this first (the service also runs it right
-        after answering the submit). Returns how many were asked for."""
+        after answering the submit). Returns how many were asked for. With
+        ``decide_apart`` it does nothing: the caller decides them (``regroup_ticket``)."""
+        if self.decide_apart:
+            return 0
         pending, self._gathers = self._gathers, []
-        for gid, job_id, at in pending:
+        for gid, job_id, at, *_ in pending:
             if gid in self.plan.groups and self.plan.job_group.get(job_id) == gid:
                 self._plan_regroup(gid, at)
         return len(pending)
@@ -1114,7 +1138,8 @@ class ControlPlane:
     @classmethod
     def restore(cls, snap: dict, ended: list[dict] = (), planner: Planner | None = None, policy: str = "rollmux",
                 migration_s: float = 300.0, tail_threshold: float = 0.8, backfill: bool = True,
-                keep_ended: int | None = None, evicted: dict[str, int] | None = None) -> "ControlPlane":
+                keep_ended: int | None = None, evicted: dict[str, int] | None = None,
+                decide_apart: bool = False) -> "ControlPlane":
         """Rebuild from ``snapshot()`` and the departed records (every one, or the latest
         ones in departure order with ``evicted``, the count by state of those left out):
         same plan, same queues, same outstanding grants, and the departed jobs' final
@@ -1126,10 +1151,10 @@ class ControlPlane:
         _check_restart_policy(policy, "fleet" in topology)
         if "fleet" in topology:
             cp = cls(fleet_from_dict(topology["fleet"]), planner, policy, migration_s, tail_threshold,
-                     profiles_from_rows(topology["profiles"]), backfill, keep_ended)
+                     profiles_from_rows(topology["profiles"]), backfill, keep_ended, decide_apart)
         else:
             cp = cls(cluster_from_dict(topology), planner, policy, migration_s, tail_threshold, backfill=backfill,
-                     keep_ended=keep_ended)
+                     keep_ended=keep_ended, decide_apart=decide_apart)
         live = sorted(snap["jobs"].values(), key=lambda d: d["ord"])
         cp.evicted = dict(evicted or {})
         for d in [*ended, *live]:
@@ -1176,6 +1201,7 @@ class ControlPlane:
         cp._next_regroup = glob.get("next_regroup", 0)
         cp.holds = {k: Reservation.from_dict(v) for k, v in glob.get("holds", {}).items()}
         cp._gathers = [list(g) for g in glob.get("gathers", ())] if cp._regroup is not None else []
+        cp._line_due = glob.get("line_due") if decide_apart else None  # (set only with asks, kept with them)
         if "closing" in glob:  # the groups a regrouping empties, marked until they are gone
             for gid in glob["closing"]:
                 cp.plan.close_group(gid)
@@ -1193,7 +1219,7 @@ class ControlPlane:
                 "ord": self._ord, "inventory": self.plan.inventory(), "offer": sorted(self.offer),
                 "move_s": dict(self.move_s), "regroups": self.regroups, "next_regroup": self._next_regroup,
                 "holds": {k: held.to_dict() for k, held in self.holds.items()}, "gathers": self._gathers,
-                "closing": sorted(self.plan.closing_groups())}
+                "line_due": self._line_due, "closing": sorted(self.plan.closing_groups())}
 
     def _group_row(self, gid: str) -> dict:
         g = self.plan.groups[gid]
@@ -1246,7 +1272,7 @@ class ControlPlane:
         self._admit(rec, now)
         if self._regroup_on_arrival and placement.group_id is None:  # a new group: regroup it too
             if defer:  # after the answer (``gather``)
-                self._gathers.append([gid, rec.job_id, now])
+                self._ask(gid, rec.job_id, now)
             else:
                 self._plan_regroup(gid, now)
 
@@ -1331,19 +1357,24 @@ class ControlPlane:
         left, spare = self._progress(rec, now)
         return None if left < 2 else (left, spare)
 
+    def _pause(self, k: str) -> float:
+        """The seconds a move stops job ``k``: until its current iteration ends, then the migration."""
+        return self.plan.analysis(self.plan.job_group[k]).iteration_s[k] + self.migration_seconds(self.jobs[k].job)
+
     def _plan_regroup(self, gid: str, now: float) -> None:
-        """After a departure from ``gid``: ask the policy for a regrouping and mark its jobs.
+        """After a departure from ``gid``: ask the policy for a regrouping and mark its jobs
+        (with ``decide_apart``: record the ask, ``regroup_ticket``).
 
         A regrouping only lowers the cost of jobs that already run, so a policy that fails
         to decide one (a bug) is logged (``regroup_failed``, ERROR, with the traceback) and
         no regrouping is made: the change that asked for it goes on. Raised instead, it
         failed that change, and a pending gathering (``gather``, which every change runs
         first) failed every change after it, for good."""
-        def pause(k: str) -> float:  # until k's current iteration ends, then the migration
-            return self.plan.analysis(self.plan.job_group[k]).iteration_s[k] + self.migration_seconds(self.jobs[k].job)
-
+        if self.decide_apart:
+            self._ask(gid, self.plan.groups[gid].members[0].job.job_id, now)
+            return
         try:
-            plan = self._regroup(self.plan, gid, lambda k: self._movable(k, now), pause)
+            plan = self._regroup(self.plan, gid, lambda k: self._movable(k, now), self._pause)
         except Exception:  # noqa: BLE001 - see the docstring; the traceback goes to the log
             log.exception("regroup_failed", extra={"group_id": gid,
                                                    "jobs": [m.job.job_id for m in self.plan.groups[gid].members]})
@@ -1351,6 +1382,56 @@ class ControlPlane:
         if plan is None or (self.drained and not fits(self.plan, plan.view, plan.replaced, plan.groups,
                                                       self.drained)):
             return  # (a drained node of the groups it empties will not come back for it)
+        self._mark_regroup(plan, now)
+
+    def regroup_ticket(self, now: float) -> RegroupTicket | None:
+        """With ``decide_apart``: the regroupings asked for so far and what deciding them
+        reads, as of ``now`` (``rollmux.runtime.regroup_ticket``, step 1); None when none
+        is asked for. One ticket at a time: until ``apply_regroups`` takes its asks off,
+        a group asked for again is asked for again after them."""
+        if not self.regroups_asked:
+            return None
+        jobs = list(self.plan.job_group)
+        self._in_ticket = len(self._gathers)
+        return RegroupTicket.take(self, self._gathers, self.plan, {k: self._movable(k, now) for k in jobs},
+                                  {k: self.migration_seconds(self.jobs[k].job) for k in jobs}, self.drained,
+                                  self._regroup, (self.fleet, self.profiles, self.cluster))
+
+    def apply_regroups(self, ticket: RegroupTicket, decided: list[Decided], now: float) -> int:
+        """Carry out the regroupings ``ticket.decide`` returned whose check still holds
+        (``regroup_ticket.still_holds``) as ``_plan_regroup`` would have; take the ticket's
+        asks off, and ask again, while ``MAX_TRIES`` allows, for each stale one whose group
+        is still there. A ticket of another plane (the service reloaded its state since)
+        changes nothing. Returns how many were carried out."""
+        if ticket.owner is not self:
+            return 0
+        del self._gathers[:len(ticket.asks)]
+        self._in_ticket = 0
+        tries = {a[0]: (a[3] if len(a) > 3 else 0) + 1 for a in ticket.asks}
+        done = 0
+        for d in decided:
+            if still_holds(self.plan, d, lambda k: self._movable(k, now), self._pause, self.drained):
+                self._mark_regroup(d.plan, now)
+                done += 1
+                continue
+            group = self.plan.groups.get(d.group_id)
+            again = group is not None and tries[d.group_id] < MAX_TRIES
+            log.info("regroup_stale", extra={"group_id": d.group_id, "replaced": list(d.plan.replaced),
+                                             "tries": tries[d.group_id], "asked_again": again})
+            if again:
+                self._ask(d.group_id, group.members[0].job.job_id, now, tries[d.group_id])
+        self._run_line_due(now)
+        return done
+
+    def _ask(self, gid: str, job_id: str, now: float, tries: int = 0) -> None:
+        """Ask for a regrouping of ``gid`` (holding ``job_id``) later: ``gather``, or with
+        ``decide_apart`` ``regroup_ticket``; once per group while it waits."""
+        if not any(a[0] == gid for a in self._gathers[self._in_ticket:]):
+            self._gathers.append([gid, job_id, now, tries] if tries else [gid, job_id, now])
+
+    def _mark_regroup(self, plan, now: float) -> None:
+        """Mark the jobs of a regrouping decided now (``_plan_regroup``, ``apply_regroups``):
+        each stops at its next iteration boundary (``_stop_for_regroup``)."""
         held = Reservation.start(self.plan, plan.view, plan.replaced, plan.groups)
         hold = None
         if held is not None:
@@ -1590,7 +1671,13 @@ class ControlPlane:
     def _retry_waiting(self, now: float) -> list[str]:
         """Place the waiting line's jobs in order until its head must still wait; each job
         placed leaves it. Returns those placed. Regrouped groups short of bounded nodes go
-        first (``_open_blocked``)."""
+        first (``_open_blocked``). With ``decide_apart`` the line waits for the regroupings
+        asked for, as it waits for them under the lock: while any is asked for, the retry
+        (or the rest of it: the backfill after the head's refusal, the jobs after one whose
+        placement asked for one) is left to ``apply_regroups`` (``_line_due``)."""
+        if self._hold_line():
+            self._line_due = ["retry"]
+            return []
         if self.holds:
             self._open_blocked(now)
         placed = []
@@ -1603,6 +1690,9 @@ class ControlPlane:
                     continue
                 for gid, job, at in self._on_wait(now):
                     self._plan_regroup(gid, at)
+                if self._hold_line():
+                    self._line_due = ["backfill", job_id]
+                    break
                 placed += self._backfill(job_id, now)
                 break  # the head waits; only a job that packs passes it (the simulator's line)
             self.waiting.remove(job_id)
@@ -1610,7 +1700,26 @@ class ControlPlane:
             rec.explanation = _explain(decision)
             self._place(rec, decision, now)
             placed.append(job_id)
+            if self._hold_line():
+                self._line_due = ["retry"]
+                break
         return placed
+
+    def _hold_line(self) -> bool:
+        """With ``decide_apart``: whether regroupings are asked for (the line waits for them)."""
+        return self.decide_apart and bool(self._gathers)
+
+    def _run_line_due(self, now: float) -> None:
+        """What ``_retry_waiting`` left for after the regroupings, once none is asked for
+        (it is set only while some are: ``_hold_line``)."""
+        due = self._line_due
+        if due is None or self._gathers:
+            return
+        self._line_due = None
+        if due[0] == "retry":
+            self._retry_waiting(now)
+        elif due[1] in self.waiting:
+            self._backfill(due[1], now)
 
     def _passes(self, decision) -> bool:
         """Whether a job behind the line's head may be placed now: with ``backfill``, when

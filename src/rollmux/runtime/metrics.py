@@ -11,6 +11,9 @@ to bound label cardinality. The service feeds the histograms and counters:
 * ``rollmux_commit_seconds``: one state-file commit; ``rollmux_commit_failures_total``;
 * ``rollmux_event_loop_lag_seconds``: how late a 100 ms timer fires on the event loop
   (a blocked loop shows here first);
+* ``rollmux_regroup_decide_seconds``: one round of regroupings decided off the lock
+  (``rollmux.runtime.regroup_ticket``); ``rollmux_regroups_stale_total``: decisions its
+  check found stale when they came back (dropped, and asked for again);
 * ``rollmux_lease_expiries_total``; ``rollmux_http_errors_total{status}``.
 
 Per tenant of the tenants file (their number is the operator's, so the labels are
@@ -127,6 +130,10 @@ class ServiceMetrics:
                                   buckets=FAST_BUCKETS, registry=r)
         self.loop_lag_max = Gauge("rollmux_event_loop_lag_max_seconds", "Largest event-loop lag in the last "
                                   "10 s", registry=r)
+        self.regroup_decide_seconds = Histogram("rollmux_regroup_decide_seconds", "One round of regroupings "
+                                                "decided off the lock", buckets=FAST_BUCKETS, registry=r)
+        self.regroups_stale = Counter("rollmux_regroups_stale", "Regroupings decided off the lock and found "
+                                      "stale when they came back", registry=r)
         self.expiries = Counter("rollmux_lease_expiries", "Jobs that lost their lease", registry=r)
         self.http_errors = Counter("rollmux_http_errors", "Error answers by status", ["status"], registry=r)
         r.register(_StateCollector(control, age, per_job_limit, tenants))

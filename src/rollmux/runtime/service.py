@@ -7,7 +7,11 @@ under one asyncio lock, in a worker thread, the ``ControlPlane`` method runs, th
 changed are committed to the state file, and only then is the change published (long
 polls woken, leases started or dropped, logs and metrics written) on the loop. Reads take
 the same lock, so they never see a half-made change. The event loop itself never plans
-or writes: a heartbeat is answered while a heavy submit is being planned. If a commit
+or writes: a heartbeat is answered while a heavy submit is being planned. Regroupings
+are decided off the lock (``ServiceConfig.decide_apart``, ``regroup_apart``): a copy of
+the plan is taken under it, the policy decides on the copy in a worker thread while other
+changes go on, and the decisions are checked and carried out under it again
+(``rollmux.runtime.regroup_ticket``). If a commit
 fails (disk full, I/O error) the in-memory state is reloaded from the state file, so
 memory and disk never disagree, and the caller gets a 503.
 
@@ -77,6 +81,7 @@ class ServiceConfig:
     move_timeout_s: float = 600.0  # a move not acknowledged by then is undone
     tail_threshold: float = 0.8    # fraction of responses done from which a rollout's tail may hand off GPUs
     backfill: bool = True          # a job that packs into a running group passes the waiting line
+    decide_apart: bool = True      # regroupings decided off the lock (``rollmux.runtime.regroup_ticket``)
     keep_ended: int = 10_000       # departed records kept in memory (status, lists); all stay in the file
     body_timeout_s: float = 10.0   # a request body not in whole by then is answered 408 (``BodyLimit``)
     header_timeout_s: float = 10.0  # a request's headers not in whole by then: 408, closed (``header_deadline``)
@@ -133,6 +138,7 @@ class Service:
         self._waiters: dict[str, asyncio.Event] = {}
         self._queue: list[tuple[Callable[[ControlPlane, float], Any], asyncio.Future]] = []
         self._drainer: asyncio.Task | None = None
+        self._regrouper: asyncio.Task | None = None  # regroupings decided off the lock (``regroup_apart``)
         self.published_seq = self.control.last_seq  # everything restored is committed
 
     def _open(self, cluster: Cluster | Fleet | None, profiles: Profiles | None) -> tuple[ControlPlane, bool, dict | None]:
@@ -141,7 +147,7 @@ class Service:
             control = ControlPlane(cluster or Cluster(), policy=self.config.policy,
                                    migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold,
                                    profiles=profiles, backfill=self.config.backfill,
-                                   keep_ended=self.config.keep_ended)
+                                   keep_ended=self.config.keep_ended, decide_apart=self.config.decide_apart)
             self.store.commit(control.take_changes())
             return control, False, None
         control = self._restore()
@@ -160,7 +166,7 @@ class Service:
             return ControlPlane.restore(self.store.load(), self.store.ended(keep), policy=self.config.policy,
                                         migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold,
                                         backfill=self.config.backfill, keep_ended=keep,
-                                        evicted=self.store.ended_counts(keep))
+                                        evicted=self.store.ended_counts(keep), decide_apart=self.config.decide_apart)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StateDamaged(f"{self.store.path}: the state does not restore ({type(exc).__name__}: {exc}); "
                                f"start with --new-state to begin empty, or restore a backup") from exc
@@ -207,6 +213,7 @@ class Service:
                     outcomes, changes = [(None, exc)] * len(batch), None
             if changes is not None:
                 self._publish(changes)
+            self.kick_regroups()
             for (_, done), (result, error) in zip(batch, outcomes):
                 if done.cancelled():
                     continue
@@ -214,6 +221,38 @@ class Service:
                     done.set_exception(error)
                 else:
                     done.set_result(result)
+
+    def kick_regroups(self) -> None:
+        """Start ``regroup_apart`` when regroupings wait to be decided and it is not running."""
+        if self.control.regroups_asked and (self._regrouper is None or self._regrouper.done()):
+            self._regrouper = asyncio.get_running_loop().create_task(self.regroup_apart())
+
+    async def regroup_apart(self) -> None:
+        """Decide the regroupings asked for off the lock, round after round, until none is
+        asked for (``rollmux.runtime.regroup_ticket``): the ticket under the lock (a copy of
+        the plan), the decisions in a worker thread while other changes go on, the check
+        and the marks under the lock again, committed as any change. One runs at a time.
+        A failure is logged and ends it (the next change starts it again)."""
+        try:
+            while True:
+                tq = time.perf_counter()
+                ticket = await self.mutate(lambda c, now: c.regroup_ticket(now))
+                if ticket is None:
+                    return
+                t0 = time.perf_counter()
+                decided = await asyncio.to_thread(ticket.decide)
+                t1 = time.perf_counter()
+                self.metrics.regroup_decide_seconds.observe(t1 - t0)
+                done = await self.mutate(lambda c, now: c.apply_regroups(ticket, decided, now))
+                self.metrics.regroups_stale.inc(len(decided) - done)
+                log.debug("regroup_round", extra={"asks": len(ticket.asks), "jobs": len(ticket.progress),
+                                                  "ticket_s": t0 - tq, "decide_s": t1 - t0,
+                                                  "apply_s": time.perf_counter() - t1, "decided": len(decided),
+                                                  "done": done})
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # (a commit failure is logged where it happens, a policy's bug in decide)
+            log.error("regroup_apart_failed", extra={"reason": f"{type(exc).__name__}: {exc}"})
 
     def _apply(self, fns: list[Callable[[ControlPlane, float], Any]]) -> tuple[list, Changes | None]:
         failed: dict[int, Exception] = {}  # changes that raised: undone, and left out of the rerun
@@ -566,11 +605,15 @@ def create_app(service: Service) -> FastAPI:
     async def lifespan(_app: FastAPI):
         tasks = [asyncio.create_task(service.expire_leases(min(0.5, service.config.lease_s / 4))),
                  asyncio.create_task(service.watch_loop_lag())]
+        service.kick_regroups()  # asks restored from the state file
         try:
             yield
         finally:
-            for t in tasks:
-                t.cancel()
+            for t in (*tasks, service._regrouper):
+                if t is not None:
+                    t.cancel()
+            if service._drainer is not None and not service._drainer.done():  # changes already queued commit
+                await asyncio.wait({service._drainer}, timeout=30)
             service.close()
 
     app = FastAPI(title="RollMux control plane", version="1", lifespan=lifespan)
