@@ -12,7 +12,7 @@ import pytest
 
 from rollmux.fleet import Profiles
 from rollmux.fleet_file import load_fleet
-from rollmux.model import Cluster, Job
+from rollmux.model import Cluster, Job, SwitchCost
 from rollmux.policies import make_policy
 from rollmux.policies.fleet import fleet_rollmux
 from rollmux.runtime.control import ControlPlane
@@ -193,3 +193,107 @@ def test_a_group_asked_for_twice_is_asked_once_and_again_after_a_ticket_took_it(
     assert [a[0] for a in cp._gathers] == [gid, gid]
     cp.apply_regroups(ticket, ticket.decide(), 3.0)
     assert [a[0] for a in cp._gathers] == [gid]
+
+
+def _bounded(nodes: int) -> Cluster:
+    base = Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    return dataclasses.replace(base, rollout=dataclasses.replace(base.rollout, nodes=nodes),
+                               train=dataclasses.replace(base.train, nodes=nodes))
+
+
+def _full_line(decide_apart: bool) -> ControlPlane:
+    """5 + 5 nodes under ``rollmux-regroup``: four pairs, L alone, W waiting for L's nodes."""
+    cp = ControlPlane(_bounded(5), policy="rollmux-regroup", decide_apart=decide_apart)
+    for i in range(8):
+        cp.submit(Job(f"a{i}", 20.0, 20.0, slo=1.2, iterations=10_000, model="7B"), 0.0, "0" * 64)
+    for j in ("L", "W"):
+        cp.submit(Job(j, 1000.0, 10.0, slo=1.01, iterations=10_000, model="7B"), 0.0, "0" * 64)
+    assert cp.waiting == ["W"] and len(cp.plan.groups) == 5
+    return cp
+
+
+def test_the_waiting_line_waits_for_the_asks_before_it_not_for_those_made_while_they_are_decided():
+    """Under the lock W is placed the moment L leaves. Decided apart, L leaves while a
+    departure's regrouping is being decided: W waits for that decision only, and is placed
+    when it comes back, although every round meanwhile has a new ask (the departures go on)."""
+    locked = _full_line(False)
+    locked.cancel("a0", 1.0)
+    locked.cancel("L", 2.0)
+    assert locked.waiting == []
+    cp = _full_line(True)
+    cp.cancel("a0", 1.0)  # asks for a regrouping of a0's group
+    ticket = cp.regroup_ticket(1.0)
+    cp.cancel("L", 2.0)  # frees L's nodes: the line waits for the ask above
+    assert cp.waiting == ["W"]
+    cp.cancel("a2", 3.0)  # a new ask while the round is out
+    cp.apply_regroups(ticket, ticket.decide(), 4.0)
+    assert cp.waiting == [] and cp.record("W").group_id is not None
+    assert cp.regroups_asked  # a2's ask, for the next round
+
+
+def test_an_ask_survives_the_member_it_was_made_for_leaving_its_group():
+    """Two departures from one group before a round: the group's one ask is still decided
+    (it names the group; its first member left too), and gives the regrouping the lock gives."""
+    specs = {"x": (20.0, 20.0, 1.6), "y": (10.0, 10.0, 3.0), "z": (20.0, 20.0, 1.6), "v": (10.0, 30.0, 1.5)}
+    planes = {}
+    for apart in (False, True):
+        cp = ControlPlane(Cluster(switch_cost=SwitchCost("fixed", 0.0, 0.0)), policy="rollmux-regroup",
+                          decide_apart=apart)
+        for name, (r, t, slo) in specs.items():
+            cp.submit(Job(name, r, t, slo=slo, iterations=1000, model="7B"), 0.0, "0" * 64)
+        cp.cancel("y", 10.0)
+        cp.cancel("x", 11.0)
+        _settle(cp, 12.0)
+        planes[apart] = cp
+    assert _gathered(planes[False]) == [["v", "z"]]
+    assert _gathered(planes[True]) == _gathered(planes[False])
+
+
+@pytest.mark.parametrize("policy,decide_apart", [("rollmux-regroup", False), ("rollmux", True)])
+def test_a_retry_of_the_line_left_for_later_survives_a_restart_that_decides_otherwise(policy, decide_apart):
+    """A state saved while W waited for a regrouping's decision, restored deciding under the
+    lock, or under a policy that regroups nothing (its asks dropped): the first change
+    retries the line, and W gets L's nodes."""
+    cp = _full_line(True)
+    cp.cancel("a0", 1.0)
+    cp.cancel("L", 2.0)
+    snap = json.loads(json.dumps(cp.snapshot()))
+    assert cp.waiting == ["W"] and snap["globals"]["line_due"]["kind"] == "retry"
+    back = ControlPlane.restore(snap, policy=policy, decide_apart=decide_apart)
+    back.report_progress("a1", 0.5)  # any change
+    assert back.waiting == [] and back.record("W").group_id is not None
+
+
+def test_an_ask_made_as_a_round_finds_none_starts_the_next_round(tmp_path):
+    """The service's round takes its ticket in the same batch as a submit that asks, just
+    before it: the round ends with nothing asked, and the ask it missed starts the next one
+    (the gathering of a and b is decided without any other change)."""
+    import asyncio
+
+    from rollmux.runtime.service import Service, ServiceConfig
+
+    async def main() -> list[list[str]]:
+        svc = Service(Cluster(), str(tmp_path / "state.db"), "t" * 40, ServiceConfig(policy="rollmux-hedge"))
+        try:
+            job = lambda j: Job(j, 100.0, 100.0, slo=1.5, iterations=1000, model="7B")  # noqa: E731
+            await svc.mutate(lambda c, now: c.submit(job("a"), now, "0" * 64))
+            for _ in range(500):
+                if svc._regrouper is not None and svc._regrouper.done():
+                    break
+                await asyncio.sleep(0.01)
+            svc._regrouper = None
+            svc.kick_regroups()  # nothing asked: no round
+            assert svc._regrouper is None
+            svc._regrouper = asyncio.get_running_loop().create_task(svc.regroup_apart())
+            svc._regrouper.add_done_callback(svc._round_over)
+            # queued after the round's ticket: the same batch, just after it
+            await asyncio.get_running_loop().create_task(svc.mutate(lambda c, now: c.submit(job("b"), now, "0" * 64)))
+            for _ in range(500):
+                if svc.control.regroups:
+                    break
+                await asyncio.sleep(0.01)
+            return _gathered(svc.control)
+        finally:
+            svc.close()
+
+    assert asyncio.run(main()) == [["a", "b"]]

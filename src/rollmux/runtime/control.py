@@ -395,7 +395,9 @@ class ControlPlane:
         self._gathers: list[list] = []
         self.decide_apart = decide_apart
         self._in_ticket = 0  # the first asks of ``_gathers``, out on a ticket (``regroup_ticket``)
-        self._line_due: list | None = None  # ["retry"] or ["backfill", head]: ``_retry_waiting``
+        # the waiting line's retry left for after the asks made so far ("after"): ``_retry_waiting``
+        self._line_due: dict | None = None  # {"kind": "retry" | "backfill", "head": job or None, "after": n}
+        self._asks_made = 0  # asks ever recorded; ``_gathers`` holds the last ones, in order
         self.migration_s = migration_s
         self.tail_threshold = tail_threshold
         self.backfill = backfill
@@ -512,13 +514,17 @@ class ControlPlane:
         first iteration's end at the earliest. Each runs as at its submit, on the same
         state, since every other change runs this first (the service also runs it right
         after answering the submit). Returns how many were asked for. With
-        ``decide_apart`` it does nothing: the caller decides them (``regroup_ticket``)."""
-        if self.decide_apart:
-            return 0
-        pending, self._gathers = self._gathers, []
-        for gid, job_id, at, *_ in pending:
-            if gid in self.plan.groups and self.plan.job_group.get(job_id) == gid:
-                self._plan_regroup(gid, at)
+        ``decide_apart`` it leaves them to the caller (``regroup_ticket``). Either way it
+        then runs a retry of the waiting line left for after them whose asks are decided
+        (``_run_line_due``: after a restart that changed ``decide_apart`` or the policy)."""
+        pending = []
+        if not self.decide_apart:
+            pending, self._gathers = self._gathers, []
+            for gid, job_id, at, *_ in pending:
+                if gid in self.plan.groups and self.plan.job_group.get(job_id) == gid:
+                    self._plan_regroup(gid, at)
+        if self._line_due is not None and self._clock is not None:
+            self._run_line_due(self._clock)
         return len(pending)
 
     def acquire(self, job_id: str, phase: str) -> GrantRecord | None:
@@ -1201,7 +1207,8 @@ class ControlPlane:
         cp._next_regroup = glob.get("next_regroup", 0)
         cp.holds = {k: Reservation.from_dict(v) for k, v in glob.get("holds", {}).items()}
         cp._gathers = [list(g) for g in glob.get("gathers", ())] if cp._regroup is not None else []
-        cp._line_due = glob.get("line_due") if decide_apart else None  # (set only with asks, kept with them)
+        cp._asks_made = glob.get("asks_made", len(cp._gathers))
+        cp._line_due = glob.get("line_due")  # (run by the first change, whichever way it decides: ``gather``)
         if "closing" in glob:  # the groups a regrouping empties, marked until they are gone
             for gid in glob["closing"]:
                 cp.plan.close_group(gid)
@@ -1219,7 +1226,8 @@ class ControlPlane:
                 "ord": self._ord, "inventory": self.plan.inventory(), "offer": sorted(self.offer),
                 "move_s": dict(self.move_s), "regroups": self.regroups, "next_regroup": self._next_regroup,
                 "holds": {k: held.to_dict() for k, held in self.holds.items()}, "gathers": self._gathers,
-                "line_due": self._line_due, "closing": sorted(self.plan.closing_groups())}
+                "line_due": self._line_due, "asks_made": self._asks_made,
+                "closing": sorted(self.plan.closing_groups())}
 
     def _group_row(self, gid: str) -> dict:
         g = self.plan.groups[gid]
@@ -1397,6 +1405,12 @@ class ControlPlane:
                                   {k: self.migration_seconds(self.jobs[k].job) for k in jobs}, self.drained,
                                   self._regroup, (self.fleet, self.profiles, self.cluster))
 
+    def decide_locked(self) -> None:
+        """From now on decide each regrouping in the change that asks for it (the asks
+        recorded so far are decided by the next change's ``gather``)."""
+        self.decide_apart = False
+        self._in_ticket = 0
+
     def apply_regroups(self, ticket: RegroupTicket, decided: list[Decided], now: float) -> int:
         """Carry out the regroupings ``ticket.decide`` returned whose check still holds
         (``regroup_ticket.still_holds``) as ``_plan_regroup`` would have; take the ticket's
@@ -1428,6 +1442,7 @@ class ControlPlane:
         ``decide_apart`` ``regroup_ticket``; once per group while it waits."""
         if not any(a[0] == gid for a in self._gathers[self._in_ticket:]):
             self._gathers.append([gid, job_id, now, tries] if tries else [gid, job_id, now])
+            self._asks_made += 1
 
     def _mark_regroup(self, plan, now: float) -> None:
         """Mark the jobs of a regrouping decided now (``_plan_regroup``, ``apply_regroups``):
@@ -1668,15 +1683,17 @@ class ControlPlane:
         """``rec``, a departed run, leaves ``jobs``: ``counts`` keeps counting it."""
         self.evicted[rec.state] = self.evicted.get(rec.state, 0) + 1
 
-    def _retry_waiting(self, now: float) -> list[str]:
+    def _retry_waiting(self, now: float, covered: bool = False) -> list[str]:
         """Place the waiting line's jobs in order until its head must still wait; each job
         placed leaves it. Returns those placed. Regrouped groups short of bounded nodes go
         first (``_open_blocked``). With ``decide_apart`` the line waits for the regroupings
         asked for, as it waits for them under the lock: while any is asked for, the retry
         (or the rest of it: the backfill after the head's refusal, the jobs after one whose
-        placement asked for one) is left to ``apply_regroups`` (``_line_due``)."""
-        if self._hold_line():
-            self._line_due = ["retry"]
+        placement asked for one) is left to ``apply_regroups`` (``_line_due``), which runs
+        it once the asks made until then are decided (``covered``: they are)."""
+        made = self._asks_made
+        if self.decide_apart and self._gathers and not covered:
+            self._defer_line("retry")
             return []
         if self.holds:
             self._open_blocked(now)
@@ -1690,8 +1707,8 @@ class ControlPlane:
                     continue
                 for gid, job, at in self._on_wait(now):
                     self._plan_regroup(gid, at)
-                if self._hold_line():
-                    self._line_due = ["backfill", job_id]
+                if self.decide_apart and self._asks_made > made:
+                    self._defer_line("backfill", job_id)
                     break
                 placed += self._backfill(job_id, now)
                 break  # the head waits; only a job that packs passes it (the simulator's line)
@@ -1700,26 +1717,35 @@ class ControlPlane:
             rec.explanation = _explain(decision)
             self._place(rec, decision, now)
             placed.append(job_id)
-            if self._hold_line():
-                self._line_due = ["retry"]
+            if self.decide_apart and self._asks_made > made:
+                self._defer_line("retry")
                 break
         return placed
 
-    def _hold_line(self) -> bool:
-        """With ``decide_apart``: whether regroupings are asked for (the line waits for them)."""
-        return self.decide_apart and bool(self._gathers)
+    def _defer_line(self, kind: str, head: str | None = None) -> None:
+        """Leave the line's retry (or the backfill behind ``head``) for after the asks made
+        so far; a retry already left keeps its place, so the line never waits for more
+        than the asks of the change that deferred it first (``_run_line_due``)."""
+        if self._line_due is None:
+            self._line_due = {"kind": kind, "head": head, "after": self._asks_made}
+        elif kind == "retry":
+            self._line_due.update(kind="retry", head=None)
+
+    def _asks_decided(self) -> int:
+        """How many of the asks made so far are decided (``_gathers`` holds the others)."""
+        return self._asks_made - len(self._gathers)
 
     def _run_line_due(self, now: float) -> None:
-        """What ``_retry_waiting`` left for after the regroupings, once none is asked for
-        (it is set only while some are: ``_hold_line``)."""
+        """What ``_retry_waiting`` left for after the regroupings, once the asks it waits
+        for are decided."""
         due = self._line_due
-        if due is None or self._gathers:
+        if due is None or self._asks_decided() < due["after"]:
             return
         self._line_due = None
-        if due[0] == "retry":
-            self._retry_waiting(now)
-        elif due[1] in self.waiting:
-            self._backfill(due[1], now)
+        if due["kind"] == "retry":
+            self._retry_waiting(now, covered=True)
+        elif due["head"] in self.waiting:
+            self._backfill(due["head"], now)
 
     def _passes(self, decision) -> bool:
         """Whether a job behind the line's head may be placed now: with ``backfill``, when

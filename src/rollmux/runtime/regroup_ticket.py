@@ -93,8 +93,9 @@ class RegroupTicket:
                    frozenset(drained), regroup)
 
     def decide(self) -> list[Decided]:
-        """Step 2 of the module docstring. A policy that fails to decide (a bug) is logged
-        as ``regroup_failed`` and that ask gets no regrouping, as under the lock."""
+        """Step 2 of the module docstring: each ask whose group is still there, whichever of
+        its members asked. A policy that fails to decide (a bug) is logged as
+        ``regroup_failed`` and that ask gets no regrouping, as under the lock."""
         plan, chosen = self.plan, set()
 
         def progress(k: str) -> tuple[int, float] | None:
@@ -104,8 +105,8 @@ class RegroupTicket:
             return plan.analysis(plan.job_group[k]).iteration_s[k] + self.migration[k]
 
         out: list[Decided] = []
-        for gid, job_id, *_ in self.asks:
-            if gid not in plan.groups or plan.job_group.get(job_id) != gid:
+        for gid, *_ in self.asks:
+            if gid not in plan.groups:  # (group ids are never used again: the ask's group, whoever left it)
                 continue
             try:
                 decided = self.regroup(plan, gid, progress, pause)

@@ -223,22 +223,31 @@ class Service:
                     done.set_result(result)
 
     def kick_regroups(self) -> None:
-        """Start ``regroup_apart`` when regroupings wait to be decided and it is not running."""
+        """Start ``regroup_apart`` when regroupings wait to be decided and it is not running;
+        when it ends with none asked for, asks made meanwhile (in the batch that found none)
+        start it again."""
         if self.control.regroups_asked and (self._regrouper is None or self._regrouper.done()):
             self._regrouper = asyncio.get_running_loop().create_task(self.regroup_apart())
+            self._regrouper.add_done_callback(self._round_over)
 
-    async def regroup_apart(self) -> None:
+    def _round_over(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.result():
+            self.kick_regroups()
+
+    async def regroup_apart(self) -> bool:
         """Decide the regroupings asked for off the lock, round after round, until none is
         asked for (``rollmux.runtime.regroup_ticket``): the ticket under the lock (a copy of
         the plan), the decisions in a worker thread while other changes go on, the check
         and the marks under the lock again, committed as any change. One runs at a time.
-        A failure is logged and ends it (the next change starts it again)."""
+        Returns True when none is left asked for. A failed commit ends it (the next change
+        starts it again); any other failure is a bug: logged, and the service goes on
+        deciding regroupings under the lock (``--regroup-decisions locked``)."""
         try:
             while True:
                 tq = time.perf_counter()
                 ticket = await self.mutate(lambda c, now: c.regroup_ticket(now))
                 if ticket is None:
-                    return
+                    return True
                 t0 = time.perf_counter()
                 decided = await asyncio.to_thread(ticket.decide)
                 t1 = time.perf_counter()
@@ -251,8 +260,14 @@ class Service:
                                                   "done": done})
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # (a commit failure is logged where it happens, a policy's bug in decide)
-            log.error("regroup_apart_failed", extra={"reason": f"{type(exc).__name__}: {exc}"})
+        except CommitFailed:  # (logged where it happened; nothing of the round was written)
+            return False
+        except Exception as exc:  # noqa: BLE001 - a bug: the traceback goes to the log
+            log.exception("regroup_apart_failed", extra={"reason": f"{type(exc).__name__}: {exc}",
+                                                         "decisions": "under the lock from now on"})
+            self.config.decide_apart = False  # (a state reloaded later decides under the lock too)
+            self.follow_up(lambda c, now: c.decide_locked())
+            return False
 
     def _apply(self, fns: list[Callable[[ControlPlane, float], Any]]) -> tuple[list, Changes | None]:
         failed: dict[int, Exception] = {}  # changes that raised: undone, and left out of the rerun
@@ -606,6 +621,7 @@ def create_app(service: Service) -> FastAPI:
         tasks = [asyncio.create_task(service.expire_leases(min(0.5, service.config.lease_s / 4))),
                  asyncio.create_task(service.watch_loop_lag())]
         service.kick_regroups()  # asks restored from the state file
+        service.follow_up(lambda c, _now: c.gather())  # and what a restored state left for its next change
         try:
             yield
         finally:
