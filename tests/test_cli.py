@@ -370,3 +370,19 @@ def test_plan_stress_runs_every_shared_group_through_perturbed_histories(tmp_pat
     r = runner.invoke(app, ["plan", "--jobs", str(trace), "--no-explain", "--no-improve", "--stress", "6",
                             "--json", str(out)])
     assert r.exit_code == 0 and not any(row["missed"] for row in json.loads(out.read_text())["stress"])
+
+
+def test_simulate_with_optimal_first_runs(tmp_path):
+    """``--policies optimal`` alone (or first) ended in an UnboundLocalError traceback."""
+    result = runner.invoke(app, ["simulate", "--trace", str(small_trace(tmp_path)), "--policies", "optimal"])
+    assert result.exit_code == 0, result.output
+    assert "optimal" in result.output and "Traceback" not in result.output
+
+
+def test_fleet_commands_name_the_cluster_file_of_a_bad_fleet(tmp_path):
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text("reference: {rollout: H20, train: H800}\npools:\n  - {gpu: H20, roles: [decode]}\n"
+                   "  - {gpu: H800}\n")
+    result = runner.invoke(app, ["fleet", "plan", "--jobs", str(small_trace(tmp_path)), "--cluster", str(bad)])
+    assert result.exit_code == 2, result.output
+    assert f"--cluster {bad}" in result.output and "roles" in result.output

@@ -185,3 +185,10 @@ def test_a_listed_node_id_is_one_that_admin_nodes_add_would_take(tmp_path, node_
         load_cluster(path)
     assert err.value.field == "train.nodes[0].id" and str(path) in str(err.value)
     assert cluster_from_dict({"train": {"nodes": [{"id": node_id}]}}).train.node_list[0].node_id == node_id
+
+
+def test_a_cluster_file_nested_too_deep_is_refused_not_a_recursion_error(tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("rollout: " + "[" * 500 + "]" * 500 + "\n")
+    with pytest.raises(TraceFormatError, match="nested more than 64 levels deep"):
+        load_cluster(path)

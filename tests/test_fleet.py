@@ -748,3 +748,9 @@ def test_fleet_simulate_takes_the_waiting_lines_order(tmp_path):
     assert summaries["fifo"]["mean_wait_s"] != summaries["backfill"]["mean_wait_s"]
     assert summaries["backfill"]["placements"].get("backfilled") and not summaries["fifo"]["placements"].get(
         "backfilled")
+
+
+def test_a_pool_name_with_control_characters_is_refused():
+    with pytest.raises(SpecError, match="control characters"):
+        fleet_from_dict({"reference": {"rollout": "H20", "train": "H800"},
+                         "pools": [{"gpu": "H20", "name": "x\x1b[2J"}, {"gpu": "H800"}]})

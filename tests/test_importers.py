@@ -188,3 +188,25 @@ def test_trl_bad_arguments(tmp_path):
         with pytest.raises(SpecError) as info:
             from_trl_log(path, **kw)
         assert info.value.field == field
+
+
+def test_verl_timings_refuse_a_column_given_twice_a_file_without_steps_and_an_oversized_field(tmp_path):
+    twice = tmp_path / "twice.csv"
+    twice.write_text("run,step,t_gen,t_gen,t_update_actor\nr1,1,10,5,20\n")
+    with pytest.raises(TraceFormatError, match="line 1, column 't_gen': the column appears twice"):
+        from_verl_timings(twice)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("run,step,t_gen,t_update_actor\n")
+    with pytest.raises(TraceFormatError, match="no step rows"):
+        from_verl_timings(empty)
+    long = tmp_path / "long.csv"
+    long.write_text("run,step,t_gen,t_update_actor\n" + "r" * 200_000 + ",1,10,20\n")
+    with pytest.raises(TraceFormatError, match="line 2.*not a CSV row"):
+        from_verl_timings(long)
+
+
+def test_a_trl_log_nested_too_deep_is_refused_naming_its_line(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(TraceFormatError, match="line 1: JSON nested too deep"):
+        from_trl_log(path)

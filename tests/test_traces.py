@@ -357,3 +357,41 @@ def test_the_bundled_philly_mix_rebuilds_from_the_raw_file(tmp_path):
     assert stats["kept"] == 300
     for seed in (0, 5):
         assert load_trace("philly-mix", seed=seed)[0] == mix_from_segment(seg, seed)
+
+
+def test_a_field_over_the_csv_limit_is_refused_naming_its_line(tmp_path):
+    path = tmp_path / "long.csv"
+    head = "job_id,arrival_s,duration_s,rollout_gpus,train_gpus,t_roll_s,t_train_s,mem_roll_gb,mem_train_gb,slo,model\n"
+    row = ",0,3600,8,8,100,120,300,300,1.5,7B\n"
+    path.write_text(head + "a" + row + "b" * 200_000 + row)
+    with pytest.raises(TraceFormatError, match="line 3.*not a CSV row"):
+        read_trace(path)
+
+
+def test_a_model_name_with_control_characters_is_refused():
+    with pytest.raises(SpecError, match="model"):
+        Job("a", 10.0, 10.0, duration_s=100.0, model="7B\x00").validate()
+
+
+def test_a_trace_write_that_fails_half_way_leaves_the_old_file(tmp_path, monkeypatch):
+    """Written beside and renamed over (a full disk cut the file in the middle of a row)."""
+    import rollmux.traces.format as fmt
+
+    path = tmp_path / "trace.csv"
+    old = generate(5, seed=1)
+    write_trace(old, path)
+    before = path.read_bytes()
+    calls = {"n": 0}
+    real = fmt._format
+
+    def failing(value):
+        calls["n"] += 1
+        if calls["n"] > 40:
+            raise OSError(28, "No space left on device")
+        return real(value)
+
+    monkeypatch.setattr(fmt, "_format", failing)
+    with pytest.raises(OSError):
+        write_trace(generate(50, seed=2), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.csv"]

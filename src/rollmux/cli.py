@@ -181,6 +181,7 @@ def simulate(
     results = []
     gantt_of = "rollmux" if "rollmux" in names else names[0]
     for name in names:
+        err_of = None
         with progress_reporter(progress_console, name, len(jobs)) as update:
             if name == "optimal":
                 result = optimal_curve(jobs, cl)
@@ -193,8 +194,6 @@ def simulate(
                                  fast_forward=fast_forward, backfill=queue.value == "backfill")
                 except CapacityError as err:
                     err_of = err
-                else:
-                    err_of = None
         if err_of is not None:
             _fail(err_of)
         results.append(result)

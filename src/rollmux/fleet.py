@@ -44,7 +44,6 @@ A view where slo_v < 1 cannot meet the SLO even alone and is not offered.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import io
 import functools
@@ -54,9 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import (GPU_TYPES, MAX_PHASE_S, MAX_POOL_NODES, MIN_PHASE_S, ROLLOUT, TRAIN, Cluster, Job, PoolSpec,
-                           SwitchCost)
-from rollmux.text_file import read_text
+from rollmux.model import (CONTROL_CHARS, GPU_TYPES, MAX_PHASE_S, MAX_POOL_NODES, MIN_PHASE_S, ROLLOUT, TRAIN,
+                           Cluster, Job, PoolSpec, SwitchCost)
+from rollmux.text_file import csv_fields, read_text
 
 ROLES = (ROLLOUT, TRAIN)
 
@@ -124,9 +123,10 @@ class Fleet:
         seen: set[str] = set()
         for i, pool in enumerate(self.pools):
             pool.validate(f"pools[{i}]")
-            if not pool.name or pool.name in seen or "/" in pool.name or ":" in pool.name:
-                raise SpecError(f"pools[{i}].name", pool.name, "a non-empty name without '/' or ':', unique in the "
-                                "fleet")
+            if (not pool.name or pool.name in seen or "/" in pool.name or ":" in pool.name
+                    or CONTROL_CHARS.search(pool.name)):
+                raise SpecError(f"pools[{i}].name", pool.name, "a non-empty name without '/', ':' or control "
+                                "characters, unique in the fleet")
             seen.add(pool.name)
         for side, gpu in zip(ROLES, self.reference):
             if gpu not in self.figures():
@@ -286,11 +286,12 @@ def load_profiles(path: str | Path, fleet: Fleet) -> Profiles:
     with io.StringIO(read_text(path), newline="") as handle:
         numbered = [(n, text) for n, text in enumerate(handle, start=1)
                     if text.strip() and not text.lstrip().startswith("#")]
-    if not numbered or [h.strip() for h in next(csv.reader([numbered[0][1]]))] != list(_PROFILE_COLUMNS):
+    if not numbered or [h.strip() for h in csv_fields(numbered[0][1], path, numbered[0][0])] != list(
+            _PROFILE_COLUMNS):
         raise TraceFormatError(str(path), numbered[0][0] if numbered else 1, "header",
                                f"expected the columns {','.join(_PROFILE_COLUMNS)}")
     for line, text in numbered[1:]:
-        row = next(csv.reader([text]))
+        row = csv_fields(text, path, line)
         if len(row) != len(_PROFILE_COLUMNS):
             raise TraceFormatError(str(path), line, "row", f"{len(row)} fields, expected {len(_PROFILE_COLUMNS)}")
         job_id, gpu = row[0].strip(), row[1].strip()

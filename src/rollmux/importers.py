@@ -129,35 +129,43 @@ def from_verl_timings(path: str | Path, *, gpus: int | Mapping[str, int] = 8,
     with open(path, newline="", encoding="utf-8-sig") as handle:
         rows = csv.reader(handle)
         header: list[str] | None = None
-        for fields in rows:
-            line = rows.line_num
-            if not fields or not "".join(fields).strip() or fields[0].lstrip().startswith("#"):
-                continue
-            if header is None:
-                header = [f.strip() for f in fields]
-                for column in VERL_REQUIRED:
-                    if column not in header:
-                        raise TraceFormatError(name, line, column, "required column missing from the header")
-                continue
-            if len(fields) != len(header):
-                raise TraceFormatError(name, line, "", f"expected {len(header)} fields as in the header, "
-                                                       f"got {len(fields)}")
-            row = dict(zip(header, (f.strip() for f in fields)))
-            run = row["run"]
-            if not run:
-                raise TraceFormatError(name, line, "run", "empty value")
-            try:
-                step = int(row["step"])
-            except ValueError:
-                raise TraceFormatError(name, line, "step", f"{row['step']!r} is not an integer step") from None
-            phases = tuple(sum(_seconds(row[c], name, line, c) for c in cols if c in row)
-                           for cols in (VERL_ROLLOUT, VERL_TRAIN))
-            steps = runs.setdefault(run, {})
-            if step in steps:
-                raise TraceFormatError(name, line, "step", f"step {step} of run {run!r} appears twice")
-            steps[step] = phases
+        try:
+            for fields in rows:
+                line = rows.line_num
+                if not fields or not "".join(fields).strip() or fields[0].lstrip().startswith("#"):
+                    continue
+                if header is None:
+                    header = [f.strip() for f in fields]
+                    twice = sorted({c for c in header if c and header.count(c) > 1})
+                    if twice:
+                        raise TraceFormatError(name, line, twice[0], "the column appears twice in the header")
+                    for column in VERL_REQUIRED:
+                        if column not in header:
+                            raise TraceFormatError(name, line, column, "required column missing from the header")
+                    continue
+                if len(fields) != len(header):
+                    raise TraceFormatError(name, line, "", f"expected {len(header)} fields as in the header, "
+                                                           f"got {len(fields)}")
+                row = dict(zip(header, (f.strip() for f in fields)))
+                run = row["run"]
+                if not run:
+                    raise TraceFormatError(name, line, "run", "empty value")
+                try:
+                    step = int(row["step"])
+                except ValueError:
+                    raise TraceFormatError(name, line, "step", f"{row['step']!r} is not an integer step") from None
+                phases = tuple(sum(_seconds(row[c], name, line, c) for c in cols if c in row)
+                               for cols in (VERL_ROLLOUT, VERL_TRAIN))
+                steps = runs.setdefault(run, {})
+                if step in steps:
+                    raise TraceFormatError(name, line, "step", f"step {step} of run {run!r} appears twice")
+                steps[step] = phases
+        except csv.Error as err:  # a field over the csv module's limit
+            raise TraceFormatError(name, rows.line_num, "", f"not a CSV row ({err})") from None
     if header is None:
         raise TraceFormatError(name, 1, VERL_REQUIRED[0], "no header: the file holds no rows")
+    if not runs:
+        raise TraceFormatError(name, rows.line_num, "", "no step rows after the header")
     jobs = []
     for run, steps in runs.items():
         roll = worst_case([r for r, _ in steps.values()], percentile)
@@ -176,7 +184,7 @@ def _trl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     text = Path(path).read_text(encoding="utf-8-sig")
     try:
         document = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         document = None
     if isinstance(document, dict) and "log_history" in document:
         document = document["log_history"]
@@ -193,6 +201,8 @@ def _trl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
             record = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise TraceFormatError(name, line, "", f"not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise TraceFormatError(name, line, "", "JSON nested too deep for a log record") from None
         if not isinstance(record, dict):
             raise TraceFormatError(name, line, "", "not a JSON object")
         yield line, record

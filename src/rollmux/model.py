@@ -45,7 +45,7 @@ MAX_JOB_GPUS = 100_000       # per pool and job
 MAX_POOL_NODES = 100_000
 #: a control character (an ESC in a job id reached reports and terminals raw), or an invisible
 #: formatting one (a bidi override such as U+202E shows another id than the one stored)
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 #: a node id that a pool naming its nodes by count gives (``PlanState``: R0, R1, ... / T0, T1, ...)
 _COUNTED_ID = re.compile(r"([RT])[0-9]+")
 
@@ -336,9 +336,12 @@ class Job:
 
     def validate(self, cluster: Cluster | None = None, where: str = "") -> None:
         """Raise SpecError naming the first field outside its contract."""
-        if not self.job_id or not isinstance(self.job_id, str) or _CONTROL.search(self.job_id):
+        if not self.job_id or not isinstance(self.job_id, str) or CONTROL_CHARS.search(self.job_id):
             raise SpecError("job_id", self.job_id, "a non-empty string without control or invisible formatting "
                                                    "characters", where)
+        if not isinstance(self.model, str) or CONTROL_CHARS.search(self.model):
+            raise SpecError("model", self.model, "a string without control or invisible formatting characters",
+                            where or f"job {self.job_id}")
         ctx = where or f"job {self.job_id}"
         for name in ("t_roll_s", "t_train_s"):
             value = getattr(self, name)

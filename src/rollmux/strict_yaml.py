@@ -13,7 +13,8 @@ into something else:
   are strings;
 * a key given twice in one mapping is an error naming the key and its line;
 * aliases (``*name``) are an error: no configuration needs them, and they are how a
-  small file becomes a huge document.
+  small file becomes a huge document; so is nesting deeper than ``MAX_DEPTH`` levels
+  (a 1 KB file of brackets otherwise ended a command in a ``RecursionError``).
 
 ``load(text)`` parses with it; errors are ``yaml.YAMLError`` with the line (``problem_mark``).
 """
@@ -24,6 +25,8 @@ import re
 import yaml
 
 _INT = "tag:yaml.org,2002:int"
+#: the deepest nesting of collections a configuration file may have
+MAX_DEPTH = 64
 _BOOL = "tag:yaml.org,2002:bool"
 
 
@@ -35,7 +38,15 @@ class StrictLoader(yaml.SafeLoader):
             event = self.peek_event()
             raise yaml.composer.ComposerError(None, None, f"an alias (*{event.anchor}): aliases are not accepted "
                                                           f"here; write the value out", event.start_mark)
-        return super().compose_node(parent, index)
+        depth = getattr(self, "_depth", 0)
+        if depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
+                                              self.peek_event().start_mark)
+        self._depth = depth + 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth = depth
 
     def construct_mapping(self, node, deep=False):
         seen = set()

@@ -3,10 +3,13 @@
 ``read_text(path)`` decodes UTF-8 (a leading byte-order mark is dropped). Bytes that are
 not UTF-8 (a file saved as Latin-1, a binary file) raise ``TraceFormatError`` naming the
 file, the line and the byte, where Python's own ``UnicodeDecodeError`` named neither file
-nor line and, uncaught, ended a command with a traceback.
+nor line and, uncaught, ended a command with a traceback. ``csv_fields(text, path, line)``
+splits one CSV line; what the ``csv`` module refuses (a field over its size limit) is a
+``TraceFormatError`` naming the line too.
 """
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 from rollmux.errors import TraceFormatError
@@ -22,3 +25,11 @@ def read_text(path: str | Path) -> str:
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
         raise TraceFormatError(str(path), line, "", f"not UTF-8 text: byte 0x{data[err.start]:02x} at character "
                                                     f"{column} (save the file as UTF-8)") from None
+
+
+def csv_fields(text: str, path: str | Path, line: int) -> list[str]:
+    """The fields of one CSV line of ``path`` (see the module docstring)."""
+    try:
+        return next(csv.reader([text]), [])
+    except csv.Error as err:
+        raise TraceFormatError(str(path), line, "", f"not a CSV row ({err})") from None

@@ -38,7 +38,8 @@ from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
 from rollmux.model import REWARD_PRICE_PER_HOUR, Cluster, Job
-from rollmux.text_file import read_text
+from rollmux.report.paths import replacing
+from rollmux.text_file import csv_fields, read_text
 
 REQUIRED = ("job_id", "arrival_s", "rollout_gpus", "train_gpus", "t_roll_s", "t_train_s",
             "mem_roll_gb", "mem_train_gb", "slo", "model")
@@ -120,7 +121,7 @@ def read_trace(path: str | Path, cluster: Cluster | None = None) -> list[Job]:
         for line_no, text in enumerate(handle, start=1):
             if not text.strip() or text.lstrip().startswith("#"):
                 continue
-            fields = next(csv.reader([text]))
+            fields = csv_fields(text, where, line_no)
             if names is None:
                 names = _header(fields, where, line_no)
                 header_line = line_no
@@ -160,7 +161,8 @@ def _format(value: object) -> str:
 def write_trace(jobs: Iterable[Job], path: str | Path) -> None:
     """Write jobs as a trace CSV that ``read_trace`` reads back into equal jobs.
 
-    Raises SpecError, before writing anything, for a job that fails ``Job.validate()``,
+    The file is whole or untouched (``report.paths.replacing``: a full disk leaves the old
+    one). Raises SpecError, before writing anything, for a job that fails ``Job.validate()``,
     that has neither ``duration_s`` nor ``iterations``, whose id begins with ``#`` or
     whose text values carry surrounding whitespace (neither would read back unchanged),
     or whose extra column clashes with a known one.
@@ -186,7 +188,7 @@ def write_trace(jobs: Iterable[Job], path: str | Path) -> None:
                if name in REQUIRED or name == "duration_s"
                or any(getattr(job, name) != UNSET.get(name) for job in jobs)]
     extras = list(dict.fromkeys(name for job in jobs for name in job.extra))
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with replacing(Path(path)) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(columns + extras)
         for job in jobs:

@@ -49,6 +49,7 @@ from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
 from rollmux.model import Job
+from rollmux.report.paths import replacing
 from rollmux.traces.format import write_trace
 
 #: Phase-time ranges in seconds per size class S/M/L: profile -> (rollout, train).
@@ -173,7 +174,10 @@ def read_philly(path: str | Path, stats: PhillyStats | None = None) -> list[Phil
             if text.lstrip().startswith("#"):
                 continue
             stats.rows += 1
-            record = _parse_row(next(csv.reader([text])), columns)
+            try:
+                record = _parse_row(next(csv.reader([text])), columns)
+            except csv.Error:  # a field over the csv module's limit: an unusable row
+                record = None
             if record is None:
                 stats.malformed += 1
             else:
@@ -281,9 +285,9 @@ def mix_from_segment(path: str | Path, seed: int, mix: str = "mixed",
 def write_segment(records: list[PhillyJob], path: str | Path, source: str) -> None:
     """Write kept Philly records in the segment format the bundled philly-mix uses:
     arrivals rebased to the first, the original arrival beside them, ``source`` as a
-    leading comment line."""
+    leading comment line. Whole or untouched, as ``write_trace``."""
     origin = records[0].arrival_s if records else 0.0
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with replacing(Path(path)) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
         handle.write(f"# {source}\n")
         out = csv.writer(handle, lineterminator="\n")
         out.writerow(["job_id", "arrival_s", "gpus", "node_shape", "duration_s", "orig_arrival_s"])
