@@ -247,11 +247,14 @@ def test_from_philly_counts_odd_rows(tmp_path):
         "13,190.0,CLOS,0,0,5",                # no GPUs: skipped
         "7,200.0,CLOS,1,1,5",                 # repeated id: dropped
         "14,120.0,CLOS,4+4,8,60.0",
+        "15,5e9,CLOS,1,1,5",                  # an arrival no job can hold: skipped
+        "16\x1b[2J,195.0,CLOS,1,1,5",         # a control character in its id: skipped
+        "17,196.0,CLOS,1,1," + "9" * 200_000,  # a field over the csv module's limit: skipped
         "",
     ]))
     out = tmp_path / "out.csv"
     stats = convert_philly(src, out, limit=None, seed=1, mix="balanced", slo_range=(1.2, 1.4))
-    assert stats == {"rows": 9, "malformed": 4, "outside_window": 0, "below_min_gpus": 0, "zero_length": 1,
+    assert stats == {"rows": 12, "malformed": 7, "outside_window": 0, "below_min_gpus": 0, "zero_length": 1,
                      "duplicate": 1, "capped": 1, "rounded_up": 2, "beyond_limit": 0, "kept": 3,
                      "widths": {"8+8": 2, "32+32": 1}, "models": {"7B": 2, "32B": 1}}
     jobs = read_trace(out)

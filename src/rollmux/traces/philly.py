@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import Job
+from rollmux.model import CONTROL_CHARS, MAX_TIME_S, Job
 from rollmux.report.paths import replacing
 from rollmux.traces.format import write_trace
 
@@ -147,6 +147,8 @@ def _parse_row(fields: list[str], columns: dict[str, int]) -> PhillyJob | None:
     job_id = fields[columns["job_id"]].strip()
     if not (job_id and math.isfinite(arrival) and math.isfinite(duration)
             and math.isfinite(gpus_f) and gpus_f.is_integer()):
+        return None
+    if arrival > MAX_TIME_S or duration > MAX_TIME_S or CONTROL_CHARS.search(job_id):  # no job can hold it
         return None
     if arrival < 0 or duration < 0 or gpus_f < 1:
         return None
