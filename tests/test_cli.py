@@ -386,3 +386,15 @@ def test_fleet_commands_name_the_cluster_file_of_a_bad_fleet(tmp_path):
     result = runner.invoke(app, ["fleet", "plan", "--jobs", str(small_trace(tmp_path)), "--cluster", str(bad)])
     assert result.exit_code == 2, result.output
     assert f"--cluster {bad}" in result.output and "roles" in result.output
+
+
+def test_a_warning_about_the_user_s_file_is_one_plain_line(tmp_path):
+    trace = small_trace(tmp_path)
+    lines = trace.read_text().splitlines()
+    lines[0] += ",notes"
+    trace.write_text("\n".join([lines[0], *(f"{row},x" for row in lines[1:])]) + "\n")
+    result = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "solo-d"])
+    assert result.exit_code == 0, result.output
+    said = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    assert "warning: " in said and "ignoring unknown columns ['notes']" in said
+    assert "UserWarning" not in said and "warnings.warn" not in said

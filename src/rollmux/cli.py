@@ -8,6 +8,7 @@ that comes from the user is escaped before Rich prints it.
 from __future__ import annotations
 
 import enum
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -51,10 +52,16 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr, ``warning: <message>`` (Python's own format shows
+    the module and source line that raised it, which name nothing of the user's)."""
+    typer.echo(f"warning: {message}", err=True)
+
+
 @app.callback()
 def _main(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                             help="Print the version and exit.")) -> None:
-    pass
+    warnings.showwarning = _show_warning
 
 
 def _load_cluster(path: Optional[Path]):
