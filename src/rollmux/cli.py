@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 
 from rollmux.accounting import ACCOUNTINGS
-from rollmux.cli_output import console, progress_console
+from rollmux.cli_output import cluster_option, console, progress_console
 from rollmux.cli_output import fail as _fail
 from rollmux.cli_output import write_json as _write_json
 from rollmux.cli_service import register as register_service_commands
@@ -68,10 +68,7 @@ def _load_cluster(path: Optional[Path]):
     """``load_cluster`` with a SpecError prefixed by ``--cluster FILE``."""
     from rollmux.cluster_file import load_cluster
 
-    try:
-        return load_cluster(path)
-    except SpecError as err:
-        raise RollMuxError(f"--cluster {path}: {err}") from None
+    return cluster_option(load_cluster, path)
 
 
 def _policy_list(value: str) -> str:

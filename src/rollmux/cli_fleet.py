@@ -19,10 +19,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollmux.cli_choices import QUEUE_HELP, SPACES, DurationModel, FleetSpaceName, QueueOrder
-from rollmux.cli_output import console, progress_console
+from rollmux.cli_output import cluster_option, console, progress_console
 from rollmux.cli_output import fail as _fail
 from rollmux.cli_output import write_json as _write_json
-from rollmux.errors import RollMuxError, SpecError
+from rollmux.errors import RollMuxError
 
 fleet_app = typer.Typer(no_args_is_help=True, help="Plan on a fleet of several GPU types (docs/fleet.md).")
 
@@ -30,17 +30,6 @@ FLEET_OPTION = typer.Option(None, "--cluster", exists=True, dir_okay=False, read
                             help="Fleet YAML (a `pools` list of GPU types) or a two-pool cluster YAML; "
                                  "default: the paper's testbed.")
 
-
-
-def _load_fleet(path):
-    """``fleet_file.load_fleet`` with a SpecError prefixed by ``--cluster FILE``, as the
-    two-pool commands name their cluster file."""
-    from rollmux.fleet_file import load_fleet
-
-    try:
-        return load_fleet(path)
-    except SpecError as err:
-        raise RollMuxError(f"--cluster {path}: {err}") from None
 
 def _money(marginal: float) -> str:
     """An effective marginal cost as '+$12.34/h' or '-$0.27/h'."""
@@ -82,6 +71,7 @@ def plan(
     --address runs those plans in parallel on Ray, with the same results."""
     from rollmux.fleet import Profiles, load_profiles
     from rollmux.fleet_exact import improve_fleet, solve_fleet
+    from rollmux.fleet_file import load_fleet
     from rollmux.fleet_planner import FleetPlanner, alternatives, plan_jobs
     from rollmux.ray_tasks import map_tasks, serial_map
     from rollmux.report.paths import check_writable
@@ -96,7 +86,7 @@ def plan(
     try:
         if json_path is not None:
             check_writable(json_path, "--json")
-        fleet = _load_fleet(cluster)
+        fleet = cluster_option(load_fleet, cluster)
         measured = load_profiles(profiles, fleet) if profiles is not None else Profiles()
         trace, _ = load_trace(jobs, None)
         if not trace:
@@ -232,6 +222,7 @@ def simulate(
     policy that met every SLO splits by kind of placement and GPU types."""
     from rollmux.errors import CapacityError
     from rollmux.fleet import Profiles, load_profiles
+    from rollmux.fleet_file import load_fleet
     from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_policies
     from rollmux.report.paths import check_outputs
     from rollmux.report.progress import progress_reporter
@@ -241,7 +232,7 @@ def simulate(
 
     try:
         check_outputs({"--json": json_path, "--plot": plot}, {"--plot": (".png",)})
-        fleet = _load_fleet(cluster)
+        fleet = cluster_option(load_fleet, cluster)
         measured = load_profiles(profiles, fleet) if profiles is not None else Profiles()
         trace, _ = load_trace(jobs, None)
         _warn_unused(profiles, measured, fleet, trace)
@@ -315,11 +306,12 @@ def roofline(
     The rule: rollout time ~ 1 / memory bandwidth, training time ~ 1 / TFLOPS. Checked
     against the trace's own co-located phase times on the training GPU type."""
     from rollmux.fleet import roofline_check
+    from rollmux.fleet_file import load_fleet
     from rollmux.model import ROLLOUT, TRAIN
     from rollmux.traces.builtin import load_trace
 
     try:
-        fleet = _load_fleet(cluster)
+        fleet = cluster_option(load_fleet, cluster)
         trace, _ = load_trace(jobs, None)
         checks = {side: roofline_check(trace, fleet, side) for side in (ROLLOUT, TRAIN)}
     except (RollMuxError, OSError, ValueError) as err:

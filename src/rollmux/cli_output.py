@@ -27,6 +27,15 @@ def fail(err: Exception, options: dict[str, str] | None = None) -> None:
     raise typer.Exit(2)
 
 
+def cluster_option(load, path):
+    """``load(path)`` (a cluster or fleet file's loader) with a SpecError prefixed by
+    ``--cluster FILE``, so an error names the file it is in."""
+    try:
+        return load(path)
+    except SpecError as err:
+        raise RollMuxError(f"--cluster {path}: {err}") from None
+
+
 def write_json(path: Path, payload) -> None:
     """Write ``payload`` as JSON at ``path`` (the ``--json`` option), creating its folder."""
     from rollmux.report.paths import write_json as write
