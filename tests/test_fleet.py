@@ -175,7 +175,14 @@ def test_fleet_commands_refuse_an_empty_trace_and_a_fleet_that_serves_nothing(tm
     zero = tmp_path / "zero.yaml"
     zero.write_text("pools:\n  - {name: H20, gpu: H20, roles: [rollout], nodes: 0}\n"
                     "  - {name: H800, gpu: H800, roles: [train], nodes: 0}\n")
-    out = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster", str(zero)])
+    for command in ("simulate", "plan"):  # (plan ran on it and printed a table of nothing)
+        out = runner.invoke(app, ["fleet", command, "--jobs", str(EXAMPLE / "jobs.csv"), "--cluster", str(zero)])
+        text = " ".join(out.output.split())
+        assert out.exit_code == 2 and "a pool with the train role and nodes to train on" in text, out.output
+    small, big = tmp_path / "small.yaml", tmp_path / "big.csv"  # nodes, but too few for the one job
+    small.write_text("pools:\n  - {gpu: H20, nodes: 1}\n  - {gpu: H800, nodes: 1}\n")
+    big.write_text(empty.read_text() + "big,0,3600,16,16,100,100,10,10,2,7B\n")
+    out = runner.invoke(app, ["fleet", "simulate", "--jobs", str(big), "--cluster", str(small)])
     assert out.exit_code == 2 and "no policy can run this trace" in out.output, out.output
 
 
@@ -401,6 +408,51 @@ def test_alternatives_report_each_plan_as_it_is_done():
     rows = alternatives(planner, jobs, lambda s: again.append(improve_fleet(s)), planned=(state, decisions))
     assert len(again) == len(fleet.views())
     assert rows == alternatives(planner, jobs, lambda s: improve_fleet(s))
+
+
+def test_baselines_on_bounded_pools_serve_only_the_jobs_whose_nodes_the_pools_hold():
+    """Every job is present at once, so a no-sharing baseline on bounded pools serves the
+    jobs, in trace order, while their nodes last: no pool is over-committed, every job it
+    misses meets its SLO there only on nodes that are gone, and gavel+ falls back to a
+    job's next-cheapest option that still fits (the rows priced 10 solo-d jobs on 4 H800
+    nodes). Unbounded, each row is the plain sum of the feasible options."""
+    fleet, profiles, jobs = _example()
+    bounded = load_fleet(EXAMPLE / "three_types_bounded.yaml")
+    inventory = {p.name: p.nodes for p in bounded.pools}
+    options = {j.job_id: alone_options(bounded, profiles, j) for j in jobs}
+    rows = {r.name: r for r in alternatives(FleetPlanner(bounded, profiles), jobs)}
+    for name, row in rows.items():
+        if row.kind not in ("solo-d", "co-located", "gavel+"):
+            continue
+        used = dict.fromkeys(inventory, 0)
+        cost = 0.0
+        for job in jobs:
+            mine = sorted(options[job.job_id], key=lambda o: o.effective_cost) if row.kind == "gavel+" \
+                else [o for o in options[job.job_id] if o.name == name]
+            fits = [o for o in mine if o.feasible and all(used[p] + n <= inventory[p] for p, n in o.nodes)]
+            assert (job.job_id in row.misses) == (not fits), (name, job.job_id)
+            if fits:
+                cost += fits[0].effective_cost
+                for pool, n in fits[0].nodes:
+                    used[pool] += n
+        assert all(used[p] <= inventory[p] for p in inventory), name
+        assert row.effective_cost == pytest.approx(cost), name
+    solo = rows["solo-d on H20/H800"]
+    assert 0 < len(solo.misses) < len(jobs)  # 4 H800 nodes hold 4 one-node jobs, not 10
+    assert sum(n for j in jobs if j.job_id not in solo.misses
+               for o in options[j.job_id] if o.name == solo.name for p, n in o.nodes if p == "H800") <= 4
+    unbounded = {r.name: r for r in alternatives(FleetPlanner(fleet, profiles), jobs)}
+    for name in ("solo-d on H20/H800", "co-located on H800"):
+        feasible = [o for j in jobs for o in alone_options(fleet, profiles, j) if o.name == name and o.feasible]
+        assert unbounded[name].effective_cost == pytest.approx(sum(o.effective_cost for o in feasible))
+        assert len(unbounded[name].misses) == len(jobs) - len(feasible)
+
+
+def test_fleet_plan_refuses_optimal_on_bounded_pools_before_planning():
+    out = runner.invoke(app, ["fleet", "plan", "--optimal", "--jobs", str(EXAMPLE / "jobs.csv"),
+                              "--cluster", str(EXAMPLE / "three_types_bounded.yaml")])
+    assert out.exit_code == 2 and "bounded" in out.output and "groups and their GPU types" not in out.output, \
+        out.output
 
 
 def test_gavel_takes_each_job_s_cheapest_feasible_alone_option():

@@ -59,3 +59,53 @@ def test_user_text_is_escaped():
         clock.t = 2.0
         update(1)
     assert out.getvalue().startswith("[bold]x: 50.0%")
+
+
+def _every_update(monkeypatch, module: str) -> None:
+    """Make ``module``'s progress print on every update (``every_s=0``), as a long run
+    without a terminal would every few seconds."""
+    from functools import partial
+
+    import rollmux.report.progress as progress
+
+    monkeypatch.setattr(f"{module}.progress_reporter", partial(progress.progress_reporter, every_s=0.0))
+
+
+def test_plan_improving_reports_its_solves_without_a_terminal(monkeypatch, tmp_path):
+    """``rollmux plan``'s regrouping drew a Rich bar only on a terminal: in a log it said
+    nothing for as long as its solves took."""
+    from typer.testing import CliRunner
+
+    from rollmux.cli import app
+    from rollmux.traces.format import write_trace
+    from rollmux.traces.generate import generate
+
+    _every_update(monkeypatch, "rollmux.cli")
+    trace = tmp_path / "jobs.csv"
+    write_trace(generate(8, seed=3), trace)
+    result = CliRunner().invoke(app, ["plan", "--jobs", str(trace), "--no-explain", "--improve-solves", "40"])
+    assert result.exit_code == 0, result.output
+    shares = [float(line.split()[1].rstrip("%")) for line in result.output.splitlines()
+              if line.startswith("improving: ")]
+    assert shares and all(0 < s <= 100 for s in shares) and shares == sorted(shares), result.output
+
+
+def test_fleet_plan_reports_progress_inside_its_own_plan(monkeypatch):
+    """``rollmux fleet plan``'s first step (the fleet's own plan and its regrouping, most
+    of a minute on 200 jobs) now moves with each solve; it reported nothing until done."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from rollmux.cli import app
+
+    _every_update(monkeypatch, "rollmux.report.progress")
+    example = Path(__file__).resolve().parents[1] / "examples" / "fleet"
+    result = CliRunner().invoke(app, ["fleet", "plan", "--jobs", str(example / "jobs.csv"),
+                                      "--cluster", str(example / "three_types.yaml")])
+    assert result.exit_code == 0, result.output
+    shares = [float(line.split()[2].rstrip("%")) for line in result.output.splitlines()
+              if line.startswith("fleet plan: ")]
+    steps = 1 + 9  # the fleet's plan, then each of the nine fixed-type ones
+    assert any(0 < s < 100 / steps for s in shares), result.output
+    assert shares == sorted(shares) and shares[-1] == 100.0

@@ -342,7 +342,6 @@ def plan(
 def _stress(state, histories: int) -> list[dict]:
     """Each member's worst settled slowdown over ``histories`` perturbed histories."""
     from rollmux.histories import stress_plan
-    from rollmux.report.progress import progress_reporter
 
     shared = sum(len(g.members) > 1 for g in state.groups.values())
     with progress_reporter(progress_console, "stress", shared) as update:
@@ -372,15 +371,12 @@ def _print_stress(rows: list[dict], histories: int) -> None:
 
 
 def _improve(state, max_solves: int, space):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
+    """``improve`` with its solves out of ``max_solves`` as progress (a bar on a terminal,
+    else a line every few seconds, on stderr)."""
     from rollmux.improve import improve
 
-    with Progress(TextColumn("improving"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  console=console, transient=True) as bar:
-        task = bar.add_task("", total=max_solves)
-        return improve(state, max_solves=max_solves, space=space,
-                       on_solve=lambda n, cost: bar.update(task, completed=n, description=f"${cost:,.2f}/h"))
+    with progress_reporter(progress_console, "improving", max_solves) as update:
+        return improve(state, max_solves=max_solves, space=space, on_solve=lambda n, _: update(n))
 
 
 def _print_improvement(result) -> None:

@@ -70,7 +70,7 @@ def plan(
     The comparison plans (and regroups) the trace once per pair of types; --workers or
     --address runs those plans in parallel on Ray, with the same results."""
     from rollmux.fleet import Profiles, load_profiles
-    from rollmux.fleet_exact import improve_fleet, solve_fleet
+    from rollmux.fleet_exact import MAX_SOLVES, check_limits, improve_fleet, solve_fleet
     from rollmux.fleet_file import load_fleet
     from rollmux.fleet_planner import FleetPlanner, alternatives, plan_jobs
     from rollmux.ray_tasks import map_tasks, serial_map
@@ -91,14 +91,18 @@ def plan(
         trace, _ = load_trace(jobs, None)
         if not trace:
             raise RollMuxError(f"--jobs {jobs}: the trace holds no jobs")
+        if optimal:
+            check_limits(fleet, trace)
         _warn_unused(profiles, measured, fleet, trace)
         planner = FleetPlanner(fleet, measured, space=chosen_space)
         regroup = partial(improve_fleet, space=chosen_space) if improve else None
         # one step per plan: the fleet's, then each fixed-type one (every plan is
-        # regrouped, which is where the time goes: minutes on 200 jobs)
+        # regrouped, which is where the time goes: minutes on 200 jobs); inside the
+        # fleet's own step, its solves out of the most it may make
         with progress_reporter(progress_console, "fleet plan", 1 + len(fleet.views())) as update:
             state, decisions = plan_jobs(planner, trace, explain=explain)
-            improvement = regroup(state) if regroup is not None else None
+            improvement = (improve_fleet(state, space=chosen_space, on_solve=lambda n, _: update(n / MAX_SOLVES))
+                           if improve else None)
             update(1)
             rows = alternatives(planner, trace, regroup, progress=update, planned=(state, decisions),
                                 mapper=mapper)
@@ -193,7 +197,8 @@ def _alternatives_table(rows, fleet_cost: float, best_fixed, optimum) -> Table:
         name = escape(r.name) + (" (best fixed)" if r is best_fixed else "")
         table.add_row(name, f"{r.effective_cost:,.2f}", ratio(r.effective_cost),
                       str(len(r.misses)) if r.misses else "0")
-    table.caption = "a plan that cannot serve some job (too slow for its SLO on those types) counts only the rest"
+    table.caption = ("a plan that cannot serve some job (too slow for its SLO on those types, or no nodes left "
+                     "in a bounded pool) counts only the rest")
     return table
 
 

@@ -134,6 +134,9 @@ class Fleet:
         for role in ROLES:
             if not any(role in p.roles for p in self.pools):
                 raise SpecError("pools", [p.name for p in self.pools], f"at least one pool with the {role} role")
+        if not any(TRAIN in p.roles and p.nodes != 0 for p in self.pools):
+            raise SpecError("pools", [p.name for p in self.pools], "a pool with the train role and nodes to train "
+                            "on (every job trains; `nodes: 0` on each such pool leaves none)")
         # the knobs every view shares, checked as a two-pool cluster file checks them
         Cluster(self.gpus_per_node, switch_cost=self.switch_cost, max_group_size=self.max_group_size).validate()
 

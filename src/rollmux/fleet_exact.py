@@ -106,12 +106,9 @@ class _Partition:
         return ExactStats(len(self.ordered), c.searched, c.skipped, c.analyze_calls, time.perf_counter() - start)
 
 
-def _fleet_partition(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, space: Space, robust: bool,
-                     max_jobs: int, only: tuple[str, ...],
-                     singles: dict[str, tuple[Fit, str] | None] | None, memo: FitMemo | None) -> _Partition:
-    """The method of the module docstring, up to the chosen blocks (``solve_fleet``);
-    with ``singles``, a job's fit alone (searched with no budget) is looked up there by its
-    id first and kept there (the caller's promise: an id names the same job every time)."""
+def check_limits(fleet: Fleet, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOBS) -> None:
+    """Raise ``ExactLimitError`` when ``solve_fleet`` would refuse ``jobs`` on ``fleet``
+    for its size or its bounded pools (a caller checks before its own long work)."""
     fleet.validate()
     if len(jobs) > max_jobs:
         raise ExactLimitError(f"exact solver: {len(jobs)} jobs > max_jobs={max_jobs} "
@@ -119,6 +116,15 @@ def _fleet_partition(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, spac
     bounded = [p.name for p in fleet.pools if p.nodes is not None]
     if bounded:
         raise ExactLimitError(f"exact solver: pools {bounded} are bounded; it plans on unbounded pools only")
+
+
+def _fleet_partition(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, space: Space, robust: bool,
+                     max_jobs: int, only: tuple[str, ...],
+                     singles: dict[str, tuple[Fit, str] | None] | None, memo: FitMemo | None) -> _Partition:
+    """The method of the module docstring, up to the chosen blocks (``solve_fleet``);
+    with ``singles``, a job's fit alone (searched with no budget) is looked up there by its
+    id first and kept there (the caller's promise: an id names the same job every time)."""
+    check_limits(fleet, jobs, max_jobs)
     if len({j.job_id for j in jobs}) != len(jobs):
         raise ValueError("exact solver: job ids must be unique")
     ordered = sorted(jobs, key=lambda j: j.arrival_s)  # stable: ties keep the input order
@@ -162,8 +168,12 @@ def _fleet_partition(fleet: Fleet, jobs: Sequence[Job], profiles: Profiles, spac
     return _Partition(fleet, profiles, only, ordered, views, moved, objective, fits, blocks, chosen, counter)
 
 
+#: ``improve_fleet``'s default bound on exact solves.
+MAX_SOLVES = 200
+
+
 def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int = 3, max_jobs: int = 6,
-                  max_solves: int = 200) -> Improvement:
+                  max_solves: int = MAX_SOLVES, on_solve: Callable[[int, float], None] | None = None) -> Improvement:
     """Regroup a fleet plan in place while some set of up to ``max_groups`` groups (of any
     views) has a cheaper exact plan (``solve_fleet``, robust: every subset keeps its SLOs;
     the start-up check on every new group), like ``rollmux.improve`` on one cluster. Costs
@@ -171,7 +181,8 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
     ``max_solves`` solves. On bounded pools the solves are unbounded and a move is kept
     only when its new groups fit the free nodes plus those of the groups it replaces
     (``reservation.fits_views``). The solves share one ``rollmux.fit_memo.FitMemo``: sets of
-    groups overlap, and so do their subsets' searches."""
+    groups overlap, and so do their subsets' searches. ``on_solve(solves, E)`` is called
+    after every solve (for progress displays)."""
     memo = FitMemo()
     start = state.effective_cost_per_hour()
     solver_fleet = _unbounded(state.fleet)
@@ -197,6 +208,8 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
                 tried.add(key)
                 solution = solve_fleet(solver_fleet, jobs, state.profiles, space, robust=True, max_jobs=max_jobs,
                                        only=state.only, memo=memo)
+                if on_solve is not None:
+                    on_solve(solves, state.effective_cost_per_hour())
                 placed = [(name, g) for name, (_, sub) in solution.state.views.items() for g in sub.groups.values()]
                 if solution.objective < cost - _COST_TOL * max(1.0, cost) and all(
                         starts_in_time(solution.state.views[name][1], g) for name, g in placed) and (

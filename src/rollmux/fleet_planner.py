@@ -90,7 +90,7 @@ Limits: a job keeps its GPU count on every type (GPU memory capacity is not mode
 from __future__ import annotations
 
 import statistics
-from collections import ChainMap
+from collections import ChainMap, Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
@@ -673,7 +673,9 @@ def alternatives(planner: FleetPlanner, jobs: list[Job],
     * ``solo-d on a/b``: each job alone on its own nodes of view a/b;
     * ``co-located on c``: each job alone, both phases on pool c (``rollmux.colocation``);
     * ``gavel+``: each job alone on its cheapest feasible one of the above.
-    A job that would miss its SLO in an alternative is listed in ``misses`` and not counted.
+    A job that would miss its SLO in an alternative, or whose nodes a bounded pool no
+    longer holds (the baselines take them in trace order, ``_alone_row``; the plans through
+    the planner's inventory), is listed in ``misses`` and not counted.
     ``planned``: the fleet plan and its decisions when the caller has made them already
     (``plan_jobs`` on every view, then ``improve``), used as they are. ``progress(k)`` is
     called after each of the 1 + (number of views) plans, which take nearly all the time
@@ -698,14 +700,29 @@ def alternatives(planner: FleetPlanner, jobs: list[Job],
                    on_done=None if progress is None else lambda i, row, done, total: progress(1 + done))
     options = {j.job_id: alone_options(fleet, profiles, j) for j in jobs}
     for name, kind in [(o.name, o.kind) for o in options[jobs[0].job_id]] if jobs else []:
-        mine = [next(o for o in options[j.job_id] if o.name == name) for j in jobs]
-        rows.append(Alternative(name, kind, sum(o.effective_cost for o in mine if o.feasible),
-                                tuple(j.job_id for j, o in zip(jobs, mine) if not o.feasible)))
-    feasible = {j.job_id: [o.effective_cost for o in options[j.job_id] if o.feasible] for j in jobs}
-    rows.append(Alternative("gavel+ (cheapest alone per job)", "gavel+",
-                            sum(min(v) for v in feasible.values() if v),
-                            tuple(j for j, v in feasible.items() if not v)))
+        rows.append(_alone_row(fleet, name, kind, [[o for o in options[j.job_id] if o.name == name] for j in jobs],
+                               jobs))
+    rows.append(_alone_row(fleet, "gavel+ (cheapest alone per job)", "gavel+",
+                           [sorted(options[j.job_id], key=lambda o: o.effective_cost) for j in jobs], jobs))
     return rows
+
+
+def _alone_row(fleet: Fleet, name: str, kind: str, choices: list[list[AloneOption]], jobs: list[Job]) -> Alternative:
+    """A no-sharing baseline's row: each job, in trace order, alone on the first of its
+    ``choices`` that meets its SLO and whose nodes the bounded pools still hold (every job
+    is present at once, so each keeps its nodes); a job with none is a miss."""
+    free = {p.name: p.nodes for p in fleet.pools if p.nodes is not None}
+    cost, misses = 0.0, []
+    for job, mine in zip(jobs, choices):
+        option = next((o for o in mine if o.feasible and all(n <= free.get(pool, n) for pool, n in o.nodes)), None)
+        if option is None:
+            misses.append(job.job_id)
+            continue
+        cost += option.effective_cost
+        for pool, n in option.nodes:
+            if pool in free:
+                free[pool] -= n
+    return Alternative(name, kind, cost, tuple(misses))
 
 
 @dataclass(slots=True, frozen=True)
@@ -718,6 +735,7 @@ class AloneOption:
     view: str
     effective_cost: float
     feasible: bool
+    nodes: tuple[tuple[str, int], ...] = ()  # (pool name, nodes it holds there), one entry per pool
 
 
 def gavel_ranking(fleet: Fleet, profiles: Profiles, job: Job) -> list[AloneOption]:
@@ -762,9 +780,11 @@ def alone_options(fleet: Fleet, profiles: Profiles, job: Job) -> list[AloneOptio
         moved = translated[view.name]
         e = sum(moved.nodes(side, fleet.gpus_per_node) * view.cluster.node_price(side)
                 for side in (ROLLOUT, TRAIN)) * speed_factor(job, moved)
+        held = Counter({view.rollout.name: moved.nodes(ROLLOUT, fleet.gpus_per_node)})
+        held[view.train.name] += moved.nodes(TRAIN, fleet.gpus_per_node)
         # (the strict translation refuses exactly the views where slo_v < 1)
         out.append(AloneOption(f"solo-d on {view.name}", "solo-d", view.name, e,
-                               not job.colocate and moved.slo >= 1.0))
+                               not job.colocate and moved.slo >= 1.0, tuple(held.items())))
     for pool in fleet.pools:
         name = fleet.colocation_view(pool)
         if name is None:
@@ -775,5 +795,6 @@ def alone_options(fleet: Fleet, profiles: Profiles, job: Job) -> list[AloneOptio
         out.append(AloneOption(f"co-located on {pool.name}", "co-located", name,
                                slow * moved.nodes(TRAIN, fleet.gpus_per_node) * views[name].cluster.node_price(TRAIN),
                                fits and slow <= job.slo * (1 + SLO_EPS)
-                               and (not job.colocate or translate(fleet, profiles, job, views[name]) is not None)))
+                               and (not job.colocate or translate(fleet, profiles, job, views[name]) is not None),
+                               ((pool.name, moved.nodes(TRAIN, fleet.gpus_per_node)),)))
     return out
