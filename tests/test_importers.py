@@ -97,9 +97,12 @@ def test_verl_hostile_input_names_line_and_column(tmp_path, text, line, column):
     assert str(path) in str(info.value) and f"line {line}" in str(info.value)
 
 
-def test_verl_zero_rollout_is_rejected_as_a_job(tmp_path):
-    with pytest.raises(SpecError, match="t_roll_s"):
+def test_verl_zero_rollout_is_rejected_as_a_job_naming_the_run_s_lines(tmp_path):
+    with pytest.raises(SpecError, match=r"run x \(line 2\): t_roll_s"):
         from_verl_timings(write(tmp_path, "v.csv", "run,step,t_gen,t_update_actor\nx,0,0,2\n"))
+    text = "run,step,t_gen,t_update_actor\ny,0,3,2\n# a comment\nx,0,0,2\ny,1,3,2\nx,1,0,2\n"
+    with pytest.raises(SpecError, match=r"run x \(lines 4-6\): t_roll_s"):
+        from_verl_timings(write(tmp_path, "v.csv", text))
 
 
 @pytest.mark.parametrize("kw, field", [({"percentile": 0}, "percentile"), ({"percentile": 101}, "percentile"),

@@ -371,6 +371,22 @@ def test_a_field_over_the_csv_limit_is_refused_naming_its_line(tmp_path):
         read_trace(path)
 
 
+@pytest.mark.parametrize("cells, error", [
+    ('"a\nb",0,3600', "line 2: a quoted cell does not close on this line"),  # a line break in a quoted id
+    ('a,0,3600,8,8,100,120,300,300,1.5,"7B\n"', "line 2: a quoted cell does not close"),
+    ('"a"b,0,3600', "line 2: not a CSV row"),  # text after a closing quote (it read 'ab')
+])
+def test_quoting_that_does_not_close_on_its_line_is_named(tmp_path, cells, error):
+    """A quoted cell holding a line break was reported as "expected 11 fields, got 1"."""
+    path = tmp_path / "quoted.csv"
+    head = "job_id,arrival_s,duration_s,rollout_gpus,train_gpus,t_roll_s,t_train_s,mem_roll_gb,mem_train_gb,slo,model\n"
+    path.write_text(head + cells + "\n")
+    with pytest.raises(TraceFormatError, match=error):
+        read_trace(path)
+    path.write_text(head + '"a ""b""",0,3600,8,8,100,120,300,300,1.5,"7B"\n')  # quotes done right still read
+    assert read_trace(path)[0].job_id == 'a "b"'
+
+
 def test_a_model_name_with_control_characters_is_refused():
     with pytest.raises(SpecError, match="model"):
         Job("a", 10.0, 10.0, duration_s=100.0, model="7B\x00").validate()

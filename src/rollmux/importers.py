@@ -126,6 +126,7 @@ def from_verl_timings(path: str | Path, *, gpus: int | Mapping[str, int] = 8,
     _check_args(percentile, slo)
     name = str(path)
     runs: dict[str, dict[int, tuple[float, float]]] = {}
+    spans: dict[str, tuple[int, int]] = {}  # run -> its first and last line
     with open(path, newline="", encoding="utf-8-sig") as handle:
         rows = csv.reader(handle)
         header: list[str] | None = None
@@ -160,6 +161,7 @@ def from_verl_timings(path: str | Path, *, gpus: int | Mapping[str, int] = 8,
                 if step in steps:
                     raise TraceFormatError(name, line, "step", f"step {step} of run {run!r} appears twice")
                 steps[step] = phases
+                spans[run] = (spans.get(run, (line, line))[0], line)
         except csv.Error as err:  # a field over the csv module's limit
             raise TraceFormatError(name, rows.line_num, "", f"not a CSV row ({err})") from None
     if header is None:
@@ -174,7 +176,9 @@ def from_verl_timings(path: str | Path, *, gpus: int | Mapping[str, int] = 8,
         jobs.append(Job(run, roll, train, rollout_gpus=n, train_gpus=n, slo=slo, model=run,
                         iterations=len(steps), t_roll_colo_s=roll, t_train_colo_s=train))
     for job in jobs:
-        job.validate(where=f"{name}: run {job.job_id}")
+        first, last = spans[job.job_id]
+        job.validate(where=f"{name}: run {job.job_id} (" + (f"line {first}" if first == last
+                                                            else f"lines {first}-{last}") + ")")
     return jobs
 
 

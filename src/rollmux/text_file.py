@@ -4,8 +4,9 @@
 not UTF-8 (a file saved as Latin-1, a binary file) raise ``TraceFormatError`` naming the
 file, the line and the byte, where Python's own ``UnicodeDecodeError`` named neither file
 nor line and, uncaught, ended a command with a traceback. ``csv_fields(text, path, line)``
-splits one CSV line; what the ``csv`` module refuses (a field over its size limit) is a
-``TraceFormatError`` naming the line too.
+splits one CSV line; what the ``csv`` module refuses (a field over its size limit, a
+quoted cell left open or with text after its closing quote) is a ``TraceFormatError``
+naming the line too.
 """
 from __future__ import annotations
 
@@ -28,8 +29,14 @@ def read_text(path: str | Path) -> str:
 
 
 def csv_fields(text: str, path: str | Path, line: int) -> list[str]:
-    """The fields of one CSV line of ``path`` (see the module docstring)."""
+    """The fields of one CSV line of ``path`` (see the module docstring). Quoting is
+    strict: a quoted cell must close on its line (a cell cannot hold a line break: the
+    files are read line by line, and no id or name may hold one) and be followed by a
+    comma or the end of the line."""
     try:
-        return next(csv.reader([text]), [])
+        return next(csv.reader([text], strict=True), [])
     except csv.Error as err:
+        if str(err) == "unexpected end of data":
+            raise TraceFormatError(str(path), line, "", "a quoted cell does not close on this line (a cell "
+                                   "cannot hold a line break)") from None
         raise TraceFormatError(str(path), line, "", f"not a CSV row ({err})") from None
