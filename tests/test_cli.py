@@ -1,5 +1,6 @@
 """The rollmux command: simulate, plan and trace, including their errors."""
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -199,6 +200,65 @@ def test_outputs_that_would_clash_or_that_root_cannot_write_are_refused_before_t
         assert r.exit_code == 2 and needle in text, (args, r.output)
         assert "run" not in text.split("error:")[0]  # refused before anything ran
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small.csv"]
+
+
+def test_an_output_that_is_one_of_the_run_s_inputs_is_refused_before_the_run(tmp_path):
+    """``simulate --trace T --jobs-csv T`` replaced the trace with the report, and
+    ``whatif --cluster C --json C`` the cluster file (exit 0 both), also through a link."""
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("job_id,arrival_s,iterations,t_roll_s,t_train_s,slo\na,0,3,10,10,2\n")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("rollout: {nodes: 2}\ntrain: {nodes: 2}\n")
+    (tmp_path / "link.csv").symlink_to(trace)
+    verl = tmp_path / "verl.csv"
+    verl.write_text("run,step,t_gen,t_update_actor\nr,0,3,2\n")
+    fleet = Path(__file__).resolve().parents[1] / "examples" / "fleet"
+    profiles = tmp_path / "profiles.csv"
+    profiles.write_text((fleet / "profiles.csv").read_text())
+    cases = [(["simulate", "--trace", str(trace), "--jobs-csv", str(trace)], "--jobs-csv", "--trace"),
+             (["simulate", "--trace", str(trace), "--json", str(tmp_path / "link.csv")], "--json", "--trace"),
+             (["plan", "--jobs", str(trace), "--cluster", str(cluster), "--json", str(cluster)], "--json", "--cluster"),
+             (["whatif", "--trace", str(trace), "--cluster", str(cluster), "--vary", "train.nodes=1,2",
+               "--json", str(cluster)], "--json", "--cluster"),
+             (["fleet", "plan", "--jobs", str(fleet / "jobs.csv"), "--profiles", str(profiles),
+               "--json", str(profiles)], "--json", "--profiles"),
+             (["trace", "from-verl", str(verl), "--out", str(verl)], "--out", "SRC")]
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    for args, option, source in cases:
+        r = runner.invoke(app, args)
+        text = " ".join(r.output.split())
+        assert r.exit_code == 2 and f"error: {option} " in text and f"is the file {source} reads" in text, \
+            (args, r.output)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before and (tmp_path / "link.csv").is_symlink()
+
+
+def test_a_report_through_a_link_replaces_the_file_it_leads_to_and_keeps_the_link(tmp_path):
+    from rollmux.report.paths import write_json
+
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("original")
+    link.symlink_to(target.name)
+    write_json(link, {"rows": [1]})
+    assert link.is_symlink() and json.loads(target.read_text()) == {"rows": [1]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "target.json"]
+
+
+def test_a_report_to_a_device_is_written_into_it_not_renamed_over_it(tmp_path):
+    """``--json /dev/null`` replaced the device with a plain file (as root: the machine's
+    /dev/null). Checked on a private device node of /dev/null's kind, never the real one."""
+    import os
+    import stat
+
+    device = tmp_path / "null"
+    try:
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError as err:
+        pytest.skip(f"cannot make a device node here: {err}")
+    trace = small_trace(tmp_path, 3)
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "solo-d",
+                            "--json", str(device), "--jobs-csv", str(device)])
+    assert r.exit_code == 0, r.output
+    assert stat.S_ISCHR(device.stat().st_mode) and sorted(p.name for p in tmp_path.iterdir()) == sorted(["null", trace.name])
 
 
 def test_a_report_is_written_whole_or_not_at_all(tmp_path):

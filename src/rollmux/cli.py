@@ -170,7 +170,8 @@ def simulate(
     try:
         if out is not None:
             check_writable(out, "--out", directory=True)
-        check_outputs({"--json": json_path, "--jobs-csv": jobs_csv, "--html": html})
+        check_outputs({"--json": json_path, "--jobs-csv": jobs_csv, "--html": html},
+                      inputs={"--trace": trace, "--cluster": cluster})
         acct = ACCOUNTINGS[accounting.value]
         for name in names:
             check_accounting(name, acct)
@@ -287,14 +288,13 @@ def plan(
     optimally) and explain each decision."""
     from rollmux.plan_state import PlanState
     from rollmux.planner import Planner
-    from rollmux.report.paths import check_writable
+    from rollmux.report.paths import check_outputs
     from rollmux.report.plan_json import plan_to_dict
     from rollmux.report.tables import plan_table
     from rollmux.traces.builtin import load_trace
 
     try:
-        if json_path is not None:
-            check_writable(json_path, "--json")
+        check_outputs({"--json": json_path}, inputs={"--jobs": jobs, "--cluster": cluster})
         cl = _load_cluster(cluster)
         trace, _ = load_trace(jobs, cl)
         if not trace:
@@ -439,13 +439,11 @@ def from_philly(
     Mapping (docs/traces.md): a Philly job of G GPUs becomes an RL job with ceil(G/2) GPUs per phase rounded up to
     whole 8-GPU nodes (at most 32), 7B up to 8 GPUs, 14B up to 16, 32B above; phase times and SLO are drawn.
     """
-    from rollmux.report.paths import check_writable
+    from rollmux.report.paths import check_outputs
     from rollmux.traces.philly import convert_philly
 
     try:
-        check_writable(out, "--out")
-        if segment_out is not None:
-            check_writable(segment_out, "--segment-out")
+        check_outputs({"--out": out, "--segment-out": segment_out}, inputs={"SRC": src})
         out.parent.mkdir(parents=True, exist_ok=True)
         stats = convert_philly(src, out, limit, seed, mix.value, (slo_min, slo_max), min_gpus,
                                window and (window[0] * 3600, window[1] * 3600), segment_out)

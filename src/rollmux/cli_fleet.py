@@ -74,7 +74,7 @@ def plan(
     from rollmux.fleet_file import load_fleet
     from rollmux.fleet_planner import FleetPlanner, alternatives, plan_jobs
     from rollmux.ray_tasks import map_tasks, serial_map
-    from rollmux.report.paths import check_writable
+    from rollmux.report.paths import check_outputs
     from rollmux.report.progress import progress_reporter
     from rollmux.traces.builtin import load_trace
 
@@ -84,8 +84,7 @@ def plan(
     mapper = (partial(map_tasks, command="rollmux fleet plan", address=address, num_cpus=workers)
               if address or workers else serial_map)
     try:
-        if json_path is not None:
-            check_writable(json_path, "--json")
+        check_outputs({"--json": json_path}, inputs={"--jobs": jobs, "--cluster": cluster, "--profiles": profiles})
         fleet = cluster_option(load_fleet, cluster)
         measured = load_profiles(profiles, fleet) if profiles is not None else Profiles()
         trace, _ = load_trace(jobs, None)
@@ -236,7 +235,8 @@ def simulate(
     from rollmux.traces.builtin import load_trace
 
     try:
-        check_outputs({"--json": json_path, "--plot": plot}, {"--plot": (".png",)})
+        check_outputs({"--json": json_path, "--plot": plot}, {"--plot": (".png",)},
+                      inputs={"--jobs": jobs, "--cluster": cluster, "--profiles": profiles})
         fleet = cluster_option(load_fleet, cluster)
         measured = load_profiles(profiles, fleet) if profiles is not None else Profiles()
         trace, _ = load_trace(jobs, None)

@@ -87,10 +87,10 @@ def register(app: typer.Typer, trace_app: typer.Typer, console: Console, fail) -
     ) -> None:
         """Turn veRL's per-step timings into RollMux jobs (rollout = generation + reward, training = the rest)."""
         from rollmux.importers import from_verl_timings
-        from rollmux.report.paths import check_writable
+        from rollmux.report.paths import check_outputs
 
         try:
-            check_writable(out, "--out")
+            check_outputs({"--out": out}, inputs={"SRC": src})
             write(from_verl_timings(src, gpus=gpus, percentile=percentile, slo=slo), out)
         except (RollMuxError, OSError) as err:
             fail(err, _OPTIONS)
@@ -109,10 +109,10 @@ def register(app: typer.Typer, trace_app: typer.Typer, console: Console, fail) -
     ) -> None:
         """Turn a TRL GRPOTrainer log into a RollMux job (rollout = generation + reward, training = the rest of a step)."""
         from rollmux.importers import from_trl_log
-        from rollmux.report.paths import check_writable
+        from rollmux.report.paths import check_outputs
 
         try:
-            check_writable(out, "--out")
+            check_outputs({"--out": out}, inputs={"SRC": src})
             write([from_trl_log(src, job_id=job_id, gpus=gpus, percentile=percentile, slo=slo, model=model)], out)
         except (RollMuxError, OSError) as err:
             fail(err, _OPTIONS)

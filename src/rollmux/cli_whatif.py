@@ -261,7 +261,8 @@ def whatif(
         _fail(RollMuxError("--workers sizes the local Ray instance; with --address the cluster's CPUs are used"))
     acct = ACCOUNTINGS[accounting.value]
     try:
-        check_outputs({"--json": json_path, "--csv": csv_path, "--plot": plot}, {"--plot": (".png",)})
+        check_outputs({"--json": json_path, "--csv": csv_path, "--plot": plot}, {"--plot": (".png",)},
+                      inputs={"--trace": trace, "--cluster": cluster, "--profiles": profiles})
         base = _base(cluster)
         measured = _profiles(profiles, base)
         _check_policies(names, base, measured)

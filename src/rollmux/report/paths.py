@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,9 +21,17 @@ def check_writable(path: Path, option: str, directory: bool = False) -> None:
     ``directory=True``: ``path`` is a folder (made if missing) that files go into;
     otherwise a file (its missing parent folders made). Either must be an existing,
     writable thing of that kind, or creatable in its nearest existing ancestor, which
-    must be a writable folder. Nothing is created here.
+    must be a writable folder. A file path may also be a link (the file it leads to is
+    checked) or an existing device or pipe (``/dev/null``, written in place: see
+    ``replacing``). Nothing is created here.
     """
     kind = "folder" if directory else "file"
+    if not directory and _special(path):
+        if not os.access(path, os.W_OK):
+            raise OutputPathError(option, path, "the file is not writable")
+        return
+    if not directory and path.is_symlink():
+        path = path.resolve()
     if path.exists():
         if directory and not path.is_dir():
             raise OutputPathError(option, path, "exists and is not a folder")
@@ -51,11 +60,16 @@ def _probe(folder: Path, option: str, path: Path, what: str) -> None:
         raise OutputPathError(option, path, f"{what} ({err.strerror or err})") from None
 
 
-def check_outputs(paths: dict[str, Path | None], suffixes: dict[str, tuple[str, ...]] | None = None) -> None:
+def check_outputs(paths: dict[str, Path | None], suffixes: dict[str, tuple[str, ...]] | None = None,
+                  inputs: dict[str, str | Path | None] | None = None) -> None:
     """``check_writable`` for each option's path given, and more: no two options given
-    the same file (the later write replaced the earlier one), and a path of an option
-    in ``suffixes`` ending in one of its suffixes (``--plot``: ``.png``)."""
+    the same file (the later write replaced the earlier one), no output that is one of
+    the run's ``inputs`` (option -> the path it read, or a name that is not a file: a
+    builtin trace), which the report would replace, and a path of an option in
+    ``suffixes`` ending in one of its suffixes (``--plot``: ``.png``). A device
+    (``/dev/null``) may take several outputs."""
     seen: dict[Path, str] = {}
+    read = {option: Path(p) for option, p in (inputs or {}).items() if p is not None and Path(p).is_file()}
     for option, path in paths.items():
         if path is None:
             continue
@@ -63,10 +77,25 @@ def check_outputs(paths: dict[str, Path | None], suffixes: dict[str, tuple[str, 
         allowed = (suffixes or {}).get(option)
         if allowed and path.suffix.lower() not in allowed:
             raise OutputPathError(option, path, f"expected a file name ending in {' or '.join(allowed)}")
+        for source, given in read.items():
+            if path.exists() and os.path.samefile(path, given):
+                raise OutputPathError(option, path, f"is the file {source} reads; the report would replace it")
+        if _special(path):
+            continue
         key = path.resolve()
         if key in seen:
             raise OutputPathError(option, path, f"the same file as {seen[key]}; give each output its own file")
         seen[key] = option
+
+
+def _special(path: Path) -> bool:
+    """Whether ``path`` (links followed) is an existing file that is neither a regular
+    file nor a folder: a device such as ``/dev/null``, a named pipe, a socket."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 @contextlib.contextmanager
@@ -74,8 +103,21 @@ def replacing(path: Path, option: str | None = None) -> Iterator[Path]:
     """A temporary path beside ``path`` for the body to write; renamed over ``path`` when
     the body returns, removed when it raises, so ``path`` is then untouched. An OS error
     (a full disk, a folder that cannot be made) raises OutputPathError naming ``option``
-    (the OSError itself without one)."""
+    (the OSError itself without one). A link is followed: the file it leads to is
+    replaced and the link kept. A device or a pipe (``/dev/null``) is written in place,
+    as ``open`` would: renamed over, it became a plain file (as root, for every process
+    on the machine)."""
     path = Path(path)
+    if _special(path):
+        try:
+            yield path
+        except OSError as err:
+            if option is not None:
+                raise OutputPathError(option, path, str(err.strerror or err)) from None
+            raise
+        return
+    if path.is_symlink():
+        path = path.resolve()
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
