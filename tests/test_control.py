@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from rollmux.model import Cluster, Job, PoolSpec, SwitchCost
+from rollmux.model import Cluster, Job, NodeSpec, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
 from rollmux.runtime.control import (DONE, EXPIRED, PLACED, WAITING, ControlPlane, DuplicateJob,
-                                     JobEnded, NeverFits, PhaseOrderError)
+                                     JobEnded, NeverFits, NODE_ADDS_KEPT, PhaseOrderError, RequestReused)
 
 TOKEN = "0" * 64
 
@@ -264,12 +264,39 @@ def test_status_table_shows_profile_against_measured():
     assert _vs_profile({"job_id": "x"}) == "-"
 
 
+def test_a_repeated_node_add_gets_the_first_answer_also_after_a_restart():
+    """``request_id`` makes an add idempotent (an SDK retry after a lost answer added a
+    second node to a counted pool); the same id for another add is refused, changing
+    nothing; without an id every add adds a node, as before."""
+    cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=1),
+                      train=PoolSpec("H800", 5.28, nodes=1, node_list=(NodeSpec("ta", 2048.0),)),
+                      switch_cost=SwitchCost("fixed"))
+    cp = ControlPlane(cluster)
+    first = cp.add_node("rollout", "", None, 1.0, request_id="r1")
+    assert first == ("R1", []) and cp.add_node("rollout", "", None, 2.0, request_id="r1") == first
+    assert cp.add_node("rollout", "R1", None, 2.0, request_id="r1") == first  # naming the node it got
+    listed = cp.add_node("train", "tb", 1024.0, 1.0, request_id="t1")
+    copy = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())))
+    assert copy.add_node("train", "tb", 1024.0, 3.0, request_id="t1") == listed
+    before = json.dumps(copy.snapshot(), sort_keys=True)
+    for pool, node, mem in (("train", "", None), ("rollout", "R2", None), ("train", "tc", 1024.0),
+                            ("train", "tb", None)):
+        with pytest.raises(RequestReused, match="'t1' added node 'tb'"):
+            copy.add_node(pool, node, mem, 3.0, request_id="t1")
+    assert json.dumps(copy.snapshot(), sort_keys=True) == before
+    assert copy.cluster.rollout.nodes == 2 and [n.node_id for n in copy.cluster.train.node_list] == ["ta", "tb"]
+    assert copy.add_node("rollout", "", None, 3.0)[0] == "R2" and copy.add_node("rollout", "", None, 3.0)[0] == "R3"
+    for i in range(NODE_ADDS_KEPT + 1):  # the oldest ids are forgotten, the newest kept
+        copy.node_adds[f"x{i}"] = {"pool": "rollout", "node": "R0", "host_mem_gb": None, "placed": []}
+    copy.add_node("rollout", "", None, 3.0, request_id="last")
+    assert len(copy.node_adds) == NODE_ADDS_KEPT and "last" in copy.node_adds and "r1" not in copy.node_adds
+
+
 def test_a_node_added_live_may_not_take_a_name_the_counted_pool_gives():
     """Rollout named by count (R0, R1), training listed: a training node called R2 would
     be a second R2 once the rollout pool grows (two jobs granted 'R2' at once, a drain
     that cannot tell them apart), so adding it is refused naming ``node_id``, and nothing
     changes; another name is added."""
-    from rollmux.model import NodeSpec
     from rollmux.runtime.control import ControlError
 
     cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=2),

@@ -154,9 +154,13 @@ class TailRequest(_Request):
 
 
 class AddNodeRequest(_Request):
+    """A node for a bounded pool. A retried add (same ``request_id``) gets the first answer
+    and adds nothing (``ControlPlane.add_node``)."""
+
     pool: Literal["rollout", "train"]
     node_id: str = Field(default="", max_length=128, pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")
     host_mem_gb: Number | None = Field(default=None, gt=0, le=MAX_MEM_GB)
+    request_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
 
 
 class MovedRequest(_Request):

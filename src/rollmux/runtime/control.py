@@ -157,6 +157,7 @@ FLEET_LIVE_POLICIES = tuple(FLEET_ROLLMUX)  # on a fleet of several GPU types (r
 PROFILE_TOLERANCE = 0.10
 OPEN_ENDED = 10**9  # iterations assumed for a job without a target (its whole-run check is then per iteration)
 MAX_STALENESS = 8  # the largest staleness k the live service runs (policy versions a rollout may lag)
+NODE_ADDS_KEPT = 1024  # request ids of node adds remembered, newest last (``ControlPlane.add_node``)
 
 
 def check_live_policy(policy: str, fleet: bool) -> None:
@@ -207,7 +208,8 @@ class DuplicateJob(ControlError):
 
 
 class RequestReused(ControlError):
-    """A submit that repeats the ``request_id`` and token of an earlier one with another spec."""
+    """A submit that repeats the ``request_id`` and token of an earlier one with another
+    spec, or a node add that repeats an earlier one's ``request_id`` for another node."""
 
     status = 409
 
@@ -398,6 +400,7 @@ class ControlPlane:
         # the waiting line's retry left for after the asks made so far ("after"): ``_retry_waiting``
         self._line_due: dict | None = None  # {"kind": "retry" | "backfill", "head": job or None, "after": n}
         self._asks_made = 0  # asks ever recorded; ``_gathers`` holds the last ones, in order
+        self.node_adds: dict[str, dict] = {}  # request_id -> the first answer to that add (``add_node``)
         self.migration_s = migration_s
         self.tail_threshold = tail_threshold
         self.backfill = backfill
@@ -891,9 +894,21 @@ class ControlPlane:
             self.plan.reinstate(pool, node)
         return self._retry_waiting(now)
 
-    def add_node(self, pool: str, node_id: str, host_mem_gb: float | None, now: float) -> list[str]:
+    def add_node(self, pool: str, node_id: str, host_mem_gb: float | None, now: float,
+                 request_id: str | None = None) -> tuple[str, list[str]]:
         """Add a node to a bounded pool (a listed pool gets ``node_id``; a counted pool its
-        next generated id, which must be ``node_id`` if given). Returns the jobs placed by it."""
+        next generated id, which must be ``node_id`` if given). Returns the new node's id
+        and the jobs placed by it. An add that repeats an earlier one's ``request_id`` (a
+        client's retry after a lost answer: a counted pool would add a second node) gets
+        the first answer and adds nothing; with another pool, node or memory it is refused
+        (``RequestReused``). The last ``NODE_ADDS_KEPT`` ids are kept, across restarts."""
+        if request_id is not None and request_id in self.node_adds:
+            first = self.node_adds[request_id]
+            if (first["pool"], first["host_mem_gb"]) != (pool, host_mem_gb) or node_id not in ("", first["node"]):
+                raise RequestReused("request_id", f"{request_id!r} added node {first['node']!r} to the "
+                                                  f"{first['pool']} pool; this add differs (send a new request_id "
+                                                  f"for a new node)")
+            return first["node"], list(first["placed"])
         self.gather()
         if self.fleet is not None:
             raise ControlError("pool", "a fleet of GPU types keeps the pools it started with: adding nodes live "
@@ -925,8 +940,14 @@ class ControlPlane:
                 raise ControlError("host_mem_gb", f"{host_mem_gb!r}: a counted pool's nodes all have "
                                                   f"{spec.host_mem_gb} GB; list the nodes to vary it")
             new = dataclasses.replace(spec, nodes=spec.nodes + 1)
+            node_id = expected
         cluster = dataclasses.replace(self.cluster, **{pool: new})
-        return self.reconcile(cluster, now)["placed"]
+        placed = self.reconcile(cluster, now)["placed"]
+        if request_id is not None:
+            self.node_adds[request_id] = {"pool": pool, "node": node_id, "host_mem_gb": host_mem_gb, "placed": placed}
+            for old in list(self.node_adds)[:-NODE_ADDS_KEPT]:
+                del self.node_adds[old]
+        return node_id, placed
 
     def reconcile(self, cluster: Cluster | Fleet, now: float, profiles: Profiles | None = None) -> dict:
         """Move to ``cluster`` (the cluster file changed, or a node was added live).
@@ -1209,6 +1230,7 @@ class ControlPlane:
         cp._gathers = [list(g) for g in glob.get("gathers", ())] if cp._regroup is not None else []
         cp._asks_made = glob.get("asks_made", len(cp._gathers))
         cp._line_due = glob.get("line_due")  # (run by the first change, whichever way it decides: ``gather``)
+        cp.node_adds = dict(glob.get("node_adds", {}))
         if "closing" in glob:  # the groups a regrouping empties, marked until they are gone
             for gid in glob["closing"]:
                 cp.plan.close_group(gid)
@@ -1226,7 +1248,7 @@ class ControlPlane:
                 "ord": self._ord, "inventory": self.plan.inventory(), "offer": sorted(self.offer),
                 "move_s": dict(self.move_s), "regroups": self.regroups, "next_regroup": self._next_regroup,
                 "holds": {k: held.to_dict() for k, held in self.holds.items()}, "gathers": self._gathers,
-                "line_due": self._line_due, "asks_made": self._asks_made,
+                "line_due": self._line_due, "asks_made": self._asks_made, "node_adds": self.node_adds,
                 "closing": sorted(self.plan.closing_groups())}
 
     def _group_row(self, gid: str) -> dict:

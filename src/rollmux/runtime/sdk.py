@@ -245,8 +245,11 @@ class Client:
         return self.call("POST", f"/admin/nodes/{_segment('node', node)}/undrain", token=self.token)
 
     def add_node(self, pool: str, node_id: str = "", host_mem_gb: float | None = None) -> dict:
+        """Add a node to a bounded pool; one request id for all its retries, so a retry
+        after a lost answer adds no second node."""
         return self.call("POST", "/admin/nodes", token=self.token,
-                         json={"pool": pool, "node_id": node_id, "host_mem_gb": host_mem_gb})
+                         json={"pool": pool, "node_id": node_id, "host_mem_gb": host_mem_gb,
+                               "request_id": uuid.uuid4().hex})
 
     def close(self) -> None:
         self._http.close()

@@ -824,14 +824,8 @@ def create_app(service: Service) -> FastAPI:
     async def add_node(body: AddNodeRequest, token: str | None = Depends(bearer)) -> NodeResponse:
         service.check_admin(token)
 
-        def run(c: ControlPlane, now: float) -> tuple[str, list[str]]:
-            placed = c.add_node(body.pool, body.node_id, body.host_mem_gb, now)
-            spec = c.cluster.pool(body.pool)
-            node = spec.node_list[-1].node_id if spec.node_list else f"{'R' if body.pool == ROLLOUT else 'T'}" \
-                                                                      f"{spec.nodes - 1}"
-            return node, placed
-
-        node, placed = await service.mutate(run)
+        node, placed = await service.mutate(
+            lambda c, now: c.add_node(body.pool, body.node_id, body.host_mem_gb, now, body.request_id))
         log.info("node", extra={"action": "add", "pool": body.pool, "node": node, "placed": placed})
         return NodeResponse(node=node, placed=placed)
 
