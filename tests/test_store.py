@@ -323,3 +323,98 @@ def test_a_backup_that_cannot_be_written_is_an_error_and_leaves_no_file(tmp_path
     with pytest.raises(StoreError, match="cannot write the backup there"):
         backup_file(path, tmp_path / "missing" / "b.db")
     assert not (tmp_path / "missing").exists()
+
+
+def _killed_file(path: Path, jobs: int = 3) -> None:
+    """A state file as a kill -9 leaves it: its last commits in the write-ahead log."""
+    script = (f"from rollmux.runtime.store import Store, hash_token\n"
+              f"from rollmux.runtime.control import ControlPlane\n"
+              f"from rollmux.model import Cluster, Job\n"
+              f"import os, signal\n"
+              f"cp = ControlPlane(Cluster()); s = Store.open({str(path)!r}); s.commit(cp.take_changes())\n"
+              f"for i in range({jobs}):\n"
+              f"    cp.submit(Job(f'a{{i}}', 10.0, 10.0, slo=2.0), 1.0, hash_token('a')); s.commit(cp.take_changes())\n"
+              f"os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([os.sys.executable, "-c", script], capture_output=True)
+    assert proc.returncode == -9, proc.stderr.decode()
+    assert Path(f"{path}-wal").stat().st_size > 0
+
+
+def test_new_state_killed_between_its_renames_loses_nothing(tmp_path, monkeypatch):
+    """``--new-state`` moved the file, then its log, aside; a kill between the two renames
+    left the log on the old name, a plain restart started empty and SQLite deleted the log
+    with the last acknowledged jobs. The log is now merged into the file before it moves,
+    so the moved file is whole alone, and a log without its file is refused, kept."""
+    path = tmp_path / "s.db"
+    _killed_file(path)
+    renamed = []
+    rename = Path.rename
+
+    def recorded(self, target):
+        renamed.append(Path(target))
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", recorded)
+    Store.open(path, new_state=True).close()
+    monkeypatch.undo()
+    moved = renamed[0]
+    assert len(renamed) == 1 and moved.name.startswith("s.db.replaced-")  # one rename: no window left
+    alone = Store.open(moved)
+    assert sorted(alone.load()["jobs"]) == ["a0", "a1", "a2"]
+    alone.close()
+    # the other order of events: a log whose file is gone is refused, and left where it is
+    other = tmp_path / "other"
+    other.mkdir()
+    _killed_file(other / "s.db")
+    (other / "s.db").rename(other / "s.db.moved")
+    log = (other / "s.db-wal").read_bytes()
+    with pytest.raises(StateDamaged, match="missing, but its write-ahead log s.db-wal is there"):
+        Store.open(other / "s.db")
+    assert (other / "s.db-wal").read_bytes() == log and not (other / "s.db").exists()
+
+
+def test_a_commit_that_fails_on_any_error_rolls_back_and_the_next_one_runs(tmp_path):
+    """An int over SQLite's 64 bits raised OverflowError, which skipped the ROLLBACK: the
+    transaction stayed open and every later commit failed ("cannot start a transaction
+    within a transaction") until a restart."""
+    path, store = _committed_file(tmp_path, close=False)
+    rows = store.dump()
+    cp = ControlPlane.restore(store.load())
+    cp.submit(_job("b"), 2.0, hash_token("b"))
+    changes = cp.take_changes()
+    changes.jobs["b"] = (2**63, changes.jobs["b"][1])
+    with pytest.raises(CommitFailed, match="OverflowError"):
+        store.commit(changes)
+    assert store.dump() == rows
+    changes.jobs["b"] = (5, changes.jobs["b"][1])
+    store.commit(changes)
+    assert "b" in store.load()["jobs"]
+    store.close()
+
+
+@pytest.mark.parametrize("table, key, body, needle", [
+    ("jobs", "a", "{not json", "jobs row 'a' is not as a commit writes it"),
+    ("jobs", "a", '{"x": NaN}', "NaN is not a number a commit writes"),
+    ("meta", "globals", "[" * 200_000 + "]" * 200_000, "meta 'globals' is not as a commit writes it"),
+])
+def test_a_body_a_commit_never_writes_is_refused_naming_its_row(tmp_path, table, key, body, needle):
+    path, _ = _committed_file(tmp_path)
+    db = sqlite3.connect(path)
+    column = "job_id" if table == "jobs" else "key"
+    db.execute(f"UPDATE {table} SET {'body' if table == 'jobs' else 'value'} = ? WHERE {column} = ?", (body, key))
+    db.commit()
+    db.close()
+    store = Store.open(path)
+    with pytest.raises(StateDamaged, match=needle):
+        store.load()
+    store.close()
+
+
+def test_a_schema_version_no_migration_reads_is_refused(tmp_path):
+    path, _ = _committed_file(tmp_path)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")  # (it was a KeyError traceback)
+    db.commit()
+    db.close()
+    with pytest.raises(StateDamaged, match="schema version 1 is not one this rollmux reads"):
+        Store.open(path)

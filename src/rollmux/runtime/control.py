@@ -139,6 +139,7 @@ from rollmux.policies.fleet import FLEET_ROLLMUX, fleet_rollmux
 from rollmux.reservation import Reservation, fits, group_need
 from rollmux.runtime.logs import LOGGER
 from rollmux.runtime.regroup_ticket import MAX_TRIES, Decided, RegroupTicket, still_holds
+from rollmux.runtime.restore_check import check_restored
 from rollmux.runtime.store import Changes, hash_token
 
 log = logging.getLogger(LOGGER)
@@ -1170,7 +1171,9 @@ class ControlPlane:
         """Rebuild from ``snapshot()`` and the departed records (every one, or the latest
         ones in departure order with ``evicted``, the count by state of those left out):
         same plan, same queues, same outstanding grants, and the departed jobs' final
-        records (at most ``keep_ended`` of them)."""
+        records (at most ``keep_ended`` of them). A state that contradicts itself (a node in
+        two groups, a job in two groups, ...) raises ``StateInconsistent``
+        (``rollmux.runtime.restore_check``)."""
         glob = snap["globals"]
         if glob.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"snapshot version={glob.get('version')!r}: expected {SNAPSHOT_VERSION}")
@@ -1239,6 +1242,7 @@ class ControlPlane:
                 held.mark_closing(cp.plan)
         cp._cluster_dirty = False
         cp._dirty_groups = set(cp.executors)  # the next commit writes every group in this version's form
+        check_restored(cp, snap)
         return cp
 
     def _globals(self) -> dict:

@@ -163,13 +163,19 @@ class Service:
         departed records (the older ones counted by state, for ``counts``)."""
         keep = self.config.keep_ended
         try:
-            return ControlPlane.restore(self.store.load(), self.store.ended(keep), policy=self.config.policy,
-                                        migration_s=self.config.migration_s, tail_threshold=self.config.tail_threshold,
-                                        backfill=self.config.backfill, keep_ended=keep,
-                                        evicted=self.store.ended_counts(keep), decide_apart=self.config.decide_apart)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise StateDamaged(f"{self.store.path}: the state does not restore ({type(exc).__name__}: {exc}); "
-                               f"start with --new-state to begin empty, or restore a backup") from exc
+            control = ControlPlane.restore(self.store.load(), self.store.ended(keep), policy=self.config.policy,
+                                           migration_s=self.config.migration_s,
+                                           tail_threshold=self.config.tail_threshold, backfill=self.config.backfill,
+                                           keep_ended=keep, evicted=self.store.ended_counts(keep),
+                                           decide_apart=self.config.decide_apart)
+            logged = self.store.last_event_seq()
+            if logged > control.last_seq:
+                raise ValueError(f"globals.seq={control.last_seq} is below the event log's last seq {logged}")
+            return control
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            raise StateDamaged(f"{self.store.path}: the state does not restore ({type(exc).__name__}: "
+                               f"{str(exc)[:500]}); start with --new-state to begin empty, or restore a "
+                               f"backup") from exc
 
     # --- changes -----------------------------------------------------------------------
     async def mutate(self, fn: Callable[[ControlPlane, float], Any]) -> Any:
@@ -290,16 +296,16 @@ class Service:
                     raise
             else:
                 break
-        changes = self.control.take_changes()
-        if changes.empty():
-            return outcomes, None
         t0 = time.perf_counter()
         try:
+            changes = self.control.take_changes()
+            if changes.empty():
+                return outcomes, None
             self.store.commit(changes)
-        except CommitFailed as exc:
+        except Exception as exc:  # nothing of the batch was written: memory goes back to the file
             self.control = self._restore()
             self.metrics.commit_failures.inc()
-            log.error("commit_failed", extra={"reason": str(exc)})
+            log.error("commit_failed", extra={"reason": f"{type(exc).__name__}: {exc}"[:1000]})
             raise
         self.metrics.commit_seconds.observe(time.perf_counter() - t0)
         return outcomes, changes

@@ -8,16 +8,19 @@ Contract
   created with mode 0600. An existing file must be a RollMux state file that passes
   SQLite's ``quick_check``, carries a known schema version and still has its
   write-ahead log when one was live; anything else raises ``StateDamaged`` with how to
-  recover. ``new_state=True`` moves an existing file aside (``<path>.replaced-<time>``)
-  and starts empty: a fresh start is always explicit.
+  recover, as does a missing file whose write-ahead log is there (SQLite would delete
+  it). ``new_state=True`` moves an existing file aside (``<path>.replaced-<time>``, its
+  log merged in first) and starts empty: a fresh start is always explicit.
 * Schema version ``SCHEMA_VERSION`` (3). Older files are migrated in one transaction on
   open (version 2: a single snapshot row, plaintext tokens).
 * ``commit(changes)`` writes only what changed (``Changes``: upserted and deleted job
   and group rows, the globals, new events, departed records) in one transaction; its
   cost follows the size of the change, not of the state. When it returns the change
-  survives a kill -9 (WAL, ``synchronous=NORMAL``). When it raises, nothing was written.
+  survives a kill -9 (WAL, ``synchronous=NORMAL``). When it raises, nothing was written
+  (the transaction is rolled back whatever the error).
 * ``load()`` returns the state as ``{"cluster", "globals", "jobs", "groups"}`` (the
-  shape of ``ControlPlane.snapshot()``), or None for a new file.
+  shape of ``ControlPlane.snapshot()``), or None for a new file; a body that is not as
+  a commit writes it (not JSON, NaN) is ``StateDamaged`` naming its row.
 * ``backup(dst)`` writes a consistent copy while the service runs (SQLite backup API)
   and checks it.
 * One ``Store`` is used from one thread at a time (the service serialises commits).
@@ -96,6 +99,11 @@ def _dumps(obj) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
+def _no_constant(name: str):
+    """``json.loads``'s hook for NaN and Infinity, which ``_dumps`` never writes."""
+    raise ValueError(f"{name} is not a number a commit writes")
+
+
 class Store:
     """The service's state file (see the module docstring). Use ``Store.open``."""
 
@@ -114,6 +122,12 @@ class Store:
             if new_state and path.exists():
                 aside(path)
             created = not path.exists()
+            if created and Path(f"{path}-wal").exists() and Path(f"{path}-wal").stat().st_size > 0:
+                raise StateDamaged(f"{path}: missing, but its write-ahead log {path.name}-wal is there: the last "
+                                   f"changes of a state file that was moved or deleted (a crash while "
+                                   f"--new-state moved it aside leaves {path.name}.replaced-TIME without its "
+                                   f"-wal). Put the log back beside its file (rename it to that file's name + "
+                                   f"'-wal'), or delete it to start empty; starting here would delete it")
             if not created:
                 check_header(path)
                 if not Path(f"{path}-wal").exists() and _flag_open(path):
@@ -153,6 +167,10 @@ class Store:
                 db.executescript(_SCHEMA)
                 db.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             elif version < SCHEMA_VERSION:
+                if version not in _MIGRATIONS:
+                    raise StateDamaged(f"{self.path}: schema version {version} is not one this rollmux reads "
+                                       f"(it migrates {sorted(_MIGRATIONS)} to {SCHEMA_VERSION}); "
+                                       + _RECOVER.format(path=self.path))
                 _MIGRATIONS[version](db)
             db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('open', '1')")
             db.execute("PRAGMA wal_checkpoint(FULL)")
@@ -175,18 +193,36 @@ class Store:
         if "globals" not in meta:
             return None
         return {
-            "cluster": json.loads(meta["cluster"]),
-            "globals": json.loads(meta["globals"]),
-            "jobs": {j: json.loads(b) for j, b in db.execute("SELECT job_id, body FROM jobs ORDER BY ord")},
-            "groups": {g: json.loads(b) for g, b in db.execute("SELECT group_id, body FROM groups ORDER BY ord")},
+            "cluster": self._loads(meta.get("cluster"), "meta 'cluster'"),
+            "globals": self._loads(meta["globals"], "meta 'globals'"),
+            "jobs": {j: self._loads(b, f"jobs row {j!r}")
+                     for j, b in db.execute("SELECT job_id, body FROM jobs ORDER BY ord")},
+            "groups": {g: self._loads(b, f"groups row {g!r}")
+                       for g, b in db.execute("SELECT group_id, body FROM groups ORDER BY ord")},
         }
+
+    def _loads(self, text: str | None, where: str):
+        """A stored body as the commits wrote it (``_dumps``); anything else (not JSON, NaN
+        or Infinity, nested past the parser's depth, missing) is ``StateDamaged`` naming it."""
+        try:
+            if text is None:
+                raise ValueError("missing")
+            return json.loads(text, parse_constant=_no_constant)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise StateDamaged(f"{self.path}: {where} is not as a commit writes it ({type(exc).__name__}: "
+                               f"{str(exc)[:200]}); " + _RECOVER.format(path=self.path)) from None
+
+    def last_event_seq(self) -> int:
+        """The highest sequence number in the event log (0 when it is empty)."""
+        return self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
 
     def ended(self, last: int | None = None) -> list[dict]:
         """Every departed job's final record, in departure order (the ``last`` latest ones only)."""
         if last is None:
-            return [json.loads(b) for (b,) in self._db.execute("SELECT body FROM ended ORDER BY n")]
-        rows = self._db.execute("SELECT body FROM ended ORDER BY n DESC LIMIT ?", (last,)).fetchall()
-        return [json.loads(b) for (b,) in reversed(rows)]
+            rows = self._db.execute("SELECT n, body FROM ended ORDER BY n").fetchall()
+        else:
+            rows = self._db.execute("SELECT n, body FROM ended ORDER BY n DESC LIMIT ?", (last,)).fetchall()[::-1]
+        return [self._loads(b, f"ended row {n}") for n, b in rows]
 
     def ended_counts(self, last: int) -> dict[str, int]:
         """Departed records by state, leaving out the ``last`` latest departures (which
@@ -255,12 +291,16 @@ class Store:
                 db.executemany("INSERT INTO ended (job_id, body) VALUES (?, ?)",
                                [(r["job"]["job_id"], _dumps(r)) for r in changes.ended])
             db.execute("COMMIT")
-        except (sqlite3.Error, ValueError, OSError) as exc:
+        except BaseException as exc:  # whatever it was (an int over SQLite's 64 bits too): nothing is written
             try:
                 db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            raise CommitFailed(f"{self.path}: {exc}") from exc
+            if isinstance(exc, (sqlite3.Error, ValueError, OSError)):
+                raise CommitFailed(f"{self.path}: {exc}") from exc
+            if isinstance(exc, Exception):
+                raise CommitFailed(f"{self.path}: {type(exc).__name__}: {exc}") from exc
+            raise
 
     def backup(self, dst: str | Path) -> None:
         """A consistent copy of the committed state at ``dst`` (0600), checked after writing."""
@@ -368,7 +408,11 @@ def restore_file(backup_path: str | Path, state: str | Path) -> Path | None:
 
 def aside(state: Path) -> Path:
     """Move ``state`` (and its -wal and -shm) to ``STATE.replaced-TIME``, a name no file
-    has (``-2``, ``-3``, ... within one second); returns it."""
+    has (``-2``, ``-3``, ... within one second); returns it. A sound state file's log is
+    first merged into it and the file marked closed (``_settle``), so the moved file is
+    whole on its own: a crash between the renames left the log behind, and a start on
+    the old name then deleted it with the last changes."""
+    _settle(state)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     moved, n = Path(f"{state}.replaced-{stamp}"), 1
     while any(Path(f"{moved}{suffix}").exists() for suffix in ("", "-wal", "-shm")):
@@ -411,6 +455,26 @@ def check_header(path: Path) -> None:
     if head != b"SQLite format 3\x00":
         what = "empty (0 bytes)" if not head else "not an SQLite database"
         raise StateDamaged(f"{path}: {what}; " + _RECOVER.format(path=path))
+
+
+def _settle(path: Path) -> None:
+    """Checkpoint ``path``'s write-ahead log into it and mark it closed, when it is a
+    sound RollMux state file; a file that is not is left exactly as it is."""
+    if not Path(f"{path}-wal").exists():
+        return
+    try:
+        check_header(path)
+        db = sqlite3.connect(str(path), isolation_level=None)
+        try:
+            if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                return
+            schema_version(db, path)
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('open', '0')")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            db.close()
+    except (sqlite3.Error, StoreError):
+        return
 
 
 def _flag_open(path: Path) -> bool:
