@@ -354,6 +354,36 @@ def test_simulate_writes_the_html_report_and_the_jobs_csv(tmp_path):
         assert r.exit_code == 2 and "--gantt-window" in r.output and "trace jobs" not in r.output
 
 
+@pytest.mark.parametrize("gantt", [["--gantt-group", "g999"], ["--gantt-window", "9000:9001"]])
+def test_a_gantt_option_the_html_report_refuses_leaves_no_output_written(tmp_path, gantt):
+    """The JSON, jobs CSV and PNGs were written before the report refused the group."""
+    trace = small_trace(tmp_path, 10)
+    outputs = tmp_path / "outputs"
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "rollmux",
+                            "--html", str(outputs / "r.html"), "--json", str(outputs / "m.json"),
+                            "--jobs-csv", str(outputs / "j.csv"), "--out", str(outputs / "png"), *gantt])
+    assert r.exit_code == 2 and f"error: {gantt[0]} " in r.output, r.output
+    assert not outputs.exists() and "wrote" not in r.output
+
+
+def test_a_gantt_window_beyond_finite_seconds_is_refused_as_such():
+    """1e308:1.79e308 hours passed START < END, then read "start < end" once in seconds (inf)."""
+    r = runner.invoke(app, ["simulate", "--gantt-window", "1e308:1.79e308"])
+    assert r.exit_code == 2 and "not a finite number of seconds" in " ".join(r.output.replace("│", " ").split())
+
+
+@pytest.mark.parametrize("gpus, said", [("b=1,b=2", "run 'b' given twice"),
+                                        ("b=1,nosuch=4", "'nosuch' not a run of the file"),
+                                        ("b=1", "'a' missing from the map")])
+def test_from_verl_refuses_a_gpu_map_that_is_not_one_count_per_run_of_the_file(tmp_path, gpus, said):
+    """A run given twice took its last count; one not in the file was ignored; a missing one read '--gpus None'."""
+    src = tmp_path / "verl.csv"
+    src.write_text("run,step,t_gen,t_update_actor\na,1,10,20\nb,1,5,6\n")
+    r = runner.invoke(app, ["trace", "from-verl", str(src), "--out", str(tmp_path / "t.csv"), "--gpus", gpus])
+    assert r.exit_code == 2 and said in " ".join(r.output.replace("│", " ").split()), r.output
+    assert "None" not in r.output and not (tmp_path / "t.csv").exists()
+
+
 def test_owned_nodes_cost_all_the_time_and_idle_nodes_show(tmp_path):
     """The owned-cluster case: waits, end-to-end SLO misses, the limiting pool; nodes added to
     the pool that does not limit change no wait but cost more."""
@@ -458,3 +488,16 @@ def test_a_warning_about_the_user_s_file_is_one_plain_line(tmp_path):
     said = result.output + (result.stderr if result.stderr_bytes is not None else "")
     assert "warning: " in said and "ignoring unknown columns ['notes']" in said
     assert "UserWarning" not in said and "warnings.warn" not in said
+
+
+@pytest.mark.parametrize("args, option", [(["--slo", "inf"], "--slo"), (["--slo", "1e9"], "--slo"),
+                                          (["--job-id", "bad id"], "--job-id")])
+def test_profile_refuses_what_the_spec_would_before_running_the_job(tmp_path, monkeypatch, args, option):
+    """--slo inf passed typer's min=1.0: the job ran in full, then a pydantic traceback."""
+    (tmp_path / "ran_target.py").write_text("import pathlib\n\ndef run(job, iterations):\n"
+                                            f"    pathlib.Path({str(tmp_path / 'ran')!r}).write_text('ran')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "spec.yaml"
+    r = runner.invoke(app, ["profile", "ran_target:run", "--out", str(out), *args])
+    assert r.exit_code == 2 and r.output.startswith(f"error: {option} "), r.output
+    assert not (tmp_path / "ran").exists() and not out.exists()

@@ -113,6 +113,20 @@ def test_verl_bad_arguments(tmp_path, kw, field):
     assert info.value.field == field
 
 
+@pytest.mark.parametrize("gpus, said", [
+    ({"b": 2}, "'a' missing from the map"),
+    ({"a": 1, "b": 2, "c": 4}, "'c' not a run of the file"),
+    ({"b": 2, "A": 1}, "'a' missing from the map; 'A' not a run of the file"),
+])
+def test_verl_gpu_map_names_every_run_of_the_file_and_no_other(tmp_path, gpus, said):
+    """A run missing from the map read "gpus=None: expected a positive GPU count"; a run
+    of the map that is not in the file was ignored."""
+    with pytest.raises(SpecError) as info:
+        from_verl_timings(write(tmp_path, "v.csv", VERL), gpus=gpus)
+    assert info.value.field == "gpus" and said in str(info.value), str(info.value)
+    assert info.value.value == ",".join(f"{run}={n}" for run, n in gpus.items())
+
+
 # --- TRL ----------------------------------------------------------------------------
 
 def trl_iteration(step: int, gen: float, reward: float, step_time: float) -> list[dict]:

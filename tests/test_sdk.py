@@ -10,7 +10,7 @@ import pytest
 from loopback_server import ThreadServer
 from rollmux import Client
 from rollmux.model import Cluster, PoolSpec, SwitchCost
-from rollmux.runtime.sdk import JobCancelled, LeaseLost, RequestRejected, ServerUnavailable
+from rollmux.runtime.sdk import JobCancelled, LeaseLost, NotRollMux, RequestRejected, ServerUnavailable
 
 ADMIN = "sdk-admin"
 
@@ -332,3 +332,48 @@ def test_an_add_node_whose_answer_was_lost_adds_one_node_when_retried(srv):
     assert Client(srv.url, ADMIN).status()["nodes"]["train"]["free"] == 3
     assert client.add_node("train")["node"] == "T3"  # a new call: a new node
     assert Client(srv.url, ADMIN).status()["nodes"]["train"]["free"] == 4
+
+
+def _answering(status: int, body: bytes, content_type: str = "application/json", **headers: str) -> Client:
+    """A client whose every request is answered ``status`` with ``body`` (no service)."""
+    client = Client("http://127.0.0.1:9", ADMIN, give_up_s=0)
+    reply = httpx.Response(status, content=body, headers={"content-type": content_type, **headers})
+    client._http = httpx.Client(base_url=client.url, transport=httpx.MockTransport(lambda _request: reply))
+    return client
+
+
+@pytest.mark.parametrize("status, body, content_type, headers, call", [
+    (200, b"<html>proxy page</html>", "text/html", {}, "status"),
+    (302, b"", "text/plain", {"location": "http://127.0.0.1:1/"}, "status"),
+    (200, b"null", "application/json", {}, "status"),
+    (200, b"{}", "application/json", {}, "jobs"),
+    (200, b"{}", "application/json", {}, "submit"),
+    (200, b'{"state": "placed"}', "application/json", {}, "job"),
+    (400, b"[1,2,3]", "application/json", {}, "status"),
+    (403, b'"forbidden"', "application/json", {}, "submit"),
+    (410, b"[]", "application/json", {}, "cancel"),
+    (404, b"<html>not found</html>", "text/html", {}, "job"),
+])
+def test_an_answer_that_is_not_rollmuxs_api_raises_not_rollmux_naming_what_came(status, body, content_type, headers,
+                                                                                call):
+    """A proxy's page, a redirect or JSON of another shape was a JSONDecodeError, an
+    AttributeError ('list' has no 'get'), a KeyError ('job_id') or a TypeError (null)."""
+    client = _answering(status, body, content_type, **headers)
+    calls = {"status": client.status, "jobs": client.jobs, "job": lambda: client.job("j1"),
+             "cancel": lambda: client.cancel("j1"), "submit": lambda: client.submit(_spec("j1"), heartbeat=False)}
+    with pytest.raises(NotRollMux) as err:
+        calls[call]()
+    text = str(err.value)
+    assert err.value.status == status and "http://127.0.0.1:9/v1/" in text and "not RollMux's API" in text, text
+    assert f"HTTP {status}" in text and content_type in text and repr(body[:60]) in text, text
+    assert headers.get("location", "") in text
+
+
+def test_a_410_naming_a_jobs_end_on_a_call_that_is_not_a_jobs_is_a_refusal_not_a_crash():
+    """The job id was read from the path's fourth part: /v1/status has none (IndexError)."""
+    with pytest.raises(RequestRejected) as err:
+        _answering(410, b'{"state": "done", "reason": "x"}').status()
+    assert err.value.status == 410
+    with pytest.raises(JobCancelled) as ended:  # a job's own call: its end, as before
+        _answering(410, b'{"state": "cancelled", "reason": "by admin"}').job("j1")
+    assert ended.value.job_id == "j1" and ended.value.reason == "by admin"

@@ -1006,6 +1006,26 @@ def test_operator_commands_against_a_live_service(thread_server, tmp_path, monke
     assert hash_token(token) in out.output
 
 
+@pytest.mark.parametrize("args", [["status"], ["jobs", "list"], ["jobs", "show", "j1"], ["cancel", "j1"],
+                                  ["admin", "nodes", "drain", "R0"]])
+@pytest.mark.parametrize("status, body", [(200, b"{}"), (200, b'{"groups": [1], "jobs": [{}]}'),
+                                          (200, b'[{"job_id": "j1", "state": "placed"}]'),
+                                          (400, b"[1,2,3]"), (200, b"<html>proxy page</html>")])
+def test_client_commands_exit_2_with_one_error_on_an_answer_that_is_not_rollmuxs(monkeypatch, args, status, body):
+    """Another service at --url: a KeyError ('groups', 'state') or an AttributeError was a traceback."""
+    from typer.testing import CliRunner
+
+    from rollmux.cli import app
+
+    reply = httpx.Response(status, content=body, headers={"content-type": "application/json"})
+    monkeypatch.setattr(Client, "http", lambda self, timeout_s: httpx.Client(
+        base_url=self.url, transport=httpx.MockTransport(lambda _request: reply)))
+    monkeypatch.setenv("ROLLMUX_ADMIN_TOKEN", ADMIN)
+    out = CliRunner().invoke(app, [*args, "--url", "http://127.0.0.1:9"])
+    assert out.exit_code == 2 and out.output.startswith("error: "), out.output
+    assert "http://127.0.0.1:9" in out.output and "RollMux's" in out.output, out.output
+
+
 def test_only_the_latest_departed_jobs_stay_in_memory_and_every_run_is_counted(tmp_path):
     """``--keep-ended 2``: /v1/status lists the two latest departed runs; an older run is
     still answered by GET /v1/jobs/ID from the state file and still counted in the jobs

@@ -155,6 +155,17 @@ def test_overrides_never_shrink_a_run_to_a_smaller_placement(base_config):
     assert info.value.field == "trainer.nnodes"
 
 
+def test_overrides_never_shrink_a_standalone_rollout_to_a_smaller_placement(base_config):
+    """A config asking for 2 x 8 rollout GPUs on 1 rollout node got ``rollout.nnodes: 1`` silently."""
+    cfg = _config(base_config, actor_rollout_ref__hybrid_engine=False, actor_rollout_ref__rollout__nnodes=2,
+                  actor_rollout_ref__rollout__n_gpus_per_node=8)
+    with pytest.raises(FrameworkConfigError, match="asks for 2 x 8 rollout GPUs, the placement has 8") as info:
+        verl_overrides({"rollout_nodes": ["R0"], "train_nodes": ["T0"]}, cfg, 8)
+    assert info.value.field == "actor_rollout_ref.rollout.nnodes"
+    over = verl_overrides({"rollout_nodes": ["R0", "R1"], "train_nodes": ["T0"]}, cfg, 8)  # as many: taken
+    assert over["actor_rollout_ref.rollout.nnodes"] == 2
+
+
 def test_kl_loss_with_an_offloaded_reference_model_is_accepted(base_config):
     cfg = _config(base_config, actor_rollout_ref__actor__use_kl_loss=True,
                   actor_rollout_ref__ref__fsdp_config__param_offload=True)

@@ -62,11 +62,22 @@ def test_switch_cost_varies_only_when_the_file_gives_seconds():
     "train.price_per_gpu_hour=-1e308:1e308:1", "gpus_per_node=0", "max_group_size=0:2:1",
     "rollout.nodes=[1]", "rollout.nodes=8;rm -rf /", "rollout.nodes=\x00",
     "rollout.price_per_gpu_hour=1:1.000000001:1e-12",  # 1001 values of 1.0 once rounded
+    "train.nodes=\u0663", "train.nodes=1:\u0663:1", "rollout.price_per_gpu_hour=\u0663.5",  # Arabic-Indic 3
 ])
 def test_hostile_specs_name_the_spec(spec):
     with pytest.raises(SpecError) as info:
         parse_vary(spec, BASE)
     assert (info.value.field, info.value.value) == ("vary", spec)
+
+
+def test_a_fleet_pool_named_with_an_equals_sign_can_be_varied():
+    """The spec was split at its first '=': ``pools[a=b].nodes=2,3`` named field ``pools[a``."""
+    from rollmux.whatif_fleet import fleet_dict
+
+    base = fleet_dict({"pools": [{"gpu": "H20", "name": "a=b", "nodes": 2}, {"gpu": "H800", "nodes": 2}]})
+    vary = parse_vary("pools[a=b].nodes=2,3", base)
+    assert (vary.field, vary.values) == ("pools[a=b].nodes", (2, 3))
+    assert parse_vary("pools[0].nodes=2,3", base).field == "pools[a=b].nodes"
 
 
 def test_a_listed_pool_cannot_vary_its_count():

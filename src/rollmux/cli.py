@@ -8,6 +8,7 @@ that comes from the user is escaped before Rich prints it.
 from __future__ import annotations
 
 import enum
+import sys
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -85,7 +86,7 @@ def _policy_list(value: str) -> str:
 
 
 def _hours_window(value: Optional[str]) -> tuple[float, float] | None:
-    """``--gantt-window START:END`` in hours, START < END, both finite and >= 0."""
+    """``--gantt-window START:END`` in hours, START < END, both >= 0 and finite in seconds too."""
     if value is None:
         return None
     try:
@@ -94,6 +95,9 @@ def _hours_window(value: Optional[str]) -> tuple[float, float] | None:
         raise typer.BadParameter(f"{value!r}: expected START:END in hours, e.g. 10:12") from None
     if not (0 <= start < end < float("inf")):
         raise typer.BadParameter(f"{value!r}: expected 0 <= START < END hours")
+    if not end * 3600 < float("inf"):
+        raise typer.BadParameter(f"{value!r}: END {end:g} h is not a finite number of seconds; expected at most "
+                                 f"{sys.float_info.max / 3600:.6g} hours")
     return start, end
 
 
@@ -205,6 +209,8 @@ def simulate(
         if result.note.startswith("skipped"):
             console.print(f"[yellow]{name}: {escape(result.note)}[/yellow]")
     shown = [r for r in results if not r.note.startswith("skipped")]
+    if html is not None and (gantt_group is not None or gantt_window is not None):
+        _check_gantt(shown, gantt_group, gantt_window)  # before any output is written
     ref = "rollmux" if any(r.policy == "rollmux" for r in shown) else shown[0].policy
     console.print(simulate_table(shown, ref, acct.name))
     for line in limit_lines(shown, {p: cl.pool(p).nodes for p in POOLS}):
@@ -239,10 +245,27 @@ def simulate(
                                      trace_info=info, accounting=acct.name, gantt_group=gantt_group,
                                      gantt_window=gantt_window and (gantt_window[0] * 3600, gantt_window[1] * 3600))
         except RollMuxError as err:
-            if isinstance(err, SpecError) and err.field == "gantt_window":  # say it in the hours given
-                err = SpecError(err.field, f"{gantt_window[0]:g}:{gantt_window[1]:g}", err.expected)
-            _fail(err, {"gantt_group": "--gantt-group", "gantt_window": "--gantt-window"})
+            _gantt_fail(err, gantt_window)
         console.print(f"wrote {escape(str(path))}")
+
+
+def _check_gantt(shown, group: str | None, window_h: tuple[float, float] | None) -> None:
+    """``--gantt-group`` / ``--gantt-window`` against the phases recorded in ``shown`` (what
+    ``--html`` will chart); exits 2 naming the option when the report would refuse them."""
+    from rollmux.report import plots
+
+    traced = next((r for r in shown if r.spans), None)
+    try:
+        plots.gantt_frame(traced.spans if traced else [], group, window_h and (window_h[0] * 3600, window_h[1] * 3600))
+    except RollMuxError as err:
+        _gantt_fail(err, window_h)
+
+
+def _gantt_fail(err: RollMuxError, window_h: tuple[float, float] | None) -> None:
+    """Print a report's error with the option it is about (a window in the hours given) and exit 2."""
+    if isinstance(err, SpecError) and err.field == "gantt_window":  # say it in the hours given
+        err = SpecError(err.field, f"{window_h[0]:g}:{window_h[1]:g}", err.expected)
+    _fail(err, {"gantt_group": "--gantt-group", "gantt_window": "--gantt-window"})
 
 
 def _plots(results, out: Path, cluster) -> None:

@@ -25,7 +25,7 @@ from rich.markup import escape
 from rollmux.errors import RollMuxError, SpecError
 
 _OPTIONS = {"percentile": "--percentile", "slo": "--slo", "gpus": "--gpus", "iterations": "--iterations",
-            "target": "TARGET"}
+            "target": "TARGET", "job_id": "--job-id"}
 
 
 _PERCENTILE = typer.Option(100.0, help="Phase time kept per job: this nearest-rank percentile of its steps "
@@ -35,13 +35,19 @@ _OUT = typer.Option(..., help="Where to write the job trace CSV.")
 
 
 def _gpus(value: str) -> int | dict[str, int]:
-    """``--gpus 8`` (every run) or ``--gpus runA=1,runB=2`` (per run)."""
+    """``--gpus 8`` (every run) or ``--gpus runA=1,runB=2`` (per run, each run once; the
+    importer refuses a map that misses a run of the file or names another)."""
     try:
         if "=" not in value:
             return int(value)
-        return {k.strip(): int(v) for k, v in (part.split("=", 1) for part in value.split(","))}
+        pairs = [(k.strip(), int(v)) for k, v in (part.split("=", 1) for part in value.split(","))]
     except ValueError:
         raise typer.BadParameter(f"{value!r}: expected a GPU count or RUN=COUNT,... pairs") from None
+    runs = [run for run, _ in pairs]
+    twice = next((run for run in runs if runs.count(run) > 1), None)
+    if twice is not None:
+        raise typer.BadParameter(f"{value!r}: run {twice!r} given twice; expected each run once")
+    return dict(pairs)
 
 
 def _target(spec: str):
@@ -58,6 +64,22 @@ def _target(spec: str):
     if not callable(fn):
         raise SpecError("target", spec, "a callable taking (job, iterations)")
     return fn
+
+
+def _job_spec(job_id: str, slo: float, t_roll_s: float, t_train_s: float):
+    """The ``JobSpec`` that ``profile`` writes. A value it refuses raises ``RollMuxError`` naming
+    the option (``--job-id``, ``--slo``) or the measured field, and what the spec takes."""
+    from pydantic import ValidationError
+
+    from rollmux.runtime.api_models import JobSpec
+
+    try:
+        return JobSpec(job_id=job_id, t_roll_s=t_roll_s, t_train_s=t_train_s, slo=slo)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "spec"
+        name = _OPTIONS.get(field, f"measured {field}")
+        raise RollMuxError(f"{name} {first.get('input')!r}: {first['msg']}") from None
 
 
 def register(app: typer.Typer, trace_app: typer.Typer, console: Console, fail) -> None:
@@ -130,17 +152,16 @@ def register(app: typer.Typer, trace_app: typer.Typer, console: Console, fail) -
         """Run a job alone for a few iterations under a private control plane; write its spec with the
         worst-case phase times measured (grant to release, warm switches included)."""
         from rollmux.integrations.profile import profile_job
-        from rollmux.report.paths import check_writable
-        from rollmux.runtime.api_models import JobSpec
+        from rollmux.report.paths import check_writable, write_text
 
         try:
+            _job_spec(job_id, slo, 1.0, 1.0)  # --job-id and --slo, before the job runs (phase times stand-ins)
             check_writable(out, "--out")
             run = _target(target)
             prof = profile_job(run, iterations, job_id)
-            spec = JobSpec(job_id=job_id, t_roll_s=prof.t_roll_s, t_train_s=prof.t_train_s, slo=slo)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(yaml.safe_dump({**spec.model_dump(exclude_defaults=True), "slo": slo}, sort_keys=False),
-                           encoding="utf-8")
+            spec = _job_spec(job_id, slo, prof.t_roll_s, prof.t_train_s)
+            write_text(out, yaml.safe_dump({**spec.model_dump(exclude_defaults=True), "slo": slo}, sort_keys=False),
+                       "--out")
         except (RollMuxError, OSError) as err:
             fail(err, _OPTIONS)
         console.print(f"{escape(job_id)}: {iterations} iterations alone; rollout worst {prof.t_roll_s:.3f} s "

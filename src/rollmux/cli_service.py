@@ -7,6 +7,7 @@ users could read in the process list).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from enum import Enum
@@ -102,6 +103,17 @@ def _ask(url: str, token_file: Optional[Path], call: Callable[[Any], Any]) -> An
         return call(_client(url, token_file))
     except (ClientError, ValueError, TypeError) as err:
         _fail(err)
+
+
+@contextlib.contextmanager
+def _reading(url: str, what: str):
+    """Show the service's ``what``: an answer without the fields shown, or with a field of
+    another kind (not RollMux's API, e.g. another service at ``url``), exits 2 naming the url."""
+    try:
+        yield
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        _fail(RollMuxError(f"{url}: the {what} it answered is not RollMux's ({type(err).__name__}: {err}); is "
+                           f"--url (or $ROLLMUX_URL) the control plane's address?"))
 
 
 def serve(
@@ -245,6 +257,12 @@ def status(url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT,
     if as_json:
         print(json.dumps(doc, indent=2))
         return
+    with _reading(url, "status"):
+        _print_status(doc)
+
+
+def _print_status(doc: dict) -> None:
+    """The status document as tables and lines (a ``KeyError`` or ``TypeError`` on another shape)."""
     groups = Table(title="groups")
     for col in ("group", "rollout nodes", "train nodes", "members (pinning)", "holders", "queues", "$/h"):
         groups.add_column(col)
@@ -317,20 +335,22 @@ def submit(job_file: Path = typer.Argument(..., help="YAML mapping of the job's 
     except (ClientError, RollMuxError, OSError, ValueError, TypeError) as err:
         _fail(err)
     view = job.view
-    # one line, never wrapped: scripts read the token from it (the service keeps only its hash)
-    typer.echo(f"job {job.job_id}: {view['outcome']}, token {job.token}")
-    if job.placement:
-        p = job.placement
-        console.print(escape(f"group {p['group_id']}: R[{','.join(p['rollout_nodes'])}] "
-                             f"T[{','.join(p['train_nodes'])}]"))
-    for line in view["explanation"]:
-        console.print(f"  {escape(line)}")
+    with _reading(url, "job"):
+        # one line, never wrapped: scripts read the token from it (the service keeps only its hash)
+        typer.echo(f"job {job.job_id}: {view['outcome']}, token {job.token}")
+        if job.placement:
+            p = job.placement
+            console.print(escape(f"group {p['group_id']}: R[{','.join(p['rollout_nodes'])}] "
+                                 f"T[{','.join(p['train_nodes'])}]"))
+        for line in view["explanation"]:
+            console.print(f"  {escape(line)}")
 
 
 def cancel(job_id: str = typer.Argument(...), url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """Cancel a job (admin): it leaves its group and its nodes go back."""
     view = _ask(url, token_file, lambda c: c.cancel(job_id))
-    console.print(escape(f"job {job_id}: {view['state']} ({view['reason']})"))
+    with _reading(url, "job"):
+        console.print(escape(f"job {job_id}: {view['state']} ({view['reason']})"))
 
 
 @jobs_app.command("list")
@@ -345,7 +365,8 @@ def jobs_list(state: Optional[JobState] = typer.Option(None, "--state", help="On
     if as_json:
         print(json.dumps(jobs, indent=2))
     else:
-        console.print(_jobs_table(jobs))
+        with _reading(url, "job list"):
+            console.print(_jobs_table(jobs))
 
 
 @jobs_app.command("show")
@@ -362,7 +383,8 @@ def nodes_add(pool: PoolName = typer.Argument(..., help="rollout or train."),
               url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """Add a node to a bounded pool, live; waiting jobs may be placed on it at once."""
     out = _ask(url, token_file, lambda c: c.add_node(pool.value, node_id, host_mem_gb))
-    console.print(escape(f"added {out['node']} to {pool.value}; placed: {', '.join(out['placed']) or '-'}"))
+    with _reading(url, "node"):
+        console.print(escape(f"added {out['node']} to {pool.value}; placed: {', '.join(out['placed']) or '-'}"))
 
 
 @nodes_app.command("drain")
@@ -370,7 +392,8 @@ def nodes_drain(node: str = typer.Argument(...), url: str = URL_OPT,
                 token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """No new job is pinned to NODE; jobs on it finish there, then it is withheld."""
     out = _ask(url, token_file, lambda c: c.drain(node))
-    console.print(escape(f"drained {out['node']}; jobs still on it: {', '.join(out['jobs_on_node']) or '-'}"))
+    with _reading(url, "node"):
+        console.print(escape(f"drained {out['node']}; jobs still on it: {', '.join(out['jobs_on_node']) or '-'}"))
 
 
 @nodes_app.command("undrain")
@@ -378,7 +401,8 @@ def nodes_undrain(node: str = typer.Argument(...), url: str = URL_OPT,
                   token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
     """Put a drained node back in service."""
     out = _ask(url, token_file, lambda c: c.undrain(node))
-    console.print(escape(f"undrained {out['node']}; placed: {', '.join(out['placed']) or '-'}"))
+    with _reading(url, "node"):
+        console.print(escape(f"undrained {out['node']}; placed: {', '.join(out['placed']) or '-'}"))
 
 
 @admin_app.command("backup")

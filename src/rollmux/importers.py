@@ -13,9 +13,9 @@ iterations (a bound at least as pessimistic as any single iteration's).
 
 Common mapping. ``iterations`` = the run's iteration count; ``arrival_s`` = 0;
 ``rollout_gpus`` = ``train_gpus`` = ``gpus`` (an int for every run or a mapping run ->
-GPUs); ``slo`` as given; host memory 0 (the logs hold none). Every defect of a file
-raises ``TraceFormatError`` naming the file, the line and the column (or key); a bad
-argument raises ``SpecError`` naming it.
+GPUs naming every run of the file and no other); ``slo`` as given; host memory 0 (the
+logs hold none). Every defect of a file raises ``TraceFormatError`` naming the file,
+the line and the column (or key); a bad argument raises ``SpecError`` naming it.
 
 veRL (``from_verl_timings``)
 ----------------------------
@@ -70,7 +70,7 @@ import csv
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +97,20 @@ def _check_args(percentile: float, slo: float) -> None:
         raise SpecError("percentile", percentile, "a percentile in (0, 100]")
     if not (isinstance(slo, (int, float)) and math.isfinite(slo) and slo >= 1.0):
         raise SpecError("slo", slo, "a slowdown tolerance >= 1.0")
+
+
+def _check_gpu_map(gpus: int | Mapping[str, int], runs: Collection[str]) -> None:
+    """A per-run ``gpus`` mapping names every run in ``runs`` and no other (else SpecError
+    naming the runs missing from it and those that are not runs of the file)."""
+    if not isinstance(gpus, Mapping):
+        return
+    missing = [run for run in runs if run not in gpus]
+    unknown = [run for run in gpus if run not in runs]
+    if missing or unknown:
+        said = [f"{', '.join(map(repr, missing))} missing from the map" if missing else "",
+                f"{', '.join(map(repr, unknown))} not a run of the file" if unknown else ""]
+        raise SpecError("gpus", ",".join(f"{run}={n}" for run, n in gpus.items()),
+                        f"a GPU count for each run of the file and no other ({'; '.join(filter(None, said))})")
 
 
 def _gpus_for(gpus: int | Mapping[str, int], run: str) -> int:
@@ -168,6 +182,7 @@ def from_verl_timings(path: str | Path, *, gpus: int | Mapping[str, int] = 8,
         raise TraceFormatError(name, 1, VERL_REQUIRED[0], "no header: the file holds no rows")
     if not runs:
         raise TraceFormatError(name, rows.line_num, "", "no step rows after the header")
+    _check_gpu_map(gpus, runs)
     jobs = []
     for run, steps in runs.items():
         roll = worst_case([r for r, _ in steps.values()], percentile)

@@ -3,7 +3,8 @@ cheapest configuration that meets a target (``rollmux whatif``; docs/whatif.md).
 
 Contract
 --------
-* ``parse_vary(spec, base)``: ``spec`` is ``FIELD=VALUES``. FIELD is a dotted path of the
+* ``parse_vary(spec, base)``: ``spec`` is ``FIELD=VALUES``, split at the last ``=`` (a
+  fleet pool's name may hold one; values never do). FIELD is a dotted path of the
   cluster file (``cluster_file.cluster_to_dict`` of ``base``) whose value is a number:
   ``gpus_per_node``, ``max_group_size``, ``{rollout,train}.{nodes,price_per_gpu_hour,
   host_mem_gb}``, and ``switch_cost_s`` (or ``switch_cost_s.{rollout,train}``) when the
@@ -11,7 +12,8 @@ Contract
   be a list of real nodes. VALUES is an inclusive range ``lo:hi:step`` (step > 0, lo <=
   hi) or a comma list; ``unbounded`` (null) is a value of a ``nodes`` field, in a list.
   Integer fields (node counts, ``gpus_per_node``, ``max_group_size``) take integers
-  only; every value must be finite, listed once and accepted by the cluster file. Any
+  only; numbers are written in ASCII digits; every value must be finite, listed once
+  and accepted by the cluster file. Any
   other spec raises ``SpecError("vary", spec, expected)``.
 * A fleet (``base`` with a ``pools`` list, ``whatif_fleet.fleet_dict``): FIELD is
   ``pools[P].{nodes,price_per_gpu_hour,host_mem_gb}``, P a pool's index or name (an
@@ -63,7 +65,7 @@ from rollmux.sim.metrics import PolicyResult, owned_cost
 MAX_CONFIGS = 10_000
 UNBOUNDED = "unbounded"
 COST_BASES = ("owned", "used")
-_INT = re.compile(r"[+-]?\d+")
+_INT = re.compile(r"[+-]?[0-9]+")  # ASCII digits only (\d takes any script's: '٣' would be 3)
 FLEET = "pools"  # the key that makes a base dict a fleet
 _POOL_FIELD = re.compile(r"pools\[(.+)\]\.([^.\]]+)")
 _POOL_LEAVES = ("nodes", "price_per_gpu_hour", "host_mem_gb")
@@ -150,6 +152,8 @@ def _number(text: str, kind: type, spec: str) -> int | float:
         if not _INT.fullmatch(text):
             raise SpecError("vary", spec, f"integers: {text!r} is not one")
         return int(text)
+    if not text.isascii():  # (float() takes any script's digits too)
+        raise SpecError("vary", spec, f"numbers: {text!r} is not one")
     try:
         value = float(text)
     except ValueError:
@@ -180,7 +184,7 @@ def _range(text: str, kind: type, spec: str) -> tuple[int | float, ...]:
 
 def parse_vary(spec: str, base: dict) -> Vary:
     """Parse one ``FIELD=VALUES`` spec against the cluster or fleet dict ``base``; see the module contract."""
-    field, sep, text = spec.partition("=")
+    field, sep, text = spec.rpartition("=")
     field, text = field.strip(), text.strip()
     fields = variable_fields(base)
     if not sep or not field or not text:

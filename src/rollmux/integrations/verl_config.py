@@ -43,8 +43,9 @@ standalone rollout when disaggregated), ``trainer.use_v1=False`` (the legacy
 same is colocated; any other is disaggregated. A hybrid-engine config on a
 disaggregated placement is refused (``RayPPOTrainer`` asserts ``hybrid_engine``; a
 disaggregated veRL run is veRL's standalone rollout, ``hybrid_engine=False``). A
-placement with fewer training GPUs than the config asks for is refused too (the job's
-spec came from another config): the overrides never shrink a run silently.
+placement with fewer training GPUs than the config asks for, or (disaggregated) fewer
+rollout GPUs, is refused too (the job's spec came from another config): the overrides
+never shrink a run silently.
 ``apply_overrides`` writes them into a config, ``hydra_args`` renders them for veRL's
 command line.
 """
@@ -320,6 +321,7 @@ def verl_overrides(placement: Any, config: Any, gpus_per_node: int = 8) -> dict[
                                    "spec from this config (VerlShape.job_spec)", WHERE)
     out: dict[str, Any] = {"trainer.nnodes": len(where.train_nodes), "trainer.n_gpus_per_node": where.gpus_per_node,
                            "trainer.use_v1": False}
+    roll_gpus = len(where.rollout_nodes) * where.gpus_per_node
     if where.layout == COLOCATED:
         out["actor_rollout_ref.hybrid_engine"] = True
         if shape.layout != COLOCATED:
@@ -332,9 +334,14 @@ def verl_overrides(placement: Any, config: Any, gpus_per_node: int = 8) -> dict[
                                        f"false on a disaggregated placement (rollout {list(where.rollout_nodes)}, "
                                        f"train {list(where.train_nodes)}): veRL's hybrid engine runs generation in "
                                        "the actor's processes, on the training GPUs", WHERE)
+        if roll_gpus < shape.rollout_gpus:
+            raise FrameworkConfigError("actor_rollout_ref.rollout.nnodes", shape.rollout_nodes,
+                                       f"a config this placement can run: it asks for {shape.rollout_nodes} x "
+                                       f"{shape.rollout_gpus_per_node} rollout GPUs, the placement has {roll_gpus} "
+                                       f"({len(where.rollout_nodes)} node(s) of {where.gpus_per_node}); submit the "
+                                       "job's spec from this config (VerlShape.job_spec)", WHERE)
         out["actor_rollout_ref.rollout.nnodes"] = len(where.rollout_nodes)
         out["actor_rollout_ref.rollout.n_gpus_per_node"] = where.gpus_per_node
-    roll_gpus = len(where.rollout_nodes) * where.gpus_per_node
     if roll_gpus % shape.rollout_parallel:
         raise FrameworkConfigError("actor_rollout_ref.rollout.tensor_model_parallel_size",
                                    shape.rollout_parallel, f"a replica size dividing the placement's {roll_gpus} "

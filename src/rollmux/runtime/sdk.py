@@ -61,9 +61,11 @@ Contract
 * Clear failures, each its own class: ``JobCancelled``, ``LeaseLost``, ``JobDone``,
   ``ServerUnavailable``, ``PhaseBusy``, ``RequestRejected`` (a 4xx naming field and reason),
   ``UntrustedServer`` (an https server whose certificate does not verify: raised at
-  once, never retried) and ``WrongScheme`` (an https url to a plain http service). A
-  failure seen by the heartbeat thread is raised by the job's next call. Arguments the
-  service could never take (a url without http:// or https://, seconds out of range, a
+  once, never retried), ``WrongScheme`` (an https url to a plain http service) and
+  ``NotRollMux`` (an answer RollMux never gives: a redirect, a page that is not JSON, JSON
+  of another shape, e.g. from a proxy or another service at the url). A failure seen
+  by the heartbeat thread is raised by the job's next call. Arguments the service
+  could never take (a url without http:// or https://, seconds out of range, a
   spec field that is NaN, an ``on_move`` that is not callable) raise ``ValueError`` or
   ``TypeError`` naming the argument, before any request.
 * TLS: an ``https://`` url is verified against the system's trust store, or against
@@ -127,6 +129,19 @@ class RequestRejected(ClientError):
         super().__init__(f"HTTP {status}: {field}: {reason}")
 
 
+class NotRollMux(ClientError):
+    """The url answered what RollMux's API never does (a redirect, a proxy's or another
+    service's page, JSON of another shape): ``status`` is the answer's HTTP status; the
+    message names the url, the status, the content type and the answer's first bytes."""
+
+    def __init__(self, r: httpx.Response, what: str) -> None:
+        self.status = r.status_code
+        moved = f" to {r.headers['location']}" if "location" in r.headers else ""
+        super().__init__(f"{r.request.method} {r.request.url}: the answer is not RollMux's API ({what}): "
+                         f"HTTP {r.status_code}{moved}, {r.headers.get('content-type', 'no content type')}, "
+                         f"begins {r.content[:60]!r}; is the url the control plane's?")
+
+
 class PhaseBusy(ClientError):
     """A synchronous job's phase entered while the handle holds one (two threads on one
     handle): nothing was asked of the service."""
@@ -156,6 +171,7 @@ class JobDone(JobEnded):
 
 _ENDED = {"cancelled": JobCancelled, "expired": LeaseLost, "done": JobDone}
 API = "/v1"
+JOB_VIEW = ("job_id", "state")  # what every answer describing a job holds (the SDK reads them)
 MAX_BEATS_IN_FLIGHT = 4
 MAX_POLL_S = 30.0  # the longest long poll the service takes (api_models.MAX_WAIT_S)
 DAY_S = 86_400.0
@@ -210,13 +226,13 @@ class Client:
         _check_on_move(on_move)
         job_token = secrets.token_urlsafe(32)
         body = {"spec": _spec_dict(spec), "request_id": uuid.uuid4().hex, "token": job_token}
-        view = self.call("POST", "/jobs", token=self.token, json=body)
+        view = self.call("POST", "/jobs", token=self.token, json=body, keys=JOB_VIEW)
         return JobHandle(self, view["job_id"], job_token, view, heartbeat, on_move)
 
     def attach(self, job_id: str, token: str, on_move: Callable[[dict], None] | None = None) -> "JobHandle":
         """A handle on an already registered job (another process, or after a client restart)."""
         _check_on_move(on_move)
-        view = self.call("GET", f"/jobs/{_segment('job_id', job_id)}", token=token)
+        view = self.call("GET", f"/jobs/{_segment('job_id', job_id)}", token=token, keys=JOB_VIEW)
         return JobHandle(self, job_id, token, view, on_move=on_move)
 
     # --- operator calls (admin token) ---------------------------------------------------------
@@ -227,16 +243,16 @@ class Client:
              limit: int = 1000) -> list[dict]:
         params = {k: v for k, v in (("state", state), ("group", group), ("tenant", tenant)) if v is not None}
         params["limit"] = limit
-        return self.call("GET", "/jobs", token=self.token, params=params)
+        return self.call("GET", "/jobs", token=self.token, params=params, shape=list)
 
     def job(self, job_id: str) -> dict:
-        return self.call("GET", f"/jobs/{_segment('job_id', job_id)}", token=self.token)
+        return self.call("GET", f"/jobs/{_segment('job_id', job_id)}", token=self.token, keys=JOB_VIEW)
 
     def events(self, since: int = 0, limit: int = 10000) -> list[dict]:
-        return self.call("GET", "/events", token=self.token, params={"since": since, "limit": limit})
+        return self.call("GET", "/events", token=self.token, params={"since": since, "limit": limit}, shape=list)
 
     def cancel(self, job_id: str) -> dict:
-        return self.call("POST", f"/jobs/{_segment('job_id', job_id)}/cancel", token=self.token)
+        return self.call("POST", f"/jobs/{_segment('job_id', job_id)}/cancel", token=self.token, keys=JOB_VIEW)
 
     def drain(self, node: str) -> dict:
         return self.call("POST", f"/admin/nodes/{_segment('node', node)}/drain", token=self.token)
@@ -256,12 +272,15 @@ class Client:
 
     # --- transport ---------------------------------------------------------------------
     def call(self, method: str, path: str, token: str | None = None, json: Any = None,
-             timeout_s: float | None = None, params: dict | None = None) -> Any:
+             timeout_s: float | None = None, params: dict | None = None, shape: type = dict,
+             keys: tuple[str, ...] = ()) -> Any:
         """One request to ``/v1`` + ``path``, retried with backoff while the server is unreachable, 5xx, or
         did not get the body in time (408: the same request again, as after a lost connection).
 
+        Returns the answer's JSON, a ``shape`` (``dict``: an object; ``list``) holding ``keys``.
         Raises ``ServerUnavailable`` after ``give_up_s`` without an answer, a ``JobEnded``
-        subclass for a 410, ``RequestRejected`` for any other 4xx.
+        subclass for a 410, ``RequestRejected`` for any other 4xx, ``NotRollMux`` for an answer
+        RollMux never gives (a redirect, a body that is not JSON or not of that shape).
         """
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         delay, first_failure = 0.05, None
@@ -270,7 +289,7 @@ class Client:
                 r = self._http.request(method, API + path, json=json, headers=headers, params=params,
                                        timeout=timeout_s or self.timeout_s)
                 if not _retriable(r.status_code):
-                    return _answer(r)
+                    return _answer(r, shape, keys)
                 problem = f"HTTP {r.status_code}"
             except httpx.TransportError as exc:
                 _raise_if_permanent(exc, self.url)
@@ -714,14 +733,27 @@ def _retriable(status: int) -> bool:
     return status >= 500 or status == 408
 
 
-def _answer(r: httpx.Response) -> Any:
-    if r.status_code < 400:
-        return r.json()
+def _answer(r: httpx.Response, shape: type = dict, keys: tuple[str, ...] = ()) -> Any:
+    """The JSON of a 2xx answer: a ``shape`` (a JSON object, or a list) holding ``keys``. A 4xx
+    is raised: a ``JobEnded`` subclass for a 410 naming how the job ended, else ``RequestRejected``.
+    Anything else (another status, a body that is not JSON, JSON of another shape, a refusal
+    that is not RollMux's JSON object) raises ``NotRollMux``."""
+    if 300 <= r.status_code < 400:
+        raise NotRollMux(r, "a redirect")
     try:
         body = r.json()
     except ValueError:
-        body = {"field": "body", "reason": r.text}
-    if r.status_code == 410 and body.get("state") in _ENDED:
-        job_id = r.request.url.path.split("/")[3]
-        raise _ENDED[body["state"]](job_id, body["state"], body.get("reason", ""))
+        raise NotRollMux(r, "not JSON") from None
+    if r.status_code < 300:
+        if not isinstance(body, shape):
+            raise NotRollMux(r, f"expected a JSON {'object' if shape is dict else 'list'}")
+        missing = [key for key in keys if key not in body]
+        if missing:
+            raise NotRollMux(r, f"without {', '.join(missing)}")
+        return body
+    if not isinstance(body, dict):
+        raise NotRollMux(r, "a refusal that is not a JSON object")
+    state, path = body.get("state"), r.request.url.path.split("/")  # a job's call: /v1/jobs/ID[/...]
+    if r.status_code == 410 and isinstance(state, str) and state in _ENDED and path[2:3] == ["jobs"] and len(path) > 3:
+        raise _ENDED[state](path[3], state, body.get("reason", ""))
     raise RequestRejected(r.status_code, body.get("field", "body"), body.get("reason", r.text), body.get("code"))
