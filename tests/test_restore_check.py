@@ -83,6 +83,16 @@ def _node_in_two_groups(s):
     s["groups"][b]["train_nodes"] = list(s["groups"][a]["train_nodes"])
 
 
+def _cluster_shrunk(s):  # saved with three rollout nodes, the cluster row now lists one
+    s["cluster"]["rollout"]["nodes"] = 1
+    s["globals"]["inventory"]["free"]["rollout"] = []
+
+
+def _free_node_of_the_other_pool(s):
+    free = s["globals"]["inventory"]["free"]
+    free["rollout"], free["train"] = list(free["train"]), []
+
+
 def _negative_seq(s):
     s["globals"]["seq"] = -5
 
@@ -106,6 +116,8 @@ def _nan_clock(s):
     (_waiting_lists_a_placed_job, "lists 'j0' which is not a waiting job"),
     (_waiting_lists_nobody, "lists 'nobody'"),
     (_node_in_two_groups, "is held by groups"),
+    (_cluster_shrunk, "names node 'R1' of the rollout pool, which the saved cluster does not have"),
+    (_free_node_of_the_other_pool, "the free list names node 'T2' of the rollout pool"),
     (_negative_seq, "globals.seq=-5"),
     (_huge_ord, "globals.ord="),
     (_nan_clock, "globals.clock=nan"),

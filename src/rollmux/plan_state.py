@@ -218,6 +218,14 @@ class PlanState:
     def reinstate(self, pool: str, node: str) -> None:
         self._free.reinstate(pool, node)
 
+    def has_node(self, pool: str, node: str) -> bool:
+        """Whether ``node`` is a node of ``pool``: in the cluster's inventory of a bounded
+        pool, issued by this state for an unbounded one."""
+        if self.bounded(pool):
+            listed = self._listed.get(node)
+            return listed is not None and listed[0] == pool
+        return self.pool_of(node) == pool
+
     def pool_of(self, node: str) -> str | None:
         """The pool a node id this state has issued belongs to, or None."""
         listed = self._listed.get(node)

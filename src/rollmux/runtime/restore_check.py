@@ -11,7 +11,9 @@ naming the first contradiction:
 * every member of a group is a placed job whose record names that group, in exactly
   one group; every placed job is a member of its group;
 * the waiting line lists waiting jobs, each once;
-* no node is held by two groups, and no free node by any group or listed twice;
+* no node is held by two groups, and no free node by any group or listed twice; on
+  two pools, every node a group holds or the inventory lists free is one the saved
+  cluster has on that side (a file saved with more nodes than its cluster now lists);
 * the counters are integers from 0 to ``MAX_COUNTER`` and the clock a finite number.
 
 The service turns it into ``StateDamaged`` (nothing runs; the file keeps its rows).
@@ -80,6 +82,8 @@ def check_restored(control, snap: dict) -> None:
                 raise StateInconsistent(f"node {node!r} of pool {pool!r} is listed free "
                                         + (f"and held by group {held[node]!r}" if node in held else "twice"))
             free.add(node)
+    if control.fleet is None:
+        _check_pools(control.plan, snap["groups"], glob["inventory"]["free"])
     for name in ("seq", "ord", "grants_total"):
         value = glob[name]
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNTER:
@@ -87,3 +91,16 @@ def check_restored(control, snap: dict) -> None:
     clock = glob["clock"]
     if clock is not None and not (isinstance(clock, (int, float)) and math.isfinite(clock)):
         raise StateInconsistent(f"globals.clock={clock!r}: expected a finite number of seconds")
+
+
+def _check_pools(plan, groups: dict, free: dict) -> None:
+    """Every node of ``groups`` (a co-located group's on its training side only) and of
+    the ``free`` lists is a node of that side (``PlanState.has_node``)."""
+    sides = [(f"group {gid!r}", side, nodes) for gid, g in groups.items()
+             for side, nodes in (("rollout", () if g["colocated"] else g["rollout_nodes"]), ("train", g["train_nodes"]))]
+    sides += [("the free list", pool, nodes) for pool, nodes in free.items()]
+    for where, side, nodes in sides:
+        for node in nodes:
+            if not plan.has_node(side, node):
+                raise StateInconsistent(f"{where} names node {node!r} of the {side} pool, which the saved "
+                                        f"cluster does not have")
