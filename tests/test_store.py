@@ -410,3 +410,26 @@ def test_a_schema_version_no_migration_reads_is_refused(tmp_path):
     db.close()
     with pytest.raises(StateDamaged, match="schema version 1 is not one this rollmux reads"):
         Store.open(path)
+
+
+def test_the_event_log_keeps_the_latest_events_it_is_told_to(tmp_path):
+    """Every grant is an event: without a bound the file grew with every phase of every
+    job. With ``keep_events`` the oldest go in the commit that adds new ones; the kept
+    ones keep their sequence numbers."""
+    store = Store.open(tmp_path / "s.db", keep_events=4)
+    cp = ControlPlane(_cluster())
+    store.commit(cp.take_changes())
+    for i in range(6):
+        cp.submit(_job(f"j{i}", iterations=None), float(i), hash_token(f"t{i}"))
+        store.commit(cp.take_changes())
+    seqs = [e["seq"] for e in store.events(0)]
+    assert len(seqs) == 4 and seqs == list(range(cp.last_seq - 3, cp.last_seq + 1))
+    assert store.last_event_seq() == cp.last_seq and cp.last_seq > 4
+    store.close()
+    whole = Store.open(tmp_path / "whole.db")  # no bound: every event stays
+    cp = ControlPlane(_cluster())
+    for i in range(6):
+        cp.submit(_job(f"j{i}", iterations=None), float(i), hash_token(f"t{i}"))
+        whole.commit(cp.take_changes())
+    assert [e["seq"] for e in whole.events(0)] == list(range(1, cp.last_seq + 1))
+    whole.close()

@@ -155,6 +155,10 @@ def serve(
                                    help="Departed jobs kept in memory, in /v1/status and in job lists (the latest "
                                         "ones); every departed record stays in the state file, and GET "
                                         "/v1/jobs/ID still answers for an older one."),
+    keep_events: int = typer.Option(1_000_000, "--keep-events", min=1_000,
+                                    help="Events kept in the state file's log (/v1/events): the latest ones; "
+                                         "older ones are deleted as new ones come (a grant is one event: "
+                                         "without a bound the file grows with every phase)."),
     tls_cert: Optional[Path] = typer.Option(None, "--tls-cert",
                                             help="PEM certificate (chain) to serve https with (with --tls-key). "
                                                  "Clients trust it by $ROLLMUX_CA_FILE (the SDK's ca_file)."),
@@ -216,7 +220,8 @@ def serve(
         _check_state_path(state, new_state)  # before the admin token is written beside it
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
-                               max_live_jobs=max_live_jobs, keep_ended=keep_ended, body_timeout_s=body_timeout_s,
+                               max_live_jobs=max_live_jobs, keep_ended=keep_ended, keep_events=keep_events,
+                               body_timeout_s=body_timeout_s,
                                header_timeout_s=header_timeout_s,
                                tenants=known.hashes, quotas=known.quotas,
                                policy=policy.value, migration_s=migration_s, move_timeout_s=move_timeout_s,

@@ -83,6 +83,7 @@ class ServiceConfig:
     backfill: bool = True          # a job that packs into a running group passes the waiting line
     decide_apart: bool = True      # regroupings decided off the lock (``rollmux.runtime.regroup_ticket``)
     keep_ended: int = 10_000       # departed records kept in memory (status, lists); all stay in the file
+    keep_events: int | None = 1_000_000  # the event log's latest events kept in the file (None: all)
     body_timeout_s: float = 10.0   # a request body not in whole by then is answered 408 (``BodyLimit``)
     header_timeout_s: float = 10.0  # a request's headers not in whole by then: 408, closed (``header_deadline``)
     tenants: dict[str, str] = field(default_factory=dict)  # tenant -> token sha256
@@ -122,7 +123,7 @@ class Service:
                  new_state: bool = False, profiles: Profiles | None = None) -> None:
         self.config = config or ServiceConfig()
         self.credentials = auth.Credentials(hash_token(admin_token), dict(self.config.tenants))
-        self.store = Store.open(state_path, new_state=new_state)
+        self.store = Store.open(state_path, new_state=new_state, keep_events=self.config.keep_events)
         try:
             self.control, self.restored, self.reconciled = self._open(cluster, profiles)
         except BaseException:

@@ -15,7 +15,9 @@ Contract
   open (version 2: a single snapshot row, plaintext tokens).
 * ``commit(changes)`` writes only what changed (``Changes``: upserted and deleted job
   and group rows, the globals, new events, departed records) in one transaction; its
-  cost follows the size of the change, not of the state. When it returns the change
+  cost follows the size of the change, not of the state. With ``keep_events`` the log
+  keeps the latest that many events (older ones are deleted in the same transaction;
+  the sequence numbers of those kept do not change). When it returns the change
   survives a kill -9 (WAL, ``synchronous=NORMAL``). When it raises, nothing was written
   (the transaction is rolled back whatever the error).
 * ``load()`` returns the state as ``{"cluster", "globals", "jobs", "groups"}`` (the
@@ -107,15 +109,18 @@ def _no_constant(name: str):
 class Store:
     """The service's state file (see the module docstring). Use ``Store.open``."""
 
-    def __init__(self, path: str | Path, db: sqlite3.Connection, lock_fd: int | None, created: bool) -> None:
+    def __init__(self, path: str | Path, db: sqlite3.Connection, lock_fd: int | None, created: bool,
+                 keep_events: int | None = None) -> None:
         self.path = str(path)
         self._db = db
         self._lock_fd = lock_fd
         self.created = created
+        self.keep_events = keep_events
 
     # --- opening ------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | Path, new_state: bool = False, lock: bool = True) -> "Store":
+    def open(cls, path: str | Path, new_state: bool = False, lock: bool = True,
+             keep_events: int | None = None) -> "Store":
         path = Path(path)
         lock_fd = _lock(path) if lock else None
         try:
@@ -140,7 +145,7 @@ class Store:
             finally:
                 os.umask(old)
             os.chmod(path, 0o600)
-            store = cls(path, db, lock_fd, created)
+            store = cls(path, db, lock_fd, created, keep_events)
             store._prepare()
             return store
         except BaseException:
@@ -287,6 +292,8 @@ class Store:
                     "INSERT INTO events (seq, at, kind, group_id, job_id, pool, nodes, detail) VALUES (?,?,?,?,?,?,?,?)",
                     [(e["seq"], e["at"], e["kind"], e["group_id"], e["job_id"], e["pool"], _dumps(e["nodes"]),
                       _dumps(e["detail"])) for e in changes.events])
+                if self.keep_events is not None:
+                    db.execute("DELETE FROM events WHERE seq <= ?", (changes.events[-1]["seq"] - self.keep_events,))
             if changes.ended:
                 db.executemany("INSERT INTO ended (job_id, body) VALUES (?, ?)",
                                [(r["job"]["job_id"], _dumps(r)) for r in changes.ended])
