@@ -146,6 +146,30 @@ def test_a_state_hook_that_fails_on_entry_gives_the_grant_back_at_once(srv, stal
     b.cancel()
 
 
+class RefusingCache:
+    """A state hook whose ``resident`` checks its arguments before it makes the context."""
+
+    def resident(self, key, device):
+        raise ValueError(f"device={device!r}: this hook offloads to cuda only")
+
+
+def test_a_state_hook_that_fails_when_asked_for_its_context_gives_the_grant_back(srv):
+    """``resident(key, device)`` itself raising (or a ``state=`` without ``resident``) left
+    the grant held: the next phase was ``PhaseBusy`` for good and the node stayed held."""
+    client = Client(srv.url, ADMIN)
+    a = client.submit(_spec("a", iterations=None))
+    a.wait_placed(5)
+    for state, error in ((RefusingCache(), ValueError), (object(), AttributeError)):
+        with pytest.raises(error):
+            with a.phase("rollout", state=state, device="cpu"):
+                raise AssertionError("the body must not run")
+    ended = [e for e in client.events() if e["job_id"] == "a" and e["kind"] == "finish"]
+    assert [(e["pool"], e["detail"].get("failed")) for e in ended] == [("rollout", True)] * 2
+    with a.phase("rollout"):  # granted again: the handle holds no phase
+        pass
+    a.cancel()
+
+
 def test_a_synchronous_handle_refuses_a_second_phase_from_another_thread(srv):
     from rollmux.runtime.sdk import PhaseBusy
 

@@ -37,7 +37,10 @@ old workers export their parked state (the StateCache host buffers, the optimize
 non-tensor state and the update counter) into the Ray object store, a new
 ``RayJobRunner`` starts the workers on the directive's nodes, they import that state,
 and the old workers go. The next phase is granted on the new nodes and the run goes
-on where it left off; ``JobRun.moves`` records each hand-off and its duration.
+on where it left off; ``JobRun.moves`` records each hand-off and its duration. A move
+whose new nodes do not take the workers restarts them where they were, with the same
+state, and fails; the service then places the job afresh, and at the next iteration
+boundary its workers follow it there (``_Workers.follow``).
 ``replay_job`` runs the same job in this process without Ray or the control plane,
 for checking that a moved run is bit for bit the run without the move.
 
@@ -208,6 +211,7 @@ class _Workers:
         return [self.roll, *self.helpers]
 
     def _start(self, group_id: str) -> None:
+        self.group_id = group_id
         plan = Placement(group_id, *self.where)
         self.runner = RayJobRunner(self.job_id, plan, RolloutWorker, TrainWorker, timeout_s=self.timeout_s).start()
         self.roll, self.train = self.runner.workers(ROLLOUT)[0], self.runner.workers(TRAIN)[0]
@@ -234,14 +238,8 @@ class _Workers:
                 "stages": dict(report.stages), "verify_s": time.perf_counter() - t0, "digest": digest}
 
     def move(self, directive: dict) -> None:
-        """``on_move``: hand the job's parked state to new workers on the directive's nodes.
-
-        The exports are objects in the Ray object store, owned by this driver, so they
-        outlive the old actors; the old runner goes first (its reservation bears the
-        job's name), then the new one starts and its workers import the state.
-        """
-        if self.helpers:
-            raise RuntimeError(f"{self.job_id}: a job with several rollout workers does not move")
+        """``on_move``: hand the job's parked state to new workers on the directive's nodes
+        (``_relocate``)."""
         if (self.moves and self.moves[-1]["to_group"] == directive["to_group"]
                 and self.where == (tuple(directive["rollout_nodes"]), tuple(directive["train_nodes"]))):
             # Already there. The service repeats a regrouped member's directive after its
@@ -251,21 +249,55 @@ class _Workers:
             self.repeated += 1
             time.sleep(0.25)
             return
-        t0, wall0 = time.perf_counter(), time.time()
+        t0, wall0, old = time.perf_counter(), time.time(), self.where
+        size = self._relocate(directive["to_group"], (tuple(directive["rollout_nodes"]),
+                                                      tuple(directive["train_nodes"])))
+        self.moves.append({"job_id": self.job_id, "from_group": directive["from_group"],
+                           "to_group": directive["to_group"], "from_nodes": list(old[0] + old[1]),
+                           "to_nodes": list(self.where[0] + self.where[1]), "state_bytes": size,
+                           "at": wall0, "handoff_s": time.perf_counter() - t0})
+
+    def follow(self, placement: dict) -> None:
+        """Bring the workers to ``placement``, the job's nodes now, when they are elsewhere:
+        a move that failed (or that the service undid) has the job placed afresh, and its
+        workers must run where its grants are. Call it between iterations."""
+        where = (tuple(placement["rollout_nodes"]), tuple(placement["train_nodes"]))
+        if where != self.where:
+            self._relocate(placement["group_id"], where)
+
+    def _relocate(self, group_id: str, where: tuple[tuple[str, ...], tuple[str, ...]]) -> int:
+        """New workers on ``where`` with the old ones' parked state; returns its bytes.
+
+        The exports are objects in the Ray object store, owned by this driver, so they
+        outlive the old actors; the old runner goes first (its reservation bears the
+        job's name), then the new one starts and its workers import the state. When the
+        new nodes do not take the workers (a node Ray does not know, a reservation that
+        times out), workers start again where they were, with the same state, and the
+        error is raised: the job loses no state (before, its workers were gone).
+        """
+        if self.helpers:
+            raise RuntimeError(f"{self.job_id}: a job with several rollout workers does not move")
         exports = [self.roll.export_state.remote(), self.train.export_state.remote()]
         ray.wait(exports, num_returns=2, timeout=self.timeout_s, fetch_local=False)
         sizes = ray.get([self.roll.__ray_call__.remote(_state_bytes, exports[0]),
                          self.train.__ray_call__.remote(_state_bytes, exports[1])])
-        old = self.where
+        old, old_group = self.where, self.group_id
         self.runner.shutdown()
-        self.where = (tuple(directive["rollout_nodes"]), tuple(directive["train_nodes"]))
-        self._start(directive["to_group"])
+        try:
+            self._land(group_id, where, exports)
+        except Exception:
+            if self.runner is not None:
+                self.runner.shutdown()
+            self._land(old_group, old, exports)
+            raise
+        return sum(sizes)
+
+    def _land(self, group_id: str, where: tuple[tuple[str, ...], tuple[str, ...]], exports: list[Any]) -> None:
+        """Workers on ``where`` that import ``exports`` (the old workers' parked state)."""
+        self.where = where
+        self._start(group_id)
         ray.get([self.roll.import_state.remote(self.profile, exports[0]),
                  self.train.import_state.remote(self.profile, exports[1])], timeout=self.timeout_s)
-        self.moves.append({"job_id": self.job_id, "from_group": directive["from_group"],
-                           "to_group": directive["to_group"], "from_nodes": list(old[0] + old[1]),
-                           "to_nodes": list(self.where[0] + self.where[1]), "state_bytes": sum(sizes),
-                           "at": wall0, "handoff_s": time.perf_counter() - t0})
 
     def export_train_state(self) -> dict:
         return ray.get(self.train.export_state.remote())
@@ -363,6 +395,8 @@ def run_job(job: JobHandle, profile: JobProfile, iterations: int, weights: dict[
             states = {pool: RemoteState(workers, job_id, pool, run.switches) for pool in (ROLLOUT, TRAIN)}
             updated = False  # the trainer holds weights the rollout workers do not have yet
             for step in range(iterations):
+                if job.placement is not None and job.view.get("move") is None:  # (no move under way: after
+                    workers.follow(job.placement)                              # one that failed, placed afresh)
                 with job.phase(ROLLOUT, state=states[ROLLOUT], device="cpu") as ph:
                     if updated:  # inside the rollout grant, rollout state loaded (module docstring)
                         run.weight_syncs.append({"iteration": step, **workers.sync_weights()})

@@ -97,7 +97,8 @@ def _check_pools(plan, groups: dict, free: dict) -> None:
     """Every node of ``groups`` (a co-located group's on its training side only) and of
     the ``free`` lists is a node of that side (``PlanState.has_node``)."""
     sides = [(f"group {gid!r}", side, nodes) for gid, g in groups.items()
-             for side, nodes in (("rollout", () if g["colocated"] else g["rollout_nodes"]), ("train", g["train_nodes"]))]
+             for side, nodes in (("rollout", () if g["colocated"] else g["rollout_nodes"]),
+                                 ("train", g["train_nodes"]))]
     sides += [("the free list", pool, nodes) for pool, nodes in free.items()]
     for where, side, nodes in sides:
         for node in nodes:

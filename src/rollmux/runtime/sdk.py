@@ -612,8 +612,8 @@ class Phase(contextlib.ContextDecorator):
         self._wall0 = time.time()
         self._t0 = time.monotonic()
         if self.state is not None:
-            resident = self.state.resident(self.key, self.device)
-            try:
+            try:  # making the hook's context may fail too (a hook that checks its arguments first)
+                resident = self.state.resident(self.key, self.device)
                 resident.__enter__()
             except BaseException as exc:  # (e.g. CUDA out of memory): the grant goes back at once
                 self._give_back(exc)
