@@ -83,3 +83,24 @@ def test_quick_demo_two_jobs_interleave_and_learn(tmp_path, monkeypatch):
         assert all(0.0 < f <= 1.0 for f in results["busy"][mode].values())
     assert results["switches"]["count"] == 2 * 2 * 2 * 4
     assert any("busy fraction multiplexed" in line for line in lines)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--minutes", "nan"], "minutes=nan: expected a positive, finite number of minutes"),
+    (["--minutes", "inf"], "minutes=inf: expected a positive, finite number of minutes"),
+    (["--out", "/dev/null/x"], "--out /dev/null/x: cannot make the folder"),
+])
+def test_demo_refuses_bad_options_before_any_work(tmp_path, args, says):
+    """(--minutes nan or inf ran ~25 s of warm-up, Ray and profiling, then crashed in
+    math.floor; --out under a file gave a traceback)"""
+    import time
+
+    from typer.testing import CliRunner
+
+    from rollmux.cli import app
+
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    result = CliRunner().invoke(app, ["demo", "--out", str(out), *args])
+    assert result.exit_code == 2 and says in " ".join(result.output.split()), result.output
+    assert time.monotonic() - t0 < 10 and not out.exists()

@@ -78,3 +78,20 @@ def test_quick_move_demo_moves_a_job_live_and_its_training_survives_exactly(tmp_
     assert any(name.startswith("optim.") and name.endswith("exp_avg_sq") for name in final["slots"])
     different = [name for name, t in state["slots"].items() if not torch.equal(final["slots"][name], t)]
     assert not different, f"tensors that differ from the unmoved replay: {different[:5]}"
+
+
+@pytest.mark.parametrize("minutes", ["nan", "inf"])
+def test_move_demo_refuses_a_non_finite_minutes_before_any_work(tmp_path, minutes):
+    """(it warmed up, started Ray and profiled, then crashed in math.floor)"""
+    import time
+
+    from typer.testing import CliRunner
+
+    from rollmux.cli import app
+
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    result = CliRunner().invoke(app, ["demo", "--policy", "rollmux-consolidate", "--minutes", minutes,
+                                      "--out", str(out)])
+    assert result.exit_code == 2 and f"minutes={minutes}: expected a positive, finite" in result.output
+    assert time.monotonic() - t0 < 10 and not out.exists()

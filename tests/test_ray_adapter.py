@@ -22,6 +22,7 @@ from rollmux.model import ROLLOUT, TRAIN  # noqa: E402
 from rollmux.plan_state import Placement  # noqa: E402
 from rollmux.runtime.ray_adapter import (  # noqa: E402
     PlacementTimeout,
+    RayAdapterError,
     RayJobRunner,
     UnknownNodeError,
     WorkerInfo,
@@ -214,12 +215,38 @@ def test_an_interrupted_reservation_is_withdrawn(cluster, runners, monkeypatch):
     ({"workers_per_node": 0}, "workers_per_node"), ({"workers_per_node": 1.5}, "workers_per_node"),
     ({"workers_per_node": "2"}, "workers_per_node"), ({"claim": 0}, "claim"),
     ({"timeout_s": float("inf")}, "timeout_s"), ({"timeout_s": float("nan")}, "timeout_s"),
-    ({"actor_options": {"num_gpus": 1}}, "actor_options"),
+    ({"actor_options": {"num_gpus": 1}}, "actor_options"), ({"actor_options": ["x"]}, "actor_options"),
+    ({"claim": 0.00005}, "claim"), ({"claim": 0.5, "workers_per_node": 3}, "claim"),
+    ({"job_id": None}, "job_id"), ({"job_id": ""}, "job_id"),
+    ({"placement": None}, "placement"), ({"placement": {"rollout_nodes": ["R0"], "train_nodes": ["T0"]}}, "placement"),
+    ({"rollout_worker": None}, "rollout_worker"), ({"train_worker": Worker(None)}, "train_worker"),
 ])
 def test_bad_arguments_are_rejected_before_ray(kwargs, field):
-    """(an infinite or NaN timeout passed, then Ray failed with the placement group made)"""
+    """(an infinite or NaN timeout passed, then Ray failed with the placement group made; a claim
+    below Ray's 0.0001 precision failed at start, one that never fits waited for the timeout; a
+    None job id, placement or worker passed, or failed with AttributeError / AssertionError)"""
+    args = {"job_id": "A", "placement": PLAN_A, "rollout_worker": Worker, "train_worker": Worker, **kwargs}
     with pytest.raises(SpecError, match=field):
-        RayJobRunner("A", PLAN_A, Worker, Worker, **kwargs)
+        RayJobRunner(**args)
+
+
+def test_a_colocated_node_counts_both_pools_claims():
+    colocated = Placement.colocated_on(("T0",))
+    with pytest.raises(SpecError, match="claim.*2 workers pinned to node T0"):
+        RayJobRunner("A", colocated, Worker, Worker, claim=0.6)
+    assert RayJobRunner("A", colocated, Worker, Worker, claim=0.5).claim == 0.5
+
+
+def test_a_second_runner_of_one_job_id_is_refused(cluster, runners):
+    """(Ray's RaySystemError on the duplicate placement group name)"""
+    start(runners, "same", PLAN_A)
+    twin = RayJobRunner("same", PLAN_B, Worker, Worker, timeout_s=30)
+    runners.append(twin)
+    with pytest.raises(RayAdapterError, match="job 'same': another runner of this job id"):
+        twin.start()
+    assert not twin.started
+    runners[0].shutdown()
+    assert twin.start().started
 
 
 def test_start_without_a_ray_connection_says_so():

@@ -6,7 +6,11 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from dataclasses import replace
@@ -17,8 +21,15 @@ import pytest
 os.environ.setdefault("RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "1.0")  # read when Serve is imported
 pytest.importorskip("ray.serve")
 
+from rollmux.errors import SpecError  # noqa: E402
 from rollmux.grpo.task import TASKS, get_task, reward  # noqa: E402
-from rollmux.reward_model import exact_rewards, model_rewards, train_reward_model, training_items  # noqa: E402
+from rollmux.reward_model import (  # noqa: E402
+    check_items,
+    exact_rewards,
+    model_rewards,
+    train_reward_model,
+    training_items,
+)
 
 MAX_REPLICAS = 3
 pytestmark = pytest.mark.filterwarnings("ignore:The `metrics_interval_s` field:DeprecationWarning")
@@ -53,6 +64,78 @@ def test_learned_model_trains_and_scores_every_item_in_unit_interval():
     assert len(scores) == 50 and all(0.0 < s < 1.0 for s in scores)
 
 
+@pytest.mark.parametrize("task, prompt", [
+    ("reverse", ""), ("sort", "4071>"), ("reverse", "^1>"), ("add", "^ab+cd="), ("add", "^4071>"), ("sort", "^40712>"),
+])
+def test_a_prompt_not_of_its_tasks_form_is_refused_naming_it(task, prompt):
+    """(an empty prompt raised ZeroDivisionError, letters a bare ValueError, the rest were scored)"""
+    with pytest.raises(SpecError, match=re.escape(f"prompt={prompt!r}: expected a prompt of task {task!r}")):
+        get_task(task).answer(prompt)
+    with pytest.raises(SpecError, match="prompt="):
+        exact_rewards([(task, prompt, "000")])
+
+
+def test_reward_against_an_empty_answer_is_refused():
+    with pytest.raises(SpecError, match="answer=''"):
+        reward("1", "")
+
+
+def test_learned_model_scores_an_empty_batch():
+    """(torch.tensor([]) is float: the embedding raised RuntimeError)"""
+    model, _ = train_reward_model(steps=1, seed=0)
+    assert model_rewards(model, []) == []
+
+
+@pytest.mark.parametrize("items, field", [
+    ("abc", "items="), ([5], r"items\[0\]="), ([("sort", "^4071>")], r"items\[0\]="),
+    ([("sort", "^4071>", None)], r"items\[0\]="), ([("sort", "^4071>", "0147"), ("nope", "^4071>", "0147")],
+                                                   r"items\[1\]\.task='nope'"),
+    ([("add", "^37+48=", "085"), ("reverse", "", "1")], r"items\[1\]\.prompt=''"),
+])
+def test_check_items_names_the_first_bad_item(items, field):
+    with pytest.raises(SpecError, match=field):
+        check_items(items)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), "5", True])
+def test_service_timeouts_must_be_positive_finite_seconds(value):
+    from rollmux.reward_service import RewardClient, start_service
+
+    with pytest.raises(SpecError, match="ready_timeout_s"):
+        start_service(ready_timeout_s=value)
+    with pytest.raises(SpecError, match="timeout_s"):
+        RewardClient(timeout_s=value)
+
+
+def test_start_without_cpu_for_a_replica_fails_in_bounded_time_and_deletes_the_app():
+    """(serve.run waited forever for a replica no node could place); in a process of its
+    own, on a Ray with no CPU"""
+    code = textwrap.dedent("""
+        import os, time
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        import ray
+        from ray import serve
+        from rollmux.reward_service import RewardServiceTimeout, start_service
+        ray.init(address="local", num_cpus=0, include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1")
+        try:
+            t0 = time.monotonic()
+            try:
+                start_service(model_steps=1, ready_timeout_s=2)
+            except RewardServiceTimeout as err:
+                print("refused:", err)
+            print("seconds:", round(time.monotonic() - t0), "apps:", sorted(serve.status().applications))
+        finally:
+            serve.shutdown()
+            ray.shutdown()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "refused: reward service app 'rewards': no replica ready after 2 s (no resources to place a replica" \
+        in out.stdout, out.stdout + out.stderr[-3000:]
+    seconds, apps = re.search(r"seconds: (\d+) apps: (\[.*?\])", out.stdout).groups()
+    assert int(seconds) < 20 and apps == "[]"
+
+
 @pytest.fixture(scope="module")
 def service():
     """The service on a local Ray (2 CPUs, 127.0.0.1) with its HTTP route on a free
@@ -81,6 +164,41 @@ def test_service_exact_rewards_equal_in_process_and_learned_scores_are_finite(se
         client.score(items[:2], "bogus")
     answer = httpx.post(f"http://127.0.0.1:{service}/rewards", json={"items": items, "kind": "exact"}, timeout=60)
     assert answer.status_code == 200 and answer.json()["rewards"] == exact_rewards(items)
+
+
+def test_http_refuses_malformed_requests_with_422_naming_the_field(service):
+    """(every one answered 500 without naming what was wrong)"""
+    url = f"http://127.0.0.1:{service}/rewards"
+    good = ["sort", "^4071>", "0147"]
+    bodies = [(b"{nope", "body"), ([1, 2], "body"), ({"kind": "exact"}, "items"), ({"items": None}, "items"),
+              ({"items": "abc"}, "items"), ({"items": [5]}, "items[0]"), ({"items": [good[:2]]}, "items[0][2]"),
+              ({"items": [good], "kind": "bogus"}, "kind"), ({"items": [good], "kinds": "exact"}, "kinds"),
+              ({"items": [good, ["nope", "^4071>", "0147"]]}, "items[1].task"),
+              ({"items": [["reverse", "", "1"]]}, "items[0].prompt"), ({"items": [["add", "^ab+cd=", "000"]]},
+                                                                    "items[0].prompt")]
+    for body, field in bodies:
+        kw = {"content": body} if isinstance(body, bytes) else {"json": body}
+        answer = httpx.post(url, timeout=60, **kw)
+        assert answer.status_code == 422 and answer.json()["field"] == field, (body, answer.text)
+        assert answer.json()["error"].startswith(field), answer.text
+    for kind in ("exact", "learned"):
+        assert httpx.post(url, json={"items": [], "kind": kind}, timeout=60).json() == {"rewards": []}
+
+
+def test_handle_refuses_bad_items_naming_them_and_times_out_boundedly(service):
+    """(an empty prompt raised ZeroDivisionError in the replica, an empty learned batch
+    RuntimeError; a call waited without bound)"""
+    from rollmux.errors import SpecError
+    from rollmux.reward_service import RewardClient, RewardServiceTimeout
+
+    client = RewardClient()
+    with pytest.raises(SpecError, match=re.escape("items[1].prompt=''")):
+        client.score([("sort", "^4071>", "0147"), ("reverse", "", "1")])
+    assert client.score([], "learned") == [] and client.score([], "exact") == []
+    hurried = RewardClient(timeout_s=1e-4)
+    with pytest.raises(RewardServiceTimeout, match="reward service app 'rewards': no rewards after 0.0001 s"):
+        hurried.score(random_items(random.Random(5), 4000), "learned")
+    assert hurried.latencies_ms == []
 
 
 def test_rollout_worker_batch_through_the_service_is_the_in_process_batch(service):

@@ -23,6 +23,26 @@ PROFILE = replace(ROLLOUT_HEAVY, name="reverse-async-test", prompts=16, samples=
 AGENT = replace(ROLLOUT_HEAVY, name="reverse-agent-test", prompts=4, samples=4, gen_batch=8, minibatch=48)
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--env-delay-s", "inf"], "env_delay_s=inf: expected a finite number of seconds >= 0"),
+    (["--env-delay-s", "inf", "--live"], "env_delay_s=inf: expected a finite number of seconds >= 0"),
+    (["--out", "/dev/null/x"], "--out /dev/null/x: cannot make the folder"),
+])
+def test_rollart_demo_refuses_bad_options_before_any_work(tmp_path, args, says):
+    """(an infinite environment delay was accepted; --out under a file gave a traceback)"""
+    import time
+
+    from typer.testing import CliRunner
+
+    from rollmux.cli import app
+
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    result = CliRunner().invoke(app, ["rollart-demo", "--out", str(out), *args])
+    assert result.exit_code == 2 and says in " ".join(result.output.split()), result.output
+    assert time.monotonic() - t0 < 10 and not out.exists()
+
+
 def test_importance_ratio_against_the_behaviour_policy_is_clipped():
     """Off-policy correction: rho = pi / pi_behaviour, clipped to [0.8, 1.2]; beyond it no gradient."""
     behaviour = torch.log(torch.tensor([[0.5, 0.5, 0.5, 0.5]]))

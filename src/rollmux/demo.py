@@ -67,7 +67,7 @@ from typing import Optional
 
 import typer
 
-from rollmux.errors import SpecError
+from rollmux.errors import OutputPathError, SpecError
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, PoolSpec, SwitchCost
 
 PROFILE_ITERATIONS = 2
@@ -94,6 +94,8 @@ def run_demo(out_dir: Path, jobs: int = 2, minutes: float = 4.0, iterations: int
     Ray node for all RollMux nodes: ``ray_adapter.demo_ray``).
     ``tail``: the long-tail hand-off (chunked rollouts on ``TAIL_WORKERS`` workers per job).
     ``solo=False`` (tests): no separate solo runs; the profile runs stand for them.
+    Raises ``SpecError`` before any work on a bad ``jobs``, ``iterations`` or ``minutes``
+    (not a positive, finite number).
     """
     from rollmux.grpo.profiles import DEMO_PROFILES
 
@@ -101,8 +103,8 @@ def run_demo(out_dir: Path, jobs: int = 2, minutes: float = 4.0, iterations: int
         raise SpecError("jobs", jobs, f"one of {sorted(DEMO_PROFILES)}")
     if iterations is not None and iterations < 1:
         raise SpecError("iterations", iterations, "an integer >= 1 or None")
-    if minutes <= 0:
-        raise SpecError("minutes", minutes, "a positive number of minutes")
+    if not (math.isfinite(minutes) and minutes > 0):
+        raise SpecError("minutes", minutes, "a positive, finite number of minutes")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
@@ -183,8 +185,13 @@ def register(app: typer.Typer) -> None:
                                        "sequences done a rollout shrinks and the next queued rollout starts on "
                                        "the freed share of the node."),
     ) -> None:
-        """Run real GRPO jobs on a local Ray cluster under the live control plane; report and plot."""
+        """Run real GRPO jobs on a local Ray cluster under the live control plane; report and plot.
+        A bad option (``--out`` not a writable folder, ``--minutes`` not positive and finite)
+        exits 2 naming it, before any work."""
+        from rollmux.report.paths import check_writable
+
         try:
+            check_writable(out, "--out", directory=True)
             if policy in ("rollmux-consolidate", "rollmux-regroup"):
                 from rollmux.demo_moves import run_move_demo
 
@@ -193,7 +200,7 @@ def register(app: typer.Typer) -> None:
             if policy != "rollmux":
                 raise SpecError("policy", policy, "rollmux, rollmux-consolidate or rollmux-regroup")
             run_demo(out, jobs=jobs, minutes=minutes, iterations=iterations, tail=tail)
-        except SpecError as err:
+        except (SpecError, OutputPathError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(2)
 

@@ -111,6 +111,8 @@ def run_move_demo(out_dir: Path, minutes: float = 3.0, iterations: int | None = 
     ``migration_s``: the pause the service plans a move with until it has measured one. ``verify``: replay each moved job without the move and compare.
     ``policy``: ``rollmux-consolidate`` (bounded 2 + 2 nodes, one job moves) or
     ``rollmux-regroup`` (unbounded, both remaining jobs regroup on fresh nodes).
+    Raises ``SpecError`` before any work on a bad ``policy``, ``iterations``, ``minutes``
+    (not a positive, finite number) or ``migration_s``.
     """
     from rollmux.demo import PROFILE_ITERATIONS, _control_plane, _phase_means, _shrunk
     from rollmux.grpo.profiles import MOVE_PROFILES
@@ -119,8 +121,8 @@ def run_move_demo(out_dir: Path, minutes: float = 3.0, iterations: int | None = 
         raise SpecError("policy", policy, f"one of {POLICIES}")
     if iterations is not None and iterations < 3:
         raise SpecError("iterations", iterations, "an integer >= 3 or None")
-    if minutes <= 0:
-        raise SpecError("minutes", minutes, "a positive number of minutes")
+    if not (math.isfinite(minutes) and minutes > 0):
+        raise SpecError("minutes", minutes, "a positive, finite number of minutes")
     if not (math.isfinite(migration_s) and migration_s >= 0):
         raise SpecError("migration_s", migration_s, "a number of seconds >= 0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

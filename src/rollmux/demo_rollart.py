@@ -34,6 +34,7 @@ ahead, from the spans and from the service's event log); the reward service's re
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import time
@@ -42,6 +43,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
+
+from rollmux.errors import OutputPathError, SpecError
 
 #: --live: the staleness of the asynchronous job; the three jobs are ``LIVE_JOBS``
 #: (name, profile, staleness). They share the model, task and seed, so one warm-up serves all three.
@@ -73,10 +76,20 @@ def __getattr__(name: str):
 LIVE_ESTIMATES = {"async-k1": (1.0, 1.0), "agentic": (1.5, 0.5), "sync": (0.8, 1.0)}
 
 
+def _check_env_delay(env_delay_s: float) -> None:
+    """Raises ``SpecError`` unless ``env_delay_s`` is a finite number of seconds >= 0 (an
+    infinite one would hold every environment step forever)."""
+    if isinstance(env_delay_s, bool) or not isinstance(env_delay_s, (int, float)) \
+            or not (math.isfinite(env_delay_s) and env_delay_s >= 0):
+        raise SpecError("env_delay_s", env_delay_s, "a finite number of seconds >= 0")
+
+
 def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1, 2), agentic_iterations: int = 6,
                 turns: int = 3, env_workers: int = 3, env_delay_s: float = 0.03, reward_service: bool = False,
                 max_replicas: int = 2, log: Callable[[str], None] = print) -> dict:
-    """All runs on a local Ray (2 CPUs, 127.0.0.1), shut down at the end; returns the summary."""
+    """All runs on a local Ray (2 CPUs, 127.0.0.1), shut down at the end; returns the summary.
+    Raises ``SpecError`` before any work on a bad ``env_delay_s`` (``_check_env_delay``)."""
+    _check_env_delay(env_delay_s)
     import ray
 
     from rollmux.grpo.agentic import run_agentic
@@ -149,7 +162,9 @@ def run_rollart_live(out: Path, iterations: int = 6, agentic_iterations: int | N
                      env_workers: int = 2, env_delay_s: float = 0.03, reward_service: bool = True,
                      max_replicas: int = 2, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """The three jobs under the live control plane (see the module docstring); returns the
-    summary written to ``out/summary.json``. ``quick``: smaller batches (tests)."""
+    summary written to ``out/summary.json``. ``quick``: smaller batches (tests). Raises
+    ``SpecError`` before any work on a bad ``env_delay_s`` (``_check_env_delay``)."""
+    _check_env_delay(env_delay_s)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
@@ -431,8 +446,16 @@ def register(app) -> None:
                                           help="Run three jobs (async k=1, multi-turn agentic, sync) at once under "
                                                "the live control plane, sharing the reward service.")) -> None:
         """Trajectory-level asynchrony on the demo job (sync vs async k=1,2; multi-turn scheduling);
-        --live: three jobs multiplexed by the live control plane."""
-        rollart_demo(out, iterations, agentic_iterations, turns, env_workers, env_delay_s, reward_service,
-                     max_replicas, live)
+        --live: three jobs multiplexed by the live control plane. A bad option (``--out`` not a
+        writable folder, ``--env-delay-s`` not finite) exits 2 naming it, before any work."""
+        from rollmux.report.paths import check_writable
+
+        try:
+            check_writable(out, "--out", directory=True)
+            rollart_demo(out, iterations, agentic_iterations, turns, env_workers, env_delay_s, reward_service,
+                         max_replicas, live)
+        except (SpecError, OutputPathError) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2)
 
     app.command("rollart-demo")(command)

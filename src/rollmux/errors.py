@@ -3,7 +3,21 @@ from __future__ import annotations
 
 
 class RollMuxError(Exception):
-    """Base of every error RollMux raises on purpose."""
+    """Base of every error RollMux raises on purpose. It pickles as raised, whatever its
+    subclass's ``__init__`` takes (an error from a Ray task or a Serve replica reaches
+    the caller as itself, not as Ray's ``UnserializableException``)."""
+
+    def __reduce__(self) -> tuple:
+        return _rebuilt, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuilt(cls: type, args: tuple, state: dict) -> RollMuxError:
+    """``RollMuxError.__reduce__``'s inverse: the error with its message and attributes,
+    without calling the subclass's ``__init__`` again."""
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
 
 
 class SpecError(RollMuxError, ValueError):

@@ -21,6 +21,7 @@ import random
 import torch
 from torch import nn
 
+from rollmux.errors import SpecError
 from rollmux.grpo.task import TASKS, VOCAB_SIZE, encode, get_task, reward
 
 Item = tuple[str, str, str]  # (task, prompt, completion)
@@ -29,8 +30,24 @@ MAX_LEN = max(t.prompt_len + t.answer_len for t in TASKS.values())
 PAD_ID = VOCAB_SIZE
 
 
+def check_items(items: list[Item]) -> None:
+    """Raises ``SpecError`` naming the first bad item (``items[i]``, or ``items[i].task`` /
+    ``items[i].prompt``) unless ``items`` is a list of ``(task, prompt, completion)`` strings
+    with a known task and a prompt of that task's form (``Task.answer``)."""
+    if not isinstance(items, (list, tuple)):
+        raise SpecError("items", items, "a list of (task, prompt, completion) items")
+    for i, item in enumerate(items):
+        if not isinstance(item, (list, tuple)) or len(item) != 3 or not all(isinstance(x, str) for x in item):
+            raise SpecError(f"items[{i}]", item, "a (task, prompt, completion) triple of strings")
+        try:
+            get_task(item[0]).answer(item[1])
+        except SpecError as err:
+            raise SpecError(f"items[{i}].{err.field}", err.value, err.expected) from err
+
+
 def exact_rewards(items: list[Item]) -> list[float]:
-    """The task's exact reward of every item (``rollmux.grpo.task.reward``)."""
+    """The task's exact reward of every item (``rollmux.grpo.task.reward``); an unknown task
+    or a malformed prompt raises ``SpecError`` naming it."""
     return [reward(completion, get_task(task).answer(prompt)) for task, prompt, completion in items]
 
 
@@ -49,17 +66,20 @@ class RewardModel(nn.Module):
 
 
 def encode_items(items: list[Item]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids [B, MAX_LEN] (prompt then completion, padded) and task ids [B]."""
+    """Token ids [B, MAX_LEN] (prompt then completion, padded) and task ids [B], both int64
+    (also for an empty batch, B = 0)."""
     rows = []
     for _, prompt, completion in items:
         ids = encode(prompt + completion)[:MAX_LEN]
         rows.append(ids + [PAD_ID] * (MAX_LEN - len(ids)))
-    return torch.tensor(rows), torch.tensor([TASK_NAMES.index(get_task(t).name) for t, _, _ in items])
+    tasks = [TASK_NAMES.index(get_task(t).name) for t, _, _ in items]
+    return (torch.tensor(rows, dtype=torch.long).reshape(len(rows), MAX_LEN),
+            torch.tensor(tasks, dtype=torch.long))
 
 
 @torch.no_grad()
 def model_rewards(model: RewardModel, items: list[Item]) -> list[float]:
-    """The learned model's score of every item."""
+    """The learned model's score of every item ([] for no item)."""
     model.eval()
     return model(*encode_items(items)).tolist()
 

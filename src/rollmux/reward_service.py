@@ -9,13 +9,20 @@ reward computation moved out of every job's rollout workers into one elastic ser
   ``max_replicas`` on ongoing requests, with delays of seconds, so a burst scales the
   service up and its end scales it back down. Over HTTP (when started with a port) it
   takes ``POST /rewards`` with ``{"items": [[task, prompt, completion], ...], "kind": ...}``
-  and answers ``{"rewards": [...]}``.
-* ``start_service(...)`` deploys it (``serve.run``) on the connected Ray cluster and
-  returns its handle; ``running_service(...)`` is the same as a context manager that
-  also starts Ray when needed and always shuts Serve (and the Ray it started) down.
-* ``RewardClient(app)``: what every job's rollout worker holds; ``score(items, kind)``
-  calls the service through a ``DeploymentHandle`` (``serve.get_app_handle``) and
-  records each call's latency in ``latencies_ms``.
+  (``RewardRequest``) and answers ``{"rewards": [...]}``, or 422 with
+  ``{"error": ..., "field": ...}`` naming the bad field (invalid JSON, a missing or
+  mistyped ``items``, an unknown ``kind`` or task, a prompt not of its task's form).
+  Through a handle, the same misuse raises ``SpecError`` naming the field
+  (``rollmux.reward_model.check_items``).
+* ``start_service(...)`` deploys it on the connected Ray cluster, waits at most
+  ``ready_timeout_s`` for a replica to run, and returns its handle; when none is ready
+  by then (e.g. no CPU to place one) it deletes the app and raises
+  ``RewardServiceTimeout``. ``running_service(...)`` is the same as a context manager
+  that also starts Ray when needed and always shuts Serve (and the Ray it started) down.
+* ``RewardClient(app, timeout_s)``: what every job's rollout worker holds;
+  ``score(items, kind)`` calls the service through a ``DeploymentHandle``
+  (``serve.get_app_handle``), raises ``RewardServiceTimeout`` when no rewards come
+  within ``timeout_s``, and records each call's latency in ``latencies_ms``.
 * ``ReplicaMonitor``: a background thread polling ``serve.status()`` for the number of
   running replicas; ``summary(latencies_ms, monitor)`` gives the report's
   ``{"calls", "p50_ms", "p99_ms", "replicas_max", "replicas_over_time"}``.
@@ -25,26 +32,57 @@ Every listener is on 127.0.0.1; without ``http_port`` no HTTP proxy starts at al
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Iterator
+from typing import Literal
 
 import numpy as np
 import ray
 import torch
+from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
 from ray import serve
 from ray.serve.handle import DeploymentHandle
+from ray.serve.schema import ApplicationStatus
+from starlette.responses import JSONResponse
 
-from rollmux.reward_model import Item, RewardModel, exact_rewards, model_rewards, train_reward_model
+from rollmux.errors import RollMuxError, SpecError
+from rollmux.reward_model import Item, RewardModel, check_items, exact_rewards, model_rewards, train_reward_model
 from rollmux.runtime.ray_start import start_ray
 
 APP = "rewards"
 DEPLOYMENT = "RewardService"
 KINDS = ("exact", "learned")
 REPLICA_CPUS = 0.25
+# A replica being stopped drains its calls (milliseconds each) for at most this long; it also
+# bounds deleting a replica that was never placed (Serve waits the whole drain for it).
+REPLICA_DRAIN_S = 2.0
 
 
-@serve.deployment(name=DEPLOYMENT, ray_actor_options={"num_cpus": REPLICA_CPUS}, max_ongoing_requests=2)
+class RewardServiceTimeout(RollMuxError, TimeoutError):
+    """The reward service did not answer in time: no replica was ready within
+    ``start_service``'s ``ready_timeout_s`` (the app has been deleted), or a call got no
+    rewards within ``RewardClient``'s ``timeout_s`` (the call has been cancelled). The
+    message names the app, the timeout and why."""
+
+
+class RewardRequest(BaseModel):
+    """The body of ``POST /rewards``: ``[task, prompt, completion]`` strings and the reward
+    kind; any other key is refused (a misspelt ``kind`` would otherwise score as ``exact``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    items: list[tuple[StrictStr, StrictStr, StrictStr]]
+    kind: Literal["exact", "learned"] = "exact"
+
+
+def _check_seconds(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise SpecError(field, value, "a positive, finite number of seconds")
+
+
+@serve.deployment(name=DEPLOYMENT, ray_actor_options={"num_cpus": REPLICA_CPUS}, max_ongoing_requests=2,
+                  graceful_shutdown_timeout_s=REPLICA_DRAIN_S)
 class RewardService:
     """One replica: the exact verifiers and the learned model (``weights``, a state_dict)."""
 
@@ -54,25 +92,42 @@ class RewardService:
         self.model.load_state_dict(weights)
 
     def score(self, items: list[Item], kind: str = "exact") -> list[float]:
-        """One reward per item, in order; raises ValueError on an unknown ``kind``."""
-        if kind == "exact":
-            return exact_rewards(items)
-        if kind == "learned":
-            return model_rewards(self.model, items)
-        raise ValueError(f"kind: {kind!r}, expected one of {KINDS}")
+        """One reward per item, in order ([] for none); raises ``SpecError`` naming the field
+        on an unknown ``kind`` or a bad item (``check_items``)."""
+        if kind not in KINDS:
+            raise SpecError("kind", kind, f"one of {KINDS}")
+        check_items(items)
+        return exact_rewards(items) if kind == "exact" else model_rewards(self.model, items)
 
-    async def __call__(self, request) -> dict:
-        body = await request.json()
-        return {"rewards": self.score([tuple(i) for i in body["items"]], body.get("kind", "exact"))}
+    async def __call__(self, request) -> dict | JSONResponse:
+        """``POST /rewards`` (a ``RewardRequest``): ``{"rewards": [...]}``, or 422 with
+        ``{"error": ..., "field": ...}`` naming the first bad field (``body`` for invalid
+        JSON or a body that is not an object, else e.g. ``items``, ``items[0].prompt``)."""
+        try:
+            body = RewardRequest.model_validate_json(await request.body())
+            return {"rewards": self.score(body.items, body.kind)}
+        except ValidationError as err:
+            first = err.errors()[0]
+            field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".") or "body"
+            return JSONResponse({"error": f"{field}: {first['msg']}", "field": field}, status_code=422)
+        except SpecError as err:
+            return JSONResponse({"error": str(err), "field": err.field}, status_code=422)
 
 
 def start_service(max_replicas: int = 4, min_replicas: int = 1, target_ongoing_requests: float = 1.0,
                   upscale_delay_s: float = 1.0, downscale_delay_s: float = 3.0, model_steps: int = 200,
                   seed: int = 0, weights: dict[str, torch.Tensor] | None = None,
-                  http_port: int | None = None) -> DeploymentHandle:
+                  http_port: int | None = None, ready_timeout_s: float = 60.0) -> DeploymentHandle:
     """Deploy the service as the Serve application ``APP`` on the connected cluster and
-    return its handle. The learned model has ``weights`` (a ``RewardModel`` state_dict),
-    or, when None, is fitted here (``train_reward_model(model_steps, seed)``)."""
+    return its handle once a replica runs. The learned model has ``weights`` (a
+    ``RewardModel`` state_dict), or, when None, is fitted here (``train_reward_model(model_steps, seed)``).
+
+    Raises ``SpecError`` on a ``ready_timeout_s`` that is not a positive, finite number of
+    seconds (before anything starts), and ``RewardServiceTimeout`` when no replica runs
+    within it (e.g. no ``REPLICA_CPUS`` CPUs free to place one); the app is then deleted
+    (Serve itself stays up, as ``running_service`` shuts it down).
+    """
+    _check_seconds("ready_timeout_s", ready_timeout_s)
     if weights is None:
         model, _ = train_reward_model(model_steps, seed)
         weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -87,7 +142,22 @@ def start_service(max_replicas: int = 4, min_replicas: int = 1, target_ongoing_r
     else:
         serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": http_port})
     app = RewardService.options(autoscaling_config=autoscaling).bind(weights)
-    return serve.run(app, name=APP, route_prefix=None if http_port is None else "/rewards")
+    target = serve.RunTarget(app, name=APP, route_prefix=None if http_port is None else "/rewards")
+    handle = serve.run_many([target], wait_for_applications_running=False)[0]
+    deadline = time.monotonic() + ready_timeout_s
+    while (status := serve.status().applications[APP]).status != ApplicationStatus.RUNNING:
+        if status.status == ApplicationStatus.DEPLOY_FAILED:
+            serve.delete(APP)
+            raise RuntimeError(f"deploying the reward service app {APP!r} failed: {status.message}")
+        if time.monotonic() >= deadline:
+            free, total = ray.available_resources().get("CPU", 0.0), ray.cluster_resources().get("CPU", 0.0)
+            why = "no resources to place a replica: " if free < REPLICA_CPUS else "replicas still starting: "
+            serve.delete(APP)
+            raise RewardServiceTimeout(
+                f"reward service app {APP!r}: no replica ready after {ready_timeout_s:g} s ({why}each claims "
+                f"{REPLICA_CPUS:g} CPU, the cluster has {free:g} of {total:g} CPUs free); app deleted")
+        time.sleep(0.2)
+    return handle
 
 
 @contextlib.contextmanager
@@ -110,20 +180,32 @@ def running_service(num_cpus: int = 2, **options) -> Iterator[DeploymentHandle]:
 
 
 class RewardClient:
-    """A job's connection to the service: ``score`` blocks for one batch's rewards.
+    """A job's connection to the service: ``score`` blocks for one batch's rewards, at
+    most ``timeout_s`` (a positive, finite number of seconds, else ``SpecError``).
 
     Built lazily inside a Ray worker or driver connected to the cluster running ``app``.
-    ``latencies_ms`` has one entry per call (round trip as the caller saw it).
+    ``latencies_ms`` has one entry per answered call (round trip as the caller saw it).
     """
 
-    def __init__(self, app: str = APP) -> None:
+    def __init__(self, app: str = APP, timeout_s: float = 30.0) -> None:
+        _check_seconds("timeout_s", timeout_s)
         self.app = app
+        self.timeout_s = timeout_s
         self.handle: DeploymentHandle = serve.get_app_handle(app)
         self.latencies_ms: list[float] = []
 
     def score(self, items: list[Item], kind: str = "exact") -> list[float]:
+        """The service's rewards of ``items`` (``RewardService.score``; its ``SpecError``
+        on a bad ``kind`` or item propagates); raises ``RewardServiceTimeout`` and cancels the
+        call when they do not come within ``timeout_s`` (e.g. no replica of the app can run)."""
         t0 = time.perf_counter()
-        rewards = self.handle.score.remote(items, kind).result()
+        response = self.handle.score.remote(items, kind)
+        try:
+            rewards = response.result(timeout_s=self.timeout_s)
+        except TimeoutError as err:
+            response.cancel()
+            raise RewardServiceTimeout(f"reward service app {self.app!r}: no rewards after {self.timeout_s:g} s "
+                                       "(the app is overloaded, has no running replica, or is gone)") from err
         self.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
         return rewards
 

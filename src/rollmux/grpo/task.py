@@ -13,6 +13,7 @@ reference, a dense but exactly checked signal in [0, 1]; 1.0 means an exact answ
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from rollmux.errors import SpecError
@@ -22,6 +23,12 @@ CHARS = BOS + "0123456789+=>"
 VOCAB_SIZE = len(CHARS)
 BOS_ID = CHARS.index(BOS)
 _INDEX = {c: i for i, c in enumerate(CHARS)}
+# The prompt form of each task (what ``Task.sample`` makes): a pattern and its description.
+_PROMPT_FORMS = {
+    "add": (re.compile(r"\^[0-9]{2}\+[0-9]{2}="), "BOS, 2 digits, '+', 2 digits, '=' (e.g. '^37+48=')"),
+    "reverse": (re.compile(r"\^[0-9]{4}>"), "BOS, 4 digits, '>' (e.g. '^4071>')"),
+    "sort": (re.compile(r"\^[0-9]{4}>"), "BOS, 4 digits, '>' (e.g. '^4071>')"),
+}
 
 
 def encode(text: str) -> list[int]:
@@ -54,7 +61,12 @@ class Task:
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
-        """The reference answer of a prompt of this task (as ``sample`` makes them)."""
+        """The reference answer of a prompt of this task (as ``sample`` makes them); raises
+        ``SpecError`` naming the prompt when it is not of this task's form (empty, no BOS,
+        letters, wrong length)."""
+        pattern, form = _PROMPT_FORMS[self.name]
+        if not isinstance(prompt, str) or not pattern.fullmatch(prompt):
+            raise SpecError("prompt", prompt, f"a prompt of task {self.name!r}: {form}")
         if self.name == "add":
             return f"{int(prompt[1:3]) + int(prompt[4:6]):03d}"
         digits = prompt[1:5]
@@ -71,5 +83,8 @@ def get_task(name: str) -> Task:
 
 
 def reward(completion: str, answer: str) -> float:
-    """Fraction of positions where ``completion`` matches ``answer`` (missing characters count as wrong)."""
+    """Fraction of positions where ``completion`` matches ``answer`` (missing characters count as wrong);
+    raises ``SpecError`` on an empty ``answer``."""
+    if not answer:
+        raise SpecError("answer", answer, "a non-empty reference answer")
     return sum(a == b for a, b in zip(completion, answer)) / len(answer)

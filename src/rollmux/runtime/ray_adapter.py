@@ -13,8 +13,10 @@ accounting.
 
 Contract of ``RayJobRunner``
 ----------------------------
-* ``start`` checks, before creating anything, that every pinned node is alive in the
-  Ray cluster and advertises its ``rollmux_node:<id>`` resource (``UnknownNodeError``).
+* Invalid arguments raise ``SpecError`` at construction, before anything touches Ray.
+* ``start`` checks, before creating anything, that no other started runner has the job
+  id (``RayAdapterError``) and that every pinned node is alive in the Ray cluster and
+  advertises its ``rollmux_node:<id>`` resource (``UnknownNodeError``).
 * It then reserves one placement-group bundle per worker, each bundle requiring its
   node's resource, and waits at most ``timeout_s`` for the reservation; on timeout it
   removes the group and raises ``PlacementTimeout``. Either way nothing is left behind.
@@ -25,6 +27,7 @@ Contract of ``RayJobRunner``
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +35,7 @@ from typing import Any
 
 import ray
 from ray.cluster_utils import Cluster
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, get_placement_group, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rollmux.errors import RollMuxError, SpecError
@@ -41,6 +44,7 @@ from rollmux.plan_state import Placement
 from rollmux.runtime.ray_start import start_ray
 
 NODE_RESOURCE_PREFIX = "rollmux_node:"
+MIN_CLAIM = 0.0001  # Ray's resource precision: a smaller fractional quantity is refused at scheduling
 MAX_TIMEOUT_S = 86_400.0  # a reservation's wait: finite (Ray overflows on inf)
 GPU_RESOURCE = {ROLLOUT: "rollout_gpu", TRAIN: "train_gpu"}
 
@@ -211,8 +215,22 @@ def _ray_node_id(_actor: Any) -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-def _as_actor_class(cls: type) -> Any:
-    return cls if isinstance(cls, ray.actor.ActorClass) else ray.remote(cls)
+def _as_actor_class(field: str, cls: type) -> Any:
+    """``cls`` as a Ray actor class; raises ``SpecError`` naming ``field`` unless it is a class or one."""
+    if isinstance(cls, ray.actor.ActorClass):
+        return cls
+    if not isinstance(cls, type):
+        raise SpecError(field, cls, "a worker class or a Ray actor class (@ray.remote)")
+    return ray.remote(cls)
+
+
+def _placement_group_alive(name: str) -> bool:
+    """Whether the connected cluster holds a placement group named ``name`` (not removed)."""
+    try:
+        get_placement_group(name)
+    except ValueError:
+        return False
+    return True
 
 
 class RayJobRunner:
@@ -223,6 +241,12 @@ class RayJobRunner:
     actors are started on each pinned node, each claiming ``claim`` of that node's
     ``rollmux_node:<id>`` resource and no CPU or GPU. ``actor_options`` are extra
     ``.options(...)`` for every worker (e.g. ``runtime_env``); scheduling keys are ours.
+
+    Invalid arguments raise ``SpecError`` before anything touches Ray: a ``job_id`` that is
+    not a non-empty string, a ``placement`` that is not a ``Placement``, a worker that is
+    neither a class nor a Ray actor class, a ``claim`` outside [``MIN_CLAIM``, 1] (Ray
+    cannot represent less), and a ``claim`` whose workers can never fit on one node
+    (``claim`` x ``workers_per_node`` x the pools pinned to that node above 1).
     """
 
     def __init__(
@@ -237,20 +261,32 @@ class RayJobRunner:
         timeout_s: float = 60.0,
         actor_options: dict[str, Any] | None = None,
     ) -> None:
+        if not isinstance(job_id, str) or not job_id:
+            raise SpecError("job_id", job_id, "a non-empty string")
+        if not isinstance(placement, Placement):
+            raise SpecError("placement", placement, "a rollmux.plan_state.Placement")
         if isinstance(workers_per_node, bool) or not isinstance(workers_per_node, int) or workers_per_node < 1:
             raise SpecError("workers_per_node", workers_per_node, "an integer >= 1")
-        if isinstance(claim, bool) or not isinstance(claim, (int, float)) or not 0 < claim <= 1:
-            raise SpecError("claim", claim, "a fraction in (0, 1]")
+        if isinstance(claim, bool) or not isinstance(claim, (int, float)) or not MIN_CLAIM <= claim <= 1:
+            raise SpecError("claim", claim, f"a fraction in [{MIN_CLAIM:g}, 1] (Ray's resource precision)")
+        per_node = Counter((*placement.rollout_nodes, *placement.train_nodes))
+        for node, pools in per_node.items():
+            if claim * workers_per_node * pools > 1 + 1e-9:
+                raise SpecError("claim", claim, f"at most 1/{workers_per_node * pools} so that the "
+                                f"{workers_per_node * pools} workers pinned to node {node} fit there")
         if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
                 or not 0 < timeout_s <= MAX_TIMEOUT_S):
             raise SpecError("timeout_s", timeout_s, f"a positive number of seconds, at most {MAX_TIMEOUT_S:g}")
+        if actor_options is not None and not isinstance(actor_options, dict):
+            raise SpecError("actor_options", actor_options, "a dict of Ray actor options")
         reserved = {"resources", "num_cpus", "num_gpus", "scheduling_strategy", "placement_group"}
         clash = reserved.intersection(actor_options or {})
         if clash:
             raise SpecError("actor_options", sorted(clash), "no scheduling keys (the runner sets them)")
         self.job_id = job_id
         self.placement = placement
-        self._classes = {pool: _as_actor_class(cls) for pool, cls in ((ROLLOUT, rollout_worker), (TRAIN, train_worker))}
+        self._classes = {pool: _as_actor_class(f"{pool}_worker", cls)
+                         for pool, cls in ((ROLLOUT, rollout_worker), (TRAIN, train_worker))}
         self._nodes = {ROLLOUT: tuple(placement.rollout_nodes), TRAIN: tuple(placement.train_nodes)}
         self.workers_per_node = workers_per_node
         self.claim = claim
@@ -265,14 +301,19 @@ class RayJobRunner:
         """Reserve the pinned nodes and start the workers; returns self.
 
         Raises ``UnknownNodeError`` or ``PlacementTimeout`` with nothing left behind (also
-        when interrupted while it waits), and ``RayAdapterError`` if already started or
-        without a Ray connection.
+        when interrupted while it waits), and ``RayAdapterError`` if already started, if
+        another started runner has this job id (its placement group ``rollmux-<job_id>``
+        is alive), or without a Ray connection.
         """
         if self._pg is not None:
             raise RayAdapterError(f"job {self.job_id!r}: already started")
         if not ray.is_initialized():
             raise RayAdapterError(f"job {self.job_id!r}: no Ray connection (ray.init first, to the cluster whose "
                                   f"nodes carry the rollmux_node:<id> resources)")
+        name = f"rollmux-{self.job_id}"
+        if _placement_group_alive(name):
+            raise RayAdapterError(f"job {self.job_id!r}: another runner of this job id is started "
+                                  f"(placement group {name!r} exists); shut it down first")
         self._check_nodes()
         infos = [
             WorkerInfo(self.job_id, pool, node, i * self.workers_per_node + k)
@@ -285,7 +326,7 @@ class RayJobRunner:
         bundles = [{node_resource(info.node_id): self.claim} for info in infos]
         # The pin comes from each bundle's resource; "SPREAD" is only a soft tie-breaker,
         # so several workers (or both pools of a colocated job) may share one node.
-        pg = placement_group(bundles, strategy="SPREAD", name=f"rollmux-{self.job_id}")
+        pg = placement_group(bundles, strategy="SPREAD", name=name)
         try:
             ready, _ = ray.wait([pg.ready()], timeout=self.timeout_s)
         except BaseException:  # (Ctrl-C while waiting): the reservation goes too
