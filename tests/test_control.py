@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from rollmux.model import Cluster, Job, NodeSpec, PoolSpec, SwitchCost
+from rollmux.model import ROLLOUT, Cluster, Job, NodeSpec, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
 from rollmux.runtime.control import (DONE, EXPIRED, PLACED, WAITING, ControlPlane, DuplicateJob,
@@ -254,6 +254,39 @@ def test_a_phase_longer_than_its_profile_is_flagged_and_shown():
     assert job["over_profile"] == 2 and job["profile_s"] == {"rollout": 10.0, "train": 10.0}
     again = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())))
     assert again.record("a").over_profile == 2 and again.record("a").phase_max_s == rec.phase_max_s
+
+
+def test_a_phase_that_does_not_end_shows_as_overdue_in_status_and_metrics(monkeypatch):
+    """A hung worker whose process still heartbeats held its grant unseen: ``over_profile``
+    counts a phase only when it is released. Now a phase held beyond its profile x 1.1
+    plus its switch is listed, and counted per pool at scrape time."""
+    from rollmux.runtime.metrics import ServiceMetrics
+
+    cp = ControlPlane(_cluster())
+    submit(cp, _job("a", iterations=5, t=10.0), 0.0)
+    grant = cp.acquire("a", ROLLOUT)
+    allowed = 10.0 * 1.1 + grant.switch_s
+    assert cp.overdue(grant.granted_at + allowed - 0.01) == []
+    late = grant.granted_at + allowed + 5.0
+    (entry,) = cp.overdue(late)
+    assert entry["job_id"] == "a" and entry["pool"] == ROLLOUT and entry["seq"] == grant.seq
+    assert entry["held_s"] == pytest.approx(allowed + 5.0) and entry["allowed_s"] == pytest.approx(allowed)
+    assert cp.status(late)["overdue"] == [entry]
+    text = ServiceMetrics(lambda: cp, lambda _: None, now=lambda: late).render().decode()
+    assert 'rollmux_phases_overdue{pool="rollout"} 1.0' in text and 'rollmux_phases_overdue{pool="train"} 0.0' in text
+    import io
+
+    from rich.console import Console
+
+    import rollmux.cli_service as cli_service
+
+    shown = io.StringIO()
+    monkeypatch.setattr(cli_service, "console", Console(file=shown, width=200))
+    cli_service._print_status({**cp.status(late), "tenants": {}})
+    assert f"overdue: a has held its rollout phase on {','.join(grant.nodes)} for {allowed + 5.0:,.0f} s" \
+        in shown.getvalue()
+    cp.release("a", ROLLOUT, grant.seq, allowed + 5.0, late)
+    assert cp.overdue(late) == []
 
 
 def test_status_table_shows_profile_against_measured():

@@ -291,6 +291,11 @@ def _print_status(doc: dict) -> None:
     for r in doc.get("regroupings", []):
         state = f"opened as {r['opened']}" if r["opened"] else f"stopping {', '.join(r['waiting']) or '-'}"
         console.print(escape(f"regrouping {r['regroup']}: {', '.join(r['members'])} ({state})"))
+    for o in doc.get("overdue", []):  # a phase that does not end: a hung worker holds its nodes
+        console.print("[yellow]" + escape(f"overdue: {o['job_id']} has held its {o['pool']} phase on "
+                                          f"{','.join(o['nodes'])} for {o['held_s']:,.0f} s (profile allows "
+                                          f"{o['allowed_s']:,.0f} s); `rollmux cancel {o['job_id']}` frees "
+                                          f"the nodes") + "[/yellow]")
     console.print(f"waiting ({escape(doc.get('queue', 'fifo'))}): {escape(', '.join(doc['waiting']) or '-')}   "
                   f"drained: {escape(', '.join(doc['drained']) or '-')}   "
                   f"held for regroupings: {escape(', '.join(doc.get('held', [])) or '-')}   "

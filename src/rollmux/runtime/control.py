@@ -1114,7 +1114,7 @@ class ControlPlane:
                 "queue": "backfill" if self.backfill else "fifo", "jobs": jobs,
                 "drained": sorted(self.drained), "nodes": nodes, "regroupings": regroupings,
                 "held": sorted(n for h in self.holds.values() for ns in h.held.values() for n in ns),
-                "cost_per_hour": self.plan.cost_per_hour()}
+                "overdue": self.overdue(now), "cost_per_hour": self.plan.cost_per_hour()}
 
     def counts(self) -> dict[str, int]:
         """Jobs by state: the records in ``jobs`` and the departed ones dropped from memory."""
@@ -1125,6 +1125,21 @@ class ControlPlane:
 
     def outstanding_grants(self) -> int:
         return sum(len(r.grants) for r in self.jobs.values())
+
+    def overdue(self, now: float) -> list[dict]:
+        """The phases held at ``now`` for longer than their profile allows: beyond the
+        worst-case phase time x (1 + ``PROFILE_TOLERANCE``) plus the grant's switch. A
+        phase that never ends (a hung worker whose process still heartbeats) shows here;
+        ``over_profile`` counts a phase only once it is released. Each entry: job_id,
+        pool, seq, nodes, held_s, allowed_s."""
+        out = []
+        for rec in self.jobs.values():
+            for g in rec.grants:
+                allowed = self._phase_profile(rec, g.pool) * (1 + PROFILE_TOLERANCE) + g.switch_s
+                if now - g.granted_at > allowed:
+                    out.append({"job_id": rec.job_id, "pool": g.pool, "seq": g.seq, "nodes": list(g.nodes),
+                                "held_s": now - g.granted_at, "allowed_s": allowed})
+        return out
 
     # --- persistence ------------------------------------------------------------------
     def take_changes(self) -> Changes:

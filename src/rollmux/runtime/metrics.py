@@ -14,7 +14,9 @@ to bound label cardinality. The service feeds the histograms and counters:
 * ``rollmux_regroup_decide_seconds``: one round of regroupings decided off the lock
   (``rollmux.runtime.regroup_ticket``); ``rollmux_regroups_stale_total``: decisions its
   check found stale when they came back (dropped, and asked for again);
-* ``rollmux_lease_expiries_total``; ``rollmux_http_errors_total{status}``.
+* ``rollmux_lease_expiries_total``; ``rollmux_http_errors_total{status}``;
+* ``rollmux_phases_overdue{pool}`` (read at scrape time, on the service's clock): phases
+  held longer than their profile allows (``ControlPlane.overdue``).
 
 Per tenant of the tenants file (their number is the operator's, so the labels are
 bounded): ``rollmux_tenant_live_jobs{tenant}``, ``rollmux_tenant_gpus{tenant}`` (rollout
@@ -38,11 +40,13 @@ FAST_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1
 
 class _StateCollector:
     def __init__(self, control: Callable[[], ControlPlane], age: Callable[[str], float | None],
-                 per_job_limit: int, tenants: Callable[[], dict[str, dict]]) -> None:
+                 per_job_limit: int, tenants: Callable[[], dict[str, dict]],
+                 now: Callable[[], float] | None) -> None:
         self._control = control
         self._age = age
         self._limit = per_job_limit
         self._tenants = tenants
+        self._now = now
 
     def collect(self):
         yield from self._tenant_gauges()
@@ -54,6 +58,13 @@ class _StateCollector:
         yield GaugeMetricFamily("rollmux_groups", "Co-execution groups", value=len(cp.plan.groups))
         yield GaugeMetricFamily("rollmux_grants_outstanding", "Phases granted and not yet ended",
                                 value=cp.outstanding_grants())
+        if self._now is not None:
+            overdue = GaugeMetricFamily("rollmux_phases_overdue", "Phases held longer than their profile allows "
+                                        "(ControlPlane.overdue: a hung worker's phase shows here)", labels=["pool"])
+            late = [o["pool"] for o in cp.overdue(self._now())]
+            for pool in sorted(set(late) | {"rollout", "train"}):
+                overdue.add_metric([pool], late.count(pool))
+            yield overdue
         yield CounterMetricFamily("rollmux_grants", "Grants given since the state file was created",
                                   value=cp.grants_total)
         busy = CounterMetricFamily("rollmux_pool_busy_node_seconds", "Node-seconds of ended phases",
@@ -116,7 +127,8 @@ class ServiceMetrics:
     """The registry, the instruments the service feeds, and the Prometheus text rendering."""
 
     def __init__(self, control: Callable[[], ControlPlane], age: Callable[[str], float | None],
-                 per_job_limit: int = 500, tenants: Callable[[], dict[str, dict]] = dict) -> None:
+                 per_job_limit: int = 500, tenants: Callable[[], dict[str, dict]] = dict,
+                 now: Callable[[], float] | None = None) -> None:
         r = self.registry = CollectorRegistry()
         self.phase_seconds = Histogram("rollmux_phase_duration_seconds", "Phase durations reported by jobs",
                                        ["pool"], buckets=PHASE_BUCKETS, registry=r)
@@ -136,7 +148,7 @@ class ServiceMetrics:
                                       "stale when they came back", registry=r)
         self.expiries = Counter("rollmux_lease_expiries", "Jobs that lost their lease", registry=r)
         self.http_errors = Counter("rollmux_http_errors", "Error answers by status", ["status"], registry=r)
-        r.register(_StateCollector(control, age, per_job_limit, tenants))
+        r.register(_StateCollector(control, age, per_job_limit, tenants, now))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

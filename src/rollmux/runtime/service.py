@@ -133,7 +133,7 @@ class Service:
         self.leases = Leases(self.config.lease_s, self.config.grace_s, self.clock.monotonic)
         self.leases.ensure(r.job_id for r in self.control.jobs.values() if r.live)
         self.metrics = ServiceMetrics(lambda: self.control, self.leases.age, self.config.per_job_metrics,
-                                      self.tenant_usage)
+                                      self.tenant_usage, self.clock.now)
         self._lock = asyncio.Lock()
         self._follow_ups: set[asyncio.Task] = set()  # background changes (``follow_up``), kept until done
         self._waiters: dict[str, asyncio.Event] = {}
