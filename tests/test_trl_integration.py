@@ -104,6 +104,11 @@ def test_bad_policy_or_device_is_refused_before_anything_starts(tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(SpecError, match="CUDA"):
             run_two_jobs(tmp_path, steps=1, device="cuda")
+    for steps in (2.5, True, "3", float("nan")):  # (2.5 started Ray and both jobs, then failed in the actor)
+        with pytest.raises(SpecError, match="steps="):
+            run_two_jobs(tmp_path, steps=steps)
+    with pytest.raises(SpecError, match="policy="):
+        run_two_jobs(tmp_path, steps=1, policy=["tiny-qwen2"])
     assert list(tmp_path.iterdir()) == [], "nothing written"
 
 
@@ -250,3 +255,45 @@ def test_a_train_that_raises_hands_the_model_back_and_can_be_run_again(tmp_path)
         client.close()
     with pytest.raises(SpecError, match="job='NoneType'"):
         RollMuxGRPOTrainer(job=None, model=model, reward_funcs=digit_reward, args=config)
+
+
+def test_a_cache_too_small_for_the_model_is_named_and_left_as_it_was(tmp_path):
+    """The budget error was masked by a 'load with residency device' error from the hand
+    back, and the entry stayed in the user's cache, so every later train() failed too,
+    whatever the budget. A cache of the wrong kind is refused before the trainer is built."""
+    pytest.importorskip("trl")
+    from trl import GRPOConfig
+
+    from rollmux.demo import _control_plane
+    from rollmux.errors import SpecError
+    from rollmux.integrations.trl import RollMuxGRPOTrainer
+    from rollmux.integrations.trl_toy import COMPLETION_LEN, digit_reward, shift_dataset, toy_tokenizer, tiny_qwen2
+    from rollmux.runtime.sdk import Client
+    from rollmux.runtime.state_cache import CacheBudgetError, StateCache
+
+    tokenizer = toy_tokenizer()
+    model = tiny_qwen2(tokenizer, 1)
+    config = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=1, seed=1,
+                        per_device_train_batch_size=8, num_generations=8, max_completion_length=COMPLETION_LEN,
+                        learning_rate=1e-2, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
+                        disable_tqdm=True)
+    with _control_plane(1, 1, str(tmp_path)) as (url, token):
+        client = Client(url, token=token)
+        job = client.submit({"job_id": "small", "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 2.0})
+        job.wait_placed(timeout_s=60)
+        for cache, needle in (("x", "cache='str'"), (object(), "cache='object'")):
+            with pytest.raises(SpecError, match=needle):
+                RollMuxGRPOTrainer(job=job, model=model, reward_funcs=digit_reward, args=config, cache=cache)
+        with pytest.raises(SpecError, match="cache_budget_bytes='8G'"):
+            RollMuxGRPOTrainer(job=job, model=model, reward_funcs=digit_reward, args=config, cache_budget_bytes="8G")
+        cache = StateCache(1000)
+        trainer = RollMuxGRPOTrainer(job=job, model=model, reward_funcs=digit_reward, args=config, cache=cache,
+                                     processing_class=tokenizer, train_dataset=shift_dataset(0, 8, 1))
+        with pytest.raises(CacheBudgetError, match="budget has 1000 bytes left"):
+            trainer.train()
+        assert "small/policy" not in cache and all(p.numel() for p in model.parameters())
+        cache.budget_bytes = 1 << 30
+        trainer.train()
+        assert trainer.state.global_step == 1 and client.job("small")["iterations_done"] == 1
+        job.complete()
+        client.close()

@@ -105,7 +105,11 @@ class _StateCallback(TrainerCallback):
         optimizer = getattr(t.optimizer, "optimizer", t.optimizer)  # accelerate's AcceleratedOptimizer wraps it
         t.phases.device = str(t.accelerator.device)
         t.phases.cache.register(t.phases.key, t.model, optimizer)
-        t.phases.cache.offload(t.phases.key)
+        try:
+            t.phases.cache.offload(t.phases.key)
+        except BaseException:  # (e.g. over the cache's budget): the state never left the module
+            t.phases.cache.remove(t.phases.key)
+            raise
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.trainer.phases.hand_back()
@@ -126,6 +130,15 @@ class RollMuxGRPOTrainer(GRPOTrainer):
         if not isinstance(job, JobHandle):  # before the whole GRPOTrainer is built
             raise SpecError("job", type(job).__name__, "a rollmux JobHandle (Client.submit or Client.attach)",
                             "RollMuxGRPOTrainer")
+        if cache is not None and not isinstance(cache, StateCache):
+            raise SpecError("cache", type(cache).__name__, "a rollmux StateCache, or None for a new one of "
+                            "cache_budget_bytes", "RollMuxGRPOTrainer")
+        if cache is None:
+            try:
+                cache = StateCache(cache_budget_bytes)
+            except SpecError:
+                raise SpecError("cache_budget_bytes", cache_budget_bytes, "an int >= 0 (bytes of host memory)",
+                                "RollMuxGRPOTrainer") from None
         super().__init__(*args, **kwargs)
         generate_every = self.args.steps_per_generation * self.num_iterations
         if generate_every % self.args.gradient_accumulation_steps:
@@ -133,8 +146,7 @@ class RollMuxGRPOTrainer(GRPOTrainer):
                             "steps_per_generation x num_iterations a multiple of gradient_accumulation_steps "
                             f"({self.args.gradient_accumulation_steps}), so that no generation falls inside an "
                             "accumulation", "RollMuxGRPOTrainer")
-        self.phases = PhaseHolder(job, cache if cache is not None else StateCache(cache_budget_bytes),
-                                  f"{job.job_id}/policy")
+        self.phases = PhaseHolder(job, cache, f"{job.job_id}/policy")
         self.add_callback(_StateCallback(self))
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:

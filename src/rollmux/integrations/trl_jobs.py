@@ -167,7 +167,7 @@ def build_trainer(handle: JobHandle, job: TRLJob, steps: int, output_dir: str, *
 def _policy(name: str):
     from rollmux.integrations.trl_toy import POLICIES
 
-    if name not in POLICIES:
+    if not isinstance(name, str) or name not in POLICIES:
         raise SpecError("policy", name, f"one of {sorted(POLICIES)}")
     return POLICIES[name]
 
@@ -193,7 +193,7 @@ def run_two_jobs(out_dir: Path, steps: int = DEFAULT_STEPS, jobs: tuple[TRLJob, 
     Bad arguments (``steps`` < 1, an unknown ``policy`` or ``device``, ``cuda`` where
     torch sees no GPU) raise ``SpecError`` before anything starts.
     """
-    if steps < 1:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:  # (2.5 ran 12 s, then failed)
         raise SpecError("steps", steps, "an integer >= 1")
     _policy(policy)
     _check_device(device)
