@@ -8,7 +8,7 @@ import pytest
 from rollmux.model import ROLLOUT, Cluster, Job, NodeSpec, PoolSpec, SwitchCost
 from rollmux.plan_state import PlanState
 from rollmux.planner import Planner
-from rollmux.runtime.control import (DONE, EXPIRED, PLACED, WAITING, ControlPlane, DuplicateJob,
+from rollmux.runtime.control import (DONE, EXPIRED, PLACED, WAITING, ControlError, ControlPlane, DuplicateJob,
                                      JobEnded, NeverFits, NODE_ADDS_KEPT, PhaseOrderError, RequestReused)
 
 TOKEN = "0" * 64
@@ -287,6 +287,34 @@ def test_a_phase_that_does_not_end_shows_as_overdue_in_status_and_metrics(monkey
         in shown.getvalue()
     cp.release("a", ROLLOUT, grant.seq, allowed + 5.0, late)
     assert cp.overdue(late) == []
+
+
+def test_a_failed_update_may_restart_its_iteration_at_the_rollout():
+    """``restart`` (a framework that cannot redo an update: its batch went with the
+    failure) makes the job due for its rollout, nothing counted; refused, changing
+    nothing, without ``failed``, on a rollout, or for an asynchronous job."""
+    cp = ControlPlane(_cluster())
+    submit(cp, _job("a", iterations=3, t=10.0), 0.0)
+    t = _run_phase(cp, "a", 0.0, 10.0)  # rollout
+    grant = cp.acquire("a", "train")
+    before = json.dumps(cp.snapshot(), sort_keys=True)
+    for phase, failed in (("train", False), ("rollout", True)):
+        with pytest.raises(ControlError, match="restart"):
+            cp.release("a", phase, grant.seq, 1.0, t + 1.0, failed=failed, restart=True)
+    assert json.dumps(cp.snapshot(), sort_keys=True) == before
+    cp.release("a", "train", grant.seq, 1.0, t + 1.0, failed=True, restart=True)
+    rec = cp.record("a")
+    assert rec.next_phase == ROLLOUT and rec.iterations_done == 0 and rec.grant.pool == ROLLOUT
+    with pytest.raises(PhaseOrderError):
+        cp.acquire("a", "train")
+    t = _run_phase(cp, "a", t + 1.0, 10.0)  # the iteration again: rollout, then train
+    t = _run_phase(cp, "a", t, 10.0)
+    assert cp.record("a").iterations_done == 1
+    again = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())))
+    assert again.record("a").next_phase == ROLLOUT
+    submit(cp, Job("b", 10.0, 10.0, slo=2.0, iterations=3, staleness=1), t)  # (checked before its grant)
+    with pytest.raises(ControlError, match="synchronous job's failed training phase"):
+        cp.release("b", "train", 1, 1.0, t + 2.0, failed=True, restart=True)
 
 
 def test_status_table_shows_profile_against_measured():

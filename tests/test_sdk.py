@@ -401,3 +401,14 @@ def test_a_410_naming_a_jobs_end_on_a_call_that_is_not_a_jobs_is_a_refusal_not_a
     with pytest.raises(JobCancelled) as ended:  # a job's own call: its end, as before
         _answering(410, b'{"state": "cancelled", "reason": "by admin"}').job("j1")
     assert ended.value.job_id == "j1" and ended.value.reason == "by admin"
+
+
+def test_only_a_train_phase_may_restart_its_iteration_on_failure(srv):
+    job = Client(srv.url, ADMIN).submit(_spec("r", iterations=None))
+    with pytest.raises(ValueError, match="restart_on_failure with phase='rollout'"):
+        job.phase("rollout", restart_on_failure=True)
+    with pytest.raises(RuntimeError):
+        with job.phase("rollout"):
+            raise RuntimeError("a failed rollout is due again")
+    assert job.view["next_phase"] == "rollout"
+    job.cancel()

@@ -257,6 +257,51 @@ def test_a_train_that_raises_hands_the_model_back_and_can_be_run_again(tmp_path)
         RollMuxGRPOTrainer(job=None, model=model, reward_funcs=digit_reward, args=config)
 
 
+def test_a_train_whose_update_fails_can_be_run_again(tmp_path):
+    """A callback raising at the end of step 2 (a checkpoint's disk full) failed the train
+    phase; the job was then due for training, and the second ``train()``, which starts
+    with a generation, was refused for good (409 'due for train'). The failed update now
+    restarts the job's iteration at its rollout (``restart_on_failure``)."""
+    pytest.importorskip("trl")
+    from transformers import TrainerCallback
+    from trl import GRPOConfig
+
+    from rollmux.demo import _control_plane
+    from rollmux.integrations.trl import RollMuxGRPOTrainer
+    from rollmux.integrations.trl_toy import COMPLETION_LEN, digit_reward, shift_dataset, toy_tokenizer, tiny_qwen2
+    from rollmux.runtime.sdk import Client
+
+    class DiskFull(TrainerCallback):
+        armed = True
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.armed and state.global_step == 2:
+                self.armed = False
+                raise OSError("checkpoint disk full")
+
+    tokenizer = toy_tokenizer()
+    model = tiny_qwen2(tokenizer, 1)
+    config = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=4, seed=1,
+                        per_device_train_batch_size=8, num_generations=8, max_completion_length=COMPLETION_LEN,
+                        learning_rate=1e-2, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
+                        disable_tqdm=True)
+    with _control_plane(1, 1, str(tmp_path)) as (url, token):
+        client = Client(url, token=token)
+        job = client.submit({"job_id": "update", "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 2.0})
+        job.wait_placed(timeout_s=60)
+        trainer = RollMuxGRPOTrainer(job=job, model=model, reward_funcs=digit_reward, args=config,
+                                     processing_class=tokenizer, train_dataset=shift_dataset(0, 8 * 4, 1),
+                                     callbacks=[DiskFull()])
+        with pytest.raises(OSError, match="checkpoint disk full"):
+            trainer.train()
+        view = client.job("update")
+        assert (view["next_phase"], view["iterations_done"]) == ("rollout", 1)
+        trainer.train()
+        assert trainer.state.global_step == 4 and client.job("update")["iterations_done"] == 5
+        job.complete()
+        client.close()
+
+
 def test_a_cache_too_small_for_the_model_is_named_and_left_as_it_was(tmp_path):
     """The budget error was masked by a 'load with residency device' error from the hand
     back, and the entry stayed in the user's cache, so every later train() failed too,

@@ -257,14 +257,15 @@ class GroupExecutor:
             tail.parked = [p for p in tail.parked if p[0] != job_id]
 
     def finish(self, job_id: str, now: float, requeue: bool = True, pool: str | None = None,
-               failed: bool = False) -> str:
+               failed: bool = False, restart: bool = False) -> str:
         """End the running phase of ``job_id`` at ``now``; queue its next phase unless told not to.
 
         ``pool`` names the phase (rule 11; needed when an asynchronous member runs two).
         ``failed``: the phase did not complete (the job's code raised): its nodes are freed
         and the same phase is queued again, as if it had never been granted (an
-        asynchronous member's counters do not count it). Returns the pool of the phase
-        that ended.
+        asynchronous member's counters do not count it); with ``restart`` (a synchronous
+        member's failed training phase) its rollout is queued instead: the iteration starts
+        again. Returns the pool of the phase that ended.
         """
         slot = self._members[job_id]
         if slot.pipe is not None:
@@ -285,7 +286,7 @@ class GroupExecutor:
             self._last[node] = job_id
         slot.running = None
         if requeue:
-            nxt = pool if failed else TRAIN if pool == ROLLOUT else ROLLOUT
+            nxt = (ROLLOUT if restart else pool) if failed else TRAIN if pool == ROLLOUT else ROLLOUT
             insort(self._queues[nxt], (now, slot.order, job_id))
         if job_id in self._tails:
             self._tail_leave(job_id, now)

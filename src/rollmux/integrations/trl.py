@@ -75,7 +75,10 @@ class PhaseHolder:
 
     def hold(self, name: str) -> None:
         self.release()
-        self._stack.enter_context(self.job.phase(name, state=self.cache, key=self.key, device=self.device))
+        # a failed update cannot be redone (the batch is gone with it; a new train() generates
+        # again), so a failed train phase restarts the job's iteration at its rollout
+        self._stack.enter_context(self.job.phase(name, state=self.cache, key=self.key, device=self.device,
+                                                 restart_on_failure=name == TRAIN))
         self.held = name
 
     def release(self, failure: BaseException | None = None) -> None:

@@ -137,6 +137,9 @@ class ReleaseRequest(_Request):
     failed: StrictBool = Field(default=False, description="the job's code raised in the phase: it did not "
                                                           "complete; the job is due for the same phase again "
                                                           "and nothing is counted")
+    restart: StrictBool = Field(default=False, description="with failed, for a synchronous job's training "
+                                                           "phase: the job is due for its rollout instead (its "
+                                                           "iteration starts again)")
 
 
 class HeartbeatRequest(_Request):

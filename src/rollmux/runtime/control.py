@@ -572,11 +572,14 @@ class ControlPlane:
                 or (rec.asynchronous and rec.last_released_in.get(phase) == grant_seq))
 
     def release(self, job_id: str, phase: str, grant_seq: int, duration_s: float, now: float,
-                failed: bool = False) -> JobRecord:
+                failed: bool = False, restart: bool = False) -> JobRecord:
         """End the granted ``phase``; a repeat of the last release (same grant and phase) is
         answered, not re-applied. ``failed``: the job's code raised in the phase, which did
         not complete: its nodes go back and the job is due for the same phase again, with
-        nothing counted (no iteration, no measured time, no move at that boundary)."""
+        nothing counted (no iteration, no measured time, no move at that boundary).
+        ``restart`` (only with ``failed``, for a synchronous job's training phase): the job
+        is due for its rollout instead, its iteration starting again (a framework that
+        cannot redo an update, its batch gone with the failure, e.g. a TRL re-run)."""
         self.gather()
         if self.is_repeat_release(job_id, phase, grant_seq):
             return self.jobs[job_id]
@@ -584,6 +587,9 @@ class ControlPlane:
         self._check_phase(phase)
         if not (math.isfinite(duration_s) and duration_s >= 0):
             raise ControlError("duration_s", f"{duration_s!r} is not a finite duration >= 0 seconds")
+        if restart and not (failed and phase == TRAIN and not rec.asynchronous):
+            raise ControlError("restart", "only a synchronous job's failed training phase restarts its iteration "
+                                          "(with failed: true)")
         if rec.asynchronous:
             return self._release_async(rec, phase, grant_seq, duration_s, now, failed)
         if rec.grant is None:
@@ -595,7 +601,9 @@ class ControlPlane:
         self._advance(now)
         if failed:
             self._fail_phase(rec, phase, grant_seq, now)
-            self.executors[rec.group_id].finish(job_id, now, failed=True)
+            if restart:
+                rec.next_phase = ROLLOUT
+            self.executors[rec.group_id].finish(job_id, now, failed=True, restart=restart)
             self._dispatch(rec.group_id, now)
             return rec
         last = phase == TRAIN and rec.job.iterations is not None and rec.iterations_done + 1 >= rec.job.iterations

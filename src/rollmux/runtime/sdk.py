@@ -371,10 +371,16 @@ class JobHandle:
         return self.placement
 
     def phase(self, name: str, state: Any = None, key: str | None = None, device: Any = "cuda",
-              timeout_s: float | None = None) -> "Phase":
+              timeout_s: float | None = None, restart_on_failure: bool = False) -> "Phase":
         """A context manager (and decorator) holding the grant of phase ``name``. ``timeout_s``
-        bounds an asynchronous job's wait for its turn (see the module docstring)."""
-        return Phase(self, name, state, key or f"{self.job_id}/{name}", device, timeout_s)
+        bounds an asynchronous job's wait for its turn (see the module docstring).
+        ``restart_on_failure`` (a ``train`` phase): when the body raises, a synchronous job's
+        next phase is its rollout, not this phase again (its update cannot be redone, e.g.
+        its batch is gone); an asynchronous job's pipeline keeps its rollouts, so it is
+        due for the same phase again, as without the flag."""
+        if restart_on_failure and name != "train":
+            raise ValueError(f"restart_on_failure with phase={name!r}: only a train phase restarts its iteration")
+        return Phase(self, name, state, key or f"{self.job_id}/{name}", device, timeout_s, restart_on_failure)
 
     def progress(self, fraction: float) -> None:
         """Report the fraction of the job's work done, 0 to 1."""
@@ -501,10 +507,13 @@ class JobHandle:
         if ok:
             self.moves.append(directive)
 
-    def _release(self, name: str, grant: dict, duration_s: float, failed: bool = False) -> None:
+    def _release(self, name: str, grant: dict, duration_s: float, failed: bool = False,
+                 restart: bool = False) -> None:
         body = {"phase": name, "grant_seq": grant["seq"], "duration_s": duration_s}
         if failed:  # (only then: a service older than the field takes every other release)
             body["failed"] = True
+        if restart:
+            body["restart"] = True
         self.view = self._call("POST", f"/jobs/{self.job_id}/release", json=body)
 
     def _heartbeat(self) -> None:
@@ -557,10 +566,11 @@ class Phase(contextlib.ContextDecorator):
     """Holds one phase's grant for the duration of a ``with`` block or a decorated call."""
 
     def __init__(self, job: JobHandle, name: str, state: Any, key: str, device: Any,
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, restart_on_failure: bool = False) -> None:
         if name not in ("rollout", "train"):
             raise ValueError(f"phase={name!r}: expected 'rollout' or 'train'")
         self.job = job
+        self.restart_on_failure = restart_on_failure
         self.timeout_s = timeout_s
         self.name = name
         self.state = state
@@ -642,7 +652,8 @@ class Phase(contextlib.ContextDecorator):
         self.job.history.append((self.name, tuple(grant["nodes"]), grant["seq"], self._wall0, time.time()))
         released = False
         try:
-            self.job._release(self.name, grant, duration, failed=pending is not None)
+            self.job._release(self.name, grant, duration, failed=pending is not None,
+                              restart=pending is not None and self.restart_on_failure and not self.job.staleness)
             released = pending is None  # a failed phase is due again: it counts as not begun
         except Exception as err:
             if pending is None:

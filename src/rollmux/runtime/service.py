@@ -775,7 +775,8 @@ def create_app(service: Service) -> FastAPI:
         service.check_job(job_id, token)
         def run(c: ControlPlane, now: float) -> tuple[JobRecord, bool]:
             repeat = c.is_repeat_release(job_id, body.phase, body.grant_seq)
-            return c.release(job_id, body.phase, body.grant_seq, body.duration_s, now, body.failed), repeat
+            return (c.release(job_id, body.phase, body.grant_seq, body.duration_s, now, body.failed, body.restart),
+                    repeat)
 
         rec, repeat = await service.mutate(run)
         if not repeat and not body.failed:  # a retried release is answered, not counted again
