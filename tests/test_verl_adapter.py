@@ -504,9 +504,9 @@ def _run_fit(base_config, tmp_path, fail_update_at=None, reward_model=False):
             job = client.submit(spec)
             release = job._release
 
-            def snapshot_release(name, grant, duration_s, failed=False):
+            def snapshot_release(name, grant, duration_s, failed=False, restart=False):
                 snapshots.append((name, world.model, world.optim, world.awake))
-                release(name, grant, duration_s, failed)
+                release(name, grant, duration_s, failed, restart)
             job._release = snapshot_release
             try:
                 with job.lifetime():
