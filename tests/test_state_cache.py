@@ -9,6 +9,7 @@ pytest.importorskip("safetensors")
 from rollmux.errors import SpecError  # noqa: E402
 from rollmux.runtime.state_cache import (  # noqa: E402
     CacheBudgetError,
+    CacheFolderError,
     CacheKeyError,
     CacheStateError,
     CheckpointMismatchError,
@@ -171,6 +172,28 @@ def test_budget_is_shared_and_a_cold_save_gives_it_back(tmp_path) -> None:
     cache.save_cold("a", tmp_path)
     cache.offload("b")
     assert cache.residency("b") is Residency.HOST
+
+
+def test_two_entries_cannot_keep_their_cold_state_in_one_folder(tmp_path) -> None:
+    """The files have fixed names: the second save overwrote the first entry's only copy,
+    and its load_cold then failed, or read the other job's values when the shapes agreed."""
+    first, first_opt = trained_job(steps=2)
+    second, second_opt = trained_job(steps=3)
+    kept = {k: v.clone() for k, v in first.state_dict().items()}
+    cache = StateCache(budget_bytes=1 << 24)
+    cache.register("a", first, first_opt)
+    cache.register("b", second, second_opt)
+    cache.save_cold("a", tmp_path / "cold")
+    files = {p.name: p.read_bytes() for p in (tmp_path / "cold").iterdir()}
+    with pytest.raises(CacheFolderError, match="entry 'a''s cold state is there"):
+        cache.save_cold("b", tmp_path / "cold" / ".." / "cold")  # the same folder by another path
+    assert {p.name: p.read_bytes() for p in (tmp_path / "cold").iterdir()} == files
+    assert cache.residency("b") is Residency.DEVICE
+    cache.save_cold("b", tmp_path / "other")
+    cache.load_cold("a", tmp_path / "cold", "cpu")
+    assert all(torch.equal(first.state_dict()[k], v) for k, v in kept.items())
+    cache.load_cold("b", tmp_path / "other", "cpu")
+    cache.save_cold("b", tmp_path / "cold")  # "a" is on its device again: its old files may go
 
 
 def test_host_buffers_are_allocated_once_and_reused() -> None:

@@ -10,6 +10,7 @@ optimizer's per-parameter state. An entry is in one of three residencies:
   freed the device storage; :meth:`StateCache.load` copies it back.
 * ``DISK`` (cold): :meth:`StateCache.save_cold` wrote the state to a directory and freed
   both the device storage and the host buffers; :meth:`StateCache.load_cold` reads it.
+  One directory holds one entry's cold state (another entry's save there is refused).
 
 Host buffers are allocated once per entry, on its first offload, and reused by every
 later offload (a slot that appeared or changed shape or dtype since gets a buffer of
@@ -99,6 +100,18 @@ class CacheStateError(RollMuxError):
         super().__init__(
             f"entry {key!r}: {operation} with residency={residency.value!r}: expected {expected}"
         )
+
+
+class CacheFolderError(RollMuxError):
+    """A cold save into a folder that holds another entry's cold state, its only copy (the
+    files have fixed names: the save would overwrite it)."""
+
+    def __init__(self, key: Hashable, folder: Path, holder: Hashable) -> None:
+        self.key = key
+        self.folder = folder
+        self.holder = holder
+        super().__init__(f"entry {key!r}: save_cold to {folder}: entry {holder!r}'s cold state is there, its only "
+                         f"copy; expected a folder of its own")
 
 
 class CheckpointMismatchError(RollMuxError):
@@ -217,6 +230,7 @@ class _Entry:
     host: dict[str, torch.Tensor] = field(default_factory=dict)
     # Slots moved off by the last offload/save_cold: name -> (shape, dtype, home device).
     moved: dict[str, tuple[torch.Size, torch.dtype, torch.device]] = field(default_factory=dict)
+    cold_dir: Path | None = None  # where the last save_cold wrote (resolved)
 
     def reserved_bytes(self) -> int:
         return sum(arena.nbytes for arena in self.arenas)
@@ -439,12 +453,18 @@ class StateCache:
 
         Tensors go to ``state.safetensors``; the optimizer's non-tensor state and param
         groups go to ``optimizer.pt`` (torch.save). Files are fsynced. The host buffers
-        are released, giving their bytes back to the budget.
+        are released, giving their bytes back to the budget. A folder where another entry
+        of this cache keeps its cold state (on disk only) is refused (``CacheFolderError``)
+        before anything is written: two entries in one folder overwrote each other.
         """
         entry = self._entry(key)
         self._expect(key, entry, "save_cold", (Residency.DEVICE, Residency.HOST))
         start = time.perf_counter()
         folder = Path(directory)
+        where = folder.resolve()
+        for other, held in self._entries.items():
+            if other != key and held.residency is Residency.DISK and held.cold_dir == where:
+                raise CacheFolderError(key, folder, other)
         folder.mkdir(parents=True, exist_ok=True)
         slots = state_slots(entry.module, entry.optimizer)
         if entry.residency is Residency.HOST:
@@ -468,6 +488,7 @@ class StateCache:
         self._release_device_cache(entry.device)
         entry.moved = moved
         entry.residency = Residency.DISK
+        entry.cold_dir = where
         return self._record(key, "offload", "cold", moved, start)
 
     def load_cold(self, key: Hashable, directory: str | os.PathLike[str], device: torch.device | str) -> SwitchRecord:
