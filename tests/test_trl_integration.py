@@ -4,6 +4,7 @@ phase checks, the toy reward, the SmolLM2-shaped policy, the refusals of a bad p
 device and the cache that notes CUDA memory, on their own."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 
@@ -112,6 +113,35 @@ def test_bad_policy_or_device_is_refused_before_anything_starts(tmp_path):
     assert list(tmp_path.iterdir()) == [], "nothing written"
 
 
+@contextlib.contextmanager
+def _placed_job(tmp_path, job_id: str):
+    """A control plane of one node per pool on 127.0.0.1, with ``job_id`` placed on it:
+    (client, job handle)."""
+    from rollmux.demo import _control_plane
+    from rollmux.runtime.sdk import Client
+
+    with _control_plane(1, 1, str(tmp_path)) as (url, token):
+        client = Client(url, token=token)
+        try:
+            job = client.submit({"job_id": job_id, "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 2.0})
+            job.wait_placed(timeout_s=60)
+            yield client, job
+        finally:
+            client.close()
+
+
+def _config(tmp_path, max_steps: int):
+    """A GRPOConfig for the tiny policy on the CPU: 8 completions per prompt, no saving."""
+    from trl import GRPOConfig
+
+    from rollmux.integrations.trl_toy import COMPLETION_LEN
+
+    return GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=max_steps, seed=1,
+                      per_device_train_batch_size=8, num_generations=8, max_completion_length=COMPLETION_LEN,
+                      learning_rate=1e-2, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
+                      disable_tqdm=True)
+
+
 def test_smollm2_shaped_policy_has_smollm2_135m_architecture_over_the_toy_vocabulary():
     pytest.importorskip("transformers")
     import torch
@@ -213,13 +243,10 @@ def test_a_train_that_raises_hands_the_model_back_and_can_be_run_again(tmp_path)
     train'), and a second ``train`` runs all its steps."""
     pytest.importorskip("trl")
     import torch
-    from trl import GRPOConfig
 
-    from rollmux.demo import _control_plane
     from rollmux.errors import SpecError
     from rollmux.integrations.trl import RollMuxGRPOTrainer
-    from rollmux.integrations.trl_toy import COMPLETION_LEN, digit_reward, shift_dataset, toy_tokenizer, tiny_qwen2
-    from rollmux.runtime.sdk import Client
+    from rollmux.integrations.trl_toy import digit_reward, shift_dataset, toy_tokenizer, tiny_qwen2
 
     calls = [0]
 
@@ -232,14 +259,8 @@ def test_a_train_that_raises_hands_the_model_back_and_can_be_run_again(tmp_path)
     tokenizer = toy_tokenizer()
     model = tiny_qwen2(tokenizer, 1)
     shapes = [tuple(p.shape) for p in model.parameters()]
-    config = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=4, seed=1,
-                        per_device_train_batch_size=8, num_generations=8, max_completion_length=COMPLETION_LEN,
-                        learning_rate=1e-2, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
-                        disable_tqdm=True)
-    with _control_plane(1, 1, str(tmp_path)) as (url, token):
-        client = Client(url, token=token)
-        job = client.submit({"job_id": "flaky", "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 2.0})
-        job.wait_placed(timeout_s=60)
+    config = _config(tmp_path, max_steps=4)
+    with _placed_job(tmp_path, "flaky") as (client, job):
         trainer = RollMuxGRPOTrainer(job=job, model=model, reward_funcs=flaky_reward, args=config,
                                      processing_class=tokenizer, train_dataset=shift_dataset(0, 8 * 4, 1))
         with pytest.raises(RuntimeError, match="reward server down"):
@@ -252,7 +273,6 @@ def test_a_train_that_raises_hands_the_model_back_and_can_be_run_again(tmp_path)
         trainer.train()
         assert trainer.state.global_step == 4 and client.job("flaky")["iterations_done"] == 6
         job.complete()
-        client.close()
     with pytest.raises(SpecError, match="job='NoneType'"):
         RollMuxGRPOTrainer(job=None, model=model, reward_funcs=digit_reward, args=config)
 
@@ -264,12 +284,9 @@ def test_a_train_whose_update_fails_can_be_run_again(tmp_path):
     restarts the job's iteration at its rollout (``restart_on_failure``)."""
     pytest.importorskip("trl")
     from transformers import TrainerCallback
-    from trl import GRPOConfig
 
-    from rollmux.demo import _control_plane
     from rollmux.integrations.trl import RollMuxGRPOTrainer
-    from rollmux.integrations.trl_toy import COMPLETION_LEN, digit_reward, shift_dataset, toy_tokenizer, tiny_qwen2
-    from rollmux.runtime.sdk import Client
+    from rollmux.integrations.trl_toy import digit_reward, shift_dataset, toy_tokenizer, tiny_qwen2
 
     class DiskFull(TrainerCallback):
         armed = True
@@ -281,14 +298,8 @@ def test_a_train_whose_update_fails_can_be_run_again(tmp_path):
 
     tokenizer = toy_tokenizer()
     model = tiny_qwen2(tokenizer, 1)
-    config = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=4, seed=1,
-                        per_device_train_batch_size=8, num_generations=8, max_completion_length=COMPLETION_LEN,
-                        learning_rate=1e-2, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
-                        disable_tqdm=True)
-    with _control_plane(1, 1, str(tmp_path)) as (url, token):
-        client = Client(url, token=token)
-        job = client.submit({"job_id": "update", "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 2.0})
-        job.wait_placed(timeout_s=60)
+    config = _config(tmp_path, max_steps=4)
+    with _placed_job(tmp_path, "update") as (client, job):
         trainer = RollMuxGRPOTrainer(job=job, model=model, reward_funcs=digit_reward, args=config,
                                      processing_class=tokenizer, train_dataset=shift_dataset(0, 8 * 4, 1),
                                      callbacks=[DiskFull()])
@@ -299,7 +310,6 @@ def test_a_train_whose_update_fails_can_be_run_again(tmp_path):
         trainer.train()
         assert trainer.state.global_step == 4 and client.job("update")["iterations_done"] == 5
         job.complete()
-        client.close()
 
 
 def test_a_cache_too_small_for_the_model_is_named_and_left_as_it_was(tmp_path):
@@ -307,25 +317,16 @@ def test_a_cache_too_small_for_the_model_is_named_and_left_as_it_was(tmp_path):
     back, and the entry stayed in the user's cache, so every later train() failed too,
     whatever the budget. A cache of the wrong kind is refused before the trainer is built."""
     pytest.importorskip("trl")
-    from trl import GRPOConfig
 
-    from rollmux.demo import _control_plane
     from rollmux.errors import SpecError
     from rollmux.integrations.trl import RollMuxGRPOTrainer
-    from rollmux.integrations.trl_toy import COMPLETION_LEN, digit_reward, shift_dataset, toy_tokenizer, tiny_qwen2
-    from rollmux.runtime.sdk import Client
+    from rollmux.integrations.trl_toy import digit_reward, shift_dataset, toy_tokenizer, tiny_qwen2
     from rollmux.runtime.state_cache import CacheBudgetError, StateCache
 
     tokenizer = toy_tokenizer()
     model = tiny_qwen2(tokenizer, 1)
-    config = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=1, seed=1,
-                        per_device_train_batch_size=8, num_generations=8, max_completion_length=COMPLETION_LEN,
-                        learning_rate=1e-2, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
-                        disable_tqdm=True)
-    with _control_plane(1, 1, str(tmp_path)) as (url, token):
-        client = Client(url, token=token)
-        job = client.submit({"job_id": "small", "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 2.0})
-        job.wait_placed(timeout_s=60)
+    config = _config(tmp_path, max_steps=1)
+    with _placed_job(tmp_path, "small") as (client, job):
         for cache, needle in (("x", "cache='str'"), (object(), "cache='object'")):
             with pytest.raises(SpecError, match=needle):
                 RollMuxGRPOTrainer(job=job, model=model, reward_funcs=digit_reward, args=config, cache=cache)
@@ -341,4 +342,3 @@ def test_a_cache_too_small_for_the_model_is_named_and_left_as_it_was(tmp_path):
         trainer.train()
         assert trainer.state.global_step == 1 and client.job("small")["iterations_done"] == 1
         job.complete()
-        client.close()
