@@ -129,10 +129,11 @@ class Store:
             created = not path.exists()
             if created and Path(f"{path}-wal").exists() and Path(f"{path}-wal").stat().st_size > 0:
                 raise StateDamaged(f"{path}: missing, but its write-ahead log {path.name}-wal is there: the last "
-                                   f"changes of a state file that was moved or deleted (a crash while "
-                                   f"--new-state moved it aside leaves {path.name}.replaced-TIME without its "
-                                   f"-wal). Put the log back beside its file (rename it to that file's name + "
-                                   f"'-wal'), or delete it to start empty; starting here would delete it")
+                                   f"changes of a state file that was moved or deleted without it (by hand, or "
+                                   f"by an older rollmux's --new-state killed half-way, which left "
+                                   f"{path.name}.replaced-TIME without its -wal). Put the log back beside its "
+                                   f"file (rename it to that file's name + '-wal'), or delete it to start empty; "
+                                   f"starting here would delete it")
             if not created:
                 check_header(path)
                 if not Path(f"{path}-wal").exists() and _flag_open(path):
