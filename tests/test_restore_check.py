@@ -130,6 +130,14 @@ def test_a_state_that_contradicts_itself_is_refused_naming_it(damage, needle):
         ControlPlane.restore(snap)
 
 
+def test_a_departed_record_that_is_not_ended_is_refused():
+    snap = _snap()
+    gone = copy.deepcopy(snap["jobs"]["j2"])  # a waiting job's record among the departed
+    gone["job"]["job_id"] = "gone"
+    with pytest.raises(StateInconsistent, match="departed record of job 'gone' is waiting"):
+        ControlPlane.restore(snap, ended=[gone])
+
+
 def _file(tmp_path, damage=None) -> str:
     """A state file of ``_plane`` as a service would have written it, then damaged by
     editing its rows with ``damage(snapshot)``."""

@@ -50,6 +50,8 @@ def check_restored(control, snap: dict) -> None:
     for rec in jobs.values():
         if rec.state not in JOB_STATES:
             raise StateInconsistent(f"job {rec.job_id!r}: state {rec.state!r} (expected one of {list(JOB_STATES)})")
+        if rec.live and rec.job_id not in snap["jobs"]:
+            raise StateInconsistent(f"the departed record of job {rec.job_id!r} is {rec.state} (expected an ended one)")
     member_of: dict[str, str] = {}
     held: dict[str, str] = {}
     for gid, g in snap["groups"].items():
