@@ -15,7 +15,7 @@ from rollmux.model import Cluster, Job, PoolSpec, SwitchCost
 from rollmux.runtime.control import ControlPlane
 from rollmux.runtime.restore_check import StateInconsistent
 from rollmux.runtime.service import Service, ServiceConfig
-from rollmux.runtime.store import StateDamaged, Store, hash_token
+from rollmux.runtime.store import CommitFailed, StateDamaged, Store, hash_token
 
 ADMIN = "restore-check-admin-" + "x" * 12
 
@@ -198,7 +198,7 @@ def test_a_change_whose_commit_fails_is_undone_and_the_next_change_commits(tmp_p
         def submit(name):
             return lambda c, now: c.submit(Job(name, 10.0, 10.0, slo=1.0, iterations=2), now, hash_token(name))
 
-        with pytest.raises(Exception, match="OverflowError"):
+        with pytest.raises(CommitFailed, match="OverflowError"):
             service._apply([submit("late")])
         assert "late" not in service.control.jobs  # memory went back to the file
         outcomes, _ = service._apply([submit("next")])

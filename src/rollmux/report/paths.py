@@ -108,18 +108,14 @@ def replacing(path: Path, option: str | None = None) -> Iterator[Path]:
     as ``open`` would: renamed over, it became a plain file (as root, for every process
     on the machine)."""
     path = Path(path)
-    if _special(path):
-        try:
-            yield path
-        except OSError as err:
-            if option is not None:
-                raise OutputPathError(option, path, str(err.strerror or err)) from None
-            raise
-        return
-    if path.is_symlink():
+    special = _special(path)
+    if not special and path.is_symlink():
         path = path.resolve()
     tmp = None
     try:
+        if special:
+            yield path
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
         os.close(fd)

@@ -62,7 +62,7 @@ class _StateCollector:
             overdue = GaugeMetricFamily("rollmux_phases_overdue", "Phases held longer than their profile allows "
                                         "(ControlPlane.overdue: a hung worker's phase shows here)", labels=["pool"])
             late = [o["pool"] for o in cp.overdue(self._now())]
-            for pool in sorted(set(late) | {"rollout", "train"}):
+            for pool in POOLS:
                 overdue.add_metric([pool], late.count(pool))
             yield overdue
         yield CounterMetricFamily("rollmux_grants", "Grants given since the state file was created",

@@ -127,7 +127,8 @@ class Store:
             if new_state and path.exists():
                 aside(path)
             created = not path.exists()
-            if created and Path(f"{path}-wal").exists() and Path(f"{path}-wal").stat().st_size > 0:
+            wal = Path(f"{path}-wal")
+            if created and wal.exists() and wal.stat().st_size > 0:
                 raise StateDamaged(f"{path}: missing, but its write-ahead log {path.name}-wal is there: the last "
                                    f"changes of a state file that was moved or deleted without it (by hand, or "
                                    f"by an older rollmux's --new-state killed half-way, which left "
@@ -136,7 +137,7 @@ class Store:
                                    f"starting here would delete it")
             if not created:
                 check_header(path)
-                if not Path(f"{path}-wal").exists() and _flag_open(path):
+                if not wal.exists() and _flag_open(path):
                     raise StateDamaged(f"{path}: the state file was in use but its write-ahead log "
                                        f"({path.name}-wal) is missing, so its last changes are lost; "
                                        + _RECOVER.format(path=path))
