@@ -501,3 +501,107 @@ def test_profile_refuses_what_the_spec_would_before_running_the_job(tmp_path, mo
     r = runner.invoke(app, ["profile", "ran_target:run", "--out", str(out), *args])
     assert r.exit_code == 2 and r.output.startswith(f"error: {option} "), r.output
     assert not (tmp_path / "ran").exists() and not out.exists()
+
+
+HEADER = "job_id,arrival_s,duration_s,rollout_gpus,train_gpus,t_roll_s,t_train_s,mem_roll_gb,mem_train_gb,slo,model"
+
+
+def _trace(tmp_path, *rows: str, header: str = HEADER) -> Path:
+    path = tmp_path / "jobs.csv"
+    path.write_text("\n".join((header, *rows)) + "\n", encoding="utf-8")
+    return path
+
+
+def test_simulate_errors_go_to_stderr_so_a_redirected_table_holds_no_error(tmp_path):
+    trace = _trace(tmp_path, "a,0,1000,8,8,100,100,100,100,1.5,7B", "a,10,1000,8,8,100,100,100,100,1.5,7B")
+    r = runner.invoke(app, ["simulate", "--trace", str(trace)])
+    assert r.exit_code == 2 and r.stdout == "", r.stdout
+    assert "line 3" in r.stderr and "duplicate job id 'a'" in r.stderr, r.stderr
+
+
+def test_simulate_where_every_policy_asked_for_is_skipped_exits_2_naming_the_option(tmp_path):
+    trace = _trace(tmp_path, *(f"J{i},0,1000,8,8,100,100,100,100,1.5,7B" for i in range(11)))
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "optimal"])
+    assert r.exit_code == 2, r.output
+    assert "optimal: skipped" in r.stdout and "--policies optimal: every policy asked for was skipped" in r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_gantt_options_without_html_are_refused_before_any_work(tmp_path):
+    trace = _trace(tmp_path, "a,0,1000,8,8,100,100,100,100,1.5,7B")
+    for option, value in (("--gantt-window", "0:1"), ("--gantt-group", "g0")):
+        r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "solo-d", option, value])
+        assert r.exit_code == 2 and f"{option} chooses" in r.stderr and "--html" in r.stderr, r.output
+        assert "trace" not in r.stdout  # refused before the trace was read
+
+
+@pytest.mark.parametrize("cluster, field", [
+    ("train: {price_per_gpu_hour: 1.0e+308}\n", "train.price_per_gpu_hour"),
+    ("gpus_per_node: 1000000000\n", "gpus_per_node"),
+])
+def test_cluster_values_that_would_make_bills_infinite_are_refused_naming_the_field(tmp_path, cluster, field):
+    trace = _trace(tmp_path, "a,0,1000,8,8,100,100,100,100,1.5,7B")
+    path = tmp_path / "c.yaml"
+    path.write_text(cluster)
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--cluster", str(path), "--policies", "solo-d"])
+    assert r.exit_code == 2 and field in r.stderr, r.output
+
+
+@pytest.mark.parametrize("column, value", [("reward_s", "1e308"), ("reward_price_per_hour", "1e308")])
+def test_reward_values_that_would_make_bills_infinite_are_refused_naming_the_column(tmp_path, column, value):
+    trace = _trace(tmp_path, f"a,0,2000,8,8,100,100,100,100,1.5,7B,{value}", header=f"{HEADER},{column}")
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "solo-d", "--json",
+                            str(tmp_path / "r.json")])
+    assert r.exit_code == 2 and column in r.stderr and "line 2" in r.stderr, r.output
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("cell, column", [("1_000", "duration_s"), ("\uff18", "rollout_gpus"), ("1.5\u0660", "slo")])
+def test_trace_numbers_are_ascii_digits_as_whatif_reads_them(tmp_path, cell, column):
+    cells = dict(zip(HEADER.split(","), "a,0,1000,8,8,100,100,100,100,1.5,7B".split(",")))
+    cells[column] = cell
+    trace = _trace(tmp_path, ",".join(cells.values()))
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "solo-d"])
+    assert r.exit_code == 2 and f"column '{column}'" in r.stderr and "ASCII digits" in r.stderr, r.output
+
+
+def test_cluster_yaml_reads_exponents_without_a_sign_as_numbers(tmp_path):
+    trace = _trace(tmp_path, "a,0,1000,8,8,100,100,100,100,1.5,7B")
+    path = tmp_path / "c.yaml"
+    path.write_text("train: {price_per_gpu_hour: 5.28e0, host_mem_gb: 2e3}\nrollout: {price_per_gpu_hour: 1.85}\n")
+    out = tmp_path / "r.json"
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--cluster", str(path), "--policies", "solo-d",
+                            "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    cluster = json.loads(out.read_text())["cluster"]
+    assert cluster["train"]["price_per_gpu_hour"] == 5.28 and cluster["train"]["host_mem_gb"] == 2000.0
+
+
+def test_a_rollout_co_located_on_fewer_gpus_takes_longer_in_proportion(tmp_path):
+    """The auditor's job: 64 rollout GPUs, 8 training GPUs. Co-located, its rollout runs on
+    the 8 training GPUs: 8 x 100 s x 1.19 (bandwidth), slowdown 5.3, above its SLO of 1.5,
+    so neither rollmux-full nor Gavel+ may co-locate it (they did, at 0.30x the cost)."""
+    from rollmux import colocation
+    from rollmux.model import Cluster, Job
+
+    job = Job("A", 100.0, 100.0, rollout_gpus=64, train_gpus=8, mem_roll_gb=100, mem_train_gb=100, slo=1.5)
+    cl = Cluster()
+    assert colocation.phase_time(job, "rollout", cl)[0] == pytest.approx(800 * colocation.rollout_speed_factor(cl))
+    assert colocation.slowdown(job, cl) > 5
+    trace = _trace(tmp_path, "A,0,36000,64,8,100,100,100,100,1.5,7B")
+    out = tmp_path / "r.json"
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "rollmux,rollmux-full,solo-d",
+                            "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    costs = {name: p["total_cost"] for name, p in json.loads(out.read_text())["policies"].items()}
+    assert costs["rollmux-full"] == pytest.approx(costs["solo-d"]), costs  # alone, on its own nodes of both pools
+
+
+def test_the_co_located_baselines_run_a_job_whose_state_fits_no_training_node_disaggregated(tmp_path):
+    trace = _trace(tmp_path, "A,0,2000,8,8,100,100,1500,1500,1.5,7B")
+    out = tmp_path / "r.json"
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "solo-d,colocated,gavel",
+                            "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    costs = {name: p["total_cost"] for name, p in json.loads(out.read_text())["policies"].items()}
+    assert costs["colocated"] == pytest.approx(costs["solo-d"]) and costs["gavel"] == pytest.approx(costs["solo-d"])

@@ -160,11 +160,17 @@ def test_h200_and_b200_are_known_types_with_default_prices(tmp_path):
 
 def test_yaml_reads_what_the_file_says_and_refuses_what_it_cannot_mean(tmp_path):
     """``nodes: 010`` is ten nodes (YAML 1.1 read octal 8); a key given twice, an alias
-    (nine nested ones took gigabytes) and bytes that are not UTF-8 are refused naming
-    the file and line."""
+    (nine nested ones took gigabytes), an integer too long for Python (a ValueError came
+    out) and bytes that are not UTF-8 are refused naming the file and line."""
     assert load_cluster(_write(tmp_path, "train: {nodes: 010}\n")).train.nodes == 10
+    # an exponent without a sign is a number (YAML 1.1 read a string); '_' and '1:30' sexagesimal are not
+    assert load_cluster(_write(tmp_path, "train: {price_per_gpu_hour: 5.28e0}\n")).train.price_per_gpu_hour == 5.28
+    for text in ("train: {price_per_gpu_hour: 5_280.0}\n", "train: {price_per_gpu_hour: 1:30.0}\n"):
+        with pytest.raises(SpecError, match="price_per_gpu_hour"):
+            load_cluster(_write(tmp_path, text))
     for text, line, needle in (("train: {nodes: 4}\ntrain: {nodes: 40}\n", 2, "given twice"),
-                               ("a0: &a0 [1, 2]\ntrain: {nodes: *a0}\n", 2, "aliases are not accepted")):
+                               ("a0: &a0 [1, 2]\ntrain: {nodes: *a0}\n", 2, "aliases are not accepted"),
+                               ("train:\n  nodes: " + "9" * 5000 + "\n", 2, "an integer of 5000 digits")):
         with pytest.raises(TraceFormatError) as err:
             load_cluster(_write(tmp_path, text))
         assert err.value.line == line and needle in str(err.value)

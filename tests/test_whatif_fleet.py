@@ -75,7 +75,7 @@ def test_index_and_name_set_the_same_pool():
     ("pools[H200].nodes=-1", "values the fleet file accepts (pools[2].nodes=-1: expected a node count from 0 to "
                              "100,000 or null (unbounded))"),
     ("pools[H800].price_per_gpu_hour=0", "values the fleet file accepts (pools[1].price_per_gpu_hour=0.0: "
-                                         "expected a number > 0)"),
+                                         "expected a number > 0 and <= 1e+06)"),
     ("pools[H800].price_per_gpu_hour=2,unbounded", "numbers ('unbounded' is a value of a pool's nodes only)"),
     ("pools[H200].nodes", "FIELD=VALUES, e.g. pools[H200].nodes=0:4:2 or pools[0].nodes=2,unbounded"),
 ])

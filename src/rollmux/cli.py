@@ -171,6 +171,9 @@ def simulate(
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     model = duration_model.value
+    if html is None and (gantt_group is not None or gantt_window is not None):
+        option = "--gantt-group" if gantt_group is not None else "--gantt-window"
+        _fail(RollMuxError(f"{option} chooses what the HTML report's Gantt chart shows: it needs --html FILE"))
     try:
         if out is not None:
             check_writable(out, "--out", directory=True)
@@ -209,6 +212,8 @@ def simulate(
         if result.note.startswith("skipped"):
             console.print(f"[yellow]{name}: {escape(result.note)}[/yellow]")
     shown = [r for r in results if not r.note.startswith("skipped")]
+    if not shown:
+        _fail(RollMuxError(f"--policies {policies}: every policy asked for was skipped (above), nothing to compare"))
     if html is not None and (gantt_group is not None or gantt_window is not None):
         _check_gantt(shown, gantt_group, gantt_window)  # before any output is written
     ref = "rollmux" if any(r.policy == "rollmux" for r in shown) else shown[0].policy

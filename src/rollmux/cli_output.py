@@ -15,15 +15,17 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 #: progress of long runs (``rollmux.report.progress``) goes to stderr, so that a table or
 #: report redirected to a file holds only itself
 progress_console = Console(stderr=True)
+#: errors go to stderr too, unwrapped (one line per error, whole, for logs and grep)
+error_console = Console(stderr=True, soft_wrap=True)
 
 
 def fail(err: Exception, options: dict[str, str] | None = None) -> None:
-    """Print ``err`` and exit with status 2. A SpecError about a parameter in ``options``
+    """Print ``err`` on stderr and exit with status 2. A SpecError about a parameter in ``options``
     (parameter name -> option name) is worded with the option's name."""
     message = str(err)
     if isinstance(err, SpecError) and not err.where and options and err.field in options:
         message = f"{options[err.field]} {err.value!r}: expected {err.expected}"
-    console.print(f"[red]error:[/red] {escape(message)}")
+    error_console.print(f"[red]error:[/red] {escape(message)}")
     raise typer.Exit(2)
 
 

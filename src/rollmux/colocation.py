@@ -3,7 +3,10 @@
 A co-located job runs both phases on its ``ceil(train_gpus / gpus_per_node)`` training
 nodes and holds no rollout node. Its rollout takes ``t_roll_colo_s`` when the trace gives
 it, else ``t_roll_s`` scaled by the memory-bandwidth ratio of the two GPU types (decode
-is bandwidth bound: H20 4.0 TB/s against H800 3.35 TB/s, x1.19). Training takes
+is bandwidth bound: H20 4.0 TB/s against H800 3.35 TB/s, x1.19) and by
+``rollout_width_factor``: a job with more rollout GPUs than training GPUs generates the
+same batch on fewer GPUs, rollout_gpus / train_gpus times longer (throughput in
+proportion to GPUs, the worst case; no speed-up is claimed the other way). Training takes
 ``t_train_colo_s`` or ``t_train_s``. Every phase pays the warm switch of the job's model
 in its pool (offload the other phase's state, load this one's), which is what veRL pays
 between its rollout engine and its trainer; the execution rule charges no switch of its
@@ -24,6 +27,12 @@ def rollout_speed_factor(cluster: Cluster) -> float:
     return GPU_TYPES[cluster.rollout.gpu][_BANDWIDTH] / GPU_TYPES[cluster.train.gpu][_BANDWIDTH]
 
 
+def rollout_width_factor(job: Job) -> float:
+    """How much longer ``job``'s rollout takes on its training GPUs than on its rollout
+    GPUs, from their counts: rollout_gpus / train_gpus, at least 1 (module contract)."""
+    return max(1.0, job.rollout_gpus / job.train_gpus)
+
+
 def phase_time(job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
     """(worst-case body seconds, switch seconds) of ``job``'s ``pool`` phase when co-located;
     a job that only runs co-located (``Job.colocate``) has it as its profile, switches included."""
@@ -31,7 +40,8 @@ def phase_time(job: Job, pool: str, cluster: Cluster) -> tuple[float, float]:
         return (job.t_roll_s if pool == ROLLOUT else job.t_train_s), 0.0
     switch = cluster.switch_cost.seconds(job.model, pool)
     if pool == ROLLOUT:
-        body = job.t_roll_colo_s if job.t_roll_colo_s is not None else job.t_roll_s * rollout_speed_factor(cluster)
+        body = (job.t_roll_colo_s if job.t_roll_colo_s is not None
+                else job.t_roll_s * rollout_speed_factor(cluster) * rollout_width_factor(job))
     else:
         body = job.t_train_colo_s if job.t_train_colo_s is not None else job.t_train_s
     return body, switch
@@ -49,6 +59,16 @@ def worst_phase(job: Job, pool: str, cluster: Cluster, colocated: bool) -> tuple
 def node_mem_gb(job: Job) -> float:
     """Host memory a co-located job takes on each of its nodes: both phases' state."""
     return job.mem(ROLLOUT) + job.mem(TRAIN)
+
+
+def fits(job: Job, cluster: Cluster) -> bool:
+    """Whether ``job`` could run co-located on ``cluster`` at all: its training nodes could
+    hold both phases' state (``node_mem_gb``), on a listed pool enough of its nodes. The
+    baselines run a job that cannot disaggregated (``rollmux.policies``)."""
+    mem, spec = node_mem_gb(job), cluster.pool(TRAIN)
+    if spec.node_list:
+        return sum(n.host_mem_gb >= mem for n in spec.node_list) >= job.nodes(TRAIN, cluster.gpus_per_node)
+    return mem <= spec.host_mem_gb
 
 
 def iteration_s(job: Job, cluster: Cluster) -> float:

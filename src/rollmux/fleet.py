@@ -31,7 +31,11 @@ Phase times on a type (``Profiles.phase_s``), first that applies:
    ``roofline_check`` measures this rule against a trace that gives co-located times
    (rollout on the training type) and reports its error; docs/fleet.md has the numbers.
 Co-located training on the reference training type is ``t_train_colo_s`` when given
-(the trace's measurement), else the disaggregated training time on that type.
+(the trace's measurement), else the disaggregated training time on that type. A
+co-located rollout runs on the job's training GPUs: ``t_roll_colo_s`` on the reference
+training type when given, else its time on that type above times
+``colocation.rollout_width_factor`` (a job with more rollout than training GPUs runs its
+batch on fewer GPUs).
 
 Translation (``translate``): the job as the planner of view v sees it is the same job
 with v's phase times, its co-located times on v's training pool, a fixed iteration
@@ -52,12 +56,14 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollmux.colocation import rollout_width_factor
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import (CONTROL_CHARS, GPU_TYPES, MAX_PHASE_S, MAX_POOL_NODES, MIN_PHASE_S, ROLLOUT, TRAIN,
-                           Cluster, Job, PoolSpec, SwitchCost)
+from rollmux.model import (CONTROL_CHARS, GPU_TYPES, MAX_PHASE_S, MAX_POOL_NODES, MAX_PRICE, MIN_PHASE_S, ROLLOUT,
+                           TRAIN, Cluster, Job, PoolSpec, SwitchCost)
 from rollmux.text_file import csv_fields, read_text
 
 ROLES = (ROLLOUT, TRAIN)
+MAX_FIGURE = 1e6  # TFLOPS or TB/s of a GPU type: far above any GPU (B200: 2,250 and 8), so ratios stay finite
 
 
 @dataclass(slots=True, frozen=True)
@@ -74,11 +80,13 @@ class FleetPool:
     roles: tuple[str, ...] = ROLES
 
     def validate(self, where: str) -> None:
-        for name in ("price_per_gpu_hour", "tflops", "tb_per_s", "host_mem_gb"):
+        for name, top in (("price_per_gpu_hour", MAX_PRICE), ("tflops", MAX_FIGURE), ("tb_per_s", MAX_FIGURE),
+                          ("host_mem_gb", math.inf)):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                    and value > 0):
-                raise SpecError(f"{where}.{name}", value, "a number > 0")
+                    and 0 < value <= top):
+                raise SpecError(f"{where}.{name}", value, "a number > 0" + (f" and <= {top:g}" if top < math.inf
+                                                                             else ""))
         if self.nodes is not None and (not isinstance(self.nodes, int) or isinstance(self.nodes, bool)
                                        or not 0 <= self.nodes <= MAX_POOL_NODES):
             raise SpecError(f"{where}.nodes", self.nodes, f"a node count from 0 to {MAX_POOL_NODES:,} or null "
@@ -231,6 +239,15 @@ class Profiles:
         figures = fleet.figures()
         return job.t_train_s * figures[ref_t][0] / figures[gpu][0], "roofline"
 
+    def colocated_roll_s(self, fleet: Fleet, job: Job, gpu: str) -> float:
+        """Rollout seconds co-located on ``gpu`` (on the job's training GPUs): the trace's
+        ``t_roll_colo_s`` on the reference training type when given, else the rollout on
+        ``gpu`` at its own width, times ``colocation.rollout_width_factor``."""
+        seconds, source = self.phase_s(fleet, job, ROLLOUT, gpu)
+        if source == "trace" and gpu == fleet.reference[1] and job.t_roll_colo_s is not None:
+            return seconds
+        return seconds * rollout_width_factor(job)
+
     def colocated_train_s(self, fleet: Fleet, job: Job, gpu: str) -> float:
         """Training seconds co-located on ``gpu``: the trace's ``t_train_colo_s`` on the
         reference training type when given, else the disaggregated time on ``gpu``."""
@@ -254,7 +271,7 @@ def translate(fleet: Fleet, profiles: Profiles, job: Job, view: View, strict: bo
     t_train = profiles.phase_s(fleet, job, TRAIN, view.train.gpu)[0]
     moved = dataclasses.replace(
         job, t_roll_s=t_roll, t_train_s=t_train,
-        t_roll_colo_s=profiles.phase_s(fleet, job, ROLLOUT, view.train.gpu)[0],
+        t_roll_colo_s=profiles.colocated_roll_s(fleet, job, view.train.gpu),
         t_train_colo_s=profiles.colocated_train_s(fleet, job, view.train.gpu),
         iterations=_length(job), duration_s=None)
     slo = job.slo if moved.t_solo == job.t_solo else job.slo * job.t_solo / moved.t_solo
@@ -337,14 +354,16 @@ class RooflineError:
 def roofline_check(jobs: list[Job], fleet: Fleet, side: str = ROLLOUT) -> RooflineError:
     """How well the roofline rule predicts the trace's co-located phase times on the
     reference training type: ``t_roll_colo_s`` (side rollout: bandwidth rule from the
-    reference rollout type) or ``t_train_colo_s`` (side train: the same type, the rule
-    predicts ``t_train_s``). Jobs without the column are skipped."""
+    reference rollout type, times ``colocation.rollout_width_factor``) or
+    ``t_train_colo_s`` (side train: the same type, the rule predicts ``t_train_s``).
+    Jobs without the column are skipped."""
     ref_r, ref_t = fleet.reference
     figures = fleet.figures()
     errors: list[tuple[str, float]] = []
     for job in jobs:
         if side == ROLLOUT and job.t_roll_colo_s is not None:
-            errors.append((job.model, job.t_roll_s * figures[ref_r][1] / figures[ref_t][1] / job.t_roll_colo_s - 1))
+            rule = job.t_roll_s * figures[ref_r][1] / figures[ref_t][1] * rollout_width_factor(job)
+            errors.append((job.model, rule / job.t_roll_colo_s - 1))
         elif side == TRAIN and job.t_train_colo_s is not None:
             errors.append((job.model, job.t_train_s / job.t_train_colo_s - 1))
     if not errors:

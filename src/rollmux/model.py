@@ -43,6 +43,8 @@ MAX_TIME_S = 1e9             # an arrival or a duration: about 32 years
 MAX_JOB_ITERATIONS = 1_000_000  # a replay's time grows with them: 2 jobs of 1e7 took 200 s
 MAX_JOB_GPUS = 100_000       # per pool and job
 MAX_POOL_NODES = 100_000
+MAX_GPUS_PER_NODE = 1024
+MAX_PRICE = 1e6              # $ per GPU-hour (a pool) or per busy hour (the reward pool): bills stay finite
 #: a control character (an ESC in a job id reached reports and terminals raw), or an invisible
 #: formatting one (a bidi override such as U+202E shows another id than the one stored)
 CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
@@ -134,8 +136,8 @@ class PoolSpec:
     def validate(self, pool: str) -> None:
         if self.gpu not in GPU_TYPES:
             raise SpecError(f"{pool}.gpu", self.gpu, f"one of {sorted(GPU_TYPES)}")
-        if not (self.price_per_gpu_hour > 0 and math.isfinite(self.price_per_gpu_hour)):
-            raise SpecError(f"{pool}.price_per_gpu_hour", self.price_per_gpu_hour, "a finite price > 0")
+        if not 0 < self.price_per_gpu_hour <= MAX_PRICE:
+            raise SpecError(f"{pool}.price_per_gpu_hour", self.price_per_gpu_hour, f"a price > 0 and <= {MAX_PRICE:g}")
         if not self.host_mem_gb > 0:  # (infinite under the paper's accounting: rollmux.accounting)
             raise SpecError(f"{pool}.host_mem_gb", self.host_mem_gb, "memory > 0 GB")
         if self.nodes is not None and (not isinstance(self.nodes, int) or isinstance(self.nodes, bool)
@@ -206,8 +208,9 @@ class Cluster:
         return pool if not self.pool(pool).node_list else None
 
     def validate(self) -> None:
-        if not isinstance(self.gpus_per_node, int) or self.gpus_per_node <= 0:
-            raise SpecError("gpus_per_node", self.gpus_per_node, "a positive integer")
+        if (not isinstance(self.gpus_per_node, int) or isinstance(self.gpus_per_node, bool)
+                or not 0 < self.gpus_per_node <= MAX_GPUS_PER_NODE):
+            raise SpecError("gpus_per_node", self.gpus_per_node, f"an integer from 1 to {MAX_GPUS_PER_NODE:,}")
         if not isinstance(self.max_group_size, int) or self.max_group_size < 1:
             raise SpecError("max_group_size", self.max_group_size, "an integer >= 1")
         self.rollout.validate(ROLLOUT)
@@ -376,12 +379,13 @@ class Job:
                                 ctx)
         if not isinstance(self.staleness, int) or isinstance(self.staleness, bool) or self.staleness < 0:
             raise SpecError("staleness", self.staleness, "an integer >= 0 (0: synchronous)", ctx)
-        for name, expected in (("reward_s", "seconds >= 0 (0: no shared reward service)"),
-                               ("reward_price_per_hour", "a price >= 0 $ per busy hour"),
-                               ("reward_mem_gb", "host memory >= 0 GB")):
+        for name, top, expected in (
+                ("reward_s", MAX_PHASE_S, f"seconds from 0 to {MAX_PHASE_S:g} (0: no shared reward service)"),
+                ("reward_price_per_hour", MAX_PRICE, f"a price from 0 to {MAX_PRICE:g} $ per busy hour"),
+                ("reward_mem_gb", math.inf, "host memory >= 0 GB")):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                    and value >= 0):
+                    and 0 <= value <= top):
                 raise SpecError(name, value, expected, ctx)
         if self.reward_mem_gb > self.mem_roll_gb:
             raise SpecError("reward_mem_gb", self.reward_mem_gb,

@@ -8,7 +8,10 @@ differs in four ways, each refusing or reading literally what the default would 
 into something else:
 
 * integers are decimal digits with an optional sign (``010`` is 10); ``0x10``, ``0o10``
-  and ``1_0`` stay strings, which the files' own checks then refuse by name;
+  and ``1_0`` stay strings, which the files' own checks then refuse by name; floats
+  are decimal with a point or an exponent, whose sign is optional (``1e3`` and
+  ``5.28e0`` are numbers, which YAML 1.1 reads as strings; ``1_000.0`` and the
+  sexagesimal ``1:30.0`` stay strings), or ``.inf`` / ``.nan`` (which the checks refuse);
 * booleans are ``true`` and ``false`` (any case) only: ``yes``, ``no``, ``on``, ``off``
   are strings;
 * a key given twice in one mapping is an error naming the key and its line;
@@ -28,6 +31,9 @@ _INT = "tag:yaml.org,2002:int"
 #: the deepest nesting of collections a configuration file may have
 MAX_DEPTH = 64
 _BOOL = "tag:yaml.org,2002:bool"
+_FLOAT = "tag:yaml.org,2002:float"
+_FLOAT_RE = re.compile(r"""^[-+]?(?:[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?
+                               |[0-9]+[eE][-+]?[0-9]+|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$""", re.VERBOSE)
 
 
 class StrictLoader(yaml.SafeLoader):
@@ -60,11 +66,21 @@ class StrictLoader(yaml.SafeLoader):
 
 
 StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _BOOL)]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _BOOL, _FLOAT)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 StrictLoader.add_implicit_resolver(_INT, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+StrictLoader.add_implicit_resolver(_FLOAT, _FLOAT_RE, list("-+0123456789."))
 StrictLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|false)$", re.IGNORECASE), list("tTfF"))
-StrictLoader.add_constructor(_INT, lambda loader, node: int(loader.construct_scalar(node), 10))
+def _construct_int(loader: StrictLoader, node: yaml.ScalarNode) -> int:
+    text = loader.construct_scalar(node)
+    try:
+        return int(text, 10)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+        raise yaml.constructor.ConstructorError(None, None, f"an integer of {len(text.lstrip('+-'))} digits, more "
+                                                f"than any setting takes", node.start_mark) from None
+
+
+StrictLoader.add_constructor(_INT, _construct_int)
 StrictLoader.add_constructor(_BOOL, lambda loader, node: loader.construct_scalar(node).lower() == "true")
 
 

@@ -3,7 +3,8 @@ the best throughput per dollar, with no phase interleaving between jobs.
 
 Options per job: disaggregated (its own H20 rollout nodes and H800 training nodes, one
 iteration = T_roll + T_train) or co-located on its own training nodes (the ``colocated``
-baseline's times, switches included). Throughput per dollar = 1 / (iteration seconds x
+baseline's times, switches included; only when both phases' state fits a training node,
+``colocation.fits``). Throughput per dollar = 1 / (iteration seconds x
 $/h of the nodes). Like Gavel, it knows nothing of SLOs; ties go to disaggregation.
 """
 from __future__ import annotations
@@ -24,10 +25,12 @@ class Gavel:
 
     def colocate(self, job: Job, cluster: Cluster) -> bool:
         """True when co-location gives ``job`` more iterations per dollar than disaggregation
-        (always for a job that only runs co-located, ``Job.colocate``)."""
+        (always for a job that only runs co-located, ``Job.colocate``; never for one whose
+        state fits no training node)."""
         if job.colocate:
             return True
-        return colocation.iteration_price(job, cluster, True) < colocation.iteration_price(job, cluster, False)
+        return (colocation.fits(job, cluster)
+                and colocation.iteration_price(job, cluster, True) < colocation.iteration_price(job, cluster, False))
 
     def place(self, state: PlanState, job: Job) -> Decision:
         colo = self.colocate(job, state.cluster)

@@ -67,10 +67,12 @@ def _parse(name: str, text: str, path: str, line: int) -> object:
         if text.lower() not in BOOL_FIELDS[name]:
             raise TraceFormatError(path, line, name, f"{text!r} is not true, false, 1 or 0")
         return BOOL_FIELDS[name][text.lower()]
+    kind = "an integer" if name in INT_FIELDS else "a number"
+    if not text.isascii() or "_" in text:  # Python's int() and float() read '1_000' and other scripts' digits
+        raise TraceFormatError(path, line, name, f"{text!r} is not {kind} (ASCII digits, no '_')")
     try:
         return int(text) if name in INT_FIELDS else float(text)
     except ValueError:
-        kind = "an integer" if name in INT_FIELDS else "a number"
         raise TraceFormatError(path, line, name, f"{text!r} is not {kind}") from None
 
 
