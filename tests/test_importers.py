@@ -5,7 +5,9 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from rollmux.cli import app
 from rollmux.errors import SpecError, TraceFormatError
 from rollmux.importers import from_trl_log, from_verl_timings, worst_case
 from rollmux.traces.format import read_trace, write_trace
@@ -98,10 +100,10 @@ def test_verl_hostile_input_names_line_and_column(tmp_path, text, line, column):
 
 
 def test_verl_zero_rollout_is_rejected_as_a_job_naming_the_run_s_lines(tmp_path):
-    with pytest.raises(SpecError, match=r"run x \(line 2\): t_roll_s"):
+    with pytest.raises(SpecError, match=r"run 'x' \(line 2\): t_roll_s"):
         from_verl_timings(write(tmp_path, "v.csv", "run,step,t_gen,t_update_actor\nx,0,0,2\n"))
     text = "run,step,t_gen,t_update_actor\ny,0,3,2\n# a comment\nx,0,0,2\ny,1,3,2\nx,1,0,2\n"
-    with pytest.raises(SpecError, match=r"run x \(lines 4-6\): t_roll_s"):
+    with pytest.raises(SpecError, match=r"run 'x' \(lines 4-6\): t_roll_s"):
         from_verl_timings(write(tmp_path, "v.csv", text))
 
 
@@ -227,3 +229,48 @@ def test_a_trl_log_nested_too_deep_is_refused_naming_its_line(tmp_path):
     path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(TraceFormatError, match="line 1: JSON nested too deep"):
         from_trl_log(path)
+
+
+@pytest.mark.parametrize("command, name, data, said", [
+    ("from-verl", "badutf.csv", b"run,step,t_gen,t_update_actor\nr1,1,1.0,2.0\nr1,2,\xff\xfe,2.0\n",
+     "line 3: not UTF-8 text: byte 0xff at character 6"),
+    ("from-trl", "badutf.jsonl", b'{"a": "\xff"}\n', "line 1: not UTF-8 text: byte 0xff at character 8"),
+])
+def test_a_file_that_is_not_utf8_is_refused_naming_its_line(tmp_path, command, name, data, said):
+    """Bytes that are not UTF-8 ended both commands with a UnicodeDecodeError traceback (exit 1)."""
+    src = tmp_path / name
+    src.write_bytes(data)
+    out = tmp_path / "o.csv"
+    r = CliRunner().invoke(app, ["trace", command, str(src), "--out", str(out)])
+    assert r.exit_code == 2 and name in r.output and said in r.output, r.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name, text, line", [
+    ("long.jsonl", jsonl([{GEN: 1.0}]) + '{"step_time": 3.0, "step": ' + "9" * 5000 + "}\n", 2),
+    ("long.json", json.dumps([{GEN: 1.0}, {"step_time": 3.0, "step": 1}]).replace("1}]", "9" * 5000 + "}]"), 2),
+    ("long-time.jsonl", jsonl([{GEN: 1.0}]) + '{"step_time": ' + "9" * 5000 + "}\n", 2),
+    ("huge-step.jsonl", jsonl([{GEN: 1.0}, {"step_time": 3.0, "step": 10 ** 400}]), 2),
+])
+def test_trl_an_integer_out_of_range_is_refused_naming_its_line(tmp_path, name, text, line):
+    """An integer of over 4300 digits raised json's ValueError (exit 1); a step of 400 digits
+    an OverflowError when multiplied by the step time."""
+    path = write(tmp_path, name, text)
+    with pytest.raises(TraceFormatError) as info:
+        from_trl_log(path)
+    assert (info.value.path, info.value.line) == (str(path), line)
+    assert info.value.column in ("step", "step_time")
+    r = CliRunner().invoke(app, ["trace", "from-trl", str(path), "--out", str(tmp_path / "o.csv")])
+    assert r.exit_code == 2 and f"{name}, line {line}" in r.output, r.output
+
+
+def test_a_run_or_job_name_is_quoted_in_an_error(tmp_path):
+    """A run name's escape sequence reached the terminal raw in the error's prefix."""
+    path = write(tmp_path, "ctl.csv", 'run,step,t_gen,t_update_actor\n"r\x1b[31mX",1,1,1\n')
+    with pytest.raises(SpecError) as info:
+        from_verl_timings(path)
+    assert "\x1b" not in str(info.value) and "run 'r\\x1b[31mX' (line 2)" in str(info.value), str(info.value)
+    path = write(tmp_path, "ok.jsonl", jsonl(trl_iteration(1, 1.0, 1.0, 5.0)))
+    with pytest.raises(SpecError) as info:
+        from_trl_log(path, job_id="j\x1b[31m")
+    assert "\x1b" not in str(info.value) and "job 'j\\x1b[31m'" in str(info.value), str(info.value)

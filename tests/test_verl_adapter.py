@@ -223,6 +223,69 @@ def test_model_sizes_are_read_from_names():
     assert params_from_name("my-policy") is None and params_from_name("bf16-model") is None
 
 
+@pytest.mark.parametrize("name", ["Mixtral-8x7B-Instruct-v0.1", "Mixtral-8x22B", "Qwen1.5-MoE-A2.7B", "Qwen3-30B-A3B",
+                                  "Llama-4-Scout-17B-16E-Instruct", "OLMoE-1B-7B-0924"])
+def test_a_mixture_of_experts_name_gives_no_size_and_its_spec_asks_for_params_b(base_config, name):
+    """Mixtral-8x7B read as 7B (it holds 46.7B), Qwen1.5-MoE-A2.7B as its active 2.7B: memory
+    understated about 6.7x."""
+    assert params_from_name(name) is None
+    cfg = _config(base_config, actor_rollout_ref__model__path=f"org/{name}")
+    shape = VerlShape.from_config(cfg)
+    assert shape.params_b is None and shape.mem_roll_gb is None
+    with pytest.raises(FrameworkConfigError) as info:
+        shape.job_spec("moe", 1.0, 1.0)
+    assert info.value.field == "actor_rollout_ref.model.path" and "params_b" in str(info.value)
+    assert "mixture of experts" in str(info.value)
+    spec = job_spec_from_verl(cfg, "moe", 1.0, 1.0, params_b=46.7)
+    assert spec["mem_roll_gb"] == pytest.approx(2 * 46.7 * 8 / 2)
+    # the overrides need no size: a trainer on a mixture of experts still runs
+    assert verl_overrides({"rollout_nodes": ["T0"], "train_nodes": ["T0"]}, cfg, 8)["trainer.nnodes"] == 1
+
+
+def _plain_config(base, path: str, value):
+    cfg = OmegaConf.to_container(base, resolve=True)
+    node = cfg
+    *groups, leaf = path.split(".")
+    for group in groups:
+        node = node[group]
+    node[leaf] = value
+    return cfg
+
+
+@pytest.mark.parametrize(("path", "value", "field"), [
+    ("critic", "yes", "critic"),                                          # was read as no critic.enable
+    ("algorithm.adv_estimator", ["gae"], "algorithm.adv_estimator"),       # was read as "no critic"
+    ("actor_rollout_ref.actor.strategy", ["fsdp"], "actor_rollout_ref.actor.strategy"),  # skipped the ref check
+    ("data.train_batch_size", 10 ** 400, "data.train_batch_size"),
+    ("trainer.total_training_steps", 10 ** 400, "trainer.total_training_steps"),
+    ("actor_rollout_ref.model.path", "Qwen/" + "9" * 5000 + "B", "actor_rollout_ref.model.path"),  # (was mem_roll_gb)
+    ("actor_rollout_ref.model.path", "Qwen/Qwen-0B", "actor_rollout_ref.model.path"),
+])
+def test_malformed_config_values_are_refused_naming_the_dotted_field(base_config, path, value, field):
+    with pytest.raises(FrameworkConfigError) as info:
+        VerlShape.from_config(_plain_config(base_config, path, value)).job_spec("j", 1.0, 1.0)
+    assert info.value.field == field and "veRL config" in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("as_omegaconf", [False, True])
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"trainer.nnodes.x": 1}, "trainer.nnodes"),   # a raw TypeError on a dict; OmegaConf replaced the count
+    ({"": 1}, "overrides"),                         # wrote cfg[""]
+    ({"trainer..nnodes": 1}, "overrides"),
+    ({"trainer.": 1}, "overrides"),
+])
+def test_an_override_path_that_cannot_be_written_is_refused(overrides, field, as_omegaconf):
+    cfg = {"trainer": {"nnodes": 1}}
+    cfg = OmegaConf.create(cfg) if as_omegaconf else cfg
+    with pytest.raises(FrameworkConfigError) as info:
+        apply_overrides(cfg, {"trainer.n_gpus_per_node": 4, **overrides})
+    assert info.value.field == field, str(info.value)
+    assert dict(cfg["trainer"]) == {"nnodes": 1} and "" not in cfg  # nothing written
+    with pytest.raises(FrameworkConfigError) as info:
+        apply_overrides(None, {"trainer.nnodes": 1})
+    assert info.value.field == "config"
+
+
 # --- resource pools on a local multi-node Ray cluster ------------------------------------------
 def test_verl_pools_and_worker_groups_land_on_the_pinned_nodes(monkeypatch):
     """veRL's own ``RayWorkerGroup`` and ``Worker`` on pools pinned to RollMux nodes R0 and T0

@@ -14,8 +14,11 @@ iterations (a bound at least as pessimistic as any single iteration's).
 Common mapping. ``iterations`` = the run's iteration count; ``arrival_s`` = 0;
 ``rollout_gpus`` = ``train_gpus`` = ``gpus`` (an int for every run or a mapping run ->
 GPUs naming every run of the file and no other); ``slo`` as given; host memory 0 (the
-logs hold none). Every defect of a file raises ``TraceFormatError`` naming the file,
-the line and the column (or key); a bad argument raises ``SpecError`` naming it.
+logs hold none). Every defect of a file (bytes that are not UTF-8 included) raises
+``TraceFormatError`` naming the file, the line and the column (or key); a bad argument
+raises ``SpecError`` naming it; a job the file's times make invalid raises ``SpecError``
+naming the file and the run (or job), its name quoted as ``repr`` writes it (a name's
+control characters cannot reach a terminal).
 
 veRL (``from_verl_timings``)
 ----------------------------
@@ -52,8 +55,12 @@ against the installed 1.16):
   ``log_history``;
 * ``step_time``: seconds of one optimizer step's ``training_step`` calls, averaged over
   the logging window; the generation of the step that generates runs inside it;
-* ``step`` / ``global_step`` (optional): the record's global step, so a record covers
-  ``step - previous step`` optimizer steps (1 without these keys).
+* ``step`` / ``global_step`` (optional): the record's global step, an integer from 0 to
+  2**53 (exact as a float, so a step time times the steps it covers is a number), so a
+  record covers ``step - previous step`` optimizer steps (1 without these keys).
+
+An integer too long for Python's ``int`` (over its 4300-digit limit) is read as
+``inf`` (``-inf``), which every key read refuses as out of range, naming the line.
 
 Records are read in order. An iteration starts at a rollout key that follows a
 ``step_time`` (or opens the log); its rollout phase is the sum of the rollout keys up to
@@ -67,6 +74,7 @@ id (a name without a size, e.g. ``7B``, is planned on the largest switch-cost co
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import re
@@ -76,6 +84,7 @@ from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
 from rollmux.model import Job
+from rollmux.text_file import read_text
 
 VERL_REQUIRED = ("run", "step", "t_gen", "t_update_actor")
 VERL_ROLLOUT = ("t_gen", "t_reward")
@@ -84,6 +93,7 @@ TRL_PROFILE = re.compile(r"profiling/Time taken: \w+\.(.+)")
 TRL_ROLLOUT = frozenset({"vLLM.generate", "transformers.generate", "transformers.generate_batch",
                          "_calculate_rewards", "sync_weights"})
 TRL_STEP_KEYS = ("step", "global_step")
+TRL_MAX_STEP = 2 ** 53
 
 
 def worst_case(values: list[float], percentile: float) -> float:
@@ -141,7 +151,7 @@ def from_verl_timings(path: str | Path, *, gpus: int | Mapping[str, int] = 8,
     name = str(path)
     runs: dict[str, dict[int, tuple[float, float]]] = {}
     spans: dict[str, tuple[int, int]] = {}  # run -> its first and last line
-    with open(path, newline="", encoding="utf-8-sig") as handle:
+    with io.StringIO(read_text(path), newline="") as handle:
         rows = csv.reader(handle)
         header: list[str] | None = None
         try:
@@ -192,17 +202,26 @@ def from_verl_timings(path: str | Path, *, gpus: int | Mapping[str, int] = 8,
                         iterations=len(steps), t_roll_colo_s=roll, t_train_colo_s=train))
     for job in jobs:
         first, last = spans[job.job_id]
-        job.validate(where=f"{name}: run {job.job_id} (" + (f"line {first}" if first == last
-                                                            else f"lines {first}-{last}") + ")")
+        job.validate(where=f"{name}: run {job.job_id!r} (" + (f"line {first}" if first == last
+                                                              else f"lines {first}-{last}") + ")")
     return jobs
+
+
+def _json_int(digits: str) -> int | float:
+    """A JSON integer as ``int``; one past Python's digit limit for ``int`` as a float (``inf``
+    or ``-inf``), where ``json`` raised ValueError (see the module docstring)."""
+    try:
+        return int(digits)
+    except ValueError:
+        return float(digits)
 
 
 def _trl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     """(line, record) pairs: physical lines for JSON lines, 1-based entries for a document."""
     name = str(path)
-    text = Path(path).read_text(encoding="utf-8-sig")
+    text = read_text(path)
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_int=_json_int)
     except (json.JSONDecodeError, RecursionError):
         document = None
     if isinstance(document, dict) and "log_history" in document:
@@ -217,7 +236,7 @@ def _trl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
+            record = json.loads(raw, parse_int=_json_int)
         except json.JSONDecodeError as exc:
             raise TraceFormatError(name, line, "", f"not JSON ({exc.msg})") from None
         except RecursionError:
@@ -258,8 +277,8 @@ def from_trl_log(path: str | Path, *, job_id: str | None = None, gpus: int = 8, 
         step_key = next((k for k in TRL_STEP_KEYS if k in record), None)
         if step_key is not None:
             step = record[step_key]
-            if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-                raise TraceFormatError(name, line, step_key, f"{step!r} is not a step number >= 0")
+            if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= TRL_MAX_STEP:
+                raise TraceFormatError(name, line, step_key, f"{step!r} is not a step number from 0 to 2**53")
             if "step_time" in record:
                 covered = step - last_step
                 if covered < 1:
@@ -286,5 +305,5 @@ def from_trl_log(path: str | Path, *, job_id: str | None = None, gpus: int = 8, 
     train = worst_case([it.step_s - it.rollout_s for it in iterations], percentile)
     job = Job(job_id, roll, train, rollout_gpus=gpus, train_gpus=gpus, slo=slo, model=model or job_id,
               iterations=len(iterations))
-    job.validate(where=f"{name}: job {job_id}")
+    job.validate(where=f"{name}: job {job_id!r}")
     return job

@@ -41,7 +41,8 @@ from pathlib import Path
 import torch
 
 from rollmux.errors import SpecError
-from rollmux.integrations.checks import history_spans, phase_checks, phases_wall, span_report
+from rollmux.integrations.checks import (history_spans, phase_checks, phases_wall, seconds_text,
+                                         span_report)
 from rollmux.model import TRAIN
 from rollmux.runtime.ray_adapter import WorkerInfo
 from rollmux.runtime.sdk import JobHandle
@@ -273,7 +274,8 @@ def summary_lines(summary: dict) -> list[str]:
     for job_id, j in summary["jobs"].items():
         lines.append(f"{job_id:<10} group {j['group']}  steps {j['steps_done']} (service: {j['service_state']}, "
                      f"{j['service_iterations_done']} iterations)  reward {j['reward_before']:.3f} -> "
-                     f"{j['reward_after']:.3f}  rollout {j['mean_rollout_s']:.3f} s  train {j['mean_train_s']:.3f} s  "
+                     f"{j['reward_after']:.3f}  rollout {seconds_text(j['mean_rollout_s'], '.3f')}  "
+                     f"train {seconds_text(j['mean_train_s'], '.3f')}  "
                      f"switches {j['switches']['count']} (load {j['switches']['load_mean_ms']:.2f} ms, "
                      f"offload {j['switches']['offload_mean_ms']:.2f} ms, {j['switches']['bytes_max'] / 1e6:.2f} MB)")
         memory = j["device_memory"]

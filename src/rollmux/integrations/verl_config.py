@@ -15,22 +15,29 @@ Forward (``VerlShape.from_config(config)``, then ``shape.job_spec(...)``)
   (``Qwen/Qwen2.5-7B-Instruct`` -> ``Qwen2.5-7B-Instruct``); RollMux reads its size
   column from the name.
 * Memory (host GB per node, what a warm switch parks; ``P`` = parameters, from
-  ``params_b`` or the size in the model name, e.g. ``7B``):
+  ``params_b`` or the size in the model name, e.g. ``7B``, see ``params_from_name``):
   training state ``12 P / train nodes`` for the actor (fp32 master weights 4 bytes +
   Adam moments 8 bytes, FSDP-sharded over the training nodes), the same again for a
   critic (``critic.enable``, or GAE), plus ``2 P / train nodes`` for a reference model
   (bf16); rollout state ``2 P x n_gpus_per_node / (tp x pp)`` (bf16 weights of the
   replicas on one node: what vLLM's sleep level 1 keeps in host memory; level 2 and
-  SGLang's release keep nothing, so this is the worst case). Without a size the
-  memory fields are left out (RollMux then assumes 0).
+  SGLang's release keep nothing, so this is the worst case). A name without a size
+  leaves the memory fields out (RollMux then assumes 0); a name that marks a mixture
+  of experts (``Mixtral-8x7B``, ``Qwen1.5-MoE-A2.7B``) gives no size either, as its total
+  size is not in it, and ``job_spec`` refuses it without ``params_b``, naming
+  ``actor_rollout_ref.model.path`` (leaving its memory out would understate it).
 * Not movable (``movable: false``): the worker groups stay where their pools were
   pinned; the adapter cannot bring them to other nodes.
-* Refused (``FrameworkConfigError``, naming the field): a node or GPU count < 1, an
-  empty or missing model path, a rollout engine other than ``vllm`` / ``sglang``,
+* Refused (``FrameworkConfigError``, naming the field): a group on a field's path that
+  is not a mapping (``critic: yes``), a node or GPU count, batch size or ``rollout.n``
+  outside 1 to ``MAX_COUNT``, an ``algorithm.adv_estimator`` or
+  ``actor_rollout_ref.actor.strategy`` that is not a string, an empty or missing model
+  path, a model name whose size is not in (0, 1e6) B, a rollout engine other than
+  ``vllm`` / ``sglang``,
   ``actor_rollout_ref.rollout.free_cache_engine`` false (veRL's sleep would then be a
   no-op and the engine would keep its GPU memory while other jobs run), a rollout
-  parallel size (tp x dp x pp) that does not divide the rollout GPUs, a batch size or
-  ``rollout.n`` < 1, and for the FSDP strategies a reference model without
+  parallel size (tp x dp x pp) that does not divide the rollout GPUs, and for the FSDP
+  strategies a reference model without
   ``actor_rollout_ref.ref.fsdp_config.param_offload`` (veRL's ``to()`` moves only the
   actor, so an unoffloaded reference model would stay on the GPUs between phases).
 
@@ -46,8 +53,9 @@ disaggregated veRL run is veRL's standalone rollout, ``hybrid_engine=False``). A
 placement with fewer training GPUs than the config asks for, or (disaggregated) fewer
 rollout GPUs, is refused too (the job's spec came from another config): the overrides
 never shrink a run silently.
-``apply_overrides`` writes them into a config, ``hydra_args`` renders them for veRL's
-command line.
+``apply_overrides`` writes them into a config (refusing a path with an empty key, or
+one through a value that is not a mapping, which would replace it), ``hydra_args``
+renders them for veRL's command line.
 """
 from __future__ import annotations
 
@@ -57,6 +65,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollmux.errors import FrameworkConfigError
+from rollmux.model import MAX_JOB_ITERATIONS
 
 WHERE = "veRL config"
 ENGINES = ("vllm", "sglang")
@@ -66,9 +75,16 @@ FSDP_STRATEGIES = ("fsdp", "fsdp2")
 TRAIN_BYTES_PER_PARAM = 12   # fp32 master weights (4) + Adam first and second moments (8)
 REF_BYTES_PER_PARAM = 2      # bf16 reference weights
 ROLLOUT_BYTES_PER_PARAM = 2  # bf16 inference weights (vLLM sleep level 1 parks them on the host)
+MAX_COUNT = 10 ** 9          # a node, GPU, batch or sample count above it is a typo, not a run
+MAX_PARAMS_B = 1e6           # billions of parameters (a size at or above it is a typo)
+MODEL_PATH = "actor_rollout_ref.model.path"
 
 _MISSING = object()
 _SIZE_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z])")
+_MOE_RE = re.compile(r"\d\s*x\s*\d+(?:\.\d+)?\s*b(?![a-z])"   # Mixtral-8x7B: experts x expert size
+                     r"|[-_]a\d+(?:\.\d+)?b(?![a-z])"        # Qwen3-30B-A3B: active size
+                     r"|[-_]\d+e(?![a-z\d])"                # Llama-4-Scout-17B-16E: expert count
+                     r"|moe", re.IGNORECASE)                # Qwen1.5-MoE-A2.7B, OLMoE-1B-7B
 
 
 def _plain(config: Any) -> Any:
@@ -93,9 +109,15 @@ def _plain(config: Any) -> Any:
 
 
 def _get(config: Mapping, path: str, default: Any = _MISSING) -> Any:
+    """The value at dotted ``path``: ``default`` where a key on the way is missing or the value
+    is ``???`` (without one, FrameworkConfigError); a value on the way that is not a mapping
+    (``critic: yes`` for ``critic.enable``) is FrameworkConfigError naming it."""
     node: Any = config
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
+    parts = path.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(node, Mapping):
+            raise FrameworkConfigError(".".join(parts[:depth]), node, f"a mapping (the group of {path})", WHERE)
+        if part not in node:
             if default is _MISSING:
                 raise FrameworkConfigError(path, None, "a value (the field is missing)", WHERE)
             return default
@@ -109,8 +131,15 @@ def _get(config: Mapping, path: str, default: Any = _MISSING) -> Any:
 
 def _int(config: Mapping, path: str, minimum: int, default: Any = _MISSING) -> int:
     value = _get(config, path, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise FrameworkConfigError(path, value, f"an integer >= {minimum}", WHERE)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
+        raise FrameworkConfigError(path, value, f"an integer from {minimum} to {MAX_COUNT}", WHERE)
+    return value
+
+
+def _str(config: Mapping, path: str, default: str) -> str:
+    value = _get(config, path, default)
+    if not isinstance(value, str):
+        raise FrameworkConfigError(path, value, "a string", WHERE)
     return value
 
 
@@ -121,10 +150,30 @@ def _flag(config: Mapping, path: str, default: bool) -> bool:
     return value
 
 
+def is_mixture_of_experts(model: str) -> bool:
+    """Whether a model name marks a mixture of experts: an ``<N>x<M>B`` size
+    (``Mixtral-8x7B``), an ``-A<M>B`` active size (``Qwen3-30B-A3B``), an ``-<N>E`` expert
+    count (``Llama-4-Scout-17B-16E``) or ``MoE`` (``Qwen1.5-MoE-A2.7B``, ``OLMoE-1B-7B``)."""
+    return bool(_MOE_RE.search(model or ""))
+
+
 def params_from_name(model: str) -> float | None:
-    """Billions of parameters named in a model name (``Qwen2.5-0.5B`` -> 0.5), or None."""
-    match = _SIZE_RE.search(model or "")
+    """Billions of parameters named in a model name (``Qwen2.5-0.5B`` -> 0.5), or None: no size
+    in the name, or a name that marks a mixture of experts (``is_mixture_of_experts``), whose
+    total size is not in its name (``Mixtral-8x7B`` holds 46.7B parameters, ``Qwen1.5-MoE-A2.7B``
+    14.3B) and must be given as ``params_b``."""
+    match = None if is_mixture_of_experts(model) else _SIZE_RE.search(model or "")
     return float(match.group(1)) if match else None
+
+
+def _size_from_name(path: str, model: str) -> float | None:
+    """``params_from_name(model)``; a size not in (0, 1e6) is FrameworkConfigError naming
+    ``actor_rollout_ref.model.path`` (``path``)."""
+    size = params_from_name(model)
+    if size is not None and not 0 < size < MAX_PARAMS_B:
+        raise FrameworkConfigError(MODEL_PATH, path, "a model name whose size is between 0 and 1e6 B (exclusive), "
+                                   "or params_b given", WHERE)
+    return size
 
 
 def needs_reference(config: Mapping) -> bool:
@@ -138,7 +187,7 @@ def needs_critic(config: Mapping) -> bool:
     enable = _get(config, "critic.enable", None)
     if enable is not None:
         return _flag(config, "critic.enable", False)  # (a string "false" was read as true)
-    return _get(config, "algorithm.adv_estimator", "gae") == "gae"
+    return _str(config, "algorithm.adv_estimator", "gae") == "gae"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,17 +247,16 @@ class VerlShape:
             raise FrameworkConfigError("actor_rollout_ref.rollout.tensor_model_parallel_size", tp,
                                        f"a replica size (tp x dp x pp = {parallel}) dividing the "
                                        f"{roll_nodes * roll_gpn} rollout GPUs", WHERE)
-        path = _get(c, "actor_rollout_ref.model.path")
+        path = _get(c, MODEL_PATH)
         if not isinstance(path, str) or path != path.strip() or not path.strip("/ "):
-            raise FrameworkConfigError("actor_rollout_ref.model.path", path,
-                                       "a model path or hub id (without surrounding spaces)", WHERE)
+            raise FrameworkConfigError(MODEL_PATH, path, "a model path or hub id (without surrounding spaces)", WHERE)
         model = path.rstrip("/").split("/")[-1].strip()
         if not model:
-            raise FrameworkConfigError("actor_rollout_ref.model.path", path, "a path ending in a model name", WHERE)
+            raise FrameworkConfigError(MODEL_PATH, path, "a path ending in a model name", WHERE)
         batch = _int(c, "data.train_batch_size", 1)
         n = _int(c, "actor_rollout_ref.rollout.n", 1, 1)
         reference, critic = needs_reference(c), needs_critic(c)
-        strategy = _get(c, "actor_rollout_ref.actor.strategy", "fsdp")
+        strategy = _str(c, "actor_rollout_ref.actor.strategy", "fsdp")
         if reference and strategy in FSDP_STRATEGIES and not _flag(
                 c, "actor_rollout_ref.ref.fsdp_config.param_offload", False):
             raise FrameworkConfigError("actor_rollout_ref.ref.fsdp_config.param_offload", False,
@@ -216,12 +264,14 @@ class VerlShape:
                                        "algorithm.use_kl_in_reward): the adapter's offload moves only the "
                                        "actor, so the reference model must offload itself", WHERE)
         steps = _get(c, "trainer.total_training_steps", None)
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-            raise FrameworkConfigError("trainer.total_training_steps", steps, "null or an integer >= 1", WHERE)
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                                  or not 1 <= steps <= MAX_JOB_ITERATIONS):
+            raise FrameworkConfigError("trainer.total_training_steps", steps,
+                                       f"null or an integer from 1 to {MAX_JOB_ITERATIONS}", WHERE)
         if params_b is not None and (isinstance(params_b, bool) or not isinstance(params_b, (int, float))
-                                     or not 0 < params_b < 1e6):
+                                     or not 0 < params_b < MAX_PARAMS_B):
             raise FrameworkConfigError("params_b", params_b, "billions of parameters, a finite number > 0", WHERE)
-        size = params_b if params_b is not None else params_from_name(model)
+        size = params_b if params_b is not None else _size_from_name(path, model)
         mem_roll = mem_train = None
         if size is not None:
             p = size * 1e9
@@ -242,7 +292,17 @@ class VerlShape:
         ``colocate`` is true for the hybrid engine (generation and updates on the same
         GPUs): the planner then only ever places the job co-located on its training nodes,
         the placement ``verl_overrides`` accepts for it.
+
+        A shape without a size whose model name marks a mixture of experts
+        (``is_mixture_of_experts``) is refused, naming ``actor_rollout_ref.model.path``: its
+        memory left out would understate it; ``VerlShape.from_config(config, params_b)``
+        gives the size.
         """
+        if self.params_b is None and is_mixture_of_experts(self.model):
+            raise FrameworkConfigError(MODEL_PATH, self.model, "a size given as params_b (the model's total "
+                                       "parameters, in billions) to VerlShape.from_config or job_spec_from_verl: "
+                                       "the name marks a mixture of experts, whose total size is not in its name",
+                                       WHERE)
         spec: dict[str, Any] = {"job_id": job_id, "rollout_gpus": self.rollout_gpus, "train_gpus": self.train_gpus,
                                 "t_roll_s": t_roll_s, "t_train_s": t_train_s, "slo": slo, "model": self.model,
                                 "movable": False, "colocate": self.layout == COLOCATED}
@@ -349,12 +409,33 @@ def verl_overrides(placement: Any, config: Any, gpus_per_node: int = 8) -> dict[
     return out
 
 
+def _check_override(config: Any, path: Any) -> None:
+    """FrameworkConfigError unless ``path`` is a dotted path of non-empty keys (field
+    ``overrides``) whose every group present in ``config`` is a mapping (field: the group;
+    ``trainer.nnodes.x`` would replace the count ``trainer.nnodes`` with a mapping)."""
+    if not isinstance(path, str) or not all(path.split(".")):
+        raise FrameworkConfigError("overrides", path, "a dotted path of non-empty keys, e.g. trainer.nnodes", WHERE)
+    node, parts = config, path.split(".")
+    for depth, part in enumerate(parts[:-1], 1):
+        if part not in node:
+            return
+        node = node[part]
+        if not isinstance(node, Mapping):
+            raise FrameworkConfigError(".".join(parts[:depth]), node, f"a mapping to write {path} into", WHERE)
+
+
 def apply_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
-    """Write dotted ``overrides`` into ``config`` (a DictConfig, in place, struct mode respected; or a dict)."""
+    """Write dotted ``overrides`` into ``config`` (a DictConfig, in place, struct mode respected; or a dict).
+    A path ``_check_override`` refuses raises FrameworkConfigError before anything is written."""
     try:
         from omegaconf import DictConfig, OmegaConf
     except ImportError:  # pragma: no cover
         DictConfig = ()  # type: ignore[assignment]
+    if not isinstance(config, Mapping):
+        raise FrameworkConfigError("config", type(config).__name__, "a veRL config (dict or OmegaConf DictConfig)",
+                                   WHERE)
+    for path in overrides:
+        _check_override(config, path)
     for path, value in overrides.items():
         if DictConfig and isinstance(config, DictConfig):
             OmegaConf.update(config, path, value, merge=False)

@@ -50,7 +50,8 @@ from pathlib import Path
 import torch
 
 from rollmux.errors import DeviceUnavailableError, SpecError
-from rollmux.integrations.checks import history_spans, phase_checks, phases_wall, span_report
+from rollmux.integrations.checks import (history_spans, phase_checks, phases_wall, seconds_text,
+                                         span_report)
 from rollmux.integrations.trl_toy import COMPLETION_LEN, POLICIES, toy_tokenizer
 from rollmux.runtime.state_cache import StateCache
 
@@ -344,7 +345,8 @@ def summary_lines(summary: dict) -> list[str]:
                      f"{j['logprob_gap_max']:.4f}; engine start {j['engine_start_s']:.1f} s, sleep "
                      f"{e['sleep']['median_s'] * 1e3:.0f} ms ({e['sleep']['device_gb_median'] or 0:.1f} GB back), wake "
                      f"{e['wake']['median_s'] * 1e3:.0f} ms (of which weight load {e['wake']['load_s_median'] * 1e3:.0f}"
-                     f" ms); phases: rollout {j['mean_rollout_s']:.2f} s, train {j['mean_train_s']:.2f} s")
+                     f" ms); phases: rollout {seconds_text(j['mean_rollout_s'], '.2f')}, "
+                     f"train {seconds_text(j['mean_train_s'], '.2f')}")
     c = summary["checks"]
     lines.append(f"phases alternate: {all(c['alternates'].values())}; overlaps on a node: {len(c['overlaps'])}; "
                  f"engines awake together: {len(summary['engines_awake_together'])}; phases {summary['phases_wall_s']:.1f} s "
