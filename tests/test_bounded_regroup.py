@@ -510,3 +510,72 @@ def test_plan_time_regrouping_on_a_bounded_fleet_stays_within_its_pools():
     for pool in fleet.pools:
         assert state.nodes_in_use(pool.name) <= pool.nodes
         assert state.nodes_in_use(pool.name) + state.free_nodes(pool.name) == pool.nodes
+
+
+def _stranding_plane() -> tuple[ControlPlane, list[float]]:
+    """Two nodes per pool, ``rollmux-regroup``: x and y share g0 (R0, T0), z runs alone in
+    g1 (R1, T1); when y completes, the regrouping {x, z} into one group (two rollout
+    nodes, one training node) is decided, its nodes held as g0 and g1 give them back."""
+    from rollmux.model import PoolSpec
+
+    cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=2), train=PoolSpec("H800", 5.28, nodes=2),
+                      switch_cost=SwitchCost("fixed", 0.0, 0.0))
+    cp = ControlPlane(cluster, policy="rollmux-regroup")
+    for job in (Job("x", 100, 20, slo=2.0, iterations=200), Job("y", 20, 100, slo=2.0, iterations=5),
+                Job("z", 100, 20, slo=2.0, iterations=200)):
+        cp.submit(job, 0.0, "0" * 64)
+    clock = [0.0]
+    while not cp.regroups:
+        assert _step(cp, clock), "the regrouping was never decided"
+    return cp, clock
+
+
+def _step(cp: ControlPlane, clock: list[float]) -> bool:
+    """Acknowledge a pending move, else release the oldest grant at its phase's end; False
+    when no job holds a grant or has a move to make."""
+    movers = [r for r in cp.jobs.values() if r.live and cp.pending_move(r.job_id)]
+    if movers:
+        clock[0] += 10
+        cp.moved(movers[0].job_id, clock[0])
+        return True
+    holders = [r for r in cp.jobs.values() if r.live and r.grant is not None]
+    if not holders:
+        return False
+    rec = min(holders, key=lambda r: r.grant.granted_at)
+    clock[0] = max(clock[0], rec.grant.granted_at) + (rec.job.t_roll_s if rec.grant.pool == "rollout"
+                                                      else rec.job.t_train_s)
+    cp.release(rec.job_id, rec.grant.pool, rec.grant.seq, 1.0, clock[0])
+    return True
+
+
+def test_a_regrouped_job_whose_partner_left_is_not_stranded_beside_an_open_ended_arrival():
+    """(an auditor's case) z is cancelled before its boundary, its nodes go to an
+    open-ended arrival w, and the held nodes no longer cover the two-member group: x
+    stopped at its boundary and then waited outside any group for ever. It is now placed
+    afresh and runs on."""
+    cp, clock = _stranding_plane()
+    clock[0] += 1
+    cp.cancel("z", clock[0])
+    cp.submit(Job("w", 100, 20, slo=2.0, iterations=None), clock[0], "1" * 64)
+    before = cp.record("x").iterations_done
+    for _ in range(400):
+        assert _step(cp, clock)
+    x = cp.record("x")
+    assert x.last_move is not None and x.last_move["outcome"] == "undone", x.last_move  # it did stop
+    assert x.group_id is not None and x.iterations_done > before + 20, x
+    assert not cp.regroups and not cp.holds
+    again = ControlPlane.restore(json.loads(json.dumps(cp.snapshot())), policy="rollmux-regroup")
+    assert again.snapshot() == cp.snapshot()
+
+
+def test_draining_a_node_a_regrouping_holds_does_not_strand_its_jobs():
+    """(an auditor's case) R0 drained right after the decision: the hold gave it up and
+    waited for a rollout node no emptied group would give back, x and z stopped with no
+    group for ever while R1, T0 and T1 sat idle. Both now run to their end."""
+    cp, clock = _stranding_plane()
+    cp.drain("R0", clock[0])
+    for _ in range(5000):
+        if not _step(cp, clock):
+            break
+    assert [cp.jobs[j].state for j in "xyz"] == ["done"] * 3
+    assert cp.jobs["x"].iterations_done == cp.jobs["z"].iterations_done == 200

@@ -373,3 +373,92 @@ def test_a_node_added_live_may_not_take_a_name_the_counted_pool_gives():
     cp.add_node("train", "tc", None, 1.0)
     cp.add_node("rollout", "", None, 1.0)
     assert [n.node_id for n in cp.cluster.train.node_list] == ["ta", "tb", "tc"] and cp.cluster.rollout.nodes == 3
+
+
+def test_node_seconds_read_at_any_time_never_decrease_and_end_at_the_ledger():
+    """``node_seconds(now)`` (what /metrics exports as the busy and idle counters) read
+    between and at every change of a run: busy and provisioned-less-busy never go down,
+    a phase held counts until ``now``, and once no phase is held the reading is the
+    ledger itself (``busy_s``, ``provisioned_s``)."""
+    cp = ControlPlane(_cluster())
+    readings = []
+
+    def read(now: float) -> None:
+        busy, provisioned = cp.node_seconds(now)
+        readings.append((now, {p: busy[p] for p in busy}, {p: provisioned[p] - busy[p] for p in busy}))
+
+    submit(cp, _job("a", iterations=2), 0.0)
+    read(4.0)
+    submit(cp, _job("b", iterations=2), 5.0)  # a change while a's rollout is held
+    now = 5.0
+    for _ in range(20):
+        holders = [r for r in cp.jobs.values() if r.live and r.grant is not None]
+        if not holders:
+            break
+        rec = min(holders, key=lambda r: r.grant.granted_at)
+        read(now + 1.5)
+        now = _run_phase(cp, rec.job_id, now, 3.0)
+        read(now)
+    assert not any(r.live for r in cp.jobs.values())
+    for (_, busy0, idle0), (_, busy1, idle1) in zip(readings, readings[1:]):
+        for pool in busy0:
+            assert busy1[pool] >= busy0[pool] - 1e-9 and idle1[pool] >= idle0[pool] - 1e-9, readings
+    assert readings[0][1][ROLLOUT] == pytest.approx(4.0)  # a's rollout on one node, held since 0
+    assert cp.node_seconds(now) == (cp.busy_s, cp.provisioned_s)
+
+
+def test_the_busy_and_idle_counters_of_metrics_count_a_held_phase_until_the_scrape():
+    """The auditor's case: a's rollout held from 0 s, a change at 3 s (b submitted), a's
+    release at 6 s; scraped at 3 s and after the release, idle never went down (it read
+    3.0 then 0.0 when busy counted only ended phases)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rollmux.runtime.metrics import ServiceMetrics
+
+    cp = ControlPlane(_cluster(None))
+    clock = [0.0]
+    metrics = ServiceMetrics(lambda: cp, lambda job_id: None, now=lambda: clock[0])
+
+    def counters() -> dict[tuple[str, str], float]:
+        return {(s.name, s.labels["pool"]): s.value for f in text_string_to_metric_families(metrics.render().decode())
+                for s in f.samples if s.name.startswith("rollmux_pool_") and s.name.endswith("_total")}
+
+    submit(cp, _job("a"), 0.0)
+    clock[0] = 3.0
+    submit(cp, _job("b"), 3.0)
+    first = counters()
+    _run_phase(cp, "a", 3.0, 3.0)
+    clock[0] = 6.0
+    second = counters()
+    assert first[("rollmux_pool_busy_node_seconds_total", "rollout")] == pytest.approx(3.0)
+    assert all(second[key] >= first[key] - 1e-9 for key in first), (first, second)
+
+
+def test_job_lists_come_in_pages_and_the_tables_never_cut_an_id_short():
+    """(``jobs list`` stopped at 1,000 with no way to the rest, and at 80 columns every
+    128-character id ended in '...': ``cancel`` needs the whole id)"""
+    import io
+
+    from rich.console import Console
+
+    from rollmux.cli_service import _jobs_table
+
+    cp = ControlPlane(_cluster(None))
+    ids = [f"j{i}-" + "x" * 120 + f"-{i}" for i in range(5)]
+    for i, job_id in enumerate(ids):
+        submit(cp, _job(job_id), float(i))
+    assert [r.job_id for r in cp.list_jobs(limit=2, offset=3)] == ids[3:5]
+    assert [r.job_id for r in cp.list_jobs(limit=2)] == ids[:2] and cp.list_jobs(offset=5) == []
+    shown = io.StringIO()
+    Console(file=shown, width=80).print(_jobs_table(cp.status(10.0)["jobs"]))
+    text = shown.getvalue()
+    assert "…" not in text
+    cells = "".join(line.split("│")[1].strip() for line in text.splitlines() if line.count("│") > 2)
+    assert all(job_id in cells for job_id in ids), cells
+
+
+def test_adding_a_counted_node_that_exists_says_so():
+    cp = ControlPlane(_cluster(2))
+    with pytest.raises(ControlError, match="'R1' is already a node of this cluster"):
+        cp.add_node("rollout", "R1", None, 1.0)
+    assert cp.add_node("rollout", "R2", None, 1.0)[0] == "R2"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import os
 import socket
@@ -505,6 +506,36 @@ def test_nodes_are_added_drained_and_undrained_live(tmp_path):
         assert "R0" not in client.get("/v1/status", headers=h).json()["drained"]
 
 
+def test_a_restart_with_the_cluster_file_it_started_from_keeps_the_nodes_added_live(tmp_path):
+    """(the auditor's case: nodes added live were dropped by a restart with the same
+    --cluster, or, in use, the restart was refused, telling the operator to drain a node
+    they never meant to remove). Once a file names a node it is the file's to remove."""
+    path = str(tmp_path / "state.db")
+    service = Service(_cluster(1), path, ADMIN, _config())
+    with TestClient(create_app(service)) as client:
+        h = _auth(ADMIN)
+        for pool in ("rollout", "train"):
+            client.post("/v1/admin/nodes", json={"pool": pool}, headers=h)
+        client.post("/v1/admin/nodes", json={"pool": "rollout"}, headers=h)  # R2: free
+        for j in ("a", "b", "c"):
+            client.post("/v1/jobs", json={"spec": _spec(j, t=60.0)}, headers=h)
+        status = client.get("/v1/status", headers=h).json()
+    assert {n for g in status["groups"] for n in g["train_nodes"]} == {"T0", "T1"}  # c on the added nodes
+    service.close()
+    again = Service(_cluster(1), path, ADMIN, _config())  # the same command line
+    assert again.reconciled["kept_live"] == ["R1", "R2", "T1"] and again.reconciled["removed"] == []
+    assert (again.control.cluster.rollout.nodes, again.control.cluster.train.nodes) == (3, 2)
+    again.close()
+    grown = Cluster(rollout=PoolSpec("H20", 1.85, nodes=2), train=PoolSpec("H800", 5.28, nodes=2),
+                    switch_cost=SwitchCost("fixed"))
+    named = Service(grown, path, ADMIN, _config())  # the file now names R1 and T1; R2 is still live-added
+    assert named.reconciled["kept_live"] == ["R2"] and named.control.added_live == {"rollout": {"R2": 2048.0},
+                                                                                      "train": {}}
+    named.close()
+    with pytest.raises(Exception, match="node 'T1' is pinned by job"):  # the file's now: one without it removes it
+        Service(_cluster(1), path, ADMIN, _config())
+
+
 # --- real clocks, real sockets -------------------------------------------------------------
 
 class FakeClocks:
@@ -841,6 +872,67 @@ def test_the_header_deadline_holds_on_both_of_uvicorns_protocols_which_have_none
             assert [(status, field) for status, field, _ in refusals] == [(408, "headers")] * 2
         else:
             assert trickled == kept_alive == silent == (b"", math.inf, math.inf), (trickled, kept_alive, silent)
+
+
+@pytest.mark.parametrize("base", ["httptools", "h11"])
+def test_a_request_uvicorn_cannot_parse_is_counted_and_its_log_line_is_json(base, tmp_path):
+    """Bytes that are no HTTP request never reach the app: uvicorn answers 400 itself. On
+    either protocol the header-deadline protocol tells ``refused`` of it (a 400 on
+    ``request``: metrics and log), and with the service's logging (``logs.setup`` and
+    ``server_config``'s ``log_config=None``) uvicorn's own warning is a JSON line too."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from rollmux.runtime import logs
+    from rollmux.runtime.header_deadline import header_deadline_protocol
+
+    async def app(scope, receive, send):  # never called with the garbage below
+        raise AssertionError(scope)
+
+    refusals = []
+    protocol = {"httptools": HttpToolsProtocol, "h11": H11Protocol}[base]
+    http = header_deadline_protocol(5.0, lambda *a: refusals.append(a), base=protocol)
+    saved = {n: (lg.handlers[:], lg.level, lg.propagate)
+             for n in (logs.LOGGER, *logs.SERVER_LOGGERS) for lg in [logging.getLogger(n)]}
+    log_file = tmp_path / "service.log"
+    logs.setup(log_file)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+                                           http=http, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        answers = []
+        for garbage in (b"GARBAGE \x01\x02 HTTP/9\r\n\r\n", b"POST /v1/jobs HTTP/1.1\r\nContent-Length: abc\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                conn.sendall(garbage)
+                got = b""
+                with contextlib.suppress(OSError):
+                    while chunk := conn.recv(65536):
+                        got += chunk
+            answers.append(got)
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        for name, (handlers, level, propagate) in saved.items():
+            logger = logging.getLogger(name)
+            for handler in logger.handlers:
+                if handler not in handlers:
+                    handler.close()
+            logger.handlers[:], logger.propagate = handlers, propagate
+            logger.setLevel(level)
+    assert all(a.startswith(b"HTTP/1.1 400") for a in answers), answers
+    assert [(status, field) for status, field, _ in refusals] == [(400, "request")] * 2, refusals
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]  # every line JSON
+    server_lines = [line for line in lines if line["event"] == "server"]
+    assert len(server_lines) == 2 and all(line["logger"] == "uvicorn.error" and "Invalid HTTP" in line["message"]
+                                          for line in server_lines), lines
 
 
 class StallOnceProxy(DelayProxy):

@@ -107,6 +107,21 @@ def test_a_second_process_on_the_same_file_is_refused(tmp_path):
     Store.open(path).close()  # free again once the holder is gone
 
 
+def test_a_second_process_reaching_the_file_through_a_symbolic_link_is_refused(tmp_path):
+    """(the lock was named after --state as typed: a server on link.db and one on real.db
+    both ran, and their contradicting changes left a file that no longer loaded)"""
+    real = tmp_path / "real.db"
+    first = Store.open(real)
+    (tmp_path / "link.db").symlink_to("real.db")
+    (tmp_path / "dir-link").symlink_to(tmp_path)
+    for other in (tmp_path / "link.db", tmp_path / "dir-link" / "real.db"):
+        with pytest.raises(StateLocked, match=f"pid {os.getpid()}"):
+            Store.open(other)
+    with pytest.raises(StateLocked):
+        restore_file(real, tmp_path / "link.db")
+    first.close()
+
+
 def test_files_are_private(tmp_path):
     store = Store.open(tmp_path / "s.db")
     store.commit(ControlPlane(_cluster()).take_changes())
@@ -296,6 +311,24 @@ def test_online_backup_and_restore(tmp_path):
     again = Store.open(path)
     assert again.load() == expected
     again.close()
+
+
+def test_a_restore_onto_a_folder_or_under_a_missing_one_is_refused_with_nothing_moved(tmp_path):
+    """(``admin restore B --state DIR`` renamed the whole folder, a running service's state
+    file, log and lock inside, and put the backup in its place)"""
+    path, store = _committed_file(tmp_path, close=False)
+    backup_file(path, tmp_path / "b.db")
+    store.close()
+    (tmp_path / "jobs.yaml").write_text("job_id: a\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(StoreError, match="a folder, not a state file"):
+        restore_file(tmp_path / "b.db", tmp_path)
+    with pytest.raises(StoreError, match="does not exist"):
+        restore_file(tmp_path / "b.db", tmp_path / "missing" / "s.db")
+    with pytest.raises(StateDamaged, match="expected a RollMux state file or a backup") as err:
+        restore_file(tmp_path / "jobs.yaml", path)
+    assert "--new-state" not in str(err.value)  # (the advice for a service's own file, not a backup's)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_a_restore_of_another_programs_sqlite_file_changes_nothing(tmp_path):

@@ -164,3 +164,13 @@ def test_a_tenant_name_with_a_trailing_newline_is_refused(tmp_path):
     path.write_text('tenants:\n  "ok\\n": {token_sha256: ' + "f" * 64 + "}\n")
     with pytest.raises(SpecError):
         load_tenants(path)
+
+
+def test_an_admin_token_file_that_is_a_folder_is_refused_naming_the_option(tmp_path, monkeypatch):
+    """(``serve --admin-token-file DIR`` printed a bare ``[Errno 21] Is a directory``)"""
+    from rollmux.runtime.auth import ADMIN_TOKEN_ENV, admin_token
+
+    monkeypatch.delenv(ADMIN_TOKEN_ENV, raising=False)
+    with pytest.raises(SpecError, match="--admin-token-file.*not a folder"):
+        admin_token(tmp_path, tmp_path / "state.db")
+    assert list(tmp_path.iterdir()) == []

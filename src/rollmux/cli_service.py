@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from rollmux.cli_choices import QUEUE_HELP, REGROUP_HELP, QueueOrder, RegroupDecisions
+from rollmux.cli_output import console, error_console, fail
 from rollmux.errors import RollMuxError
 from rollmux.model import POOLS
 
@@ -30,7 +30,6 @@ TOKEN_FILE_OPT = typer.Option(None, "--token-file",
                               help="File holding the admin or tenant token (else $ROLLMUX_TOKEN or "
                                    "$ROLLMUX_ADMIN_TOKEN).")
 
-console = Console()
 jobs_app = typer.Typer(no_args_is_help=True, help="List and inspect jobs (admin token).")
 admin_app = typer.Typer(no_args_is_help=True, help="Operate the control plane: nodes, backups, tenants.")
 nodes_app = typer.Typer(no_args_is_help=True, help="Add, drain and undrain nodes of bounded pools (admin token).")
@@ -64,8 +63,7 @@ class PoolName(str, Enum):
 
 
 def _fail(err: Exception) -> None:
-    console.print(f"[red]error:[/red] {escape(str(err))}")
-    raise typer.Exit(2)
+    fail(err)
 
 
 def _credential(token_file: Optional[Path]) -> Optional[str]:
@@ -227,8 +225,9 @@ def serve(
                                policy=policy.value, migration_s=migration_s, move_timeout_s=move_timeout_s,
                                backfill=queue.value == "backfill",
                                decide_apart=regroup_decisions.value == "apart")
-        logs.setup(log_file)
-        typer.echo(f"rollmux: admin token from {source}", err=True)
+        logs.setup(log_file).info("admin_token", extra={"source": source})
+        if log_file is not None:  # (else that line is on stderr already)
+            typer.echo(f"rollmux: admin token from {source}", err=True)
         run(spec, str(state), token, config, host, port, new_state, measured, cert, key)
     except (RollMuxError, OSError) as err:
         _fail(err)
@@ -268,9 +267,8 @@ def status(url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT,
 
 def _print_status(doc: dict) -> None:
     """The status document as tables and lines (a ``KeyError`` or ``TypeError`` on another shape)."""
-    groups = Table(title="groups")
-    for col in ("group", "rollout nodes", "train nodes", "members (pinning)", "holders", "queues", "$/h"):
-        groups.add_column(col)
+    groups = _table("groups", ("group", "rollout nodes", "train nodes", "members (pinning)", "holders", "queues",
+                               "$/h"))
     for g in doc["groups"]:
         pins = "\n".join(f"{m['job_id']}: R[{','.join(m['rollout_nodes'])}] T[{','.join(m['train_nodes'])}]"
                          for m in g["members"])
@@ -281,9 +279,7 @@ def _print_status(doc: dict) -> None:
     console.print(groups)
     console.print(_jobs_table(doc["jobs"]))
     if doc.get("tenants"):
-        tenants = Table(title="tenants")
-        for col in ("tenant", "live jobs", "GPUs asked"):
-            tenants.add_column(col)
+        tenants = _table("tenants", ("tenant", "live jobs", "GPUs asked"))
         bound = lambda used, most: f"{used}" if most is None else f"{used} / {most}"  # noqa: E731
         for name, t in doc["tenants"].items():
             tenants.add_row(escape(name), bound(t["live_jobs"], t["max_live_jobs"]), bound(t["gpus"], t["max_gpus"]))
@@ -312,11 +308,17 @@ def _vs_profile(job: dict) -> str:
     return text + (f" ({job['over_profile']} over)" if job["over_profile"] else "")
 
 
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    """A table whose cells wrap and are never cut short: a job id is what ``cancel`` takes."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
+
+
 def _jobs_table(jobs: list[dict]) -> Table:
-    table = Table(title="jobs")
-    for col in ("job", "state", "tenant", "group", "iterations", "progress", "slowdown", "SLO",
-                "R/T max s vs profile", "grant"):
-        table.add_column(col)
+    table = _table("jobs", ("job", "state", "tenant", "group", "iterations", "progress", "slowdown", "SLO",
+                            "R/T max s vs profile", "grant"))
     for j in jobs:
         slow = "-" if j.get("measured_slowdown") is None else f"{j['measured_slowdown']:.2f}"
         its = f"{j['iterations_done']}/{j['iterations'] or '-'}"
@@ -367,16 +369,21 @@ def cancel(job_id: str = typer.Argument(...), url: str = URL_OPT, token_file: Op
 def jobs_list(state: Optional[JobState] = typer.Option(None, "--state", help="Only jobs in this state."),
               group: Optional[str] = typer.Option(None, "--group", help="Only jobs of this group."),
               tenant: Optional[str] = typer.Option(None, "--tenant", help="Only jobs of this tenant."),
-              limit: int = typer.Option(1000, "--limit", min=1, max=10000),
+              limit: int = typer.Option(1000, "--limit", min=1, max=10000, help="At most this many jobs."),
+              offset: int = typer.Option(0, "--offset", min=0, help="Skip this many matching jobs first (the "
+                                                                    "next page: --offset 1000)."),
               as_json: bool = typer.Option(False, "--json"),
               url: str = URL_OPT, token_file: Optional[Path] = TOKEN_FILE_OPT) -> None:
-    """Jobs in submission order (departed ones first), filtered."""
-    jobs = _ask(url, token_file, lambda c: c.jobs(state.value if state else None, group, tenant, limit))
+    """Jobs in submission order (departed ones first), filtered; a page of at most --limit."""
+    jobs = _ask(url, token_file, lambda c: c.jobs(state.value if state else None, group, tenant, limit, offset))
     if as_json:
         print(json.dumps(jobs, indent=2))
     else:
         with _reading(url, "job list"):
             console.print(_jobs_table(jobs))
+        if len(jobs) == limit:  # (stderr: a table redirected to a file holds only itself)
+            error_console.print(f"[yellow]{limit} jobs shown, the --limit: more may match; the next page is "
+                                f"--offset {offset + limit}, or narrow with --state, --group or --tenant[/yellow]")
 
 
 @jobs_app.command("show")

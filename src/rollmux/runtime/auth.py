@@ -79,6 +79,8 @@ def admin_token(token_file: str | Path | None, state_path: str | Path) -> tuple[
     if token:
         return token, f"${ADMIN_TOKEN_ENV}"
     path = Path(token_file) if token_file else Path(f"{state_path}.admin-token")
+    if path.is_dir():
+        raise SpecError("--admin-token-file", str(path), "a file holding the admin token (or to create), not a folder")
     if path.exists():
         token = path.read_text(encoding="utf-8").strip()
         if not token:

@@ -402,6 +402,8 @@ class ControlPlane:
         self._line_due: dict | None = None  # {"kind": "retry" | "backfill", "head": job or None, "after": n}
         self._asks_made = 0  # asks ever recorded; ``_gathers`` holds the last ones, in order
         self.node_adds: dict[str, dict] = {}  # request_id -> the first answer to that add (``add_node``)
+        # nodes ``add_node`` added and no cluster file has named since: id -> GB, per pool (``with_live_nodes``)
+        self.added_live: dict[str, dict[str, float]] = {ROLLOUT: {}, TRAIN: {}}
         self.migration_s = migration_s
         self.tail_threshold = tail_threshold
         self.backfill = backfill
@@ -942,6 +944,8 @@ class ControlPlane:
                                       host_mem_gb=max(spec.host_mem_gb, mem))
         else:
             expected = f"{'R' if pool == ROLLOUT else 'T'}{spec.nodes}"
+            if node_id and self.plan.pool_of(node_id) is not None:
+                raise ControlError("node_id", f"{node_id!r} is already a node of this cluster")
             if node_id and node_id != expected:
                 raise ControlError("node_id", f"{node_id!r}: the {pool} pool names its nodes by count; the next "
                                               f"is {expected!r}")
@@ -952,11 +956,45 @@ class ControlPlane:
             node_id = expected
         cluster = dataclasses.replace(self.cluster, **{pool: new})
         placed = self.reconcile(cluster, now)["placed"]
+        self.added_live[pool][node_id] = mem
         if request_id is not None:
             self.node_adds[request_id] = {"pool": pool, "node": node_id, "host_mem_gb": host_mem_gb, "placed": placed}
             for old in list(self.node_adds)[:-NODE_ADDS_KEPT]:
                 del self.node_adds[old]
         return node_id, placed
+
+    def with_live_nodes(self, cluster: Cluster | Fleet) -> tuple[Cluster | Fleet, list[str]]:
+        """``cluster`` (a cluster file given on restart) with the nodes ``add_node`` added
+        since no cluster file named them, and their ids: a restart with the file that the
+        service started from keeps them (it dropped a free one silently, and refused to
+        start over one in use). A listed pool gets them appended; a counted pool a count
+        one past the highest. Once a file names a node it is the file's: a later file
+        without it removes it. A pool the file makes unbounded, or whose naming (listed or
+        counted) it changes, takes the file as it is."""
+        if isinstance(cluster, Fleet) or self.fleet is not None:
+            return cluster, []
+        kept: list[str] = []
+        for pool in POOLS:
+            spec, added = cluster.pool(pool), self.added_live[pool]
+            if spec.nodes is None or not added:
+                continue
+            named = _pool_nodes(spec, pool)
+            for node in [n for n in added if n in named]:
+                del added[node]  # the file names it now
+            if spec.node_list:
+                extra = [NodeSpec(n, gb) for n, gb in added.items() if cluster.counted_pool_of(n) is None]
+                if extra:
+                    spec = dataclasses.replace(spec, nodes=spec.nodes + len(extra),
+                                               node_list=(*spec.node_list, *extra),
+                                               host_mem_gb=max(spec.host_mem_gb, *(n.host_mem_gb for n in extra)))
+                    kept += [n.node_id for n in extra]
+            else:
+                counted = [n for n in added if cluster.counted_pool_of(n) == pool]
+                if counted:
+                    spec = dataclasses.replace(spec, nodes=max(spec.nodes, 1 + max(int(n[1:]) for n in counted)))
+                    kept += counted
+            cluster = dataclasses.replace(cluster, **{pool: spec})
+        return cluster, kept
 
     def reconcile(self, cluster: Cluster | Fleet, now: float, profiles: Profiles | None = None) -> dict:
         """Move to ``cluster`` (the cluster file changed, or a node was added live).
@@ -1029,6 +1067,8 @@ class ControlPlane:
         self.plan = plan
         self.cluster = cluster
         self.drained = {n for n in self.drained if plan.pool_of(n) is not None}
+        self.added_live = {p: {n: gb for n, gb in nodes.items() if plan.pool_of(n) == p}
+                           for p, nodes in self.added_live.items()}
         self._cluster_dirty = True
         placed = self._retry_waiting(now) if (added or changed) else []
         return {"added": added, "removed": removed, "changed": changed, "placed": placed}
@@ -1074,12 +1114,16 @@ class ControlPlane:
         return self._record(job_id)
 
     def list_jobs(self, state: str | None = None, group_id: str | None = None, tenant: str | None = None,
-                  limit: int = 1000) -> list[JobRecord]:
-        """Jobs in submission order (departed ones first), filtered; at most ``limit``."""
+                  limit: int = 1000, offset: int = 0) -> list[JobRecord]:
+        """Jobs in submission order (departed ones first), filtered; at most ``limit`` of
+        them, after the first ``offset`` that match (a page)."""
         out = []
         for rec in self.jobs.values():
             if ((state is None or rec.state == state) and (group_id is None or rec.group_id == group_id)
                     and (tenant is None or rec.tenant == tenant)):
+                if offset:
+                    offset -= 1
+                    continue
                 out.append(rec)
                 if len(out) >= limit:
                     break
@@ -1134,6 +1178,21 @@ class ControlPlane:
     def outstanding_grants(self) -> int:
         return sum(len(r.grants) for r in self.jobs.values())
 
+    def node_seconds(self, now: float) -> tuple[dict[str, float], dict[str, float]]:
+        """(busy, provisioned) node-seconds per pool up to ``now``: ``busy_s`` and
+        ``provisioned_s`` with the time since the last change added, phases still held
+        counted as busy until ``now``. Read at any ``now`` after the last change, neither
+        ever decreases (a phase's end moves its seconds from held to ended, unchanged), nor
+        does provisioned less busy (a pool's busy nodes are some of its nodes in use)."""
+        busy, provisioned = dict(self.busy_s), dict(self.provisioned_s)
+        if self._clock is not None and now > self._clock:
+            for pool in POOLS:
+                provisioned[pool] += (now - self._clock) * self.plan.gpus_in_use(pool) / self.cluster.gpus_per_node
+        for rec in list(self.jobs.values()):  # (a copy: a scrape may read while a change runs in its thread)
+            for g in rec.grants:
+                busy[g.pool] += max(0.0, now - g.granted_at) * len(g.nodes) * g.share
+        return busy, provisioned
+
     def overdue(self, now: float) -> list[dict]:
         """The phases held at ``now`` for longer than their profile allows: beyond the
         worst-case phase time x (1 + ``PROFILE_TOLERANCE``) plus the grant's switch. A
@@ -1141,7 +1200,7 @@ class ControlPlane:
         ``over_profile`` counts a phase only once it is released. Each entry: job_id,
         pool, seq, nodes, held_s, allowed_s."""
         out = []
-        for rec in self.jobs.values():
+        for rec in list(self.jobs.values()):  # (a copy, as in node_seconds)
             for g in rec.grants:
                 allowed = self._phase_profile(rec, g.pool) * (1 + PROFILE_TOLERANCE) + g.switch_s
                 if now - g.granted_at > allowed:
@@ -1257,6 +1316,7 @@ class ControlPlane:
         cp._asks_made = glob.get("asks_made", len(cp._gathers))
         cp._line_due = glob.get("line_due")  # (run by the first change, whichever way it decides: ``gather``)
         cp.node_adds = dict(glob.get("node_adds", {}))
+        cp.added_live = {p: dict(glob.get("added_live", {}).get(p, {})) for p in POOLS}  # (none before they were kept)
         if "closing" in glob:  # the groups a regrouping empties, marked until they are gone
             for gid in glob["closing"]:
                 cp.plan.close_group(gid)
@@ -1276,7 +1336,7 @@ class ControlPlane:
                 "move_s": dict(self.move_s), "regroups": self.regroups, "next_regroup": self._next_regroup,
                 "holds": {k: held.to_dict() for k, held in self.holds.items()}, "gathers": self._gathers,
                 "line_due": self._line_due, "asks_made": self._asks_made, "node_adds": self.node_adds,
-                "closing": sorted(self.plan.closing_groups())}
+                "added_live": self.added_live, "closing": sorted(self.plan.closing_groups())}
 
     def _group_row(self, gid: str) -> dict:
         g = self.plan.groups[gid]
@@ -1551,7 +1611,10 @@ class ControlPlane:
             return
         if held is not None:
             if not held.covers(self.plan, entry["need"]):
-                return  # short of bounded nodes: retried ahead of the waiting line
+                if not any(gid in self.plan.groups for gid in held.replaced):
+                    self._undo_regroup(rid, now)  # no emptied group is left to give it a node
+                # else short of bounded nodes: retried ahead of the waiting line
+                return
             held.hand_over(self.plan, entry["need"])
         group = _group_from_dict(entry["group"], self.jobs)
         # (a regrouping saved before fleets regrouped has no view)
@@ -1569,6 +1632,31 @@ class ControlPlane:
                       rollout_nodes=list(m.rollout_nodes), train_nodes=list(m.train_nodes), regroup=rid)
         entry["opened"] = gid
         self._group_done(entry)
+
+    def _undo_regroup(self, rid: str, now: float) -> None:
+        """A regrouped group whose members have all stopped, short of bounded nodes with no
+        emptied group left to give it one (a member left, so the nodes it would have given
+        back went elsewhere; or a node the regrouping held was drained): waiting would keep
+        its members out of any group until some unrelated job departed, for ever beside an
+        open-ended one. Its share of the reservation is done (``_group_done``), and each
+        member is placed afresh, or waits first in line, as after a failed move."""
+        entry = self.regroups.pop(rid)
+        self._group_done(entry)
+        reason = "its regrouped group could not open: short of nodes"
+        for job_id in reversed(entry["stopped"]):  # (each goes first in line: they keep their order)
+            rec = self.jobs[job_id]
+            self._log(now, "move_aborted", "", job_id, "", (), reason=reason, from_group=rec.move["from_group"])
+            rec.last_move = {"seq": None, "outcome": "undone", "reason": reason}
+            rec.move = None
+            rec.state = WAITING
+            self._dirty_jobs.add(job_id)
+            decision = self._decide(rec.job)
+            rec.outcome, rec.explanation = decision.outcome, _explain(decision)
+            if decision.placement is None:
+                rec.end_reason = f"{reason}; waiting: {decision.reason}"
+                self.waiting.insert(0, job_id)
+            else:
+                self._place(rec, decision, now)
 
     def _group_done(self, entry: dict) -> None:
         """One new group of a regrouping opened (or will never open): once none is left,
@@ -1753,6 +1841,7 @@ class ControlPlane:
             if decision.placement is None:
                 if decision.outcome == "rejected":  # the inventory shrank under it: it blocks nobody
                     rec.end_reason = f"never fits the inventory now: {decision.reason}"
+                    self._dirty_jobs.add(job_id)
                     continue
                 for gid, job, at in self._on_wait(now):
                     self._plan_regroup(gid, at)

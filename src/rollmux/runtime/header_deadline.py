@@ -12,7 +12,8 @@ the moment a connection is made, and again from the end of every response, the n
 request's headers must be in whole within ``timeout_s`` seconds. A connection past that
 deadline is closed; if part of a request had come, it is first answered 408 with a
 problem document naming ``headers`` and ``Connection: close``, and ``refused(408,
-"headers", reason)`` is told (metrics and log). A connection that sent nothing is closed
+"headers", reason)`` is told (metrics and log); so is, as a 400 on ``request``, a request
+that uvicorn cannot parse. A connection that sent nothing is closed
 without an answer, as an idle keep-alive connection is. While a request is being
 served (its headers are in, its response is not finished) the deadline does not apply:
 the body has its own (``service.BodyLimit``) and a long poll may take its time.
@@ -56,6 +57,13 @@ class HeaderDeadline:
         if self._awaiting_headers():
             self._partial += len(data)
         super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        """A request uvicorn could not parse (the app never sees it): told to ``refused``
+        (metrics and log) as a 400 on ``request``, then answered as uvicorn does."""
+        if self.refused is not None:
+            self.refused(400, "request", msg)
+        super().send_400_response(msg)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -67,13 +67,15 @@ class _StateCollector:
             yield overdue
         yield CounterMetricFamily("rollmux_grants", "Grants given since the state file was created",
                                   value=cp.grants_total)
-        busy = CounterMetricFamily("rollmux_pool_busy_node_seconds", "Node-seconds of ended phases",
-                                   labels=["pool"])
+        busy = CounterMetricFamily("rollmux_pool_busy_node_seconds", "Node-seconds of phases, those still "
+                                   "held counted until the scrape", labels=["pool"])
         idle = CounterMetricFamily("rollmux_pool_idle_node_seconds",
-                                   "Provisioned node-seconds not spent in an ended phase", labels=["pool"])
+                                   "Provisioned node-seconds not spent in a phase, until the scrape", labels=["pool"])
+        spent, provisioned = (cp.node_seconds(self._now()) if self._now is not None
+                              else (cp.busy_s, cp.provisioned_s))
         for pool in POOLS:
-            busy.add_metric([pool], cp.busy_s[pool])
-            idle.add_metric([pool], max(0.0, cp.provisioned_s[pool] - cp.busy_s[pool]))
+            busy.add_metric([pool], spent[pool])
+            idle.add_metric([pool], max(0.0, provisioned[pool] - spent[pool]))
         held = GaugeMetricFamily("rollmux_nodes_in_use", "Nodes some group holds, per pool (on a fleet, per "
                                  "GPU pool by name)", labels=["pool"])
         for pool in cp.pool_nodes():

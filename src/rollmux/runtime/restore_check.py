@@ -14,7 +14,8 @@ naming the first contradiction:
 * no node is held by two groups, and no free node by any group or listed twice; on
   two pools, every node a group holds or the inventory lists free is one the saved
   cluster has on that side (a file saved with more nodes than its cluster now lists);
-* the counters are integers from 0 to ``MAX_COUNTER`` and the clock a finite number.
+* the counters are integers from 0 to ``MAX_COUNTER`` and the clock a finite number;
+* every node listed as added live (``ControlPlane.added_live``) is a node of its pool.
 
 The service turns it into ``StateDamaged`` (nothing runs; the file keeps its rows).
 """
@@ -93,6 +94,11 @@ def check_restored(control, snap: dict) -> None:
     clock = glob["clock"]
     if clock is not None and not (isinstance(clock, (int, float)) and math.isfinite(clock)):
         raise StateInconsistent(f"globals.clock={clock!r}: expected a finite number of seconds")
+    for pool, nodes in control.added_live.items():
+        for node in nodes:
+            if control.plan.pool_of(node) != pool:
+                raise StateInconsistent(f"globals.added_live lists {node!r} in the {pool} pool, which does not have "
+                                        f"it")
 
 
 def _check_pools(plan, groups: dict, free: dict) -> None:

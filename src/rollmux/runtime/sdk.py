@@ -240,9 +240,11 @@ class Client:
         return self.call("GET", "/status", token=self.token)
 
     def jobs(self, state: str | None = None, group: str | None = None, tenant: str | None = None,
-             limit: int = 1000) -> list[dict]:
+             limit: int = 1000, offset: int = 0) -> list[dict]:
+        """The jobs that match, in submission order (departed ones first): at most ``limit``,
+        after the first ``offset`` (page with ``offset`` += ``limit`` until fewer come)."""
         params = {k: v for k, v in (("state", state), ("group", group), ("tenant", tenant)) if v is not None}
-        params["limit"] = limit
+        params["limit"], params["offset"] = limit, offset
         return self.call("GET", "/jobs", token=self.token, params=params, shape=list)
 
     def job(self, job_id: str) -> dict:

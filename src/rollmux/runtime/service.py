@@ -154,8 +154,10 @@ class Service:
         control = self._restore()
         reconciled = None
         if cluster is not None or profiles is not None:
-            reconciled = control.reconcile(cluster if cluster is not None else control.fleet or control.cluster,
-                                           max(time.time(), control.clock or 0.0), profiles)
+            target, kept = control.with_live_nodes(cluster) if cluster is not None else (
+                control.fleet or control.cluster, [])
+            reconciled = control.reconcile(target, max(time.time(), control.clock or 0.0), profiles)
+            reconciled["kept_live"] = kept
             self.store.commit(control.take_changes())
         return control, True, reconciled
 
@@ -327,7 +329,8 @@ class Service:
                 log.info("grant", extra={**extra, "pool": e["pool"], "nodes": e["nodes"],
                                          "wait_s": round(e["detail"]["wait_s"], 6)})
             elif kind == "finish":
-                log.info("finish", extra={**extra, "pool": e["pool"]})
+                log.info("finish", extra={**extra, "pool": e["pool"], **({"failed": True} if e["detail"].get("failed")
+                                                                         else {})})
             elif kind == "admit":
                 log.info("admit", extra={**extra, "nodes": e["nodes"]})
             elif kind == "remove":
@@ -728,12 +731,12 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/v1/jobs", response_model=list[JobView])
     async def list_jobs(state: str | None = Query(None, max_length=16), group: str | None = Query(None, max_length=32),
                         tenant: str | None = Query(None, max_length=64), limit: int = Query(1000, ge=1, le=10000),
-                        token: str | None = Depends(bearer)) -> list[JobView]:
+                        offset: int = Query(0, ge=0, le=2**62), token: str | None = Depends(bearer)) -> list[JobView]:
         service.check_admin(token)
         if state is not None and state not in JOB_STATES:
             raise Refused(422, "state", f"{state!r} is not one of {', '.join(JOB_STATES)}")
         async with lock:
-            return [service.view(r) for r in cp().list_jobs(state, group, tenant, limit)]
+            return [service.view(r) for r in cp().list_jobs(state, group, tenant, limit, offset)]
 
     @app.get("/v1/jobs/{job_id}", response_model=JobView)
     async def get_job(job_id: str, token: str | None = Depends(bearer)) -> JobView:
@@ -901,7 +904,9 @@ def run(cluster: Cluster | Fleet | None, state_path: str, admin_token: str, conf
 def server_config(service: Service, host: str, port: int, tls_cert: str | None = None,
                   tls_key: str | None = None) -> uvicorn.Config:
     """uvicorn's settings for ``service`` (also what tests and the demo serve with): its
-    application, the header deadline (``rollmux.runtime.header_deadline``), no access log."""
+    application, the header deadline (``rollmux.runtime.header_deadline``), no access log,
+    uvicorn's own logging left to ``rollmux.runtime.logs``."""
     protocol = header_deadline_protocol(service.config.header_timeout_s, service.refused, problem)
     return uvicorn.Config(create_app(service), host=host, port=port, log_level="warning", access_log=False,
+                          log_config=None,  # its loggers write JSON lines through rollmux.runtime.logs
                           http=protocol, ssl_certfile=tls_cert, ssl_keyfile=tls_key)

@@ -3,8 +3,10 @@ globals row, an append-only event log and the final records of departed jobs.
 
 Contract
 --------
-* ``Store.open(path)`` takes an exclusive lock (``<path>.lock``, flock): a second
-  process on the same file gets ``StateLocked`` naming the holder's pid. A new path is
+* ``Store.open(path)`` takes an exclusive lock (``<path>.lock``, flock, beside the file
+  that a symbolic link leads to): a second process on the same file, by any name a link
+  gives it, gets ``StateLocked`` naming the holder's pid (a hard link is a second file
+  as far as the lock knows: do not make one). A new path is
   created with mode 0600. An existing file must be a RollMux state file that passes
   SQLite's ``quick_check``, carries a known schema version and still has its
   write-ahead log when one was live; anything else raises ``StateDamaged`` with how to
@@ -376,7 +378,7 @@ def backup(db: sqlite3.Connection, dst: str | Path) -> None:
 def backup_file(state: str | Path, dst: str | Path) -> None:
     """Online backup of the state file at ``state`` (a running service may hold it)."""
     state = Path(state)
-    check_header(state)
+    check_header(state, advice=False)
     src = sqlite3.connect(f"file:{state}?mode=ro", uri=True)
     try:
         schema_version(src, state)
@@ -389,9 +391,15 @@ def restore_file(backup_path: str | Path, state: str | Path) -> Path | None:
     """Put a backup in place of ``state`` (no service may hold it); the old file is moved
     aside and its new name returned (None if there was none). A backup that is not a
     sound RollMux state file is refused with nothing changed; the backup is copied next
-    to ``state`` first, so the old file is moved aside only once the copy is whole."""
+    to ``state`` first, so the old file is moved aside only once the copy is whole. A
+    ``state`` that is a folder, or under a folder that does not exist, is refused."""
     backup_path, state = Path(backup_path), Path(state)
-    check_header(backup_path)
+    check_header(backup_path, advice=False)
+    if state.is_dir():
+        raise StoreError(f"{state}: a folder, not a state file; give the state file's path (e.g. "
+                         f"{state / 'state.db'})")
+    if not state.parent.is_dir():
+        raise StoreError(f"{state}: its folder {state.parent} does not exist (or is not a folder)")
     fd = _lock(state)
     try:
         src = sqlite3.connect(f"file:{backup_path}?mode=ro", uri=True)
@@ -436,7 +444,9 @@ def aside(state: Path) -> Path:
 
 # --- helpers -----------------------------------------------------------------------------
 def _lock(path: Path) -> int:
-    lock_path = Path(f"{path}.lock")
+    """Take ``path``'s lock: ``<real path>.lock``, named after the file a symbolic link leads
+    to, so that a second process reaching the file by another name finds it taken."""
+    lock_path = Path(f"{path.resolve()}.lock")
     old = os.umask(0o077)
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -454,8 +464,10 @@ def _lock(path: Path) -> int:
     return fd
 
 
-def check_header(path: Path) -> None:
-    """Refuse (``StateDamaged``) a file that is not an SQLite database, reading 16 bytes only."""
+def check_header(path: Path, advice: bool = True) -> None:
+    """Refuse (``StateDamaged``) a file that is not an SQLite database, reading 16 bytes only;
+    ``advice``: say how a service's state file is recovered (not for a file that is only read,
+    such as a backup to restore)."""
     try:
         with open(path, "rb") as f:
             head = f.read(16)
@@ -463,7 +475,8 @@ def check_header(path: Path) -> None:
         raise StateDamaged(f"{path}: cannot be read ({exc})") from exc
     if head != b"SQLite format 3\x00":
         what = "empty (0 bytes)" if not head else "not an SQLite database"
-        raise StateDamaged(f"{path}: {what}; " + _RECOVER.format(path=path))
+        raise StateDamaged(f"{path}: {what}; " + (_RECOVER.format(path=path) if advice else
+                                                  "expected a RollMux state file or a backup of one"))
 
 
 def _settle(path: Path) -> None:
