@@ -323,3 +323,15 @@ def test_a_wide_gang_is_not_starved_by_one_node_jobs_on_its_nodes(tmp_path):
     assert len({j.group_id for j in result.jobs if j.job_id in ("101984", "101991", "101998")}) == 1
     assert gang.slowdown <= gang.slo
     assert all(j.slowdown <= j.slo for j in result.jobs)
+
+
+@pytest.mark.parametrize("policy", ["rollmux", "rollmux-regroup"])
+def test_progress_counts_arrivals_and_departures_up_to_twice_the_jobs(policy):
+    """(the progress line counted arrivals only: with arrivals spread out, a run's last
+    stretch, departures and their regroupings, ran at 100% and the early ETA of a 93 s run
+    said 22 s)"""
+    jobs = generate(12, seed=2)
+    seen = []
+    simulate(jobs, Cluster(), make_policy(policy, 0), progress=seen.append)
+    assert seen == sorted(seen) and seen[-1] == 2 * len(jobs)
+    assert sum(1 for s in seen if s > len(jobs)) >= 3  # it moves on after the last arrival

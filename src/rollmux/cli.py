@@ -194,7 +194,7 @@ def simulate(
     gantt_of = "rollmux" if "rollmux" in names else names[0]
     for name in names:
         err_of = None
-        with progress_reporter(progress_console, name, len(jobs)) as update:
+        with progress_reporter(progress_console, name, 2 * len(jobs)) as update:  # (arrivals and departures)
             if name == "optimal":
                 result = optimal_curve(jobs, cl)
                 result.accounting = acct.name

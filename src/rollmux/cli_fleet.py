@@ -248,7 +248,7 @@ def simulate(
         _fail(RollMuxError(f"--jobs {jobs}: the trace holds no jobs"))
     results, none = [], []
     for policy in policies:
-        with progress_reporter(progress_console, policy.name, len(trace)) as update:
+        with progress_reporter(progress_console, policy.name, 2 * len(trace)) as update:  # (arrivals, departures)
             try:
                 results.append(run(trace, fleet.views()[0].cluster, policy, duration_model.value, seed,
                                    progress=update, backfill=queue.value == "backfill"))

@@ -2,7 +2,9 @@
 
 ``progress_reporter(console, label, total)`` is a context manager yielding
 ``update(done)``, where ``done`` counts towards ``total`` (the simulator passes the jobs
-arrived so far: each costs a placement decision, which is where a long run's time goes). On a terminal it draws a Rich bar with elapsed time and ETA (it
+arrived plus those finished so far, out of twice the jobs: each costs a decision, which
+is where a long run's time goes, and a run's last stretch has departures only). On a
+terminal it draws a Rich bar with elapsed time and ETA (it
 disappears when the run ends). Without one (CI, a pipe, a log file) it prints a plain line
 at most every ``every_s`` seconds of wall time, and a last one at the end if it printed
 any (a short run prints nothing):

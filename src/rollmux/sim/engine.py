@@ -124,7 +124,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     """Replay ``jobs`` (validated, unique ids) under ``policy``; see the module docstring.
     ``policy`` should be made with the same ``accounting`` (``make_policy(..., accounting=)``).
     ``fast_forward=False`` replays every phase even where it could be skipped. ``progress``,
-    when given, is called with the number of jobs arrived so far whenever the plan changes;
+    when given, is called with the jobs arrived plus the jobs finished so far (2 x the jobs
+    at the end; both cost a decision, and a run's last part has departures only) whenever
+    the plan changes;
     ``on_change`` with the time and the plan itself (read it, do not change it: the plan
     holds until the next call, so its $/h integrates to the node cost). ``backfill``: jobs
     that pack into a running group pass the waiting line (above)."""
@@ -171,7 +173,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             heap.append((j.arrival_s + leave_after_s(j), _DEPART, seq, j.job_id, ""))
             seq += 1
     heapq.heapify(heap)
-    arrived = 0  # jobs arrived so far: what ``progress`` reports (each costs a placement decision)
+    arrived = 0  # jobs arrived so far: with those finished, what ``progress`` reports
     events = 0
     repack = getattr(policy, "repack", None)
     uses_remaining = getattr(policy, "uses_remaining", False)  # the lifetime objective (rollmux.lifetime)
@@ -603,7 +605,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                            state.gpus_by_pool())
             acct.set_queue(now, len(waiting), short_of.get(waiting[0], ()) if waiting else ())
             if progress is not None:
-                progress(arrived)
+                progress(arrived + len(finished))
             if on_change is not None:
                 on_change(now, state)
         for gid in sorted(dirty, key=group_order):  # (groups are independent: the order makes runs reproducible)
