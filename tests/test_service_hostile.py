@@ -238,8 +238,9 @@ def test_a_finished_jobs_id_can_be_submitted_again(api):
     assert client.post("/v1/jobs/a/complete", headers=_auth(token)).json()["state"] == "done"
     again = client.post("/v1/jobs", json={"spec": _spec("a")}, headers=_auth(ADMIN))
     assert again.status_code == 201 and again.json()["state"] == "placed"
-    old = client.get("/v1/jobs/a", headers=_auth(token))
-    assert old.status_code == 404, "the old run's token is not the new run's"
+    old = client.get("/v1/jobs/a", headers=_auth(token))  # the old run's token reads the old run, not the new
+    assert old.status_code == 200 and old.json()["state"] == "done", old.text
+    assert client.post("/v1/jobs/a/heartbeat", json={}, headers=_auth(token)).status_code == 404
 
 
 def test_the_live_job_limit_counts_a_reused_id_and_spares_only_a_retry(tmp_path):
@@ -320,6 +321,33 @@ def test_a_retried_submit_of_a_run_gone_from_memory_gets_its_first_answer(tmp_pa
                                                   "token": job_id * 16}, headers=_auth(ADMIN))
             _assert_problem(other, 409, "request_id")
         assert _persisted(client, service) == before
+
+
+def test_a_retried_submit_whose_id_another_run_took_since_gets_its_first_answer(tmp_path):
+    """(an auditor's case) team-b's run of ``shared1`` departs, team-a submits ``shared1``
+    again, then team-b's first submit is retried (a lost answer): it got 409 ``already
+    registered``, and team-b's job token 404 on its own run. It now gets its first answer
+    (the departed run), nothing changed, and its token reads its own run."""
+    team_b = "tenant-b-secret-token"
+    config = _config(tenants={"team-a": hash_token(TENANT), "team-b": hash_token(team_b)})
+    service = Service(_cluster(None), str(tmp_path / "state.db"), ADMIN, config)
+    mine = "m" * 32
+    with TestClient(create_app(service)) as client:
+        first = {"spec": _spec("shared1"), "request_id": "req-b-1", "token": mine}
+        assert client.post("/v1/jobs", json=first, headers=_auth(team_b)).status_code == 201
+        assert client.post("/v1/jobs/shared1/cancel", headers=_auth(ADMIN)).status_code == 200
+        taken = client.post("/v1/jobs", json={"spec": _spec("shared1"), "token": "a" * 32}, headers=_auth(TENANT))
+        assert taken.status_code == 201 and taken.json()["state"] != "cancelled"
+        before = _persisted(client, service)
+        again = client.post("/v1/jobs", json=first, headers=_auth(team_b))
+        assert again.status_code == 201 and again.json()["state"] == "cancelled", again.text
+        assert _persisted(client, service) == before
+        own = client.get("/v1/jobs/shared1", headers=_auth(mine))
+        assert own.status_code == 200 and own.json()["state"] == "cancelled", own.text
+        theirs = client.get("/v1/jobs/shared1", headers=_auth("a" * 32))
+        assert theirs.status_code == 200 and theirs.json()["state"] != "cancelled"
+        assert client.post("/v1/jobs/shared1/cancel", headers=_auth(mine)).status_code == 404  # not team-a's run
+        assert service.control.jobs["shared1"].live
 
 
 def test_limits_hold_under_concurrent_submits(thread_server):

@@ -174,3 +174,24 @@ def test_an_admin_token_file_that_is_a_folder_is_refused_naming_the_option(tmp_p
     with pytest.raises(SpecError, match="--admin-token-file.*not a folder"):
         admin_token(tmp_path, tmp_path / "state.db")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_tenant_removed_from_the_file_while_its_jobs_live_is_named_on_start(tmp_path):
+    """(the service started without a word, and the jobs vanished from the tenants table)"""
+    from rollmux.model import Cluster, Job
+    from rollmux.runtime.service import Service, ServiceConfig
+    from rollmux.runtime.store import hash_token
+
+    path = str(tmp_path / "state.db")
+    config = ServiceConfig(tenants={"team-a": hash_token("a" * 40), "team-b": hash_token("b" * 40)})
+    service = Service(Cluster(), path, "admin-secret", config)
+    for i, tenant in enumerate(("team-a", "team-b", "team-b", "admin")):
+        service.control.submit(Job(f"j{i}", 10.0, 10.0, iterations=3), 0.0, "0" * 64, None, tenant)
+    service.store.commit(service.control.take_changes())
+    assert service.unlisted_tenants() == {}
+    service.close()
+    fewer = ServiceConfig(tenants={"team-a": hash_token("a" * 40)})
+    again = Service(Cluster(), path, "admin-secret", fewer)
+    assert again.unlisted_tenants() == {"team-b": 2}
+    assert [r.job_id for r in again.control.list_jobs(tenant="team-b")] == ["j1", "j2"]
+    again.close()

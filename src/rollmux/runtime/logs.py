@@ -2,7 +2,8 @@
 
 Every record carries ``ts`` (ISO 8601, UTC), ``level``, ``event`` (what happened:
 ``start``, ``decision``, ``grant``, ``finish``, ``depart``, ``expire``, ``reconcile``,
-``node``, ``refused``, ``commit_failed``, ``error``, ``admin_token``) and the fields
+``node``, ``refused``, ``commit_failed``, ``error``, ``admin_token``,
+``unlisted_tenants``) and the fields
 passed as ``extra`` (job_id, group_id, pool, nodes, field, reason, ...). What the HTTP
 server (uvicorn) itself says, such as a request it could not parse, comes as event
 ``server`` with its ``logger`` and ``message``: the stream stays one JSON object per line.

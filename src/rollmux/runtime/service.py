@@ -377,9 +377,11 @@ class Service:
         if token is None:
             raise AuthError(401, f"the token of job {job_id!r} (or the admin token) is required")
         rec = self.control.jobs.get(job_id)
-        if rec is None and archived:
-            old = self.store.ended_record(job_id)
-            rec = None if old is None else record_from_dict(old)
+        if archived and (rec is None or not auth.same(token, rec.token_hash)):
+            # a departed run out of memory, or one whose id a later run took: the caller's own
+            old = self.store.ended_record(job_id, None if rec is None else
+                                          lambda r: auth.same(token, r["token_hash"]))
+            rec = rec if old is None else record_from_dict(old)
         own = auth.same(token, rec.token_hash if rec is not None else "0" * 64)
         if rec is not None and own:
             if rec.live:
@@ -410,6 +412,16 @@ class Service:
                         else f"the largest {pool} pool's {nodes} nodes x {cp.cluster.gpus_per_node} GPUs")
                 raise Refused(422, f"spec.{name}", f"{gpus} GPUs is more than {limit} ({what})")
 
+    def unlisted_tenants(self) -> dict[str, int]:
+        """Tenants with live jobs that the tenants file no longer lists (it changed between
+        runs), and how many: the jobs run on, outside every quota and the per-tenant
+        gauges; their tenant can no longer submit."""
+        out: dict[str, int] = {}
+        for rec in list(self.control.jobs.values()):
+            if rec.live and rec.tenant not in (auth.ADMIN, "", *self.config.tenants):
+                out[rec.tenant] = out.get(rec.tenant, 0) + 1
+        return dict(sorted(out.items()))
+
     def tenant_usage(self, cp: ControlPlane | None = None) -> dict[str, dict]:
         """Per tenant: its live jobs, the GPUs (rollout + training) they ask for, and its
         quota (None: no bound); of ``cp``, by default the service's plane."""
@@ -425,15 +437,16 @@ class Service:
 
     def archived_retry(self, cp: ControlPlane, body: SubmitRequest, job_token: str) -> JobRecord | None:
         """The first answer to a retried submit (same ``request_id`` and token) whose run has
-        departed and left memory (``keep_ended``): its record, read from the state file, so
-        that the retry never starts the job again."""
-        if body.request_id is None or body.spec.job_id in cp.jobs:
-            return None
-        old = self.store.ended_record(body.spec.job_id)
-        rec = None if old is None else record_from_dict(old)
-        if rec is None or not ControlPlane.is_retry(rec, body.request_id, hash_token(job_token)):
-            return None
-        return ControlPlane.first_answer(rec, body.spec.to_job())
+        departed and left memory (``keep_ended``), or whose id a later run has taken (another
+        tenant may reuse a departed job's id): its record, read from the state file, so that
+        the retry never starts the job again, nor is refused as a duplicate of the later run."""
+        digest = hash_token(job_token)
+        known = cp.jobs.get(body.spec.job_id)
+        if body.request_id is None or (known is not None and ControlPlane.is_retry(known, body.request_id, digest)):
+            return None  # (the plane answers a retry of the run it holds)
+        old = self.store.ended_record(body.spec.job_id, lambda r: ControlPlane.is_retry(record_from_dict(r),
+                                                                                        body.request_id, digest))
+        return None if old is None else ControlPlane.first_answer(record_from_dict(old), body.spec.to_job())
 
     def check_room(self, cp: ControlPlane, body: SubmitRequest, tenant: str, job_token: str) -> None:
         """Refuse (``LimitReached``) a submit that would take the service past
@@ -898,6 +911,10 @@ def run(cluster: Cluster | Fleet | None, state_path: str, admin_token: str, conf
     log.info("start", extra={"state": state_path, "restored": service.restored, "host": host, "port": port,
                              "tls": tls_cert is not None, "reconciled": service.reconciled,
                              "pools": service.control.pool_nodes()})
+    unlisted = service.unlisted_tenants()
+    if unlisted:
+        log.warning("unlisted_tenants", extra={"live_jobs": unlisted, "reason": "tenants with live jobs that the "
+                                               "tenants file no longer lists: their jobs run on, outside any quota"})
     DeadlineServer(server_config(service, host, port, tls_cert, tls_key), service.config.header_timeout_s).run()
 
 

@@ -243,10 +243,14 @@ class Store:
                                 (cut[0],))
         return {state: count for state, count in rows}
 
-    def ended_record(self, job_id: str) -> dict | None:
-        """The final record of ``job_id``'s latest departed run, or None."""
-        row = self._db.execute("SELECT body FROM ended WHERE job_id = ? ORDER BY n DESC LIMIT 1", (job_id,)).fetchone()
-        return None if row is None else json.loads(row[0])
+    def ended_record(self, job_id: str, match=None) -> dict | None:
+        """The final record of ``job_id``'s latest departed run (with ``match``, the latest
+        for which ``match(record)`` holds), or None."""
+        for (body,) in self._db.execute("SELECT body FROM ended WHERE job_id = ? ORDER BY n DESC", (job_id,)):
+            record = json.loads(body)
+            if match is None or match(record):
+                return record
+        return None
 
     def events(self, since: int = 0, limit: int = 100_000) -> list[dict]:
         """The log after sequence number ``since``, oldest first."""
