@@ -462,3 +462,37 @@ def test_adding_a_counted_node_that_exists_says_so():
     with pytest.raises(ControlError, match="'R1' is already a node of this cluster"):
         cp.add_node("rollout", "R1", None, 1.0)
     assert cp.add_node("rollout", "R2", None, 1.0)[0] == "R2"
+
+
+@pytest.mark.parametrize("policy", ["rollmux-full", "rollmux-hedge"])
+def test_a_co_located_rollout_is_busy_time_of_the_training_nodes_it_runs_on(policy):
+    """(an auditor's case) a job co-located on T0: its rollout grant is on T0, and was
+    booked as busy rollout-pool time, above the rollout pool's provisioned 0, so the idle
+    counter of the training pool read the node idle and the rollout one fell."""
+    cp = ControlPlane(_cluster(3), policy=policy)
+    rec = cp.submit(Job("c", 1.0, 5.0, slo=3.0, iterations=2), 0.0, TOKEN)
+    assert rec.rollout_nodes == rec.train_nodes and rec.grant.pool == ROLLOUT  # co-located: one set of nodes
+    busy, provisioned = cp.node_seconds(2.0)
+    assert busy == {"rollout": 0.0, "train": 2.0} and provisioned == {"rollout": 0.0, "train": 2.0}
+    cp.release("c", ROLLOUT, rec.grant.seq, 2.0, 2.0)
+    assert cp.busy_s == {"rollout": 0.0, "train": 2.0}
+
+
+def test_an_asynchronous_job_at_solo_speed_measures_a_slowdown_of_one():
+    """(an auditor's case) an asynchronous job alone, each phase released at its profile
+    time, ends at n x max(R, T) + min(R, T); the live plane measured 2.0 then 1.5 against
+    n x T_solo (the pipeline's fill left out), the simulator 1.0. Now 1.0 as well."""
+    from rollmux.model import TRAIN
+
+    job = Job("a", 4.0, 4.0, slo=1.5, iterations=2, staleness=1)
+    cp = ControlPlane(_cluster(2))
+    submit(cp, job, 0.0)
+    ends = sorted([(i * 4.0, ROLLOUT) for i in (1, 2)] + [(i * 4.0 + 4.0, TRAIN) for i in (1, 2)],
+                  key=lambda e: (e[0], e[1] == ROLLOUT))
+    measured = []
+    for at, pool in ends:
+        rec = cp.jobs["a"]
+        cp.release("a", pool, rec.held(pool).seq, 4.0, at)
+        if pool == TRAIN:
+            measured.append(rec.measured_slowdown())
+    assert measured == [pytest.approx(1.0), pytest.approx(1.0)] and cp.jobs["a"].ended_at == 12.0

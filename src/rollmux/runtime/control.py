@@ -343,10 +343,12 @@ class JobRecord:
                 "rollouts_done": self.rollouts_done, "trainings_done": self.iterations_done}
 
     def measured_slowdown(self) -> float | None:
-        """Mean measured iteration time over the solo iteration time of the spec."""
+        """The measured time of the iterations done over their time alone (``Job.solo_run_s``:
+        an asynchronous job's first iteration also fills its pipeline), as the simulator
+        measures it."""
         if self.iterations_done == 0:
             return None
-        return self.iter_time_sum / self.iterations_done / self.job.t_solo
+        return self.iter_time_sum / self.job.solo_run_s(self.iterations_done)
 
 
 class ControlPlane:
@@ -1190,7 +1192,7 @@ class ControlPlane:
                 provisioned[pool] += (now - self._clock) * self.plan.gpus_in_use(pool) / self.cluster.gpus_per_node
         for rec in list(self.jobs.values()):  # (a copy: a scrape may read while a change runs in its thread)
             for g in rec.grants:
-                busy[g.pool] += max(0.0, now - g.granted_at) * len(g.nodes) * g.share
+                busy[_busy_pool(rec, g)] += max(0.0, now - g.granted_at) * len(g.nodes) * g.share
         return busy, provisioned
 
     def overdue(self, now: float) -> list[dict]:
@@ -1762,7 +1764,7 @@ class ControlPlane:
         for g in rec.grants:
             if pool is not None and g.pool != pool:
                 continue
-            self.busy_s[g.pool] += (now - g.granted_at) * len(g.nodes) * g.share
+            self.busy_s[_busy_pool(rec, g)] += (now - g.granted_at) * len(g.nodes) * g.share
             if g is rec.grant:
                 rec.grant, rec.other_grant = rec.other_grant, None
             else:
@@ -2020,6 +2022,15 @@ def _group_from_dict(d: dict, jobs: dict[str, JobRecord]) -> Group:
 
 def _group_ord(gid: str) -> int:
     return int(gid[1:]) if gid[1:].isdigit() else 0
+
+
+def _busy_pool(rec: JobRecord, g: GrantRecord) -> str:
+    """The side whose node-seconds a grant's phase spends: a rollout on nodes the job
+    trains on (co-located, or hosted in a group) is training-side time, as the simulator
+    books it; any other phase its own pool's."""
+    if g.pool == ROLLOUT and g.nodes and set(g.nodes) <= set(rec.train_nodes):
+        return TRAIN
+    return g.pool
 
 
 def _pool_nodes(spec: PoolSpec, pool: str) -> dict[str, float]:
