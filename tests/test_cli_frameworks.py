@@ -72,6 +72,9 @@ def run(job, iterations):
 def half(job, iterations):
     with job.phase("rollout", device="cpu"):
         pass
+
+def boom(job, iterations):
+    raise RuntimeError("CUDA out of memory in iteration 1")
 """
 
 
@@ -99,7 +102,9 @@ def test_profile_refuses_bad_targets_and_wrong_phase_counts(tmp_path, monkeypatc
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "spec.yaml"
     for target, words in (("nosuchmodule:run", "importable module"), ("lone_job:nope", "function 'nope'"),
-                          ("lone_job", "MODULE:FUNCTION"), ("lone_job:half", "rollout/train pairs")):
+                          ("lone_job", "MODULE:FUNCTION"), ("lone_job:half", "rollout/train pairs"),
+                          # (a job that raised was a traceback, exit 1)
+                          ("lone_job:boom", "boom raised RuntimeError: CUDA out of memory in iteration 1")):
         r = runner.invoke(app, ["profile", target, "--out", str(out)])
         assert r.exit_code == 2, (target, r.output)
         assert words in " ".join(r.output.split()) and not out.exists()

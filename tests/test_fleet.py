@@ -806,3 +806,22 @@ def test_a_pool_name_with_control_characters_is_refused():
     with pytest.raises(SpecError, match="control characters"):
         fleet_from_dict({"reference": {"rollout": "H20", "train": "H800"},
                          "pools": [{"gpu": "H20", "name": "x\x1b[2J"}, {"gpu": "H800"}]})
+
+
+def test_a_gpu_type_of_the_fleets_own_runs_the_regrouping_policies_too(tmp_path):
+    """(an auditor's case) a pool of a type outside the built-in table, its figures given
+    (docs/fleet.md): ``fleet plan`` and plain ``rollmux`` ran, but every regrouping policy
+    ended in a traceback, the exact solver refusing the view's GPU type."""
+    from rollmux.policies.fleet import fleet_rollmux
+    from rollmux.sim.engine import simulate as replay
+    from rollmux.traces.format import read_trace
+
+    fleet = fleet_from_dict({"pools": [{"gpu": "H20", "nodes": 6},
+                                       {"gpu": "X9000", "nodes": 4, "price_per_gpu_hour": 3.0, "tflops": 900.0,
+                                        "tb_per_s": 3.0, "host_mem_gb": 2048.0}]})
+    jobs = read_trace(Path(__file__).parents[1] / "examples" / "fleet" / "jobs.csv")
+    for name in ("rollmux-regroup", "rollmux-hedge"):
+        result = replay(jobs, fleet.views()[0].cluster, fleet_rollmux(fleet, Profiles(), name))
+        assert result.total_cost > 0 and not result.rejected, name
+    with pytest.raises(SpecError, match="train.gpu"):  # a two-pool cluster file still names a known type
+        next(v for v in fleet.views() if v.train.gpu == "X9000").cluster.validate()

@@ -197,7 +197,8 @@ def test_command_end_to_end(small, tmp_path):
     result = CliRunner().invoke(whatif_app(), args)
     assert result.exit_code == 0, result.output
     assert not ray.is_initialized()
-    assert "[4/4]" in result.output and "ETA" in result.output and "chosen: train.nodes=2" in result.output
+    assert "[4/4]" in result.stderr and "ETA" in result.stderr and "chosen: train.nodes=2" in result.stdout
+    assert "[1/4]" not in result.stdout and "ETA -" in result.stderr  # progress on stderr; no ETA after one run
     data = json.loads((out / "w.json").read_text())
     jobs = read_trace(path)
     rows = [run_config(jobs, base, values, "rollmux", 0, "worst", OURS)

@@ -254,3 +254,20 @@ def test_the_waiting_line_order_reaches_a_fleet_run():
         waits = [j.wait_s / 3600.0 for j in direct.jobs]
         assert row.error is None and row.p50_wait_h == nearest_rank(waits, 0.5)
     assert rows[False].p50_wait_h > rows[True].p50_wait_h
+
+
+def test_profile_rows_never_read_are_named_and_a_grid_of_too_many_runs_is_refused(tmp_path):
+    """(an auditor's case) a typo in a profile's job id planned on the roofline estimate
+    without a word (``fleet simulate`` warns); 10,000 configurations x 2 policies started
+    20,000 runs (about a day on two cores). Both said before any run: no Ray starts."""
+    profiles = tmp_path / "profiles.csv"
+    profiles.write_text("job_id,gpu,t_roll_s,t_train_s\nno-such-job,H200,250,\nlong_a,H200,1,\n")
+    result = CliRunner().invoke(whatif_app(), ["whatif", "--trace", str(JOBS), "--cluster", str(FLEET_FILE),
+                                               "--profiles", str(profiles), "--vary", "pools[H200].nodes=1:5000:1",
+                                               "--vary", "pools[H20].nodes=1,2", "--policy", "rollmux",
+                                               "--policy", "rollmux-regroup"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.stderr.split())
+    assert "2 job id(s) not in the trace: long_a, no-such-job (rows not used)" in said
+    assert "10,000 configurations x 2 policies x 1 line order = 20,000 runs; expected at most 10,000" in said
+    assert not ray.is_initialized()

@@ -25,12 +25,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollmux.accounting import ACCOUNTINGS
-from rollmux.cli_output import console, fail
+from rollmux.cli_output import console, fail, progress_console
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.fleet import Profiles
 from rollmux.policies import KNOWN
 from rollmux.cli_choices import QUEUE_HELP, AccountingName, DurationModel, QueueOrder
-from rollmux.whatif import COST_BASES, FLEET, UNBOUNDED, Row
+from rollmux.whatif import COST_BASES, FLEET, MAX_CONFIGS, UNBOUNDED, Row
 
 
 #: Simulated policies on a two-pool cluster (``optimal`` is a cost bound, not a simulation).
@@ -66,24 +66,30 @@ def _value(value) -> str:
 
 
 class _Progress:
-    """The ``on_row`` callback: one line per finished run (throttled on big grids), with ETA."""
+    """The ``on_row`` callback: one line per finished run (throttled on big grids), with ETA,
+    on stderr (a table redirected to a file holds only itself). The ETA is the pace since
+    the first run ended (Ray's start, before it, is no run's time); none after the first."""
 
     def __init__(self, basis: str, show: tuple[bool, bool]) -> None:
         self.basis, self.show = basis, show
         self.start = self.last = time.perf_counter()
+        self.first: float | None = None  # when the first run ended
 
     def __call__(self, row: Row, done: int, total: int) -> None:
         now = time.perf_counter()
+        if self.first is None:
+            self.first = now
         if total > EVERY_LINE and done < total and now - self.last < PROGRESS_S:
             return
         self.last = now
         elapsed = now - self.start
-        eta = elapsed / done * (total - done)
+        pace = (now - self.first) / (done - 1) if done > 1 else None
+        eta = "-" if pace is None else f"{pace * (total - done):.0f} s"
         wait = (f"{row.never_ran} jobs never ran" if row.never_ran else f"p95 wait {_fmt(row.p95_wait_h, '.2f')} h")
         what = (f"[red]{escape(_short(row.error))}[/red]" if row.error else
                 f"${_fmt(row.cost(self.basis))}/h {self.basis}, {wait}, SLO met {_fmt(row.slo_met * 100)}%")
-        console.print(f"[{done}/{total}] {escape(row.label(*self.show))}: {what} "
-                      f"({elapsed:.0f} s elapsed, ETA {eta:.0f} s)", highlight=False)
+        progress_console.print(f"[{done}/{total}] {escape(row.label(*self.show))}: {what} "
+                               f"({elapsed:.0f} s elapsed, ETA {eta})", highlight=False)
 
 
 def _table(rows: list[Row], fields: list[str], marks: dict[int, str], basis: str, show: tuple[bool, bool]) -> Table:
@@ -278,6 +284,17 @@ def whatif(
     basis, show = cost.value, (len(names) > 1, len(queues) > 1)
     fields = [v.field for v in varies]
     total = len(configs) * len(names) * len(queues)
+    if measured is not None:
+        from rollmux.whatif import build
+
+        for line in measured.unused(build(base), jobs):  # (as `fleet simulate` warns; rows dropped silently)
+            progress_console.print(f"[yellow]warning: --profiles {escape(str(profiles))}: {escape(line)} (rows not "
+                                   f"used)[/yellow]")
+    if total > MAX_CONFIGS:
+        _fail(RollMuxError(f"--vary, --policy, --queue: {len(configs):,} configurations x {len(names)} "
+                           f"polic{'y' if len(names) == 1 else 'ies'} x {len(queues)} line order"
+                           f"{'' if len(queues) == 1 else 's'} = {total:,} runs; expected at most "
+                           f"{MAX_CONFIGS:,} (split the grid)"))
     console.print(f"trace [bold]{escape(info['name'])}[/bold]: {info['jobs']} jobs; {len(configs)} configurations "
                   f"x {len(names)} polic{'y' if len(names) == 1 else 'ies'}"
                   + (f" x {len(queues)} line orders" if len(queues) > 1 else "") + f" = {total} runs on "

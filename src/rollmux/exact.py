@@ -247,7 +247,7 @@ def solve(cluster: Cluster, jobs: Sequence[Job], max_jobs: int = DEFAULT_MAX_JOB
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: expected one of {OBJECTIVES}")
     start = time.perf_counter()
-    cluster.validate()
+    cluster.validate(known_gpu=False)  # (a fleet's view may name a GPU type of its own; its jobs come translated)
     if len(jobs) > max_jobs:
         raise ExactLimitError(f"exact solver: {len(jobs)} jobs > max_jobs={max_jobs} "
                               f"(the search grows like 3^n; raise max_jobs to insist)")

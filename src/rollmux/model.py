@@ -133,8 +133,11 @@ class PoolSpec:
     nodes: int | None = None
     node_list: tuple[NodeSpec, ...] = ()
 
-    def validate(self, pool: str) -> None:
-        if self.gpu not in GPU_TYPES:
+    def validate(self, pool: str, known_gpu: bool = True) -> None:
+        """SpecError naming the first field outside its contract; ``known_gpu``: the GPU type
+        must be one of ``GPU_TYPES`` (a cluster file's; a fleet's view may carry a type of
+        its own, whose figures the fleet holds)."""
+        if not isinstance(self.gpu, str) or not self.gpu or (known_gpu and self.gpu not in GPU_TYPES):
             raise SpecError(f"{pool}.gpu", self.gpu, f"one of {sorted(GPU_TYPES)}")
         if not 0 < self.price_per_gpu_hour <= MAX_PRICE:
             raise SpecError(f"{pool}.price_per_gpu_hour", self.price_per_gpu_hour, f"a price > 0 and <= {MAX_PRICE:g}")
@@ -207,14 +210,16 @@ class Cluster:
         pool = ROLLOUT if match.group(1) == "R" else TRAIN
         return pool if not self.pool(pool).node_list else None
 
-    def validate(self) -> None:
+    def validate(self, known_gpu: bool = True) -> None:
+        """SpecError naming the first field outside its contract (``known_gpu``: as
+        ``PoolSpec.validate``)."""
         if (not isinstance(self.gpus_per_node, int) or isinstance(self.gpus_per_node, bool)
                 or not 0 < self.gpus_per_node <= MAX_GPUS_PER_NODE):
             raise SpecError("gpus_per_node", self.gpus_per_node, f"an integer from 1 to {MAX_GPUS_PER_NODE:,}")
         if not isinstance(self.max_group_size, int) or self.max_group_size < 1:
             raise SpecError("max_group_size", self.max_group_size, "an integer >= 1")
-        self.rollout.validate(ROLLOUT)
-        self.train.validate(TRAIN)
+        self.rollout.validate(ROLLOUT, known_gpu)
+        self.train.validate(TRAIN, known_gpu)
         shared = {n.node_id for n in self.rollout.node_list} & {n.node_id for n in self.train.node_list}
         if shared:
             raise SpecError("train.nodes", sorted(shared), "node ids not used by the rollout pool")

@@ -16,9 +16,13 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rollmux.errors import SpecError
+from rollmux.errors import RollMuxError, SpecError
 from rollmux.model import ROLLOUT, TRAIN
 from rollmux.runtime.sdk import JobHandle
+
+
+class ProfileRunFailed(RollMuxError):
+    """The job's own code raised while it was profiled (the job was cancelled; nothing written)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +42,9 @@ def profile_job(run: Callable[[JobHandle, int], object], iterations: int = 3, jo
     """Run ``run(job, iterations)`` alone under a private control plane; returns its phase times.
 
     ``run`` must drive exactly ``iterations`` rollout/train phase pairs of ``job`` and
-    return; the job is completed afterwards (cancelled if ``run`` raises, which
-    propagates). ``SpecError`` if ``iterations`` < 1 or the job ran another number of
+    return; the job is completed afterwards (cancelled if ``run`` raises: an exception of
+    the job's own code is re-raised as ``ProfileRunFailed`` naming it, a ``RollMuxError``
+    as it is). ``SpecError`` if ``iterations`` < 1 or the job ran another number of
     phases.
     """
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
@@ -55,12 +60,19 @@ def profile_job(run: Callable[[JobHandle, int], object], iterations: int = 3, jo
             job = client.submit({"job_id": job_id, "t_roll_s": 1.0, "t_train_s": 1.0, "slo": 2.0})
             with job.lifetime():
                 job.wait_placed(timeout_s=60)
-                run(job, iterations)
+                try:
+                    run(job, iterations)
+                except RollMuxError:
+                    raise
+                except Exception as err:  # the job's own code: named, not a traceback of ours
+                    name = getattr(run, "__qualname__", repr(run))
+                    raise ProfileRunFailed(f"profile: {name} raised {type(err).__name__}: {err}") from err
         finally:
             client.close()
     pools = [name for name, *_ in job.history]
     if pools != [ROLLOUT, TRAIN] * iterations:
-        raise SpecError("run", f"{len(pools)} phases", f"{iterations} rollout/train pairs", job_id)
+        raise SpecError("run", f"{len(pools)} phases ({', '.join(pools) or 'none'})",
+                        f"{2 * iterations} phases: {iterations} rollout/train pairs, as --iterations asks", job_id)
     times = {pool: tuple(end - start for name, _nodes, _seq, start, end in job.history if name == pool)
              for pool in (ROLLOUT, TRAIN)}
     return PhaseProfile(iterations, max(times[ROLLOUT]), max(times[TRAIN]), statistics.fmean(times[ROLLOUT]),
