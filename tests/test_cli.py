@@ -588,20 +588,19 @@ def test_a_rollout_co_located_on_fewer_gpus_takes_longer_in_proportion(tmp_path)
     cl = Cluster()
     assert colocation.phase_time(job, "rollout", cl)[0] == pytest.approx(800 * colocation.rollout_speed_factor(cl))
     assert colocation.slowdown(job, cl) > 5
-    trace = _trace(tmp_path, "A,0,36000,64,8,100,100,100,100,1.5,7B")
-    out = tmp_path / "r.json"
-    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "rollmux,rollmux-full,solo-d",
-                            "--json", str(out)])
-    assert r.exit_code == 0, r.output
-    costs = {name: p["total_cost"] for name, p in json.loads(out.read_text())["policies"].items()}
+    costs = _costs(tmp_path, "A,0,36000,64,8,100,100,100,100,1.5,7B", "rollmux,rollmux-full,solo-d")
     assert costs["rollmux-full"] == pytest.approx(costs["solo-d"]), costs  # alone, on its own nodes of both pools
 
 
 def test_the_co_located_baselines_run_a_job_whose_state_fits_no_training_node_disaggregated(tmp_path):
-    trace = _trace(tmp_path, "A,0,2000,8,8,100,100,1500,1500,1.5,7B")
+    costs = _costs(tmp_path, "A,0,2000,8,8,100,100,1500,1500,1.5,7B", "solo-d,colocated,gavel")
+    assert costs["colocated"] == pytest.approx(costs["solo-d"]) and costs["gavel"] == pytest.approx(costs["solo-d"])
+
+
+def _costs(tmp_path, row: str, policies: str) -> dict[str, float]:
+    """Each policy's total cost on a one-job trace (``rollmux simulate --json``)."""
     out = tmp_path / "r.json"
-    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "solo-d,colocated,gavel",
+    r = runner.invoke(app, ["simulate", "--trace", str(_trace(tmp_path, row)), "--policies", policies,
                             "--json", str(out)])
     assert r.exit_code == 0, r.output
-    costs = {name: p["total_cost"] for name, p in json.loads(out.read_text())["policies"].items()}
-    assert costs["colocated"] == pytest.approx(costs["solo-d"]) and costs["gavel"] == pytest.approx(costs["solo-d"])
+    return {name: p["total_cost"] for name, p in json.loads(out.read_text())["policies"].items()}

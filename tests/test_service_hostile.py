@@ -847,6 +847,34 @@ def test_headers_not_received_in_time_are_answered_408_and_an_idle_connection_cl
         assert http.get("/healthz").status_code == 200  # the same connection, kept alive
 
 
+@contextlib.contextmanager
+def _serving(config: uvicorn.Config):
+    """uvicorn serving ``config`` in a thread, started within 15 s, stopped on exit."""
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+            time.sleep(0.01)
+        yield server
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+def _answer(port: int, request: bytes) -> bytes:
+    """Everything the server sends back to ``request`` on a new connection, until it closes."""
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(request)
+        with contextlib.suppress(OSError):
+            while chunk := conn.recv(65536):
+                got += chunk
+    return got
+
+
 @pytest.mark.parametrize("base", ["httptools", "h11"])
 def test_the_header_deadline_holds_on_both_of_uvicorns_protocols_which_have_none(base):
     """On either HTTP protocol uvicorn may use, with a 1 s deadline: headers trickled on a
@@ -877,21 +905,11 @@ def test_the_header_deadline_holds_on_both_of_uvicorns_protocols_which_have_none
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
-                                               http=http, timeout_keep_alive=5))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        try:
-            deadline = time.monotonic() + 15
-            while not server.started:
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
+        with _serving(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+                                     http=http, timeout_keep_alive=5)):
             trickled = _trickle(port, b"", head, 0.2, 3.0)
             kept_alive = _trickle(port, b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", head, 0.2, 3.0)
             silent = _trickle(port, b"", b"", 0.2, 2.5)
-        finally:
-            server.should_exit = True
-            thread.join(15)
         if guarded:
             for answer, at, closed in (trickled, kept_alive):
                 assert answer.startswith(b"HTTP/1.1 408") and b'"field":"headers"' in answer, answer[:300]
@@ -927,27 +945,12 @@ def test_a_request_uvicorn_cannot_parse_is_counted_and_its_log_line_is_json(base
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
-                                           http=http, log_config=None))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
     try:
-        deadline = time.monotonic() + 15
-        while not server.started:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        answers = []
-        for garbage in (b"GARBAGE \x01\x02 HTTP/9\r\n\r\n", b"POST /v1/jobs HTTP/1.1\r\nContent-Length: abc\r\n\r\n"):
-            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-                conn.sendall(garbage)
-                got = b""
-                with contextlib.suppress(OSError):
-                    while chunk := conn.recv(65536):
-                        got += chunk
-            answers.append(got)
+        with _serving(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", http=http,
+                                     log_config=None)):
+            answers = [_answer(port, garbage) for garbage in (b"GARBAGE \x01\x02 HTTP/9\r\n\r\n",
+                                                              b"POST /v1/jobs HTTP/1.1\r\nContent-Length: abc\r\n\r\n")]
     finally:
-        server.should_exit = True
-        thread.join(15)
         for name, (handlers, level, propagate) in saved.items():
             logger = logging.getLogger(name)
             for handler in logger.handlers:
