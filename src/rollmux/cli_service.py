@@ -19,7 +19,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollmux.cli_choices import QUEUE_HELP, REGROUP_HELP, QueueOrder, RegroupDecisions
-from rollmux.cli_output import console, error_console, fail
+from rollmux.cli_output import console, error_console
+from rollmux.cli_output import fail as _fail
 from rollmux.errors import RollMuxError
 from rollmux.model import POOLS
 
@@ -60,10 +61,6 @@ class LivePolicy(str, Enum):
 class PoolName(str, Enum):
     rollout = "rollout"
     train = "train"
-
-
-def _fail(err: Exception) -> None:
-    fail(err)
 
 
 def _credential(token_file: Optional[Path]) -> Optional[str]:

@@ -349,7 +349,7 @@ def group_fit(cluster: Cluster, members: list[Job], budget: float, robust: bool,
 def colocatable(cluster: Cluster, job: Job) -> bool:
     """True when ``job`` may run co-located: synchronous, within its SLO, both phases' state fits a node."""
     return (not job.staleness and colocation.slowdown(job, cluster) <= job.slo * (1 + SLO_EPS)
-            and colocation.node_mem_gb(job) <= cluster.pool(TRAIN).host_mem_gb)
+            and colocation.fits(job, cluster))
 
 
 def hostable_job(cluster: Cluster, job: Job) -> bool:

@@ -1186,10 +1186,7 @@ class ControlPlane:
         counted as busy until ``now``. Read at any ``now`` after the last change, neither
         ever decreases (a phase's end moves its seconds from held to ended, unchanged), nor
         does provisioned less busy (a pool's busy nodes are some of its nodes in use)."""
-        busy, provisioned = dict(self.busy_s), dict(self.provisioned_s)
-        if self._clock is not None and now > self._clock:
-            for pool in POOLS:
-                provisioned[pool] += (now - self._clock) * self.plan.gpus_in_use(pool) / self.cluster.gpus_per_node
+        busy, provisioned = dict(self.busy_s), self._provisioned_at(now)
         for rec in list(self.jobs.values()):  # (a copy: a scrape may read while a change runs in its thread)
             for g in rec.grants:
                 busy[_busy_pool(rec, g)] += max(0.0, now - g.granted_at) * len(g.nodes) * g.share
@@ -1952,12 +1949,17 @@ class ControlPlane:
 
     def _advance(self, now: float) -> None:
         """Integrate provisioned node-seconds per pool up to ``now``."""
-        if self._clock is not None and now > self._clock:
-            dt = now - self._clock
-            for pool in POOLS:
-                self.provisioned_s[pool] += dt * self.plan.gpus_in_use(pool) / self.cluster.gpus_per_node
+        self.provisioned_s = self._provisioned_at(now)
         if self._clock is None or now > self._clock:
             self._clock = now
+
+    def _provisioned_at(self, now: float) -> dict[str, float]:
+        """``provisioned_s`` with the nodes in use since the last change integrated to ``now``."""
+        provisioned = dict(self.provisioned_s)
+        if self._clock is not None and now > self._clock:
+            for pool in POOLS:
+                provisioned[pool] += (now - self._clock) * self.plan.gpus_in_use(pool) / self.cluster.gpus_per_node
+        return provisioned
 
     def _log(self, now: float, kind: str, gid: str, job_id: str, pool: str, nodes: tuple[str, ...],
              **detail) -> None:
