@@ -1,6 +1,7 @@
 """StateCache: bit-identical warm/cold switches, budget refusal, buffer reuse, stats."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -15,6 +16,7 @@ from rollmux.runtime.state_cache import (  # noqa: E402
     CheckpointMismatchError,
     Residency,
     StateCache,
+    arena_bytes,
 )
 
 VOCAB, WIDTH, SEQ, BATCH = 64, 32, 8, 4
@@ -425,6 +427,302 @@ def test_misuse_raises_one_error_type_each(tmp_path) -> None:
     cache.remove("job")
     assert cache.stats().entries == 0
 
+
+
+@pytest.mark.parametrize("where", ["param_groups", "state"])
+def test_a_cold_save_of_values_the_weights_only_loader_refuses_changes_nothing(tmp_path, where) -> None:
+    """optimizer.pt was written with torch.save and read with torch.load(weights_only=True):
+    an lr from numpy (np.logspace) was saved, the tensors freed, and the entry then stuck on
+    disk, its state readable by no load_cold."""
+    model, optimizer = trained_job()
+    before = snapshot(model, optimizer)
+    param = next(model.parameters())
+    if where == "param_groups":
+        optimizer.param_groups[0]["lr"] = np.logspace(-4, -2, 3)[0]
+        place, kind = r"\['param_groups'\]\[0\]\['lr'\]", "numpy.float64"
+    else:
+        optimizer.state[param]["seen"] = np.array([1.0, 2.0])
+        place, kind = r"\['state'\]\[0\]\['seen'\]", "numpy.ndarray"
+    cache = StateCache(budget_bytes=1 << 24)
+    cache.register("job", model, optimizer)
+    cache.offload("job")
+    reserved, buffers = cache.reserved_bytes, {k: v.data_ptr() for k, v in cache.host_buffers("job").items()}
+    with pytest.raises(SpecError, match=rf"entry 'job': save_cold: optimizer\.state_dict\(\){place}.*not {kind}"):
+        cache.save_cold("job", tmp_path / "cold")
+    assert not (tmp_path / "cold").exists()
+    assert cache.residency("job") is Residency.HOST and cache.reserved_bytes == reserved
+    assert {k: v.data_ptr() for k, v in cache.host_buffers("job").items()} == buffers
+    cache.load("job", "cpu")
+    optimizer.state[param].pop("seen", None)
+    optimizer.param_groups[0]["lr"] = 1e-2
+    assert_identical(before, snapshot(model, optimizer))
+    cache.save_cold("job", tmp_path / "cold")  # plain values: saved and read back
+    cache.load_cold("job", tmp_path / "cold", "cpu")
+    assert_identical(before, snapshot(model, optimizer))
+
+
+class MasterCopy(torch.optim.Optimizer):
+    """Keeps an fp32 copy of each parameter and an exact int64 counter (mixed precision),
+    and both again in a tuple and a dict."""
+
+    def __init__(self, params) -> None:
+        super().__init__(params, {"lr": 0.5})
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        for group in self.param_groups:
+            for param in group["params"]:
+                state = self.state[param]
+                state.setdefault("master", param.detach().float() + 1e-3)
+                state["seen"] = state.get("seen", torch.tensor([2**40], dtype=torch.int64)) + 1
+                state["master"].sub_(group["lr"] * param.grad.float())
+                state["last"] = (state["master"].clone(), {"seen": state["seen"].clone()})
+                param.copy_(state["master"])
+
+
+def master_state(model: torch.nn.Module, optimizer: MasterCopy) -> dict[str, torch.Tensor]:
+    state = {f"m.{k}": v for k, v in model.state_dict().items()}
+    for index, param in enumerate(model.parameters()):
+        values = optimizer.state[param]
+        assert type(values["last"]) is tuple and type(values["last"][1]) is dict
+        state |= {f"{index}.master": values["master"], f"{index}.seen": values["seen"],
+                  f"{index}.last.0": values["last"][0], f"{index}.last.1": values["last"][1]["seen"]}
+    return state
+
+
+def test_cold_round_trip_keeps_optimizer_state_dtypes_load_state_dict_casts(tmp_path) -> None:
+    """Optimizer.load_state_dict casts every non-step state tensor to its floating
+    parameter's dtype: the fp32 master copy of a bf16 parameter came back bf16 and the
+    int64 counter 2**40 + 1 as a float, 2**40."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 3).to(torch.bfloat16)
+    optimizer = MasterCopy(model.parameters())
+    for _ in range(2):
+        model(torch.ones(2, 3, dtype=torch.bfloat16)).sum().backward()
+        optimizer.step()
+    before = {k: v.clone() for k, v in master_state(model, optimizer).items()}
+    cache = StateCache(budget_bytes=1 << 20)
+    cache.register("job", model, optimizer)
+    cache.save_cold("job", tmp_path)
+    cache.load_cold("job", tmp_path, "cpu")
+    assert_identical(before, master_state(model, optimizer))  # dtypes and bits, also in the tuple and the dict
+    assert optimizer.state[model.weight]["seen"].tolist() == [2**40 + 2]
+    fresh = torch.nn.Linear(3, 3).to(torch.bfloat16)  # a restarted job: its state comes from the file
+    fresh_opt = MasterCopy(fresh.parameters())
+    restarted = StateCache(budget_bytes=0)
+    restarted.register("job", fresh, fresh_opt)
+    restarted.load_cold("job", tmp_path, "cpu")
+    assert_identical(before, master_state(fresh, fresh_opt))
+
+
+def test_an_arena_whose_buffers_were_all_replaced_is_freed() -> None:
+    """An arena counted as in use while it still *named* a kept slot, though that slot's
+    buffer had moved to a newer arena: growing b then a kept three arenas and refused an
+    offload whose state fitted the budget."""
+    mib = 1 << 20
+    model = torch.nn.Module()
+    model.register_buffer("a", torch.zeros(mib // 4))
+    model.register_buffer("b", torch.zeros(mib // 4))
+    grown = arena_bytes({"x": (torch.Size([mib // 4 + 16]), torch.float32)})
+    cache = StateCache(budget_bytes=mib + 2 * grown)
+    cache.register("job", model)
+    cache.offload("job")
+    cache.load("job", "cpu")
+    model.b = torch.full((mib // 4 + 16,), 2.0)
+    cache.offload("job")  # arena {a, b} keeps a's buffer; arena {b} holds b's
+    cache.load("job", "cpu")
+    model.a = torch.full((mib // 4 + 16,), 1.0)
+    cache.offload("job")  # arena {a, b} serves no slot now: freed
+    assert cache.reserved_bytes == 2 * grown
+    assert {k: v.shape for k, v in cache.host_buffers("job").items()} == {"module.a": (mib // 4 + 16,),
+                                                                            "module.b": (mib // 4 + 16,)}
+    cache.load("job", "cpu")
+    assert bool((model.a == 1.0).all()) and bool((model.b == 2.0).all())
+
+
+def lbfgs_job(seed: int = 0) -> tuple[torch.nn.Linear, torch.optim.LBFGS, object]:
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(8, 4)
+    optimizer = torch.optim.LBFGS(model.parameters(), history_size=3, max_iter=4)
+    x, y = torch.randn(16, 8), torch.randn(16, 4)
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        return loss
+
+    return model, optimizer, closure
+
+
+def lbfgs_state(model: torch.nn.Module, optimizer: torch.optim.LBFGS) -> dict[str, object]:
+    """Module tensors and LBFGS's state by name, the items of its lists as ``<key>.<j>``."""
+    state: dict[str, object] = {f"m.{k}": v for k, v in model.state_dict().items()}
+    for key, value in optimizer.state[model.weight].items():
+        for j, item in enumerate(value) if isinstance(value, list) else [("", value)]:
+            state[f"o.{key}.{j}"] = item
+    return state
+
+
+def assert_same_lbfgs_state(before: dict[str, object], now: dict[str, object]) -> None:
+    assert now.keys() == before.keys()
+    for k, v in before.items():
+        if isinstance(v, torch.Tensor):
+            assert now[k].dtype == v.dtype, k
+            assert torch.equal(now[k].view(-1).view(torch.uint8), v.view(-1).view(torch.uint8)), k
+        else:
+            assert now[k] == v, k
+
+
+def test_lbfgs_state_nested_in_lists_switches_warm_and_cold(tmp_path) -> None:
+    """LBFGS keeps its history (old_dirs, old_stps, ro, al) in lists of tensors: they were
+    neither offloaded nor counted, and stayed on the device (5 MB for a 256x256 layer)."""
+    reference, reference_opt, reference_closure = lbfgs_job()
+    model, optimizer, closure = lbfgs_job()
+    for _ in range(3):
+        reference_opt.step(reference_closure)
+        optimizer.step(closure)
+    cache = StateCache(budget_bytes=1 << 20)
+    cache.register("job", model, optimizer)
+    for path in ("warm", "cold"):
+        state = lbfgs_state(model, optimizer)
+        before = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+        nested = {k: v for k, v in state.items() if k.count(".") == 2 and not k.endswith(".")}
+        assert len(nested) == 12 and {k.split(".")[1] for k in nested} == {"old_dirs", "old_stps", "ro", "al"}
+        lists = {k: v for k, v in optimizer.state[model.weight].items() if isinstance(v, list)}
+        record = cache.offload("job") if path == "warm" else cache.save_cold("job", tmp_path)
+        assert record.bytes == sum(v.numel() * v.element_size() for v in before.values() if isinstance(v, torch.Tensor))
+        assert all(t.numel() == 0 for t in nested.values())
+        if path == "warm":
+            assert "optim.0['old_dirs'][0]" in cache.host_buffers("job")
+            cache.load("job", "cpu")
+            assert all(lbfgs_state(model, optimizer)[k] is t for k, t in nested.items())  # the same objects
+            assert all(optimizer.state[model.weight][k] is v for k, v in lists.items())
+        else:
+            cache.load_cold("job", tmp_path, "cpu")
+        assert_same_lbfgs_state(before, lbfgs_state(model, optimizer))
+        assert optimizer.step(closure).item() == reference_opt.step(reference_closure).item()
+    # the same bits as a run never switched (load_cold onto a CPU copies what safetensors read, aligned to
+    # 8 bytes only: a dot product's vectorised sum over it rounded differently, in the last bits)
+    assert torch.equal(model.weight.view(torch.uint8), reference.weight.view(torch.uint8))
+
+
+class ViewBuffer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.arange(8.0))
+        self.register_buffer("head", self.w.data[:4])  # shares w's storage
+
+
+class CarvedParams(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        flat = torch.zeros(10)
+        self.a = torch.nn.Parameter(flat[:4].view(2, 2))
+        self.b = torch.nn.Parameter(flat[4:])
+
+
+class TiedLM(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+        self.head = torch.nn.Linear(WIDTH, VOCAB, bias=False)
+        self.head.weight = self.embed.weight  # one Parameter in two places
+        self.register_buffer("none_yet", self.embed.weight.data[:0])  # a zero-size view of its storage
+
+
+def test_slots_sharing_storage_are_refused_naming_both(tmp_path) -> None:
+    """A switch gives each slot storage of its own: a buffer viewing a parameter, or
+    parameters carved from one buffer, silently stopped seeing each other's writes (warm),
+    and the cold save raised safetensors' raw RuntimeError."""
+    cache = StateCache(budget_bytes=1 << 24)
+    with pytest.raises(SpecError, match=r"entry 'view': module.head='a tensor sharing storage with module.w'"):
+        cache.register("view", ViewBuffer())
+    with pytest.raises(SpecError, match=r"module.b='a tensor sharing storage with module.a'"):
+        cache.register("carved", CarvedParams())
+    assert "view" not in cache and "carved" not in cache
+
+    torch.manual_seed(0)
+    tied = TiedLM()  # one Parameter reached twice and a zero-size view are no sharing
+    optimizer = torch.optim.Adam(tied.parameters())
+    tied.head(tied.embed(torch.arange(4))).sum().backward()
+    optimizer.step()
+    before = snapshot(tied, optimizer)
+    cache.register("tied", tied, optimizer)
+    cache.offload("tied")
+    cache.load("tied", "cpu")
+    cache.save_cold("tied", tmp_path / "tied")
+    cache.load_cold("tied", tmp_path / "tied", "cpu")
+    assert tied.head.weight is tied.embed.weight
+    assert_identical(before, snapshot(tied, optimizer))
+
+    optimizer.state[tied.embed.weight]["alias"] = tied.embed.weight.data[:2]  # state created since register
+    pointer = tied.embed.weight.data_ptr()
+    for switch in (lambda: cache.offload("tied"), lambda: cache.save_cold("tied", tmp_path / "again")):
+        with pytest.raises(SpecError, match=r"optim.0.alias='a tensor sharing storage with module.embed.weight'"):
+            switch()
+        assert cache.residency("tied") is Residency.DEVICE and tied.embed.weight.data_ptr() == pointer
+    assert not (tmp_path / "again").exists() and cache.reserved_bytes == 0
+    assert_identical(before, {k: v for k, v in snapshot(tied, optimizer).items() if "alias" not in k})
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.eye(3).to_sparse(),
+    lambda: torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8),
+    lambda: torch.empty(3, device="meta"),
+], ids=["sparse", "quantized", "meta"])
+def test_tensors_the_cache_cannot_move_are_refused_on_register(make) -> None:
+    """Accepted before: the offload then raised a raw RuntimeError or NotImplementedError."""
+    module = torch.nn.Linear(2, 2)
+    module.register_buffer("odd", make())
+    cache = StateCache(budget_bytes=1 << 20)
+    with pytest.raises(SpecError, match=r"entry 'job': module.odd=.*expected a dense \(torch.strided\)"):
+        cache.register("job", module)
+    assert "job" not in cache
+
+
+def test_a_dtype_safetensors_cannot_write_is_refused_before_save_cold_changes_anything(tmp_path) -> None:
+    """save_cold of a complex128 buffer raised a bare KeyError from safetensors."""
+    module = torch.nn.Linear(2, 2)
+    module.register_buffer("z", torch.randn(4, dtype=torch.complex128))
+    before = snapshot(module, None)
+    cache = StateCache(budget_bytes=1 << 20)
+    cache.register("job", module)
+    cache.offload("job")
+    reserved = cache.reserved_bytes
+    with pytest.raises(SpecError, match=r"entry 'job': save_cold: module.z=torch.complex128: expected a dtype "
+                                        "safetensors can write"):
+        cache.save_cold("job", tmp_path / "cold")
+    assert not (tmp_path / "cold").exists()
+    assert cache.residency("job") is Residency.HOST and cache.reserved_bytes == reserved
+    cache.load("job", "cpu")
+    assert_identical(before, snapshot(module, None))
+
+
+def test_nested_resident_offloads_only_when_the_outermost_exits() -> None:
+    """The inner exit offloaded: the outer body ran on (0,) tensors and its exit raised
+    CacheStateError (an offload of a HOST entry)."""
+    model, optimizer = trained_job()
+    before = snapshot(model, optimizer)
+    cache = StateCache(budget_bytes=1 << 24)
+    cache.register("job", model, optimizer)
+    cache.offload("job")
+    with cache.resident("job", "cpu") as outer:
+        assert outer is not None and outer.direction == "load"
+        with cache.resident("job", "cpu") as inner:
+            assert inner is None
+        assert cache.residency("job") is Residency.DEVICE
+        assert_identical(before, snapshot(model, optimizer))
+        with pytest.raises(RuntimeError, match="inner failed"):
+            with cache.resident("job", "cpu"):
+                raise RuntimeError("inner failed")
+        assert cache.residency("job") is Residency.DEVICE and model.head.weight.shape == (VOCAB, WIDTH)
+    assert cache.residency("job") is Residency.HOST
+    assert [r.direction for r in cache.records] == ["offload", "load", "offload"]
+    with pytest.raises(RuntimeError, match="outer failed"):
+        with cache.resident("job", "cpu"), cache.resident("job", "cpu"):
+            raise RuntimeError("outer failed")
+    assert cache.residency("job") is Residency.HOST
 
 @CUDA
 def test_cuda_round_trip_uses_pinned_buffers_and_keeps_training_exact() -> None:

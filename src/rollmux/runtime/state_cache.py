@@ -3,7 +3,9 @@
 A :class:`StateCache` holds named entries (a key such as ``(job_id, phase)``), each a
 ``torch.nn.Module`` and optionally the ``torch.optim.Optimizer`` that steps it. The
 *state* of an entry is every parameter, every buffer and every tensor in the
-optimizer's per-parameter state. An entry is in one of three residencies:
+optimizer's per-parameter state, also those nested in lists, tuples and dicts there
+(LBFGS's ``old_dirs``); :func:`state_slots` names each one. An entry is in one of three
+residencies:
 
 * ``DEVICE``: the state lives in device tensors and the job may run.
 * ``HOST`` (warm): :meth:`StateCache.offload` copied the state into host buffers and
@@ -14,19 +16,35 @@ optimizer's per-parameter state. An entry is in one of three residencies:
 
 Host buffers are allocated once per entry, on its first offload, and reused by every
 later offload (a slot that appeared or changed shape or dtype since gets a buffer of
-its own, and an arena none of whose buffers is still used is freed then, so shape
-changes do not accumulate host memory); they are pinned (``cudaHostRegister``) when
+its own, and an arena none of whose buffers is a slot's current buffer is freed then, so
+shape changes do not accumulate host memory); they are pinned (``cudaHostRegister``) when
 the entry lives on a CUDA device, so copies run at DMA speed. Their total size is
 bounded by the cache's host-memory budget: an offload that would exceed it raises
 :class:`CacheBudgetError` before anything changes.
 
+What the cache moves, refused with a SpecError naming the slot before anything changes
+(on register, and again on offload and save_cold for state created or replaced since):
+
+* only dense tensors with data: not sparse or otherwise non-strided, not quantized, not
+  on the ``meta`` device;
+* no two slots sharing storage (a buffer that views a parameter, parameters carved from
+  one flat buffer): a switch gives each slot storage of its own, so they would silently
+  stop seeing each other's writes. Zero-size tensors share nothing, and a Parameter tied
+  in two places is one slot (``named_parameters`` lists it once), so both are accepted;
+* on save_cold, only dtypes safetensors can write (not ``complex128``), and only
+  optimizer param groups and non-tensor state that ``torch.load(weights_only=True)`` reads
+  back (plain Python numbers, str, bool, None, lists, tuples, dicts, tensors; not numpy
+  values): the error names the value's place in ``state_dict()`` and its type.
+
 Contracts kept by every switch:
 
-* Round trips are bit-identical, and the Parameter and buffer objects the module and
-  the optimizer hold stay the same Python objects (only their ``.data`` is swapped),
-  so an optimizer built before the switch keeps working after it. The warm path also
-  keeps the identity of the optimizer's state tensors; the cold path replaces them
-  through ``Optimizer.load_state_dict``.
+* Round trips are bit-identical, dtypes included, and the Parameter and buffer objects
+  the module and the optimizer hold stay the same Python objects (only their ``.data`` is
+  swapped), so an optimizer built before the switch keeps working after it. The warm path
+  also keeps the identity of the optimizer's state tensors (and of the lists holding
+  them); the cold path replaces them through ``Optimizer.load_state_dict``, then undoes
+  its casts (it turns state tensors into their parameter's floating dtype: an fp32 master
+  copy of a bf16 parameter, an int64 counter), so each comes back in its saved dtype.
 * Gradients are not state: a switch happens at a step boundary, and offloading sets
   every ``.grad`` to ``None``.
 * Tensors that lived on the entry's device follow it to the device given to ``load``;
@@ -38,9 +56,13 @@ The cache is not thread-safe: one caller (the job's phase driver) drives it.
 from __future__ import annotations
 
 import contextlib
+import copy
 import enum
+import functools
+import io
 import math
 import mmap
+import operator
 import os
 import time
 import weakref
@@ -51,7 +73,8 @@ from typing import Literal
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save, save_file
+from torch.nn.parameter import is_lazy
 
 from rollmux.errors import RollMuxError, SpecError
 
@@ -231,6 +254,7 @@ class _Entry:
     # Slots moved off by the last offload/save_cold: name -> (shape, dtype, home device).
     moved: dict[str, tuple[torch.Size, torch.dtype, torch.device]] = field(default_factory=dict)
     cold_dir: Path | None = None  # where the last save_cold wrote (resolved)
+    holds: int = 0  # resident() bodies now running for this entry
 
     def reserved_bytes(self) -> int:
         return sum(arena.nbytes for arena in self.arenas)
@@ -246,18 +270,55 @@ def state_slots(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None
     """Every state tensor of an entry by a stable name.
 
     ``module.<name>`` for parameters and buffers, ``optim.<i>.<key>`` for the tensors in
-    the optimizer state of the i-th parameter (the numbering of ``state_dict()``).
+    the optimizer state of the i-th parameter (the numbering of ``state_dict()``), and
+    ``optim.<i>[<key>]`` followed by one ``[<index or key>]`` per level (each a Python
+    ``repr``: ``optim.0['old_dirs'][3]``) for the tensors nested in lists, tuples and dicts
+    there. A nested name has ``[`` where a direct one has ``.``, so no two names clash.
     """
-    slots: dict[str, torch.Tensor] = {}
-    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
-        slots[f"module.{name}"] = tensor
+    slots = {f"module.{name}": tensor for name, tensor in [*module.named_parameters(), *module.named_buffers()]}
     if optimizer is not None:
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        for index, param in enumerate(params):
-            for key, value in optimizer.state.get(param, {}).items():
-                if isinstance(value, torch.Tensor):
-                    slots[f"optim.{index}.{key}"] = value
+        state = {index: optimizer.state.get(param, {}) for index, param in enumerate(params)}
+        slots |= {name: tensor for name, _, _, _, tensor in _optimizer_tensors(state)}
     return slots
+
+
+def _optimizer_tensors(state: Mapping[int, Mapping]) -> Iterator[tuple[str, int, object, tuple, torch.Tensor]]:
+    """(slot name, parameter index, key, path, tensor) of each tensor in an optimizer's
+    per-parameter ``state`` (index -> key -> value); ``path`` holds the list indices and
+    dict keys from the value down to a nested tensor, and is empty for a direct one."""
+    for index, values in state.items():
+        for key, value in values.items():
+            base = f"optim.{index}.{key}" if isinstance(value, torch.Tensor) else f"optim.{index}[{key!r}]"
+            for name, path, tensor in _walk(value, base, ()):
+                yield name, index, key, path, tensor
+
+
+def _walk(value: object, name: str, path: tuple) -> Iterator[tuple[str, tuple, torch.Tensor]]:
+    """(name, path) of each tensor in ``value`` or nested in its lists, tuples and dicts."""
+    if isinstance(value, torch.Tensor):
+        yield name, path, value
+    elif isinstance(value, (list, tuple, dict)):
+        for k, item in value.items() if isinstance(value, dict) else enumerate(value):
+            yield from _walk(item, f"{name}[{k!r}]", (*path, k))
+
+
+def _check_slots(slots: Mapping[str, torch.Tensor], where: str) -> None:
+    """SpecError naming the first slot the cache cannot move: a tensor that is not
+    strided, is quantized, or has no data (on the meta device, a lazy module's
+    uninitialized parameter), or one sharing storage with an earlier slot (named too).
+    Zero-size tensors share nothing."""
+    holders: dict[tuple[torch.device, int], str] = {}
+    for name, tensor in slots.items():
+        if tensor.layout != torch.strided or tensor.is_quantized or tensor.is_meta or is_lazy(tensor):
+            raise SpecError(name, f"{type(tensor).__name__} {tensor.layout} {tensor.dtype} on {tensor.device}",
+                            "a dense (torch.strided), non-quantized tensor with data (not on the meta device, "
+                            "not uninitialized)", where)
+        if tensor.numel():
+            holder = holders.setdefault((tensor.device, tensor.untyped_storage().data_ptr()), name)
+            if holder != name:
+                raise SpecError(name, f"a tensor sharing storage with {holder}", "slots that share no storage "
+                                "(a switch gives each its own: they would stop seeing each other's writes)", where)
 
 
 def entry_tensor(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, where: str) -> torch.Tensor:
@@ -327,11 +388,14 @@ class StateCache:
         Every parameter the optimizer steps must belong to ``module`` (else SpecError),
         and the module must hold at least one tensor, none of which another entry holds
         (SpecError naming that entry: offloading one would empty the other's tensors
-        while the cache still counted it as resident).
+        while the cache still counted it as resident). Every slot must be a tensor the
+        cache can move, sharing storage with no other slot (SpecError naming it, see the
+        module doc).
         """
         if key in self._entries:
             raise CacheKeyError(key, "a key not yet registered")
         first = entry_tensor(module, optimizer, f"entry {key!r}")
+        _check_slots(state_slots(module, optimizer), f"entry {key!r}")
         mine = {id(t) for t in [*module.parameters(), *module.buffers()]}
         for other, entry in self._entries.items():
             if any(id(t) in mine for t in [*entry.module.parameters(), *entry.module.buffers()]):
@@ -369,13 +433,15 @@ class StateCache:
 
         Buffers missing for some slot (first offload, optimizer state created since, or a
         slot whose shape or dtype changed) are allocated in one new arena, and the arenas
-        left with no buffer in use are freed; CacheBudgetError if the new arena does not fit
-        the budget with those freed.
+        left with no slot's current buffer are freed; CacheBudgetError if the new arena does
+        not fit the budget with those freed. SpecError for a slot the cache cannot move
+        (see the module doc). Both are raised before anything changes.
         """
         entry = self._entry(key)
         self._expect(key, entry, "offload", (Residency.DEVICE,))
         start = time.perf_counter()
         slots = state_slots(entry.module, entry.optimizer)
+        _check_slots(slots, f"entry {key!r}")
         missing: Layout = {
             name: (t.shape, t.dtype)
             for name, t in slots.items()
@@ -386,7 +452,8 @@ class StateCache:
         if missing:
             pin = entry.device.type == "cuda"
             kept = set(slots) - set(missing)  # slots whose buffers stay in use
-            stale = [arena for arena in entry.arenas if not kept & set(arena.views)]
+            in_use = {id(entry.host[name]) for name in kept}  # an arena may still name a slot it no longer serves
+            stale = [arena for arena in entry.arenas if not any(id(view) in in_use for view in arena.views.values())]
             needed = arena_bytes(missing)
             left = self.budget_bytes - self.reserved_bytes + sum(arena.nbytes for arena in stale)
             if needed > left:
@@ -433,7 +500,9 @@ class StateCache:
 
         On enter: load from HOST (yielding the record), or yield None when the entry is
         already on ``device``; DISK entries need :meth:`load_cold` first. On exit the
-        entry is offloaded, also when the body raised.
+        entry is offloaded, also when the body raised. Holds nest: a ``resident`` of the
+        same entry inside the body (on the same device) yields None and does not offload
+        on its exit; only the outermost exit does.
         """
         entry = self._entry(key)
         record = None
@@ -442,10 +511,13 @@ class StateCache:
         elif entry.residency is Residency.DISK or entry.device != _resolve(device):
             raise CacheStateError(key, f"resident(device={str(device)!r})", entry.residency,
                                   f"'host', or 'device' on {str(device)!r}")
+        entry.holds += 1
         try:
             yield record
         finally:
-            self.offload(key)
+            entry.holds -= 1
+            if not entry.holds:
+                self.offload(key)
 
     # ---------------------------------------------------------------- cold path
     def save_cold(self, key: Hashable, directory: str | os.PathLike[str]) -> SwitchRecord:
@@ -453,9 +525,12 @@ class StateCache:
 
         Tensors go to ``state.safetensors``; the optimizer's non-tensor state and param
         groups go to ``optimizer.pt`` (torch.save). Files are fsynced. The host buffers
-        are released, giving their bytes back to the budget. A folder where another entry
-        of this cache keeps its cold state (on disk only) is refused (``CacheFolderError``)
-        before anything is written: two entries in one folder overwrote each other.
+        are released, giving their bytes back to the budget. Refused before anything is
+        written or freed: a folder where another entry of this cache keeps its cold state
+        (on disk only: ``CacheFolderError``, two entries in one folder overwrote each
+        other); a slot the cache cannot move, a dtype safetensors cannot write, or an
+        optimizer value ``torch.load(weights_only=True)`` cannot read back (SpecError
+        naming the slot or the value's place, see the module doc).
         """
         entry = self._entry(key)
         self._expect(key, entry, "save_cold", (Residency.DEVICE, Residency.HOST))
@@ -465,19 +540,23 @@ class StateCache:
         for other, held in self._entries.items():
             if other != key and held.residency is Residency.DISK and held.cold_dir == where:
                 raise CacheFolderError(key, folder, other)
-        folder.mkdir(parents=True, exist_ok=True)
         slots = state_slots(entry.module, entry.optimizer)
-        if entry.residency is Residency.HOST:
-            tensors = {name: entry.host[name] for name in entry.moved}
-            moved = entry.moved
-        else:
-            tensors = {name: t.detach().contiguous() for name, t in slots.items()}
-            moved = {name: (t.shape, t.dtype, t.device) for name, t in slots.items()}
-        save_file(tensors, str(folder / TENSORS_FILE))
-        _fsync_file(folder / TENSORS_FILE)
+        _check_slots(slots, f"entry {key!r}")
+        host = entry.residency is Residency.HOST
+        moved = entry.moved if host else {name: (t.shape, t.dtype, t.device) for name, t in slots.items()}
+        for name, (_, dtype, _) in moved.items():
+            if not _safetensors_writes(dtype):
+                raise SpecError(name, dtype, "a dtype safetensors can write", f"entry {key!r}: save_cold")
+        skeleton = None
         if entry.optimizer is not None:
             shapes = _param_shapes(entry.optimizer, slots, moved)
-            torch.save(_optimizer_skeleton(entry.optimizer, shapes), folder / OPTIMIZER_FILE)
+            skeleton = _skeleton_bytes(_optimizer_skeleton(entry.optimizer, shapes), f"entry {key!r}: save_cold")
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {name: entry.host[name] if host else slots[name].detach().contiguous() for name in moved}
+        save_file(tensors, str(folder / TENSORS_FILE))
+        _fsync_file(folder / TENSORS_FILE)
+        if skeleton is not None:
+            (folder / OPTIMIZER_FILE).write_bytes(skeleton)
             _fsync_file(folder / OPTIMIZER_FILE)
         del tensors
         for param in entry.module.parameters():
@@ -497,6 +576,8 @@ class StateCache:
         Allowed from DISK, and from DEVICE (a restarted job whose freshly built module
         and optimizer take the saved values). Every module slot must match the file
         by name, shape and dtype (CheckpointMismatchError, before anything changes).
+        Optimizer state tensors come back in their saved dtypes, also where
+        ``Optimizer.load_state_dict`` cast them to their parameter's dtype.
         """
         entry = self._entry(key)
         self._expect(key, entry, "load_cold", (Residency.DISK, Residency.DEVICE))
@@ -519,22 +600,26 @@ class StateCache:
                     folder / TENSORS_FILE, stray[0], f"only in the {where}", "the same module slots in both"
                 )
             for name in names:
-                loaded[name] = handle.get_tensor(name)
+                # onto a CPU, a copy of its own: safetensors' tensors are aligned to 8 bytes only, and kernels
+                # may then round differently from the run that saved them (the next step differed in its last bits)
+                tensor = handle.get_tensor(name)
+                loaded[name] = tensor.clone() if target.type == "cpu" else tensor
         for name, (shape, dtype) in expected.items():
             if loaded[name].shape != shape or loaded[name].dtype != dtype:
                 found = f"{tuple(loaded[name].shape)} {loaded[name].dtype}"
                 raise CheckpointMismatchError(folder / TENSORS_FILE, name, found, f"{tuple(shape)} {dtype}")
-        state_dict = None
+        state_dict, placed = None, []
         module_slots = state_slots(entry.module, None)
         if entry.optimizer is not None:
             shapes = _param_shapes(entry.optimizer, module_slots, expected)
-            state_dict = _optimizer_state_dict(folder, loaded, entry.optimizer, shapes)
+            state_dict, placed = _optimizer_state_dict(folder, loaded, entry.optimizer, shapes)
         fresh = {name: loaded[name].to(target) for name in module_slots}
         synchronize(target)
         for name, tensor in fresh.items():
             module_slots[name].data = tensor
         if entry.optimizer is not None:
             entry.optimizer.load_state_dict(state_dict)
+            _restore_dtypes(entry.optimizer, placed)
         synchronize(target)
         entry.release_host()
         entry.device = target
@@ -600,28 +685,75 @@ def _param_shapes(optimizer: torch.optim.Optimizer, slots: Mapping[str, torch.Te
 
 def _optimizer_skeleton(optimizer: torch.optim.Optimizer, shapes: list[list[int]]) -> dict[str, object]:
     """The optimizer's state_dict without its tensors (those go to the safetensors file),
-    with its parameters' ``shapes`` in its order (they may be offloaded now)."""
+    with its parameters' ``shapes`` in its order (they may be offloaded now).
+
+    A direct state tensor's key is left out of ``state`` and its slot listed in
+    ``tensor_slots``; a nested one is None in a copy of its container, and its slot maps
+    to (parameter index, key, path) in ``nested_slots``.
+    """
     packed = optimizer.state_dict()
+    found = list(_optimizer_tensors(packed["state"]))
+    state = {index: {k: v for k, v in values.items() if not isinstance(v, torch.Tensor)}
+             for index, values in packed["state"].items()}
     return {
-        "state": {
-            index: {k: v for k, v in values.items() if not isinstance(v, torch.Tensor)}
-            for index, values in packed["state"].items()
-        },
-        "tensor_slots": sorted(
-            f"optim.{index}.{k}"
-            for index, values in packed["state"].items()
-            for k, v in values.items()
-            if isinstance(v, torch.Tensor)
-        ),
+        "state": copy.deepcopy(state, {id(tensor): None for *_, tensor in found}),  # a tensor copies as None
+        "tensor_slots": sorted(name for name, _, _, path, _ in found if not path),
+        "nested_slots": {name: (index, key, path) for name, index, key, path, _ in found if path},
         "param_groups": packed["param_groups"],
         "param_shapes": shapes,
     }
 
 
+def _skeleton_bytes(skeleton: dict[str, object], where: str) -> bytes:
+    """``skeleton`` serialized by torch.save, once it is known to load back with
+    ``torch.load(weights_only=True)`` as load_cold reads it; else SpecError naming the
+    innermost value refused, by its place in the optimizer's state_dict, and its type."""
+    data = _reloadable(skeleton)
+    if data is None:
+        place, value = _refused({k: skeleton[k] for k in ("param_groups", "state")}, "state_dict()")
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        raise SpecError(f"optimizer.{place}", value, "plain Python numbers, str, bool or None, lists, tuples, dicts "
+                        f"or tensors (what torch.load(weights_only=True) reads back), not {kind}", where)
+    return data
+
+
+def _reloadable(value: object) -> bytes | None:
+    """``value`` serialized by torch.save, or None where that or loading it back with
+    ``torch.load(weights_only=True)`` fails."""
+    buffer = io.BytesIO()
+    try:
+        torch.save(value, buffer)
+        torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    except Exception:  # the pickler and the weights-only unpickler raise errors of many types
+        return None
+    return buffer.getvalue()
+
+
+def _refused(value: object, place: str) -> tuple[str, object]:
+    """The place (``place`` followed by subscripts) and value of the innermost item of
+    ``value`` that :func:`_reloadable` refuses; ``value`` itself when no item is."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for k, item in items:
+        if _reloadable(item) is None:
+            return _refused(item, f"{place}[{k!r}]")
+    return place, value
+
+
+@functools.cache
+def _safetensors_writes(dtype: torch.dtype) -> bool:
+    """Whether safetensors can write a tensor of ``dtype`` (probed once per dtype)."""
+    try:
+        save({"probe": torch.empty(0, dtype=dtype)})
+    except Exception:  # an unknown dtype is a KeyError today; any failure means it cannot
+        return False
+    return True
+
+
 def _optimizer_state_dict(
     folder: Path, loaded: Mapping[str, torch.Tensor], optimizer: torch.optim.Optimizer, shapes: list[list[int]]
-) -> dict[str, object]:
-    """Rebuild an optimizer state_dict from ``optimizer.pt`` and the loaded tensors.
+) -> tuple[dict[str, object], list[tuple[int, object, tuple, torch.Tensor]]]:
+    """Rebuild an optimizer state_dict from ``optimizer.pt`` and the loaded tensors, and
+    list where each tensor went: (parameter index, key, path, tensor).
 
     Checks that the saved param groups have the sizes of ``optimizer``'s groups, and that
     its parameters, whose shapes once loaded are ``shapes`` (in the optimizer's order),
@@ -642,9 +774,36 @@ def _optimizer_state_dict(
             raise CheckpointMismatchError(path, f"optimizer parameter {index}", f"shape {tuple(saved)}",
                                           f"shape {tuple(now)} (the optimizer's parameters in the order saved)")
     state: dict[int, dict[str, object]] = {int(i): dict(v) for i, v in skeleton["state"].items()}
-    for name in skeleton["tensor_slots"]:
+    slots = {name: (int(index), k, ()) for name in skeleton["tensor_slots"] for _, index, k in [name.split(".", 2)]}
+    placed = []
+    for name, (index, k, path) in (slots | skeleton.get("nested_slots", {})).items():
         if name not in loaded:
             raise CheckpointMismatchError(folder / TENSORS_FILE, name, "missing", "a tensor listed in optimizer.pt")
-        _, index, k = name.split(".", 2)
-        state.setdefault(int(index), {})[k] = loaded[name]
-    return {"state": state, "param_groups": skeleton["param_groups"]}
+        values = state.setdefault(index, {})
+        values[k] = _put(values.get(k), path, loaded[name])
+        placed.append((index, k, path, loaded[name]))
+    return {"state": state, "param_groups": skeleton["param_groups"]}, placed
+
+
+def _put(container: object, path: tuple, tensor: torch.Tensor) -> object:
+    """``container`` with the item at ``path`` set to ``tensor`` (lists and dicts in place,
+    tuples rebuilt); ``tensor`` itself for an empty path."""
+    if not path:
+        return tensor
+    head, rest = path[0], path[1:]
+    if isinstance(container, tuple):
+        return (*container[:head], _put(container[head], rest, tensor), *container[head + 1 :])
+    container[head] = _put(container[head], rest, tensor)
+    return container
+
+
+def _restore_dtypes(optimizer: torch.optim.Optimizer, placed: list[tuple[int, object, tuple, torch.Tensor]]) -> None:
+    """Undo ``Optimizer.load_state_dict``'s casts: each state tensor it turned into another
+    dtype than the ``placed`` one saved is replaced by the saved one, with its bits, on the
+    device load_state_dict put it on."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for index, key, path, saved in placed:
+        values = optimizer.state[params[index]]
+        now = functools.reduce(operator.getitem, path, values[key])
+        if now.dtype != saved.dtype:
+            values[key] = _put(values[key], path, saved.to(now.device))
