@@ -89,10 +89,15 @@ def test_quick_demo_two_jobs_interleave_and_learn(tmp_path, monkeypatch):
     (["--minutes", "nan"], "minutes=nan: expected a positive, finite number of minutes"),
     (["--minutes", "inf"], "minutes=inf: expected a positive, finite number of minutes"),
     (["--out", "/dev/null/x"], "--out /dev/null/x: cannot make the folder"),
+    (["--policy", "rollmux-regroup", "--jobs", "2"], "--jobs=2: expected no --jobs with --policy rollmux-regroup"),
+    (["--policy", "rollmux-consolidate", "--tail"], "--tail=True: expected no --tail with --policy"),
+    (["--migration-s", "3"], "--migration-s=3.0: expected no --migration-s with --policy rollmux"),
+    (["--policy", "rollmux-full"], "policy='rollmux-full': expected rollmux, rollmux-consolidate or rollmux-regroup"),
 ])
 def test_demo_refuses_bad_options_before_any_work(tmp_path, args, says):
     """(--minutes nan or inf ran ~25 s of warm-up, Ray and profiling, then crashed in
-    math.floor; --out under a file gave a traceback)"""
+    math.floor; --out under a file gave a traceback; --jobs and --tail with a move policy,
+    --migration-s with rollmux, were silently ignored)"""
     import time
 
     from typer.testing import CliRunner

@@ -219,6 +219,7 @@ def test_an_interrupted_reservation_is_withdrawn(cluster, runners, monkeypatch):
     ({"claim": 0.00005}, "claim"), ({"claim": 0.5, "workers_per_node": 3}, "claim"),
     ({"job_id": None}, "job_id"), ({"job_id": ""}, "job_id"),
     ({"placement": None}, "placement"), ({"placement": {"rollout_nodes": ["R0"], "train_nodes": ["T0"]}}, "placement"),
+    ({"placement": Placement("g", (), ())}, "placement"),
     ({"rollout_worker": None}, "rollout_worker"), ({"train_worker": Worker(None)}, "train_worker"),
 ])
 def test_bad_arguments_are_rejected_before_ray(kwargs, field):
@@ -247,6 +248,25 @@ def test_a_second_runner_of_one_job_id_is_refused(cluster, runners):
     assert not twin.started
     runners[0].shutdown()
     assert twin.start().started
+
+
+def test_a_second_driver_of_one_job_id_is_refused(cluster, runners):
+    """(a driver of its own has a Ray namespace of its own, where the first driver's placement
+    group was not found: it started a second set of workers for the job)"""
+    import subprocess
+    import sys
+
+    start(runners, "twice", PLAN_A)
+    code = ("import ray\nfrom rollmux.plan_state import Placement\n"
+            "from rollmux.runtime.ray_adapter import RayAdapterError, RayJobRunner\n"
+            f"ray.init(address={cluster.address!r}, log_to_driver=False)\n"
+            "try:\n    RayJobRunner('twice', Placement(None, ('R1',), ('T1',)), object, object, timeout_s=30).start()\n"
+            "    print('started')\n"
+            "except RayAdapterError as err:\n    print('refused:', err)\nray.shutdown()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "refused: job 'twice': another runner of this job id" in out.stdout, out.stdout + out.stderr[-2000:]
+    names = [pg["name"] for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"]
+    assert names.count("rollmux-twice") == 1
 
 
 def test_start_without_a_ray_connection_says_so():

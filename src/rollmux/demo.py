@@ -168,38 +168,49 @@ def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo(
         out: Path = typer.Option(Path("demo-out"), help="Where to write results.json and the plots."),
-        jobs: int = typer.Option(2, help="Number of GRPO jobs: 2 (one rollout and one training node) or 3 "
-                                         "(two rollout nodes; on a 2-core machine CPU contention slows phases)."),
+        jobs: Optional[int] = typer.Option(None, help="With rollmux: the number of GRPO jobs, 2 (one rollout and "
+                                                      "one training node; the default) or 3 (two rollout nodes; on a "
+                                                      "2-core machine CPU contention slows phases). The move policies "
+                                                      "run three jobs of their own."),
         minutes: float = typer.Option(4.0, help="Wall budget of the solo plus multiplexed runs."),
         iterations: Optional[int] = typer.Option(None, help="Iterations per job (overrides --minutes); with "
-                                                                  "rollmux-consolidate, N of the N/3, N, 3N jobs."),
+                                                                  "rollmux-consolidate or rollmux-regroup, N of the "
+                                                                  "N/3, N, 3N jobs, at least 3."),
         policy: str = typer.Option("rollmux", help="rollmux (two or three jobs, solo against multiplexed), "
                                                    "rollmux-consolidate (three jobs; a departure moves a job live) or "
                                                    "rollmux-regroup (three jobs on an unbounded cluster; a departure "
                                                    "regroups the two others on fresh nodes)."),
-        migration_s: float = typer.Option(8.0, "--migration-s",
-                                          help="With rollmux-consolidate: the planned pause of a move until the "
-                                               "service has measured one."),
+        migration_s: Optional[float] = typer.Option(None, "--migration-s",
+                                                    help="With rollmux-consolidate or rollmux-regroup: the planned "
+                                                         "pause of a move until the service has measured one "
+                                                         "(default 8 s)."),
         tail: bool = typer.Option(False, "--tail",
-                                  help="Long-tail hand-off: chunked rollouts on several workers per job; at 80% of "
+                                  help="With rollmux: long-tail hand-off: chunked rollouts on several workers per "
+                                       "job; at 80% of "
                                        "sequences done a rollout shrinks and the next queued rollout starts on "
                                        "the freed share of the node."),
     ) -> None:
         """Run real GRPO jobs on a local Ray cluster under the live control plane; report and plot.
-        A bad option (``--out`` not a writable folder, ``--minutes`` not positive and finite)
-        exits 2 naming it, before any work."""
+        A bad option (``--out`` not a writable folder, ``--minutes`` not positive and finite, an
+        option the chosen policy does not take) exits 2 naming it, before any work."""
         from rollmux.report.paths import check_writable
 
         try:
+            moves = policy in ("rollmux-consolidate", "rollmux-regroup")
+            if policy != "rollmux" and not moves:
+                raise SpecError("policy", policy, "rollmux, rollmux-consolidate or rollmux-regroup")
+            unused = ([("--jobs", jobs), ("--tail", tail or None)] if moves else [("--migration-s", migration_s)])
+            for option, value in unused:
+                if value is not None:
+                    raise SpecError(option, value, f"no {option} with --policy {policy} (it does not use it)")
             check_writable(out, "--out", directory=True)
-            if policy in ("rollmux-consolidate", "rollmux-regroup"):
+            if moves:
                 from rollmux.demo_moves import run_move_demo
 
-                run_move_demo(out, minutes=minutes, iterations=iterations, migration_s=migration_s, policy=policy)
+                run_move_demo(out, minutes=minutes, iterations=iterations, policy=policy,
+                              migration_s=8.0 if migration_s is None else migration_s)
                 return
-            if policy != "rollmux":
-                raise SpecError("policy", policy, "rollmux, rollmux-consolidate or rollmux-regroup")
-            run_demo(out, jobs=jobs, minutes=minutes, iterations=iterations, tail=tail)
+            run_demo(out, jobs=2 if jobs is None else jobs, minutes=minutes, iterations=iterations, tail=tail)
         except (SpecError, OutputPathError) as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(2)

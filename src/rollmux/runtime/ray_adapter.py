@@ -15,7 +15,7 @@ Contract of ``RayJobRunner``
 ----------------------------
 * Invalid arguments raise ``SpecError`` at construction, before anything touches Ray.
 * ``start`` checks, before creating anything, that no other started runner has the job
-  id (``RayAdapterError``) and that every pinned node is alive in the Ray cluster and
+  id, in this driver or another one connected to the cluster (``RayAdapterError``) and that every pinned node is alive in the Ray cluster and
   advertises its ``rollmux_node:<id>`` resource (``UnknownNodeError``).
 * It then reserves one placement-group bundle per worker, each bundle requiring its
   node's resource, and waits at most ``timeout_s`` for the reservation; on timeout it
@@ -35,7 +35,7 @@ from typing import Any
 
 import ray
 from ray.cluster_utils import Cluster
-from ray.util.placement_group import PlacementGroup, get_placement_group, placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rollmux.errors import RollMuxError, SpecError
@@ -225,12 +225,12 @@ def _as_actor_class(field: str, cls: type) -> Any:
 
 
 def _placement_group_alive(name: str) -> bool:
-    """Whether the connected cluster holds a placement group named ``name`` (not removed)."""
-    try:
-        get_placement_group(name)
-    except ValueError:
-        return False
-    return True
+    """Whether the connected cluster holds a placement group named ``name`` that is not
+    removed, whichever driver and Ray namespace created it (the GCS's table of every group:
+    ``get_placement_group`` looks in the caller's namespace only, and each ``ray.init``
+    without one gets a namespace of its own)."""
+    return any(info.get("name") == name and info.get("state") != "REMOVED"
+               for info in placement_group_table().values())
 
 
 class RayJobRunner:
@@ -243,9 +243,9 @@ class RayJobRunner:
     ``.options(...)`` for every worker (e.g. ``runtime_env``); scheduling keys are ours.
 
     Invalid arguments raise ``SpecError`` before anything touches Ray: a ``job_id`` that is
-    not a non-empty string, a ``placement`` that is not a ``Placement``, a worker that is
-    neither a class nor a Ray actor class, a ``claim`` outside [``MIN_CLAIM``, 1] (Ray
-    cannot represent less), and a ``claim`` whose workers can never fit on one node
+    not a non-empty string, a ``placement`` that is not a ``Placement`` or pins no node, a
+    worker that is neither a class nor a Ray actor class, a ``claim`` outside
+    [``MIN_CLAIM``, 1] (Ray cannot represent less), and a ``claim`` whose workers can never fit on one node
     (``claim`` x ``workers_per_node`` x the pools pinned to that node above 1).
     """
 
@@ -277,6 +277,8 @@ class RayJobRunner:
         if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
                 or not 0 < timeout_s <= MAX_TIMEOUT_S):
             raise SpecError("timeout_s", timeout_s, f"a positive number of seconds, at most {MAX_TIMEOUT_S:g}")
+        if not (*placement.rollout_nodes, *placement.train_nodes):
+            raise SpecError("placement", placement, "at least one rollout or train node")
         if actor_options is not None and not isinstance(actor_options, dict):
             raise SpecError("actor_options", actor_options, "a dict of Ray actor options")
         reserved = {"resources", "num_cpus", "num_gpus", "scheduling_strategy", "placement_group"}
@@ -321,8 +323,6 @@ class RayJobRunner:
             for i, node in enumerate(self._nodes[pool])
             for k in range(self.workers_per_node)
         ]
-        if not infos:
-            raise SpecError("placement", self.placement, "at least one rollout or train node")
         bundles = [{node_resource(info.node_id): self.claim} for info in infos]
         # The pin comes from each bundle's resource; "SPREAD" is only a soft tie-breaker,
         # so several workers (or both pools of a colocated job) may share one node.
