@@ -21,6 +21,8 @@ from rollmux.policies import make_policy
 from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
 
+NODES_AND_JOBS = "RxT:J (R H20 nodes, T H800 nodes, the first J jobs; whole numbers >= 1)"
+
 
 def fixed_cluster(rollout: int, train: int) -> Cluster:
     """The paper's testbed with ``rollout`` H20 and ``train`` H800 nodes."""
@@ -34,6 +36,26 @@ def timed(jobs, cluster: Cluster, policy, backfill: bool = True):
     t = time.perf_counter()
     result = simulate([replace(j) for j in jobs], cluster, policy, backfill=backfill)
     return result, time.perf_counter() - t
+
+
+def nodes_and_jobs(spec: str) -> tuple[int, int, int]:
+    """``RxT:J`` as (R, T, J); ValueError unless ``spec`` has that form."""
+    nodes, _, count = spec.partition(":")
+    rollout, _, train = nodes.partition("x")
+    if not all(part.isdecimal() and int(part) >= 1 for part in (rollout, train, count)):
+        raise ValueError(f"expected {NODES_AND_JOBS}")
+    return int(rollout), int(train), int(count)
+
+
+def policy_names(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """``--policies``' comma-separated names, or the parser's error naming an unknown one."""
+    names = text.split(",")
+    for name in names:
+        try:
+            make_policy(name)
+        except ValueError as err:
+            parser.error(f"--policies: {err}")
+    return names
 
 
 def add_queue_option(parser: argparse.ArgumentParser) -> None:
@@ -56,19 +78,24 @@ def main() -> None:
     parser.add_argument("--policies", default="rollmux-regroup,rollmux-hedge")
     add_queue_option(parser)
     args = parser.parse_args()
+    clusters = []
+    for spec in args.clusters.split(","):
+        try:
+            clusters.append(nodes_and_jobs(spec))
+        except ValueError as err:
+            parser.error(f"--clusters {spec!r}: {err}")
+    names = policy_names(parser, args.policies)
     backfill = args.queue == "backfill"
     print(f"{'cluster':>14} {'policy':>16} {'regroup':>8} {'$/h':>7} {'SLO e2e':>8} {'wait h':>7} "
           f"{'regroupings':>12} {'wall s':>7} {'on/off':>7}")
-    for spec in args.clusters.split(","):
-        nodes, count = spec.split(":")
-        r, t = (int(x) for x in nodes.split("x"))
+    for r, t, count in clusters:
         cluster = fixed_cluster(r, t)
-        jobs = load_trace("production", cluster)[0][: int(count)]
+        jobs = load_trace("production", cluster)[0][:count]
         label = f"{r}+{t} / {count}"
         ref, wall = run(jobs, cluster, "rollmux", False, backfill)
         print(f"{label:>14} {'rollmux':>16} {'-':>8} {ref.cost_per_hour:>7.1f} {ref.slo_attainment:>8.1%} "
               f"{ref.summary()['mean_wait_s'] / 3600:>7.1f} {'-':>12} {wall:>7.1f} {'-':>7}")
-        for name in args.policies.split(","):
+        for name in names:
             off, wall_off = run(jobs, cluster, name, False, backfill)
             on, wall_on = run(jobs, cluster, name, True, backfill)
             for tag, res, wall in (("off", off, wall_off), ("on", on, wall_on)):

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from pathlib import Path
 
-from bounded_regroup import add_queue_option, fixed_cluster, timed
+from bounded_regroup import NODES_AND_JOBS, add_queue_option, fixed_cluster, nodes_and_jobs, policy_names, timed
 from rollmux.policies import make_policy
-from rollmux.traces.builtin import load_trace
+from rollmux.traces.builtin import BUILTIN, load_trace
 
 CONFIGS = ("production:12x10:40,production:16x14:60,production:12x8:200,production:16x12:200,"
            "production:20x12:200,production:20x16:200,production:24x16:200,production:28x20:200,"
@@ -46,10 +47,26 @@ def variants(names: list[str]) -> list[tuple[str, str, bool | None]]:
     return out
 
 
+def parse_configs(parser: argparse.ArgumentParser, text: str) -> list[tuple[str, str]]:
+    """``--configs`` as (trace, RxT:J) pairs, or the parser's error naming the option."""
+    configs = []
+    for config in text.split(","):
+        trace, _, spec = config.partition(":")
+        if trace not in BUILTIN and not Path(trace).is_file():
+            parser.error(f"--configs {config!r}: expected TRACE:{NODES_AND_JOBS}, TRACE a built-in trace "
+                         f"({', '.join(BUILTIN)}) or a trace file")
+        try:
+            nodes_and_jobs(spec)
+        except ValueError as err:
+            parser.error(f"--configs {config!r}: {err}")
+        configs.append((trace, spec))
+    return configs
+
+
 def replay(trace: str, spec: str, name: str, on_wait: bool | None, backfill: bool = True):
-    nodes, count = spec.split(":")
-    cluster = fixed_cluster(*(int(x) for x in nodes.split("x")))
-    jobs = load_trace(trace, cluster)[0][: int(count)]
+    rollout, train, count = nodes_and_jobs(spec)
+    cluster = fixed_cluster(rollout, train)
+    jobs = load_trace(trace, cluster)[0][:count]
     policy = make_policy(name, cluster=cluster)
     if on_wait is not None:
         policy.regroup_on_wait = on_wait
@@ -63,8 +80,8 @@ def main() -> None:
     parser.add_argument("--policies", default=POLICIES, help="policy names, comma-separated")
     add_queue_option(parser)
     args = parser.parse_args()
-    configs = [c.split(":", 1) for c in args.configs.split(",")]
-    table = variants(args.policies.split(","))
+    configs = parse_configs(parser, args.configs)
+    table = variants(policy_names(parser, args.policies))
     rows: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in table}
     width = max(len(label) for label in rows)
     print(f"{'trace':>11} {'cluster':>12} {'policy':>{width}} {'$/h':>7} {'SLO e2e':>8} {'wait h':>7} "

@@ -431,13 +431,23 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="Write every number to this file.")
     parser.add_argument("--skip", choices=("1", "2", "3"), nargs="*", default=[], help="Parts to leave out.")
     args = parser.parse_args()
+    counts = [("--clients", n) for n in args.clients or []] + [("--commit-jobs", n) for n in args.commit_jobs or []]
+    counts += [("--client-procs", args.client_procs), ("--commit-rounds", args.commit_rounds),
+               ("--loop-jobs", args.loop_jobs), ("--heavy-submits", args.heavy_submits),
+               ("--iterations", args.iterations), ("--max-job-gpus", args.max_job_gpus)]
+    for option, n in counts:
+        if n is not None and n < 1:
+            parser.error(f"{option} {n}: expected a whole number >= 1")
+    for option, seconds in (("--run-s", args.run_s), ("--phase-s", args.phase_s)):
+        if seconds is not None and not seconds > 0:
+            parser.error(f"{option} {seconds:g}: expected seconds > 0")
     q = args.quick
-    clients = args.clients or ([10, 50, 200] if q else [10, 50, 200, 500])
-    run_s = args.run_s or (5.0 if q else 25.0)
-    commit_jobs = args.commit_jobs or [10, 200, 1000]
-    rounds = args.commit_rounds or (500 if q else 3000)
-    loop_jobs = args.loop_jobs or (200 if q else 1000)
-    heavy = args.heavy_submits or (5 if q else 20)
+    clients = args.clients if args.clients is not None else ([10, 50, 200] if q else [10, 50, 200, 500])
+    run_s = args.run_s if args.run_s is not None else (5.0 if q else 25.0)
+    commit_jobs = args.commit_jobs if args.commit_jobs is not None else [10, 200, 1000]
+    rounds = args.commit_rounds if args.commit_rounds is not None else (500 if q else 3000)
+    loop_jobs = args.loop_jobs if args.loop_jobs is not None else (200 if q else 1000)
+    heavy = args.heavy_submits if args.heavy_submits is not None else (5 if q else 20)
     report: dict = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                     "cpus": os.cpu_count()}
 
@@ -456,7 +466,7 @@ def main() -> None:
               f"{'ready p50':>9} {'woken p50':>9} {'phases/s':>9} {'expiries':>8} {'expired':>7} {'errors':>6} "
               f"{'loop lag ms':>11}  target")
         for n in clients:
-            procs = args.client_procs or (1 if n <= 50 else 2)
+            procs = args.client_procs if args.client_procs is not None else (1 if n <= 50 else 2)
             r = grant_latency(n, args.phase_s, run_s, args.iterations, procs)
             rows.append(r)
             if n == TARGET_EXPIRY_CLIENTS:

@@ -88,10 +88,20 @@ def main() -> None:
     ap.add_argument("--timeouts", default="3600,3", help="--header-timeout-s values, comma separated")
     ap.add_argument("--after-s", type=float, default=4.0)
     args = ap.parse_args()
+    try:
+        timeouts = [float(t) for t in args.timeouts.split(",") if t]
+        valid = bool(timeouts) and all(0.1 <= t <= 3600 for t in timeouts)
+    except ValueError:
+        valid = False
+    if not valid:
+        ap.error(f"--timeouts {args.timeouts!r}: expected comma-separated seconds from 0.1 to 3600 "
+                 "(rollmux serve --header-timeout-s), e.g. 3600,3")
+    if not args.after_s >= 0:
+        ap.error(f"--after-s {args.after_s:g}: expected seconds >= 0")
     print(f"{args.connections} silent connections against rollmux serve (ulimit -n {args.fd_limit}); "
           f"GET /healthz during the flood and {args.after_s:g} s later")
     print(f"{'--header-timeout-s':>18} {'opened':>7} {'during':>20} {'after':>20} {'closed by server':>17}")
-    for timeout_s in (float(t) for t in args.timeouts.split(",") if t):
+    for timeout_s in timeouts:
         opened, during, after, closed = flood(timeout_s, args.connections, args.fd_limit, args.after_s)
         print(f"{timeout_s:>18g} {opened:>7} {during:>20} {after:>20} {closed:>17}")
 

@@ -8,7 +8,8 @@ A job's rate is iterations / (end - placement), in iterations per hour. "Shared 
 the groups (by final id, hand-off off) that ended with two or more jobs; the gain is each
 of their jobs' rate with hand-offs over its rate without, averaged (same job both runs).
 Also cost ($/h over the trace's solo span, total $), SLO attainment, the mean
-per-iteration slowdown of all jobs and rollout-pool utilization.
+per-iteration slowdown of all jobs, rollout-pool utilization and the hand-offs made.
+One Markdown table, two rows per policy.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import statistics
 from collections import defaultdict
 
 from rollmux.cluster_file import load_cluster
+from rollmux.errors import SpecError
 from rollmux.policies import make_policy
 from rollmux.sim.engine import simulate
 from rollmux.traces.builtin import load_trace
@@ -28,18 +30,27 @@ def rates(result):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trace", default="production")
-    ap.add_argument("--policies", default="rollmux")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", default="production", help="a built-in trace or a trace file")
+    ap.add_argument("--policies", default="rollmux", help="policy names, comma-separated")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    names = args.policies.split(",")
+    for name in names:
+        try:
+            make_policy(name, args.seed)
+        except ValueError as err:
+            ap.error(f"--policies: {err}")
     cl = load_cluster(None)
-    jobs, info = load_trace(args.trace, cl, args.seed)
+    try:
+        jobs, info = load_trace(args.trace, cl, args.seed)
+    except SpecError as err:
+        ap.error(f"--trace: {err}")
     print(f"trace {info['name']}: {len(jobs)} jobs")
     print("| policy | hand-off | $/h | total $ | SLO met | mean iter/solo | rollout util | shared groups (jobs) | "
-          "mean iters/h of those jobs | per-job rate vs off |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name in args.policies.split(","):
+          "mean iters/h of those jobs | per-job rate vs off | hand-offs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in names:
         res = {}
         for handoff in (False, True):
             res[handoff] = simulate(jobs, cl, make_policy(name, args.seed), "stochastic", args.seed,
@@ -55,13 +66,14 @@ def main() -> None:
             s = r.summary()
             now = rates(r)
             gains = [now[k][0] / base[k][0] for k in shared if k in now]
-            print("hand-offs:", r.outcomes.get("hand-offs", 0)) if hasattr(r, "outcomes") else None
             slow = statistics.mean((o.end_s - o.placed_s) / o.iterations / o.t_solo for o in r.jobs)
-            print(f"| {name} | {'on' if handoff else 'off'} | {s['cost_per_hour']:.2f} | {s['total_cost']:.0f} | "
+            print(f"| {name} | {'on' if handoff else 'off'} | {s['cost_per_hour']:.2f} | {s['total_cost']:,.0f} | "
                   f"{s['slo_attainment'] * 100:.1f}% | {slow:.4f} | {s['rollout_utilization'] * 100:.1f}% | "
                   f"{len(groups)} ({len(shared)} jobs) | "
                   f"{statistics.mean(now[k][0] for k in shared):.3f} | "
-                  f"{statistics.mean(gains):.4f}x (min {min(gains):.3f}, max {max(gains):.3f}) |", flush=True)
+                  f"{statistics.mean(gains):.4f}x (min {min(gains):.3f}, max {max(gains):.3f}) | "
+                  f"{r.outcomes.get('hand-offs', 0):,} |", flush=True)
+
 
 if __name__ == "__main__":
     main()

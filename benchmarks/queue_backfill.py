@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from bounded_waits import CONFIGS, replay
+from bounded_regroup import policy_names
+from bounded_waits import CONFIGS, parse_configs, replay
 
 POLICIES = "rollmux,rollmux-consolidate,rollmux-regroup,rollmux-hedge"
 
@@ -31,12 +32,13 @@ def main() -> None:
                         help="TRACE:RxT:J, comma-separated: a built-in trace, R H20 and T H800 nodes, its first J jobs")
     parser.add_argument("--policies", default=POLICIES, help="policy names, comma-separated")
     args = parser.parse_args()
-    names = args.policies.split(",")
+    configs = parse_configs(parser, args.configs)
+    names = policy_names(parser, args.policies)
     rows: dict[tuple[str, str], list[tuple[float, float]]] = {}
     width = max(len(n) for n in names)
     print(f"{'trace':>11} {'cluster':>12} {'policy':>{width}} {'queue':>9} {'$/h':>7} {'SLO e2e':>8} {'wait h':>7} "
           f"{'passed':>7} {'earlier':>8} {'later':>6} {'wall s':>7}")
-    for trace, spec in (c.split(":", 1) for c in args.configs.split(",")):
+    for trace, spec in configs:
         for name in names:
             started: dict[str, float] = {}
             for queue in ("fifo", "backfill"):

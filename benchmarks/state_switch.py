@@ -8,9 +8,9 @@ with its state materialised (every parameter stepped once), registers it in a
 * cold: ``save_cold`` from the device (safetensors + torch.save, fsynced) and, after the
   files are dropped from the page cache (``posix_fadvise(DONTNEED)``, so the read comes
   from the disk), ``load_cold`` back onto the device;
-* warm: ``--cycles`` offload+load cycles; the first offload also allocates (and on CUDA
-  pins) the host buffers and is reported apart; the table shows the median of the
-  later cycles;
+* warm: ``--cycles`` (at least 2) offload+load cycles; the first offload also allocates
+  (and on CUDA pins) the host buffers and is reported apart; the table's offload and
+  load are the medians of the later cycles;
 * the physical bound: one plain ``copy_`` of a same-size byte tensor (at most 2 GiB,
   then scaled) device->host and host->device (pinned host memory on CUDA; on CPU both
   ends are ordinary host tensors), best of three.
@@ -221,8 +221,8 @@ def measure(config: ModelConfig, device: torch.device, dtype: torch.dtype, cycle
         torch.cuda.empty_cache()
 
     d2h, h2d = memcpy_bound(nbytes, device)
-    offload_s = statistics.median(r.seconds for r in offloads[1:] or offloads)
-    load_s = statistics.median(r.seconds for r in loads)
+    offload_s = statistics.median(r.seconds for r in offloads[1:])
+    load_s = statistics.median(r.seconds for r in loads[1:])
     warm_s = offload_s + load_s
     bound_s = nbytes / (d2h * 1e9) + nbytes / (h2d * 1e9)
     cold_s = save.seconds + cold_load.seconds
@@ -278,21 +278,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--full", action="store_true", help="include the 1B model (default on CUDA)")
     parser.add_argument("--max-params", default=None, help="skip models above this size, e.g. 150M")
-    parser.add_argument("--cycles", type=int, default=3, help="warm offload+load cycles per model")
+    parser.add_argument("--cycles", type=int, default=3,
+                        help="warm offload+load cycles per model, at least 2 (the first one allocates)")
     parser.add_argument("--cold-dir", default=None, help="folder for cold checkpoints (default: temp)")
     parser.add_argument("--json", default=None, help="also write the rows and the setup here")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (1 avoids OpenMP stalls on an oversubscribed host)")
     args = parser.parse_args(argv)
+    if args.cycles < 2:
+        parser.error(f"--cycles {args.cycles}: expected at least 2 (the table takes the cycles after the first)")
+    try:
+        limit = parse_count(args.max_params) if args.max_params else None
+    except (ValueError, OverflowError):
+        parser.error(f"--max-params {args.max_params!r}: expected a parameter count such as 150M, 1B or 5000000")
+    if limit is not None and limit < parse_count(CONFIGS[0].label):
+        parser.error(f"--max-params {args.max_params}: below the smallest model, {CONFIGS[0].label}")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads {args.threads}: expected at least 1")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        parser.error(f"--device {args.device!r}: expected cpu or cuda[:i]")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
 
-    device = torch.device(args.device)
     if device.type == "cuda":
         device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     labels = {c.label for c in CONFIGS} if args.full or device.type == "cuda" else set(DEFAULT_LABELS)
-    limit = parse_count(args.max_params) if args.max_params else None
     configs = [c for c in CONFIGS if c.label in labels and (limit is None or parse_count(c.label) <= limit)]
     cold_root = Path(args.cold_dir or tempfile.gettempdir())
     cold_root.mkdir(parents=True, exist_ok=True)

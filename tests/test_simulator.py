@@ -335,3 +335,13 @@ def test_progress_counts_arrivals_and_departures_up_to_twice_the_jobs(policy):
     simulate(jobs, Cluster(), make_policy(policy, 0), progress=seen.append)
     assert seen == sorted(seen) and seen[-1] == 2 * len(jobs)
     assert sum(1 for s in seen if s > len(jobs)) >= 3  # it moves on after the last arrival
+
+
+def test_make_policy_lists_the_names_it_builds():
+    """('optimal' was among the names the error offered, and make_policy refused it too:
+    the offline optimum is solved by rollmux simulate, not built as a policy)"""
+    with pytest.raises(ValueError, match=r"'optimal': expected one of rollmux, .*most-idle \('optimal' is the offline"):
+        make_policy("optimal")
+    with pytest.raises(ValueError) as err:
+        make_policy("nosuch")
+    assert "optimal" not in str(err.value) and "rollmux-hedge" in str(err.value)

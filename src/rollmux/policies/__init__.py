@@ -52,7 +52,8 @@ def make_policy(name: str, seed: int = 0, accounting: CostAccounting = OURS, clu
         "most-idle": MostIdle,
     }
     if name not in factories:
-        raise ValueError(f"policy {name!r}: expected one of {', '.join(KNOWN)}")
+        hint = " ('optimal' is the offline optimum that rollmux simulate solves, not a policy)" * (name == "optimal")
+        raise ValueError(f"policy {name!r}: expected one of {', '.join(factories)}{hint}")
     return factories[name]()
 
 
