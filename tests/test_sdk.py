@@ -1,6 +1,9 @@
 """The job SDK against a real service on loopback (uvicorn in a thread of this process)."""
 from __future__ import annotations
 
+import dataclasses
+import re
+import socket
 import threading
 import time
 
@@ -9,8 +12,9 @@ import pytest
 
 from loopback_server import ThreadServer
 from rollmux import Client
-from rollmux.model import Cluster, PoolSpec, SwitchCost
-from rollmux.runtime.sdk import JobCancelled, LeaseLost, NotRollMux, RequestRejected, ServerUnavailable
+from rollmux.model import Cluster, Job, PoolSpec, SwitchCost
+from rollmux.runtime.sdk import (MIN_ATTEMPT_S, ClientError, JobCancelled, JobHandle, LeaseLost, NotRollMux,
+                                 RequestRejected, ServerUnavailable)
 
 ADMIN = "sdk-admin"
 
@@ -208,6 +212,7 @@ def test_a_release_that_fails_never_hides_the_bodys_exception(srv):
 @pytest.mark.parametrize("kwargs, needle", [
     ({"url": "127.0.0.1:8470"}, "url='127.0.0.1:8470': expected the service's address"),
     ({"url": None}, "url=None"),
+    ({"url": "http://"}, "url='http://': expected the service's address"),  # (no host)
     ({"timeout_s": -1}, "timeout_s=-1: expected seconds"),
     ({"give_up_s": float("nan")}, "give_up_s=nan"),
     ({"poll_s": 60}, "poll_s=60: expected seconds from 0 to 30"),
@@ -411,4 +416,169 @@ def test_only_a_train_phase_may_restart_its_iteration_on_failure(srv):
         with job.phase("rollout"):
             raise RuntimeError("a failed rollout is due again")
     assert job.view["next_phase"] == "rollout"
+    job.cancel()
+
+
+def test_a_job_follows_a_restart_with_a_shorter_lease(tmp_path):
+    """Beats were every quarter of the lease the submit's answer stated, for good: a service
+    restarted with a shorter ``--lease-s`` (8 s -> 0.5 s, grace 1 s) expired every idle job.
+    Now each answer stating the lease re-derives the period, and beats unanswered during
+    the outage come every ``RECONNECT_S``, so the restarted service hears from the job
+    in time and the job runs its phases to completion (a phase body longer than the new
+    lease + grace included)."""
+    server = ThreadServer(Cluster(rollout=PoolSpec("H20", 1.85, nodes=1), train=PoolSpec("H800", 5.28, nodes=1),
+                                  switch_cost=SwitchCost("fixed")), str(tmp_path / "state.db"), ADMIN,
+                          lease_s=8.0, grace_s=1.0)
+    server.start()
+    try:
+        job = Client(server.url, ADMIN, give_up_s=10).submit(_spec("a", iterations=2))
+        for name in ("rollout", "train"):
+            with job.phase(name):
+                pass
+        server.stop()
+        time.sleep(2.2)  # longer than the old period (2 s): a beat goes unanswered
+        server.lease_s = 0.5
+        server.start()
+        time.sleep(4.0)  # only heartbeats: the old period (2 s) exceeds the new lease + grace (1.5 s)
+        assert Client(server.url, ADMIN).job("a")["state"] == "placed"
+        with job.phase("rollout"):
+            time.sleep(2.0)
+        with job.phase("train"):
+            pass
+        assert (job.view["state"], job.view["iterations_done"], job.view["lease_s"]) == ("done", 2, 0.5)
+    finally:
+        server.stop()
+
+
+class _Hung:
+    """A loopback socket that takes connections (the kernel's backlog) and never answers,
+    as a SIGSTOPped service does."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_give_up_s_bounds_a_call_to_a_service_that_never_answers():
+    """The clock started after the first attempt had timed out, and every retry waited a
+    whole attempt timeout (a long poll: poll_s + timeout_s), so give_up_s 0.5 s with
+    timeout_s 5 s gave up after 10 s or more, saying "no answer for 0.5s". Now no attempt
+    outlasts give_up_s and the message names the seconds measured."""
+    hung = _Hung()
+    try:
+        client = Client(hung.url, ADMIN, timeout_s=5.0, give_up_s=0.5, poll_s=10.0)
+        job = JobHandle(client, "a", "t" * 32, {"job_id": "a", "state": "placed"}, heartbeat=False)
+        for call in (client.status, lambda: job.phase("rollout").__enter__()):  # a plain call, a long poll
+            t0 = time.monotonic()
+            with pytest.raises(ServerUnavailable) as err:
+                call()
+            waited = time.monotonic() - t0
+            assert 0.5 <= waited < 0.5 + MIN_ATTEMPT_S + 0.3, waited
+            said = float(re.search(r"no answer within ([0-9.]+)s \(ReadTimeout", str(err.value)).group(1))
+            assert abs(said - waited) < 0.1, (said, waited, str(err.value))
+    finally:
+        hung.close()
+
+
+def test_a_5xx_is_reported_as_the_answer_it_was_not_as_no_answer():
+    with pytest.raises(ServerUnavailable) as err:
+        _answering(503, b"{}").status()
+    assert "answered HTTP 503 Service Unavailable" in str(err.value) and "no answer" not in str(err.value)
+
+
+def _fill(client: Client, job_id: str, **kwargs) -> JobHandle:
+    """A job as wide as both pools (two nodes of eight GPUs each) that shares them with no
+    other (SLO 1, and a rollout too long to hide another's: any sharing slows it): a
+    second one waits."""
+    wide = {"rollout_gpus": 16, "train_gpus": 16, "t_roll_s": 10.0, "t_train_s": 1.0, "slo": 1.0}
+    return client.submit(_spec(job_id, iterations=None) | wide, **kwargs)
+
+
+def test_wait_placed_raises_the_end_of_a_job_that_departed_while_it_waited(srv):
+    """A handle without heartbeats (``heartbeat=False``, or an ``attach`` to a job that is
+    no longer live) never learnt of the end: wait_placed polled until its timeout."""
+    admin = Client(srv.url, ADMIN)
+    _fill(admin, "a")
+    waiting = _fill(admin, "b", heartbeat=False)
+    other = _fill(admin, "c", heartbeat=False)
+    assert waiting.view["state"] == other.view["state"] == "waiting"
+    admin.cancel("b")
+    admin.cancel("c")
+    for handle in (waiting, Client(srv.url).attach("c", other.token)):
+        t0 = time.monotonic()
+        with pytest.raises(JobCancelled, match="cancelled by the admin"):
+            handle.wait_placed(timeout_s=5)
+        assert time.monotonic() - t0 < 2
+
+
+def test_a_job_object_carries_every_field_the_api_spec_takes(srv):
+    """``submit(rollmux.model.Job(...))`` dropped ``tail_workers``: the rollout's tail kept
+    an eighth of its GPUs. Every field that the API's job spec and ``Job`` share must
+    reach the service; the two jobs below set each one off its default."""
+    from rollmux.runtime.api_models import JobSpec
+
+    shared = set(JobSpec.model_fields) & {f.name for f in dataclasses.fields(Job)}
+    jobs = [Job("j1", 0.05, 0.05, rollout_gpus=16, train_gpus=8, mem_roll_gb=10.0, mem_train_gb=20.0, slo=3.0,
+                model="7B", iterations=3, tail_workers=4, staleness=1, reward_s=0.01, reward_price_per_hour=2.0,
+                reward_mem_gb=5.0),
+            Job("j2", 0.05, 0.05, train_gpus=16, iterations=3, colocate=True)]
+    default = Job("default", 1.0, 1.0)
+    for name in shared - {"job_id", "t_roll_s", "t_train_s"}:
+        assert any(getattr(j, name) != getattr(default, name) for j in jobs), f"no job sets {name}"
+    client = Client(srv.url, ADMIN)
+    for job in jobs:
+        handle = client.submit(job)
+        held = srv.service.control.jobs[job.job_id].job
+        assert {n: getattr(held, n) for n in shared} == {n: getattr(job, n) for n in shared}
+        handle.cancel()
+
+
+@pytest.mark.parametrize("token, kind", [("t" * 43 + "\n", "with a space or line break"),
+                                         ("tökén-" * 8, "with other than printable ASCII"),
+                                         (None, "NoneType"), (12345, "int")])
+def test_attach_refuses_what_no_token_is_naming_it_and_never_showing_it(srv, token, kind):
+    """A token read from a file with its newline was retried for give_up_s as an outage
+    (httpx's LocalProtocolError), the message showing the token; a non-ASCII one raised
+    UnicodeEncodeError."""
+    client = Client(srv.url, ADMIN, give_up_s=5)
+    job = client.submit(_spec("a"))
+    t0 = time.monotonic()
+    with pytest.raises(ValueError) as err:
+        client.attach("a", token)
+    text = str(err.value)
+    assert text.startswith("token: expected one word of printable ASCII") and kind in text, text
+    assert "ttt" not in text and "tök" not in text and time.monotonic() - t0 < 1
+    job.cancel()
+
+
+def test_a_request_that_is_not_valid_http_is_refused_at_once_without_its_header(srv):
+    """(what attach's check now keeps out) such a request was retried for give_up_s as an
+    outage, and the message showed the header: the token."""
+    t0 = time.monotonic()
+    with pytest.raises(ClientError) as err:
+        Client(srv.url, give_up_s=5).call("GET", "/status", token="secret-part\nrest")
+    assert "not valid HTTP" in str(err.value) and "secret" not in str(err.value)
+    assert not isinstance(err.value, ServerUnavailable) and time.monotonic() - t0 < 1
+
+
+def test_phase_and_wait_arguments_are_checked_before_any_request(srv):
+    import numpy as np
+
+    client = Client(srv.url, ADMIN)
+    job = client.submit(_spec("a", iterations=None) | {"colocate": np.bool_(False)})  # numpy's bool too
+    for bad in (-1, float("nan"), "5"):
+        with pytest.raises(ValueError, match="timeout_s="):
+            job.phase("rollout", timeout_s=bad)
+        with pytest.raises(ValueError, match="timeout_s="):
+            job.wait_placed(timeout_s=bad)
+    with job.phase("rollout") as ph:
+        for bad in (float("nan"), "0.5", 2.0, True):  # (NaN was httpx's raw error; the others a 422)
+            with pytest.raises(ValueError, match="done_fraction=.*: expected a number from 0 to 1"):
+                ph.tail(bad)
+        assert ph.tail(np.float64(0.5)) == 8  # below the threshold: every GPU kept
     job.cancel()

@@ -30,7 +30,7 @@ from rollmux import Client
 from rollmux.model import Cluster, PoolSpec, SwitchCost
 from rollmux.runtime.auth import Quota
 from rollmux.runtime.clock import ServiceClock
-from rollmux.runtime.sdk import LeaseLost
+from rollmux.runtime.sdk import JobCancelled, LeaseLost
 from rollmux.runtime.service import Service, ServiceConfig, create_app, server_config
 from rollmux.runtime.store import StateLocked, hash_token
 
@@ -240,7 +240,8 @@ def test_a_finished_jobs_id_can_be_submitted_again(api):
     assert again.status_code == 201 and again.json()["state"] == "placed"
     old = client.get("/v1/jobs/a", headers=_auth(token))  # the old run's token reads the old run, not the new
     assert old.status_code == 200 and old.json()["state"] == "done", old.text
-    assert client.post("/v1/jobs/a/heartbeat", json={}, headers=_auth(token)).status_code == 404
+    ended = client.post("/v1/jobs/a/heartbeat", json={}, headers=_auth(token))  # its own run's end, not the new run
+    assert ended.status_code == 410 and ended.json()["state"] == "done", ended.text
 
 
 def test_the_live_job_limit_counts_a_reused_id_and_spares_only_a_retry(tmp_path):
@@ -346,8 +347,9 @@ def test_a_retried_submit_whose_id_another_run_took_since_gets_its_first_answer(
         assert own.status_code == 200 and own.json()["state"] == "cancelled", own.text
         theirs = client.get("/v1/jobs/shared1", headers=_auth("a" * 32))
         assert theirs.status_code == 200 and theirs.json()["state"] != "cancelled"
-        assert client.post("/v1/jobs/shared1/cancel", headers=_auth(mine)).status_code == 404  # not team-a's run
-        assert service.control.jobs["shared1"].live
+        cancel = client.post("/v1/jobs/shared1/cancel", headers=_auth(mine))  # its own run's cancel, repeated
+        assert cancel.status_code == 200 and cancel.json()["state"] == "cancelled", cancel.text
+        assert service.control.jobs["shared1"].live and _persisted(client, service) == before  # not team-a's run
 
 
 def test_limits_hold_under_concurrent_submits(thread_server):
@@ -1184,3 +1186,113 @@ def test_only_the_latest_departed_jobs_stay_in_memory_and_every_run_is_counted(t
     assert set(everything.control.jobs) == {"j0", "j1", "j2", "j3", "live"}
     assert everything.control.counts() == before[1]
     everything.close()
+
+
+def _departed_answers(path: str, keep_ended: int) -> tuple[list, bool]:
+    """What a service keeping ``keep_ended`` departed runs in memory answers to every call
+    about three departed runs (cancelled by the admin, done with its iterations, completed)
+    from their own tokens, a stranger's and the admin's: (call, status, state or field)
+    each; and whether the runs had left memory. Nothing the answers say changes the state."""
+    service = Service(_cluster(None), path, ADMIN, _config(keep_ended=keep_ended))
+    tokens = {job_id: job_id[0] * 32 for job_id in ("cancelled", "done", "completed")}
+    with TestClient(create_app(service)) as client:
+        def post(job_id: str, call: str, token: str, body: dict | None = None) -> httpx.Response:
+            return client.post(f"/v1/jobs/{job_id}/{call}", json=body, headers=_auth(token))
+
+        for job_id, token in tokens.items():
+            submitted = client.post("/v1/jobs", json={"spec": _spec(job_id, iterations=1), "token": token},
+                                    headers=_auth(ADMIN))
+            assert submitted.status_code == 201
+        assert post("cancelled", "cancel", ADMIN).status_code == 200
+        assert post("completed", "complete", tokens["completed"]).status_code == 200
+        seqs = {}
+        for name in ("rollout", "train"):
+            seqs[name] = post("done", "acquire", tokens["done"], {"phase": name}).json()["grant"]["seq"]
+            release = {"phase": name, "grant_seq": seqs[name], "duration_s": 0.1}
+            assert post("done", "release", tokens["done"], release).status_code == 200
+        gone = not any(job_id in service.control.jobs for job_id in tokens)
+        before = _persisted(client, service)
+        calls = [("heartbeat", {}), ("acquire", {"phase": "rollout"}), ("progress", {"fraction": 0.5}),
+                 ("tail", {"fraction": 0.9}), ("moved", {"ok": True}), ("complete", None), ("cancel", None),
+                 *(("release", {"phase": name, "grant_seq": seq, "duration_s": 0.1}) for name, seq in seqs.items())]
+        answers = []
+        for job_id, token in tokens.items():
+            for who, bearer in (("own", token), ("admin", ADMIN), ("stranger", tokens["done" if job_id != "done"
+                                                                                        else "completed"])):
+                for call, body in calls:
+                    r = post(job_id, call, bearer, body)
+                    answers.append((job_id, who, call, r.status_code, r.json().get("state") or r.json()["field"]))
+        assert _persisted(client, service) == before
+    service.close()
+    return answers, gone
+
+
+def test_a_departed_run_out_of_memory_is_answered_as_one_in_memory(tmp_path):
+    """``--keep-ended 0``: every call about a departed run but GET answered 404 "not found,
+    or the token is not this job's", so the SDK raised ``RequestRejected`` where a run still
+    in memory got its end (410: ``JobCancelled``, ``LeaseLost``, ``JobDone``) and a lost
+    answer's retry of its last release or of ``complete`` was refused. Now a run read from
+    the state file is answered exactly as one in memory; a stranger still gets 404."""
+    evicted, gone = _departed_answers(str(tmp_path / "keep0.db"), keep_ended=0)
+    kept, held = _departed_answers(str(tmp_path / "kept.db"), keep_ended=10_000)
+    assert gone and not held
+    assert evicted == kept
+    mine = {(job_id, call, status, said) for job_id, who, call, status, said in kept if who == "own"}
+    assert {("cancelled", "heartbeat", 410, "cancelled"), ("done", "acquire", 410, "done"),
+            ("done", "release", 200, "done"), ("done", "release", 410, "done"), ("completed", "complete", 200, "done"),
+            ("cancelled", "cancel", 200, "cancelled"), ("completed", "cancel", 410, "done")} <= mine
+    assert {(status, said) for _, who, _, status, said in kept if who == "stranger"} == {(404, "job_id")}
+
+
+class _LoseAnswer(httpx.BaseTransport):
+    """Passes every request to the service, but answers the ``nth`` one to ``path`` with a
+    502 (the change made, its answer lost, as behind a proxy whose upstream timed out)."""
+
+    def __init__(self, path: str, nth: int = 1) -> None:
+        self.inner, self.path, self.nth, self.seen, self.lost = httpx.HTTPTransport(), path, nth, 0, 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
+        if request.url.path == self.path:
+            self.seen += 1
+            if self.seen == self.nth:
+                response.read()
+                response.close()
+                self.lost += 1
+                return httpx.Response(502, request=request)
+        return response
+
+
+def test_the_sdk_gets_a_departed_runs_end_once_the_service_holds_it_in_its_file_only(thread_server):
+    """``--keep-ended 0``: the retry of a last release or of ``complete()`` whose answer was
+    lost raised ``RequestRejected`` 404, as did a job's next call after an admin's cancel
+    (in its phase body, or during its acquire's long poll). Now they get the first answer,
+    or ``JobCancelled``."""
+    service, url = thread_server(_config(keep_ended=0), _cluster(1))
+    admin = Client(url, ADMIN)
+    for job_id, path, work in (("last", "release", ("rollout", "train")), ("completes", "complete", ())):
+        client = Client(url, ADMIN)
+        lossy = _LoseAnswer(f"/v1/jobs/{job_id}/{path}", nth=len(work) or 1)
+        client._http = httpx.Client(base_url=url, transport=lossy)
+        job = client.submit(_spec(job_id, iterations=1))
+        for name in work:
+            with job.phase(name):
+                pass
+        if not work:
+            job.complete()
+        assert (lossy.lost, job.view["state"], job_id in service.control.jobs) == (1, "done", False)
+    body = admin.submit(_spec("body", iterations=None))
+    with pytest.raises(JobCancelled, match="cancelled by the admin"):
+        with body.phase("rollout"):
+            admin.cancel("body")
+    first, second = admin.submit(_spec("first", iterations=None)), admin.submit(_spec("second", iterations=None))
+    assert first.placement["rollout_nodes"] == second.placement["rollout_nodes"] == ["R0"]
+    with first.phase("rollout"):  # the second's rollout waits for the node: its acquire long-polls
+        cancel = threading.Timer(0.5, admin.cancel, ("second",))
+        cancel.start()
+        t0 = time.monotonic()
+        with pytest.raises(JobCancelled):
+            second.phase("rollout").__enter__()
+        assert time.monotonic() - t0 < 5
+        cancel.join()
+    first.cancel()

@@ -567,13 +567,16 @@ class ControlPlane:
 
     def is_repeat_release(self, job_id: str, phase: str, grant_seq: int) -> bool:
         """True when a release of ``phase`` under ``grant_seq`` repeats the job's last one
-        (of that pool, for an asynchronous job, whose other pool may have released since):
-        ``release`` answers it without applying it again."""
+        (``repeats_release``): ``release`` answers it without applying it again."""
         rec = self.jobs.get(job_id)
-        if rec is None or grant_seq is None:
-            return False
-        return ((rec.last_released_seq == grant_seq and rec.last_released_phase == phase)
-                or (rec.asynchronous and rec.last_released_in.get(phase) == grant_seq))
+        return rec is not None and self.repeats_release(rec, phase, grant_seq)
+
+    @staticmethod
+    def repeats_release(rec: JobRecord, phase: str, grant_seq: int | None) -> bool:
+        """True when a release of ``phase`` under ``grant_seq`` repeats ``rec``'s last one (of
+        that pool, for an asynchronous job, whose other pool may have released since)."""
+        return grant_seq is not None and ((rec.last_released_seq == grant_seq and rec.last_released_phase == phase)
+                                          or (rec.asynchronous and rec.last_released_in.get(phase) == grant_seq))
 
     def release(self, job_id: str, phase: str, grant_seq: int, duration_s: float, now: float,
                 failed: bool = False, restart: bool = False) -> JobRecord:
@@ -1976,7 +1979,7 @@ class ControlPlane:
     def _live(self, job_id: str) -> JobRecord:
         rec = self._record(job_id)
         if not rec.live:
-            raise JobEnded("job_id", f"{job_id!r} has departed ({rec.state}: {rec.end_reason})", rec.state)
+            raise departed(rec)
         return rec
 
     @staticmethod
@@ -1990,6 +1993,11 @@ class ControlPlane:
             if total is not None and job.nodes(role, self.cluster.gpus_per_node) > total:
                 return name
         return "slo" if self.fleet is not None else "train_gpus"  # on a fleet: no pair of types meets its SLO
+
+
+def departed(rec: JobRecord) -> JobEnded:
+    """The refusal (410, naming how it ended) of a call that would act on ``rec``, a departed run."""
+    return JobEnded("job_id", f"{rec.job_id!r} has departed ({rec.state}: {rec.end_reason})", rec.state)
 
 
 def _explain(decision) -> list[str]:

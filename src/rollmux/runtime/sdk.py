@@ -42,17 +42,30 @@ Contract
 * Heartbeats run on their own timer: one is sent every quarter of the lease, at fixed
   times, each on its own short-lived thread, so a slow answer (or a long poll, or a
   long phase body) never delays the next one; the service measures the lease from
-  when it receives each call, and tolerates its documented grace on top. They never
-  give up on a service that does not answer (a warning is logged after ``give_up_s``):
-  a service restarted after any outage renews every live job's lease, and the job's
-  first answered heartbeat keeps it; only an answer that ends or refuses the job is
-  raised by its next call (``LeaseLost`` if the outage outlasted the lease without a
-  restart).
-* A server that does not answer (connection refused, reset, 5xx) is retried with
-  exponential backoff until ``give_up_s`` has passed without an answer, so a
-  restarted server is reconnected transparently; every retried call is idempotent
-  (submit carries a request id and the job's own token, chosen here, so no answer
-  ever needs to carry it; release carries the grant's sequence number).
+  when it receives each call, and tolerates its documented grace on top. The lease is
+  the service's latest word: every answer that states it (a heartbeat's, any job view)
+  re-derives the period and the beat's timeout (lease + grace) when it changed, so a
+  service restarted with a shorter ``--lease-s`` is followed from its first answer.
+  Once a beat goes unanswered (refused, timed out, 5xx) one is sent at least every
+  ``RECONNECT_S`` (0.5 s) until one is answered, so a service that comes back hears from
+  the job within about half a second. They never give up on a service that does not answer
+  (a warning is logged after ``give_up_s``): a service restarted after any outage renews
+  every live job's lease, and the job's first call or answered heartbeat keeps it if it
+  arrives within the new lease + grace. (A restart so quick that no beat saw it goes
+  unnoticed until the next beat, a quarter of the old lease later: a new lease + grace
+  shorter than that can expire a job that makes no other call meanwhile.) Only an
+  answer that ends or refuses the job is raised by its next call (``LeaseLost`` if the
+  outage outlasted the lease without a restart).
+* A server that does not answer (connection refused, reset, no answer in time, 5xx) is
+  retried with exponential backoff until ``give_up_s`` has passed since the call began,
+  so a restarted server is reconnected transparently; no attempt outlasts it (each
+  waits at most ``timeout_s`` and the time left, at least ``MIN_ATTEMPT_S``; a long
+  poll asks the service to answer within it), so ``ServerUnavailable`` comes by then,
+  its message naming the seconds waited and what the last attempt got. Every retried
+  call is idempotent (submit carries a request id and the job's own token, chosen
+  here, so no answer ever needs to carry it; release carries the grant's sequence
+  number). A request that is not valid HTTP is never sent again (``ClientError``), and
+  no message shows a header's value (the token).
 * Asynchronous jobs: entering a phase first waits, in the handle, until the staleness
   rule lets it begin (a rollout while ``rollouts started - trainings done <= k``, a
   training once a rollout was released for it, one phase per pool at a time), so the
@@ -63,11 +76,18 @@ Contract
   ``UntrustedServer`` (an https server whose certificate does not verify: raised at
   once, never retried), ``WrongScheme`` (an https url to a plain http service) and
   ``NotRollMux`` (an answer RollMux never gives: a redirect, a page that is not JSON, JSON
-  of another shape, e.g. from a proxy or another service at the url). A failure seen
-  by the heartbeat thread is raised by the job's next call. Arguments the service
-  could never take (a url without http:// or https://, seconds out of range, a
-  spec field that is NaN, an ``on_move`` that is not callable) raise ``ValueError`` or
-  ``TypeError`` naming the argument, before any request.
+  of another shape, e.g. from a proxy or another service at the url). A departed job's
+  calls raise its end, also once the service holds it in its state file only
+  (``--keep-ended``), and a lost answer's retry of its last release or of ``complete``
+  gets that call's answer. A failure seen by the heartbeat thread is raised by the
+  job's next call; ``wait_placed`` raises the
+  job's end (``JobCancelled``, ``LeaseLost``, ``JobDone``) as soon as it reads that the
+  job departed. Arguments the service could never take (a url without http:// or
+  https:// or without a host, a token that is not one word of printable ASCII, seconds
+  out of range or NaN, a fraction outside 0 to 1, a spec field that is NaN, an
+  ``on_move`` that is not callable) raise ``ValueError`` or ``TypeError`` naming the
+  argument (never showing a token), before any request; numpy scalars are taken as the
+  Python values they hold.
 * TLS: an ``https://`` url is verified against the system's trust store, or against
   ``ca_file`` (else ``$ROLLMUX_CA_FILE``): the certificate, or the CA that signed it, of
   a service started with ``rollmux serve --tls-cert/--tls-key``.
@@ -96,9 +116,10 @@ from rollmux.runtime.auth import JOB_ID_PATTERN
 
 log = logging.getLogger(__name__)
 
+#: the fields of a ``rollmux.model.Job`` that a submit carries: those the API's job spec takes too
 SPEC_FIELDS = ("job_id", "rollout_gpus", "train_gpus", "t_roll_s", "t_train_s", "mem_roll_gb", "mem_train_gb",
-               "slo", "model", "iterations", "staleness", "reward_s", "reward_price_per_hour", "reward_mem_gb",
-               "colocate")
+               "slo", "model", "iterations", "tail_workers", "staleness", "reward_s", "reward_price_per_hour",
+               "reward_mem_gb", "colocate")
 
 
 class ClientError(RollMuxError):
@@ -174,6 +195,8 @@ API = "/v1"
 JOB_VIEW = ("job_id", "state")  # what every answer describing a job holds (the SDK reads them)
 MAX_BEATS_IN_FLIGHT = 4
 MAX_POLL_S = 30.0  # the longest long poll the service takes (api_models.MAX_WAIT_S)
+MIN_ATTEMPT_S = 0.1  # the shortest wait for an answer, however little of give_up_s is left
+RECONNECT_S = 0.5  # while heartbeats go unanswered, one at least this often: a restarted service hears at once
 DAY_S = 86_400.0
 
 
@@ -185,14 +208,13 @@ class Client:
 
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 10.0, give_up_s: float = 30.0,
                  poll_s: float = 10.0, ca_file: str | None = None) -> None:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or not _host(url):
             raise ValueError(f"url={url!r}: expected the service's address, http://HOST:PORT or https://HOST:PORT")
         _check_seconds("timeout_s", timeout_s, 1e-3, DAY_S)
         _check_seconds("give_up_s", give_up_s, 0.0, DAY_S)
         _check_seconds("poll_s", poll_s, 0.0, MAX_POLL_S)
-        if token is not None and (not isinstance(token, str) or not TOKEN_PATTERN.fullmatch(token)):
-            raise ValueError("token: expected one word of printable ASCII (no spaces or line breaks; a token file "
-                             f"holds one line), or None; got {_kind(token)}")
+        if token is not None:
+            _check_token(token, ", or None")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
@@ -216,7 +238,9 @@ class Client:
     # --- jobs ---------------------------------------------------------------------------
     def submit(self, spec: dict | Job, heartbeat: bool = True,
                on_move: Callable[[dict], None] | None = None) -> "JobHandle":
-        """Register a job; returns its handle (placed, or waiting for nodes).
+        """Register a job; returns its handle (placed, or waiting for nodes). ``spec``: a dict of
+        the API's job spec fields, or a ``rollmux.model.Job``, of which every field the spec
+        takes is sent (``SPEC_FIELDS``).
 
         ``heartbeat=False`` registers without keeping the lease (an operator submitting
         for a job process that will ``attach`` within the lease). ``on_move(directive)``
@@ -230,8 +254,10 @@ class Client:
         return JobHandle(self, view["job_id"], job_token, view, heartbeat, on_move)
 
     def attach(self, job_id: str, token: str, on_move: Callable[[dict], None] | None = None) -> "JobHandle":
-        """A handle on an already registered job (another process, or after a client restart)."""
+        """A handle on an already registered job (another process, or after a client restart);
+        ``token`` is the job's (one line: a token file's newline is not part of it)."""
         _check_on_move(on_move)
+        _check_token(token)
         view = self.call("GET", f"/jobs/{_segment('job_id', job_id)}", token=token, keys=JOB_VIEW)
         return JobHandle(self, job_id, token, view, on_move=on_move)
 
@@ -274,37 +300,59 @@ class Client:
 
     # --- transport ---------------------------------------------------------------------
     def call(self, method: str, path: str, token: str | None = None, json: Any = None,
-             timeout_s: float | None = None, params: dict | None = None, shape: type = dict,
-             keys: tuple[str, ...] = ()) -> Any:
+             params: dict | None = None, shape: type = dict, keys: tuple[str, ...] = (),
+             poll_s: float | None = None) -> Any:
         """One request to ``/v1`` + ``path``, retried with backoff while the server is unreachable, 5xx, or
-        did not get the body in time (408: the same request again, as after a lost connection).
+        did not get the body in time (408: the same request again, as after a lost connection), until
+        ``give_up_s`` has passed since the call began: each attempt waits at most ``timeout_s`` and the
+        time left (but at least ``MIN_ATTEMPT_S``), so the call ends by then. ``poll_s``: the request is
+        a long poll (``json`` gets ``wait_s``): the service is asked to answer within ``poll_s`` and
+        within the time left, less the time its answer needs to come back.
 
         Returns the answer's JSON, a ``shape`` (``dict``: an object; ``list``) holding ``keys``.
-        Raises ``ServerUnavailable`` after ``give_up_s`` without an answer, a ``JobEnded``
-        subclass for a 410, ``RequestRejected`` for any other 4xx, ``NotRollMux`` for an answer
-        RollMux never gives (a redirect, a body that is not JSON or not of that shape).
+        Raises ``ServerUnavailable`` once ``give_up_s`` has passed with no answer but retried ones (5xx,
+        408; the message says after how long, and what the last attempt got), a ``JobEnded`` subclass for a 410,
+        ``RequestRejected`` for any other 4xx, ``NotRollMux`` for an answer RollMux never gives (a
+        redirect, a body that is not JSON or not of that shape), ``ClientError`` for a request that
+        cannot be sent (not valid HTTP: never retried; the message shows no header value).
         """
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        delay, first_failure = 0.05, None
+        start, delay = time.monotonic(), 0.05
         while True:
+            left = max(0.0, self.give_up_s - (time.monotonic() - start))
+            timeout, body = min(self.timeout_s, left), json
+            if poll_s is not None:  # the service answers by ``wait_s``; ``allow`` is for the answer's way back
+                allow = min(self.timeout_s, left / 2)
+                wait = max(0.0, min(poll_s, left - allow))
+                timeout, body = wait + allow, {**json, "wait_s": round(wait, 3)}
             try:
-                r = self._http.request(method, API + path, json=json, headers=headers, params=params,
-                                       timeout=timeout_s or self.timeout_s)
+                r = self._http.request(method, API + path, json=body, headers=headers, params=params,
+                                       timeout=max(timeout, MIN_ATTEMPT_S))
                 if not _retriable(r.status_code):
                     return _answer(r, shape, keys)
-                problem = f"HTTP {r.status_code}"
+                problem, answered = f"HTTP {r.status_code} {r.reason_phrase}".rstrip(), True
+            except httpx.LocalProtocolError:  # (its text may show a header value: the token)
+                raise ClientError(f"{method} {self.url}{API}{path}: the request cannot be sent: a header or the "
+                                  f"url is not valid HTTP (header values are not shown)") from None
             except httpx.TransportError as exc:
                 _raise_if_permanent(exc, self.url)
-                problem = f"{type(exc).__name__}: {exc}"
-            now = time.monotonic()
-            first_failure = first_failure or now
-            if now - first_failure > self.give_up_s:
-                hint = ("; an https server answers a plain http request so (is it https://?)"
-                        if self.url.startswith("http:") and "disconnected" in problem.lower() else "")
-                raise ServerUnavailable(f"{self.url}{API}{path}: no answer for {self.give_up_s:g}s ({problem}){hint}; "
-                                        f"a {method} that reached a slow service may still be applied")
-            time.sleep(delay)
+                problem, answered = f"{type(exc).__name__}: {exc}", False
+            elapsed = time.monotonic() - start
+            if elapsed >= self.give_up_s:
+                raise ServerUnavailable(self._gave_up(method, path, elapsed, problem, answered))
+            time.sleep(min(delay, self.give_up_s - elapsed))
             delay = min(delay * 2, 1.0)
+
+    def _gave_up(self, method: str, path: str, elapsed: float, problem: str, answered: bool) -> str:
+        """Why a call gave up after ``elapsed`` seconds: its last attempt's ``problem``, an
+        ``answered`` 5xx or 408, else no answer at all (refused, reset, timed out)."""
+        if answered:
+            what = f"gave up after {elapsed:.1f}s, the last attempt answered {problem}"
+        else:
+            hint = ("; an https server answers a plain http request so (is it https://?)"
+                    if self.url.startswith("http:") and "disconnected" in problem.lower() else "")
+            what = f"no answer within {elapsed:.1f}s ({problem}){hint}"
+        return f"{self.url}{API}{path}: {what}; a {method} that reached a slow service may still be applied"
 
 
 class JobHandle:
@@ -335,6 +383,9 @@ class JobHandle:
         self.undone_moves: list[dict] = []
         self.job_id = job_id
         self.token = token
+        self._lease = (30.0, 0.0)  # the service's (lease_s, grace_s), as its latest answer stating them said
+        self._wake = threading.Event()  # wakes the heartbeat timer: a new lease, a beat unanswered, the end
+        self._unanswered = False  # the latest beat that ended got no answer (or a 5xx)
         self.view = view
         self.history: list[tuple[str, tuple[str, ...], int, float, float]] = []
         self._failure: ClientError | None = None
@@ -350,6 +401,16 @@ class JobHandle:
             self._beat.start()
 
     @property
+    def view(self) -> dict:
+        """The job as the service last described it (its ``JobView``)."""
+        return self._view
+
+    @view.setter
+    def view(self, view: dict) -> None:
+        self._view = view
+        self._follow_lease(view)
+
+    @property
     def staleness(self) -> int:
         """The job's staleness bound k (0: synchronous)."""
         return int(self.view.get("staleness", 0) or 0)
@@ -360,17 +421,25 @@ class JobHandle:
         return self.view.get("placement")
 
     def wait_placed(self, timeout_s: float | None = None) -> dict:
-        """Block until the job is placed (it may wait for nodes to free up); returns the placement."""
+        """Block until the job is placed (it may wait for nodes to free up); returns the placement.
+        A job that has departed (cancelled, expired, done) raises its ``JobEnded`` subclass, a
+        job not placed within ``timeout_s`` (None: no bound) ``TimeoutError``."""
+        if timeout_s is not None:
+            _check_seconds("timeout_s", timeout_s, 0.0, DAY_S)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         delay = 0.05
-        while self.placement is None:
+        while True:
             self._raise_failure()
+            state = self.view["state"]
+            if state in _ENDED:
+                raise _ENDED[state](self.job_id, state, self.view.get("reason", ""))
+            if self.placement is not None:
+                return self.placement
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {self.job_id!r} not placed within {timeout_s}s")
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
             self.view = self._call("GET", f"/jobs/{self.job_id}")
-        return self.placement
 
     def phase(self, name: str, state: Any = None, key: str | None = None, device: Any = "cuda",
               timeout_s: float | None = None, restart_on_failure: bool = False) -> "Phase":
@@ -386,10 +455,7 @@ class JobHandle:
 
     def progress(self, fraction: float) -> None:
         """Report the fraction of the job's work done, 0 to 1."""
-        if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 <= fraction <= 1:
-            raise ValueError(f"fraction={fraction!r}: expected a number from 0 to 1")
-        fraction = float(fraction)
-        self.view = self._call("POST", f"/jobs/{self.job_id}/progress", json={"fraction": fraction})
+        self.view = self._call("POST", f"/jobs/{self.job_id}/progress", json={"fraction": _fraction(fraction)})
 
     def complete(self) -> None:
         """Depart: the job's nodes go back. Stops the heartbeat."""
@@ -403,6 +469,7 @@ class JobHandle:
     def close(self) -> None:
         """Stop heartbeating (the server will expire the job if it is still live)."""
         self._stop.set()
+        self._wake.set()
 
     @contextlib.contextmanager
     def lifetime(self):
@@ -419,19 +486,18 @@ class JobHandle:
             self.close()
 
     # --- internals ----------------------------------------------------------------------
-    def _call(self, method: str, path: str, json: Any = None, timeout_s: float | None = None) -> Any:
+    def _call(self, method: str, path: str, json: Any = None, poll_s: float | None = None) -> Any:
         self._raise_failure()
-        return self.client.call(method, path, token=self.token, json=json, timeout_s=timeout_s)
+        return self.client.call(method, path, token=self.token, json=json, poll_s=poll_s)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
 
     def _acquire(self, name: str) -> dict:
-        wait = self.client.poll_s
         while True:
-            answer = self._call("POST", f"/jobs/{self.job_id}/acquire", json={"phase": name, "wait_s": wait},
-                                timeout_s=wait + self.client.timeout_s)
+            answer = self._call("POST", f"/jobs/{self.job_id}/acquire", json={"phase": name},
+                                poll_s=self.client.poll_s)
             self.view = answer["job"]
             if answer["granted"]:
                 return answer["grant"]
@@ -518,50 +584,70 @@ class JobHandle:
             body["restart"] = True
         self.view = self._call("POST", f"/jobs/{self.job_id}/release", json=body)
 
+    def _follow_lease(self, answer: dict) -> None:
+        """Take the lease and grace that ``answer`` states (a heartbeat's answer, any job view):
+        a change re-derives the heartbeat period and the beat's timeout at once."""
+        lease, grace = answer.get("lease_s"), answer.get("grace_s", 0.0)
+        if _is_seconds(lease) and lease > 0 and _is_seconds(grace) and (lease, grace) != self._lease:
+            self._lease = (float(lease), float(grace))
+            self._wake.set()
+
+    def _beat_period(self) -> float:
+        period = max(0.05, self._lease[0] / 4)
+        return min(period, RECONNECT_S) if self._unanswered else period
+
     def _heartbeat(self) -> None:
         """Fixed-rate beats every lease/4, each on its own thread (see the module docstring)."""
-        lease = self.view.get("lease_s", 30.0)
-        period = max(0.05, lease / 4)
-        http = self.client.http(max(lease + self.view.get("grace_s", 0.0), 1.0))
+        http = self.client.http(self.client.timeout_s)  # (each beat sets its own timeout)
         in_flight = threading.Semaphore(MAX_BEATS_IN_FLIGHT)
         last_answer = [time.monotonic()]
-        next_at = time.monotonic() + period
+        slot = time.monotonic()  # when the latest beat was due (the first: a period after the view's answer)
         warned = False
         try:
-            while not self._stop.wait(max(0.0, next_at - time.monotonic())):
-                next_at += period
-                silent = time.monotonic() - last_answer[0]
+            while True:
+                self._wake.wait(max(0.0, slot + self._beat_period() - time.monotonic()))
+                self._wake.clear()  # (everything it announces is read below, after this)
+                if self._stop.is_set() or self._failure is not None:
+                    return
+                now, period = time.monotonic(), self._beat_period()
+                if now < slot + period:
+                    continue  # woken early: the period changed; wait for the new time
+                slot = slot + period if now - slot < 2 * period else now  # fixed times, no burst to catch up
+                silent = now - last_answer[0]
                 if silent > self.client.give_up_s and not warned:  # (said once per outage)
                     log.warning("job %s: no heartbeat answered for %.0fs by %s; still beating (a restarted "
                                 "service renews the job's lease at once)", self.job_id, silent, self.client.url)
                 warned = silent > self.client.give_up_s
-                if self._failure is not None:
-                    return
                 if in_flight.acquire(blocking=False):
                     threading.Thread(target=self._beat_once, args=(http, in_flight, last_answer),
                                      name=f"rollmux-beat-{self.job_id}", daemon=True).start()
         finally:
             self._stop.set()
             for _ in range(MAX_BEATS_IN_FLIGHT):  # let beats in flight finish before closing their client
-                in_flight.acquire(timeout=period * 4)
+                in_flight.acquire(timeout=max(sum(self._lease), 1.0))
             http.close()
 
     def _beat_once(self, http: httpx.Client, in_flight: threading.Semaphore, last_answer: list[float]) -> None:
         try:
-            r = http.post(f"{API}/jobs/{self.job_id}/heartbeat", json={},
+            r = http.post(f"{API}/jobs/{self.job_id}/heartbeat", json={}, timeout=max(sum(self._lease), 1.0),
                           headers={"Authorization": f"Bearer {self.token}"})
-            if not _retriable(r.status_code):
+            answered = not _retriable(r.status_code)
+            if answered:
                 last_answer[0] = time.monotonic()
-                _answer(r)
+                self._unanswered = False
+                self._follow_lease(_answer(r))
         except JobDone:
-            self._stop.set()
+            self.close()
         except ClientError as exc:
             self._failure = exc
-            self._stop.set()
+            self.close()
         except httpx.TransportError:
-            pass  # the next beat tries again; give_up_s bounds how long
+            answered = False  # the next beat tries again; give_up_s bounds how long
         finally:
             in_flight.release()
+        if not answered and not self._unanswered:  # beat more often until the service answers again
+            self._unanswered = True
+            self._wake.set()
 
 
 class Phase(contextlib.ContextDecorator):
@@ -571,6 +657,8 @@ class Phase(contextlib.ContextDecorator):
                  timeout_s: float | None = None, restart_on_failure: bool = False) -> None:
         if name not in ("rollout", "train"):
             raise ValueError(f"phase={name!r}: expected 'rollout' or 'train'")
+        if timeout_s is not None:
+            _check_seconds("timeout_s", timeout_s, 0.0, DAY_S)
         self.job = job
         self.restart_on_failure = restart_on_failure
         self.timeout_s = timeout_s
@@ -599,7 +687,8 @@ class Phase(contextlib.ContextDecorator):
         workers. Below the threshold every GPU is kept."""
         if self.name != "rollout" or self._grant is None:
             raise ValueError("tail() is for a rollout phase, inside its block")
-        answer = self.job._call("POST", f"/jobs/{self.job.job_id}/tail", json={"fraction": done_fraction})
+        answer = self.job._call("POST", f"/jobs/{self.job.job_id}/tail",
+                                json={"fraction": _fraction(done_fraction, "done_fraction")})
         self.job.view = answer["job"]
         return answer["keep_gpus"]
 
@@ -677,8 +766,8 @@ def _spec_dict(spec: dict | Job) -> dict:
         raise TypeError(f"spec: expected a dict of job fields or a rollmux.model.Job, got {type(spec).__name__}")
     out = {}
     for key, value in spec.items():
-        if isinstance(value, numbers.Number) and not isinstance(value, (bool, int, float)) and hasattr(value, "item"):
-            value = value.item()  # numpy and torch scalars
+        if not isinstance(value, (str, int, float)) and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+            value = value.item()  # numpy scalars (numpy.bool_ too) and 0-d arrays or tensors
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"spec.{key}={value!r}: expected a finite number")
         if value is not None and not isinstance(value, (str, int, float, bool)):
@@ -716,6 +805,33 @@ def leave(stack: contextlib.ExitStack, failure: BaseException | None) -> None:
         stack.close()
     else:
         stack.__exit__(type(failure), failure, failure.__traceback__)
+
+
+def _host(url: str) -> str:
+    """The host ``url`` names ("" for none, as in ``http://``, or for a url that is not one)."""
+    try:
+        return httpx.URL(url).host
+    except httpx.InvalidURL:
+        return ""
+
+
+def _check_token(token: Any, or_none: str = "") -> None:
+    """Refuse (``ValueError`` naming ``token``, never showing it) what no bearer token is."""
+    if not isinstance(token, str) or not TOKEN_PATTERN.fullmatch(token):
+        raise ValueError("token: expected one word of printable ASCII (no spaces or line breaks; a token file "
+                         f"holds one line){or_none}; got {_kind(token)}")
+
+
+def _is_seconds(value: Any) -> bool:
+    """Whether ``value`` is a number of seconds from 0 to a day (as the service states a lease)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= DAY_S
+
+
+def _fraction(value: Any, name: str = "fraction") -> float:
+    """``value`` as a float from 0 to 1 (a numpy scalar too); else ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+        raise ValueError(f"{name}={value!r}: expected a number from 0 to 1")
+    return float(value)
 
 
 def _check_seconds(name: str, value: Any, low: float, high: float) -> None:

@@ -22,8 +22,10 @@ Authentication: ``Authorization: Bearer <token>``. Submitting takes the admin to
 tenant's token; calls about a job take that job's token or the admin token; listing,
 ``/v1/status``, ``/v1/events`` and ``/v1/admin/*`` take the admin token. No token: 401.
 A wrong token on a job call: 404, exactly as for an unknown job, so job ids cannot be
-probed. ``/healthz`` and ``/metrics`` are open. Errors are RFC 9457 problem details
-naming the field.
+probed. A departed run's own token gets its end (410 naming the state, or the first
+answer to a repeat of its last release, ``complete`` or ``cancel``), also once the run
+has left memory (``--keep-ended``) or another run has taken its id. ``/healthz`` and
+``/metrics`` are open. Errors are RFC 9457 problem details naming the field.
 """
 from __future__ import annotations
 
@@ -56,8 +58,8 @@ from rollmux.runtime.api_models import (MAX_BODY_BYTES, AcquireRequest, AcquireR
                                         TailResponse)
 from rollmux.runtime.clock import ServiceClock
 from rollmux.runtime.header_deadline import DeadlineServer, header_deadline_protocol
-from rollmux.runtime.control import (JOB_STATES, ControlError, ControlPlane, JobEnded, JobRecord, UnknownJob,
-                                     record_from_dict)
+from rollmux.runtime.control import (CANCELLED, DONE, JOB_STATES, ControlError, ControlPlane, JobEnded, JobRecord,
+                                     UnknownJob, departed, record_from_dict)
 from rollmux.runtime.leases import Leases
 from rollmux.runtime.logs import LOGGER
 from rollmux.runtime.metrics import ServiceMetrics
@@ -392,6 +394,38 @@ class Service:
                 raise UnknownJob("job_id", f"{job_id!r} is not registered")
             return rec, True
         raise _unknown(job_id)
+
+    async def check_call(self, job_id: str, token: str | None,
+                         repeats: Callable[[JobRecord], bool] = lambda _rec: False) -> tuple[JobRecord, bool]:
+        """``check_job`` for a call that acts on the job: its record and whether the caller is
+        the admin. A run no longer in memory (``keep_ended``), or whose id a later run took, is
+        read from the state file for its own token (and the admin's), under the lock, on that
+        path only. A departed run, in memory or not, is answered here as the control plane
+        answers one it holds: ``JobEnded`` (410, naming its state), unless ``repeats(record)``
+        (the call repeats one it applied: its last release, ``complete`` of a done run,
+        ``cancel`` of a cancelled one), when its record is returned: the answer, never to be
+        applied again (nor to the id's current run)."""
+        try:
+            rec, by_admin = self.check_job(job_id, token)
+        except UnknownJob:
+            async with self._lock:
+                rec, by_admin = self.check_job(job_id, token, archived=True)
+        if not rec.live and not repeats(rec):
+            raise departed(rec)
+        return rec, by_admin
+
+    async def change(self, job_id: str, token: str | None, fn: Callable[[ControlPlane, float], Any],
+                     repeats: Callable[[JobRecord], bool] = lambda _rec: False) -> Any:
+        """``mutate(fn)`` for a call of job ``job_id`` that ``check_call`` let through (the job
+        was live): if the job departed and left memory before ``fn`` ran (``keep_ended``), the
+        call is answered as ``check_call`` answers a departed run (its record for a repeat)."""
+        try:
+            return await self.mutate(fn)
+        except UnknownJob:
+            rec, _ = await self.check_call(job_id, token, repeats)
+            if rec.live:  # (another run of the id, the admin's call: not this call's job)
+                raise
+            return rec
 
     def view(self, rec: JobRecord) -> JobView:
         return JobView.of(rec, self.config.lease_s, self.config.grace_s)
@@ -759,22 +793,26 @@ def create_app(service: Service) -> FastAPI:
 
     @app.post("/v1/jobs/{job_id}/acquire", response_model=AcquireResponse)
     async def acquire(job_id: str, body: AcquireRequest, token: str | None = Depends(bearer)) -> AcquireResponse:
-        service.check_job(job_id, token)
+        await service.check_call(job_id, token)
         deadline = time.monotonic() + body.wait_s
-        while True:  # without the lock: only what is committed and published is handed out
-            signal = service.change_signal(job_id)
-            move = cp().pending_move(job_id)
-            if move is not None and move["seq"] > service.published_seq:
-                move = None
-            grant = cp().acquire(job_id, body.phase) if move is None else None
-            if grant is not None and grant.seq > service.published_seq:
-                grant = None
-            left = deadline - time.monotonic()
-            if grant is not None or move is not None or left <= 0:
-                break
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(signal.wait(), left)
-        view = service.view(cp().record(job_id))
+        try:
+            while True:  # without the lock: only what is committed and published is handed out
+                signal = service.change_signal(job_id)
+                move = cp().pending_move(job_id)
+                if move is not None and move["seq"] > service.published_seq:
+                    move = None
+                grant = cp().acquire(job_id, body.phase) if move is None else None
+                if grant is not None and grant.seq > service.published_seq:
+                    grant = None
+                left = deadline - time.monotonic()
+                if grant is not None or move is not None or left <= 0:
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(signal.wait(), left)
+            view = service.view(cp().record(job_id))
+        except UnknownJob:  # it departed during the poll and left memory (keep_ended): its end, as for any
+            await service.check_call(job_id, token)
+            raise
         published = [g for g in view.grants if g.seq <= service.published_seq]  # (an async job may hold two)
         return AcquireResponse(granted=grant is not None, grant=GrantView.of(grant), move=MoveView(**move) if move
                                else None, job=view.model_copy(update={"grant": GrantView.of(grant) if grant else
@@ -782,54 +820,72 @@ def create_app(service: Service) -> FastAPI:
 
     @app.post("/v1/jobs/{job_id}/moved", response_model=JobView)
     async def moved(job_id: str, body: MovedRequest, token: str | None = Depends(bearer)) -> JobView:
-        service.check_job(job_id, token)
-        rec = await service.mutate(lambda c, now: c.moved(job_id, now, body.ok, body.reason, body.seq))
+        await service.check_call(job_id, token)
+        rec = await service.change(job_id, token, lambda c, now: c.moved(job_id, now, body.ok, body.reason, body.seq))
         return service.view(rec)
 
     @app.post("/v1/jobs/{job_id}/release", response_model=JobView)
     async def release(job_id: str, body: ReleaseRequest, token: str | None = Depends(bearer)) -> JobView:
-        service.check_job(job_id, token)
-        def run(c: ControlPlane, now: float) -> tuple[JobRecord, bool]:
-            repeat = c.is_repeat_release(job_id, body.phase, body.grant_seq)
-            return (c.release(job_id, body.phase, body.grant_seq, body.duration_s, now, body.failed, body.restart),
-                    repeat)
+        def repeats(rec: JobRecord) -> bool:
+            return ControlPlane.repeats_release(rec, body.phase, body.grant_seq)
 
-        rec, repeat = await service.mutate(run)
-        if not repeat and not body.failed:  # a retried release is answered, not counted again
+        rec, _ = await service.check_call(job_id, token, repeats)
+        if not rec.live:
+            return service.view(rec)  # a departed run's last release, repeated
+        applied: list[bool] = []  # (said by the change that applied it: a repeat is answered, not counted again)
+
+        def run(c: ControlPlane, now: float) -> JobRecord:
+            repeat = c.is_repeat_release(job_id, body.phase, body.grant_seq)
+            rec = c.release(job_id, body.phase, body.grant_seq, body.duration_s, now, body.failed, body.restart)
+            applied[:] = [not repeat]
+            return rec
+
+        rec = await service.change(job_id, token, run, repeats)
+        if applied == [True] and not body.failed:
             service.metrics.phase_seconds.labels(body.phase).observe(body.duration_s)
         return service.view(rec)
 
     @app.post("/v1/jobs/{job_id}/heartbeat", response_model=HeartbeatResponse)
     async def heartbeat(job_id: str, body: HeartbeatRequest, token: str | None = Depends(bearer)) -> HeartbeatResponse:
-        rec, _ = service.check_job(job_id, token)
-        if not rec.live:
-            raise JobEnded("job_id", f"{job_id!r} has departed ({rec.state}: {rec.end_reason})", rec.state)
+        rec, _ = await service.check_call(job_id, token)
         if body.progress is not None:
-            rec = await service.mutate(lambda c, _now: c.report_progress(job_id, body.progress))
+            rec = await service.change(job_id, token, lambda c, _now: c.report_progress(job_id, body.progress))
         return HeartbeatResponse(job_id=job_id, state=rec.state, lease_s=service.config.lease_s,
                                  grace_s=service.config.grace_s)
 
     @app.post("/v1/jobs/{job_id}/progress", response_model=JobView)
     async def progress(job_id: str, body: ProgressRequest, token: str | None = Depends(bearer)) -> JobView:
-        service.check_job(job_id, token)
-        return service.view(await service.mutate(lambda c, _now: c.report_progress(job_id, body.fraction)))
+        await service.check_call(job_id, token)
+        return service.view(await service.change(job_id, token,
+                                                 lambda c, _now: c.report_progress(job_id, body.fraction)))
 
     @app.post("/v1/jobs/{job_id}/tail", response_model=TailResponse)
     async def tail(job_id: str, body: TailRequest, token: str | None = Depends(bearer)) -> TailResponse:
-        service.check_job(job_id, token)
-        keep = await service.mutate(lambda c, now: c.tail(job_id, body.fraction, now))
-        return TailResponse(keep_gpus=keep, job=service.view(cp().record(job_id)))
+        await service.check_call(job_id, token)
+        keep, rec = await service.change(job_id, token,
+                                         lambda c, now: (c.tail(job_id, body.fraction, now), c.record(job_id)))
+        return TailResponse(keep_gpus=keep, job=service.view(rec))
 
     @app.post("/v1/jobs/{job_id}/complete", response_model=JobView)
     async def complete(job_id: str, token: str | None = Depends(bearer)) -> JobView:
-        service.check_job(job_id, token)
-        return service.view(await service.mutate(lambda c, now: c.complete(job_id, now)))
+        def repeats(rec: JobRecord) -> bool:
+            return rec.state == DONE
+
+        rec, _ = await service.check_call(job_id, token, repeats)
+        if rec.live:
+            rec = await service.change(job_id, token, lambda c, now: c.complete(job_id, now), repeats)
+        return service.view(rec)
 
     @app.post("/v1/jobs/{job_id}/cancel", response_model=JobView)
     async def cancel(job_id: str, token: str | None = Depends(bearer)) -> JobView:
-        _, by_admin = service.check_job(job_id, token)
-        reason = "cancelled by the admin" if by_admin else "cancelled by the job"
-        return service.view(await service.mutate(lambda c, now: c.cancel(job_id, now, reason)))
+        def repeats(rec: JobRecord) -> bool:
+            return rec.state == CANCELLED
+
+        rec, by_admin = await service.check_call(job_id, token, repeats)
+        if rec.live:
+            reason = "cancelled by the admin" if by_admin else "cancelled by the job"
+            rec = await service.change(job_id, token, lambda c, now: c.cancel(job_id, now, reason), repeats)
+        return service.view(rec)
 
     @app.get("/v1/status")
     async def status(token: str | None = Depends(bearer)) -> dict:
