@@ -96,7 +96,7 @@ def plot(record: dict, windows: dict, path: Path) -> None:
     colours = {"service": "tab:orange", "in-process": "tab:green"}
     for name, (a, b) in windows.items():
         ax.axvspan(a, b, color=colours[name], alpha=0.2, label=f"{name} calls")
-    ax.set_xlabel("seconds since the service started")
+    ax.set_xlabel("seconds since the service was ready")
     ax.set_ylabel("replicas")
     ax.set_yticks(range(0, max(n) + 2))
     ax.legend(loc="upper right", fontsize=8)
@@ -123,21 +123,23 @@ def main() -> None:
     model, _ = train_reward_model()
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     with running_service(max_replicas=args.max_replicas, weights=weights):
-        monitor = ReplicaMonitor().start()
-        actors = [Client.remote(weights) for _ in range(args.clients)]
-        ray.get([a.run.remote([batches[0][0]], args.kind, "service") for a in actors])  # connect, warm up
-        windows = {}
-        t0 = monitor.elapsed()
-        service_ms, service_rewards, service_wall = phase(actors, batches, args.kind, "service")
-        windows["service"] = (t0, t0 + service_wall)
-        deadline = time.monotonic() + args.idle_s
-        while running_replicas() > 1 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        t0 = monitor.elapsed()
-        local_ms, local_rewards, local_wall = phase(actors, batches, args.kind, "in-process")
-        windows["in-process"] = (t0, t0 + local_wall)
-        time.sleep(1.0)
-        monitor.stop()
+        monitor = ReplicaMonitor().start()  # its clock: seconds since the service was ready
+        try:
+            actors = [Client.remote(weights) for _ in range(args.clients)]
+            ray.get([a.run.remote([batches[0][0]], args.kind, "service") for a in actors])  # connect, warm up
+            windows = {}
+            t0 = monitor.elapsed()
+            service_ms, service_rewards, service_wall = phase(actors, batches, args.kind, "service")
+            windows["service"] = (t0, t0 + service_wall)
+            deadline = time.monotonic() + args.idle_s
+            while running_replicas() > 1 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            t0 = monitor.elapsed()
+            local_ms, local_rewards, local_wall = phase(actors, batches, args.kind, "in-process")
+            windows["in-process"] = (t0, t0 + local_wall)
+            time.sleep(1.0)
+        finally:
+            monitor.stop()  # before running_service shuts Serve and Ray down, even on failure
     same = service_rewards == local_rewards
     record = summary(service_ms, monitor)
     report = {"reward_service": record, "service": percentiles(service_ms, service_wall),
@@ -156,7 +158,7 @@ def main() -> None:
     print(f"replicas max {record['replicas_max']}; replicas over time (t s, n) at changes: "
           + ", ".join(f"({t:.1f}, {n})" for k, (t, n) in enumerate(record["replicas_over_time"])
                       if k == 0 or n != record["replicas_over_time"][k - 1][1]))
-    print("calls (s since the service started): " + ", ".join(
+    print("calls (s since the service was ready): " + ", ".join(
         f"{name} {a:.1f}-{b:.1f}" for name, (a, b) in windows.items()))
     print(f"wrote {args.out} and {args.plot}")
 

@@ -91,10 +91,51 @@ def test_learned_model_scores_an_empty_batch():
     ([("sort", "^4071>", None)], r"items\[0\]="), ([("sort", "^4071>", "0147"), ("nope", "^4071>", "0147")],
                                                    r"items\[1\]\.task='nope'"),
     ([("add", "^37+48=", "085"), ("reverse", "", "1")], r"items\[1\]\.prompt=''"),
+    ([("reverse", "^1234>", "4321"), ("reverse", "^1234>", "ab\u00e9\x00")], r"items\[1\]\.completion='ab"),
+    ([("add", "^37+48=", "08 ")], r"items\[0\]\.completion='08 ': expected characters from '\^0123456789\+=>'"),
 ])
 def test_check_items_names_the_first_bad_item(items, field):
     with pytest.raises(SpecError, match=field):
         check_items(items)
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"min_replicas": -1}, "min_replicas=-1"), ({"min_replicas": 1.5}, "min_replicas=1.5"),
+    ({"min_replicas": 3, "max_replicas": 1}, "max_replicas=1: expected an integer >= 1 and >= min_replicas"),
+    ({"max_replicas": 0}, "max_replicas=0"), ({"max_replicas": True}, "max_replicas=True"),
+    ({"target_ongoing_requests": 0}, "target_ongoing_requests=0"),
+    ({"target_ongoing_requests": float("nan")}, "target_ongoing_requests=nan"),
+])
+def test_start_service_refuses_bad_scaling_before_fitting_the_model(monkeypatch, options, field):
+    """(they reached Serve after the model was fitted, some only as its own error, some not at all)"""
+    import rollmux.reward_service as reward_service
+
+    def no_fit(*_args, **_kwargs):
+        raise AssertionError("the model was fitted before the options were checked")
+
+    monkeypatch.setattr(reward_service, "train_reward_model", no_fit)
+    with pytest.raises(SpecError, match=re.escape(field)):
+        reward_service.start_service(**options)
+
+
+def test_replica_monitor_before_start_and_when_its_poll_fails(monkeypatch):
+    """(stop() before start() raised RuntimeError, elapsed() AttributeError; a failing poll ended the
+    thread with a traceback)"""
+    import rollmux.reward_service as reward_service
+
+    idle = reward_service.ReplicaMonitor()
+    assert idle.elapsed() == 0.0 and idle.stop() == [] and idle.stop() == []
+    errors = []
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+
+    def gone(*_args):
+        raise RuntimeError("Serve is down")
+
+    monkeypatch.setattr(reward_service, "running_replicas", gone)
+    monitor = reward_service.ReplicaMonitor(interval_s=0.01).start()
+    monitor._thread.join(timeout=10)
+    assert not monitor._thread.is_alive() and errors == [] and monitor.stop() == []
+    assert monitor.elapsed() > 0
 
 
 @pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), "5", True])
@@ -175,7 +216,11 @@ def test_http_refuses_malformed_requests_with_422_naming_the_field(service):
               ({"items": [good], "kind": "bogus"}, "kind"), ({"items": [good], "kinds": "exact"}, "kinds"),
               ({"items": [good, ["nope", "^4071>", "0147"]]}, "items[1].task"),
               ({"items": [["reverse", "", "1"]]}, "items[0].prompt"), ({"items": [["add", "^ab+cd=", "000"]]},
-                                                                    "items[0].prompt")]
+                                                                    "items[0].prompt"),
+              ({"items": [good, ["sort", "^4071>", "ab\u00e9"]], "kind": "learned"}, "items[1].completion"),
+              ({"items": [good, ["sort", "^4071>", "ab\u00e9"]], "kind": "exact"}, "items[1].completion"),
+              ({"items": [["sort", "^4071>", "01", "7"]]}, "items[0]"),
+              ({"items": [["sort", 5, "0147"]]}, "items[0][1]")]
     for body, field in bodies:
         kw = {"content": body} if isinstance(body, bytes) else {"json": body}
         answer = httpx.post(url, timeout=60, **kw)
@@ -194,6 +239,10 @@ def test_handle_refuses_bad_items_naming_them_and_times_out_boundedly(service):
     client = RewardClient()
     with pytest.raises(SpecError, match=re.escape("items[1].prompt=''")):
         client.score([("sort", "^4071>", "0147"), ("reverse", "", "1")])
+    odd = "ab\u00e9\x00"
+    for kind in ("exact", "learned"):  # (the learned kind refused it as 'text', the exact one scored it)
+        with pytest.raises(SpecError, match=re.escape(f"items[1].completion={odd!r}")):
+            client.score([("sort", "^4071>", "0147"), ("sort", "^4071>", odd)], kind)
     assert client.score([], "learned") == [] and client.score([], "exact") == []
     hurried = RewardClient(timeout_s=1e-4)
     with pytest.raises(RewardServiceTimeout, match="reward service app 'rewards': no rewards after 0.0001 s"):

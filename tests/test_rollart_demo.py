@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rollmux.grpo.algorithm import grpo_loss
-from rollmux.grpo.profiles import ROLLOUT_HEAVY
+from rollmux.grpo.profiles import ROLLOUT_HEAVY, ROLLOUT_HEAVY_WIDE
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("transformers")
@@ -21,6 +21,7 @@ from rollmux.runtime.ray_start import start_ray  # noqa: E402 (needs ray)
 PROFILE = replace(ROLLOUT_HEAVY, name="reverse-async-test", prompts=16, samples=8, gen_batch=8, epochs=4,
                   minibatch=64)
 AGENT = replace(ROLLOUT_HEAVY, name="reverse-agent-test", prompts=4, samples=4, gen_batch=8, minibatch=48)
+ADD_AGENT = replace(ROLLOUT_HEAVY_WIDE, name="add-agent-test", prompts=2, samples=4, gen_batch=4, minibatch=24)
 
 
 @pytest.mark.parametrize("args, says", [
@@ -76,6 +77,40 @@ def test_multi_turn_next_prompt_and_training_layout():
     b = training_batch(p, r)
     assert b["prompts"].shape == (4, 6) and b["completions"].shape == (4, 4)
     assert b["rewards"].tolist() == [0.75, 0.5, 0.75, 0.5]  # (turn, sample) rows, trajectory rewards
+
+
+def test_rollart_demo_stops_the_replica_monitor_when_a_run_fails(tmp_path, monkeypatch):
+    """(the monitor's thread still polled when Serve and Ray went down after a failed run; a poll after
+    that could start a new local Ray); runs before the module's Ray starts, as run_rollart starts its own"""
+    import threading
+    import time
+
+    from ray import serve
+
+    import rollmux.grpo.async_grpo as async_grpo
+    import rollmux.grpo.driver as driver
+    from rollmux.demo_rollart import run_rollart
+
+    def failing_run(*_args, **_kwargs):
+        time.sleep(1.0)  # the monitor takes a few samples
+        raise RuntimeError("the first GRPO run failed")
+
+    def monitors() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name == "reward-replicas"]
+
+    shutdown, at_shutdown = serve.shutdown, []
+
+    def recorded_shutdown() -> None:
+        at_shutdown.append(monitors())
+        shutdown()
+
+    monkeypatch.setattr(async_grpo, "run_async", failing_run)
+    monkeypatch.setattr(driver, "warm_start_weights", lambda profile: {})
+    monkeypatch.setattr(serve, "shutdown", recorded_shutdown)
+    with pytest.raises(RuntimeError, match="the first GRPO run failed"):
+        run_rollart(tmp_path, iterations=1, staleness=(1,), agentic_iterations=1, reward_service=True,
+                    log=lambda _: None)
+    assert at_shutdown == [[]] and monitors() == [] and not ray.is_initialized()
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +177,40 @@ def test_multi_turn_env_actors_are_called_and_trajectories_complete(local_ray):
         assert 0 < d["generation_busy_fraction"] <= 1
     # the per-turn barrier generates in full batches; trajectory-level takes what is ready
     assert all(r["generate_calls"] == turns * trajectories // 8 for r in runs["turn"].per_iteration)
+
+
+def test_multi_turn_add_episodes_complete_on_env_actors(local_ray):
+    """(the add task's next prompt was not an add prompt: the env actors raised at the second turn)"""
+    from rollmux.grpo.agentic import run_agentic
+    from rollmux.grpo.policy import build_policy
+
+    w = build_policy(ADD_AGENT.model, ADD_AGENT.seed).state_dict()
+    turns, trajectories = 3, ADD_AGENT.prompts * ADD_AGENT.samples
+    run = run_agentic(ADD_AGENT, 1, w, "trajectory", turns=turns, env_workers=2, base_delay_s=0.01, timeout_s=60)
+    assert sum(run.env_calls_by_worker) == 3 * trajectories * turns  # 1 iteration + 2 evaluations ("turn")
+    assert all(math.isfinite(x) for x in run.to_dict()["rewards"] + [run.reward_before, run.reward_after])
+
+
+def test_env_actor_failure_under_trajectory_schedule_is_raised_at_once(local_ray):
+    """(a failed step's exception was dropped: the rollout waited out timeout_s x turns, then raised an
+    empty TimeoutError); here every step fails: reverse environments get add prompts"""
+    import time
+
+    from rollmux.errors import SpecError
+    from rollmux.grpo.agentic import rollout_episodes, start_env_workers
+    from rollmux.grpo.policy import build_policy
+
+    envs = start_env_workers("reverse", 2, 0.01)
+    try:
+        ray.get([e.stats.remote() for e in envs], timeout=60)  # the actors are up before timing
+        model = build_policy(ADD_AGENT.model, ADD_AGENT.seed)
+        t0 = time.monotonic()
+        with pytest.raises(SpecError, match="expected a prompt of task 'reverse'"):
+            rollout_episodes(model, ADD_AGENT, 0, envs, 3, "trajectory", timeout_s=30)
+        assert time.monotonic() - t0 < 15
+    finally:
+        for e in envs:
+            ray.kill(e)
 
 
 @pytest.mark.slow

@@ -67,6 +67,18 @@ def test_live_three_jobs_quick(tmp_path):
     assert doc["reward_service"]["calls"] > 0 and doc["reward_service"]["replicas_max"] >= 1
 
 
+@pytest.mark.parametrize("values, before, after", [
+    ([0.1], 0.1, 0.1), ([0.1, 0.3], 0.1, 0.3), ([0.1, 0.2, 0.3], 0.1, 0.3),
+    ([0.1, 0.2, 0.3, 0.4], 0.15, 0.35), ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], 0.15, 0.55),
+])
+def test_reward_before_and_after_are_means_of_disjoint_windows(values, before, after):
+    """(both were the mean of the first / last min(2, n) values: for n = 2 the same number, for n = 3
+    sharing the middle iteration)"""
+    from rollmux.demo_rollart import _edge
+
+    assert _edge(values, True) == pytest.approx(before) and _edge(values, False) == pytest.approx(after)
+
+
 def test_the_cli_has_the_live_option():
     from typer.testing import CliRunner
 

@@ -25,7 +25,8 @@ workers scoring through the service) and a synchronous GRPO job (``rollmux.grpo.
 The planner keeps the asynchronous job in a group of its own (R0 + T0) and packs the two
 synchronous ones into one co-execution group (R1 + T1) whose phases it interleaves.
 ``summary.json``: per job its group and nodes, iterations, wall time per iteration, the
-batch reward before / after (mean of the first / last two iterations), the staleness used;
+batch reward before / after (``_edge``: the mean of the first / last k = min(2, n // 2) of the
+n iterations, at least one, so the two windows never share an iteration when n >= 2), the staleness used;
 ``phases`` (every phase span per node, seconds from the start, as the jobs' SDKs measured
 them) and ``checks`` (no two phases overlapped on a node; each synchronous job alternated;
 the asynchronous job's rollout i+1 overlapped its training i and never ran more than k
@@ -107,8 +108,8 @@ def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1,
     service_record = None
     start_ray(lambda: ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
                                _node_ip_address="127.0.0.1"))
+    monitor = None
     try:
-        monitor = None
         if reward_service:
             from rollmux.reward_service import ReplicaMonitor, start_service
 
@@ -137,6 +138,8 @@ def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1,
                 f"{d['generation_busy_fraction']:.2f}  env calls {run.env_calls_by_worker}  "
                 f"reward {run.reward_before:.3f} -> {run.reward_after:.3f}")
     finally:
+        if monitor is not None:
+            monitor.stop()  # before Serve and Ray go down (idempotent): its polls would start a new Ray
         if reward_service:
             from ray import serve
 
@@ -237,14 +240,15 @@ def run_rollart_live(out: Path, iterations: int = 6, agentic_iterations: int | N
                 client.close()
         finally:
             if monitor is not None:
-                from ray import serve
-
                 from rollmux.reward_service import summary
 
-                monitor.stop()
+                monitor.stop()  # before Serve and Ray go down: its polls would start a new Ray
                 latencies = [*runs["async-k1"].reward_latencies_ms, *runs["agentic"].reward_latencies_ms] if runs \
                     else []
                 service_record = summary(latencies, monitor)
+            if app is not None:
+                from ray import serve
+
                 serve.shutdown()
     assert not ray.is_initialized()
     doc = live_summary(runs, handles, events, status, staleness, t0, counts)
@@ -261,7 +265,9 @@ def run_rollart_live(out: Path, iterations: int = 6, agentic_iterations: int | N
 
 
 def _edge(values: list[float], first: bool) -> float:
-    k = min(2, len(values))
+    """The mean of the first (``first``) or last k of the n ``values``, k = min(2, n // 2) but at
+    least 1: disjoint windows for n >= 2 (for n = 1 both are the one value)."""
+    k = max(1, min(2, len(values) // 2))
     return statistics.fmean(values[:k] if first else values[-k:])
 
 
@@ -408,7 +414,7 @@ def plot(summary_doc: dict, out: Path) -> None:
         fig, ax = plt.subplots(figsize=(6, 3))
         t, n = zip(*service["replicas_over_time"]) if service["replicas_over_time"] else ((), ())
         ax.step(t, n, where="post")
-        ax.set_xlabel("s since the service started")
+        ax.set_xlabel("s since the service was ready")
         ax.set_ylabel("running replicas")
         ax.set_title(f"reward service: {service['calls']} calls, p50 {service['p50_ms']:.1f} ms")
         fig.tight_layout()

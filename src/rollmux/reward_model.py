@@ -32,8 +32,10 @@ PAD_ID = VOCAB_SIZE
 
 def check_items(items: list[Item]) -> None:
     """Raises ``SpecError`` naming the first bad item (``items[i]``, or ``items[i].task`` /
-    ``items[i].prompt``) unless ``items`` is a list of ``(task, prompt, completion)`` strings
-    with a known task and a prompt of that task's form (``Task.answer``)."""
+    ``items[i].prompt`` / ``items[i].completion``) unless ``items`` is a list of ``(task,
+    prompt, completion)`` strings with a known task, a prompt of that task's form
+    (``Task.answer``) and a completion of characters of the tasks' vocabulary
+    (``rollmux.grpo.task.CHARS``, what ``encode`` takes), so both reward kinds take the same items."""
     if not isinstance(items, (list, tuple)):
         raise SpecError("items", items, "a list of (task, prompt, completion) items")
     for i, item in enumerate(items):
@@ -43,6 +45,10 @@ def check_items(items: list[Item]) -> None:
             get_task(item[0]).answer(item[1])
         except SpecError as err:
             raise SpecError(f"items[{i}].{err.field}", err.value, err.expected) from err
+        try:
+            encode(item[2])
+        except SpecError as err:
+            raise SpecError(f"items[{i}].completion", item[2], err.expected) from err
 
 
 def exact_rewards(items: list[Item]) -> list[float]:
@@ -96,7 +102,8 @@ def training_items(rng: random.Random, n: int) -> list[Item]:
     return items
 
 
-def train_reward_model(steps: int = 200, seed: int = 0, batch: int = 128, lr: float = 3e-3) -> tuple[RewardModel, list[float]]:
+def train_reward_model(steps: int = 200, seed: int = 0, batch: int = 128,
+                       lr: float = 3e-3) -> tuple[RewardModel, list[float]]:
     """A ``RewardModel`` fitted for ``steps`` Adam steps (mean squared error to the exact
     reward); returns it and the loss per step."""
     torch.manual_seed(seed)

@@ -11,7 +11,8 @@ reward computation moved out of every job's rollout workers into one elastic ser
   takes ``POST /rewards`` with ``{"items": [[task, prompt, completion], ...], "kind": ...}``
   (``RewardRequest``) and answers ``{"rewards": [...]}``, or 422 with
   ``{"error": ..., "field": ...}`` naming the bad field (invalid JSON, a missing or
-  mistyped ``items``, an unknown ``kind`` or task, a prompt not of its task's form).
+  mistyped ``items``, an unknown ``kind`` or task, a prompt not of its task's form, a
+  completion with a character outside the tasks' vocabulary).
   Through a handle, the same misuse raises ``SpecError`` naming the field
   (``rollmux.reward_model.check_items``).
 * ``start_service(...)`` deploys it on the connected Ray cluster, waits at most
@@ -24,7 +25,8 @@ reward computation moved out of every job's rollout workers into one elastic ser
   (``serve.get_app_handle``), raises ``RewardServiceTimeout`` when no rewards come
   within ``timeout_s``, and records each call's latency in ``latencies_ms``.
 * ``ReplicaMonitor``: a background thread polling ``serve.status()`` for the number of
-  running replicas; ``summary(latencies_ms, monitor)`` gives the report's
+  running replicas (stop it before ``serve.shutdown()``: a poll after Ray is down would
+  start a new local Ray); ``summary(latencies_ms, monitor)`` gives the report's
   ``{"calls", "p50_ms", "p99_ms", "replicas_max", "replicas_over_time"}``.
 
 Every listener is on 127.0.0.1; without ``http_port`` no HTTP proxy starts at all.
@@ -81,6 +83,18 @@ def _check_seconds(field: str, value: object) -> None:
         raise SpecError(field, value, "a positive, finite number of seconds")
 
 
+def _check_scaling(min_replicas: object, max_replicas: object, target_ongoing_requests: object) -> None:
+    """Raises ``SpecError`` unless 0 <= ``min_replicas`` <= ``max_replicas``, ``max_replicas`` >= 1
+    (integers) and ``target_ongoing_requests`` is a positive, finite number."""
+    if isinstance(min_replicas, bool) or not isinstance(min_replicas, int) or min_replicas < 0:
+        raise SpecError("min_replicas", min_replicas, "an integer >= 0")
+    if isinstance(max_replicas, bool) or not isinstance(max_replicas, int) or max_replicas < max(1, min_replicas):
+        raise SpecError("max_replicas", max_replicas, f"an integer >= 1 and >= min_replicas ({min_replicas})")
+    if isinstance(target_ongoing_requests, bool) or not isinstance(target_ongoing_requests, (int, float)) \
+            or not (math.isfinite(target_ongoing_requests) and target_ongoing_requests > 0):
+        raise SpecError("target_ongoing_requests", target_ongoing_requests, "a positive, finite number")
+
+
 @serve.deployment(name=DEPLOYMENT, ray_actor_options={"num_cpus": REPLICA_CPUS}, max_ongoing_requests=2,
                   graceful_shutdown_timeout_s=REPLICA_DRAIN_S)
 class RewardService:
@@ -122,12 +136,15 @@ def start_service(max_replicas: int = 4, min_replicas: int = 1, target_ongoing_r
     return its handle once a replica runs. The learned model has ``weights`` (a
     ``RewardModel`` state_dict), or, when None, is fitted here (``train_reward_model(model_steps, seed)``).
 
-    Raises ``SpecError`` on a ``ready_timeout_s`` that is not a positive, finite number of
-    seconds (before anything starts), and ``RewardServiceTimeout`` when no replica runs
+    Raises ``SpecError`` (before anything starts, the model fit included) on a ``ready_timeout_s``
+    that is not a positive, finite number of seconds, on ``min_replicas`` / ``max_replicas`` not
+    integers with 0 <= min <= max and max >= 1, or on a ``target_ongoing_requests`` that is not a
+    positive, finite number; and ``RewardServiceTimeout`` when no replica runs
     within it (e.g. no ``REPLICA_CPUS`` CPUs free to place one); the app is then deleted
     (Serve itself stays up, as ``running_service`` shuts it down).
     """
     _check_seconds("ready_timeout_s", ready_timeout_s)
+    _check_scaling(min_replicas, max_replicas, target_ongoing_requests)
     if weights is None:
         model, _ = train_reward_model(model_steps, seed)
         weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -220,11 +237,18 @@ def running_replicas(app: str = APP, deployment: str = DEPLOYMENT) -> int:
 
 class ReplicaMonitor:
     """Polls ``running_replicas`` every ``interval_s`` in a daemon thread between
-    ``start()`` and ``stop()``; ``samples`` holds [seconds since start, replicas]."""
+    ``start()`` and ``stop()``; ``samples`` holds [seconds since start, replicas].
+
+    Stop it before ``serve.shutdown()`` / ``ray.shutdown()`` (in a ``finally``): a poll after
+    Ray is down would start a new local Ray. A poll that raises ends the thread quietly
+    (``samples`` keeps what it had). ``stop()`` returns ``samples`` and may be called any
+    number of times, also before ``start()`` (nothing to stop); ``elapsed()`` is 0.0 before
+    ``start()``."""
 
     def __init__(self, app: str = APP, deployment: str = DEPLOYMENT, interval_s: float = 0.25) -> None:
         self.app, self.deployment, self.interval_s = app, deployment, interval_s
         self.samples: list[list[float]] = []
+        self._t0: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reward-replicas", daemon=True)
 
@@ -235,21 +259,25 @@ class ReplicaMonitor:
 
     def stop(self) -> list[list[float]]:
         self._stop.set()
-        self._thread.join()
+        if self._t0 is not None:
+            self._thread.join()
         return self.samples
 
     def elapsed(self) -> float:
-        """Seconds since ``start()``, on the clock of ``samples``."""
-        return time.perf_counter() - self._t0
+        """Seconds since ``start()``, on the clock of ``samples`` (0.0 before ``start()``)."""
+        return 0.0 if self._t0 is None else time.perf_counter() - self._t0
 
     def latest(self) -> int:
         return int(self.samples[-1][1]) if self.samples else 0
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            n = running_replicas(self.app, self.deployment)
-            self.samples.append([round(self.elapsed(), 3), n])
-            self._stop.wait(self.interval_s)
+        try:
+            while not self._stop.is_set():
+                n = running_replicas(self.app, self.deployment)
+                self.samples.append([round(self.elapsed(), 3), n])
+                self._stop.wait(self.interval_s)
+        except Exception:  # Serve or Ray went away under the poll: stop sampling, quietly
+            return
 
 
 def summary(latencies_ms: list[float], monitor: ReplicaMonitor) -> dict:

@@ -10,9 +10,11 @@ and produces the next prompt. The environment step does real work and waits:
   few ms of CPU), and a simulated tool / sandbox latency (``asyncio.sleep``) drawn per
   (trajectory, turn) from a seeded heavy-tailed distribution (``base_delay_s`` times
   1 + 4 u^4, u uniform: mostly near the base, sometimes 5x);
-* the next prompt: the answer with any non-digit character replaced by the reference's
-  digit, rotated left by one (``"^1234>"`` answered ``"43+1"``: ``"4321"`` -> ``"^3214>"``; see
-  ``next_prompt``), so later turns depend on what the policy generated.
+* the next prompt, a prompt of the same task made from the answer: its non-digit
+  characters replaced by the reference's digits, rotated left by one (``"^1234>"`` answered
+  ``"43+1"``: ``"4321"`` -> ``"^3214>"``; an ``add`` answer's three digits make both addends:
+  ``"085"`` -> ``"850"`` -> ``"^85+50="``; see ``next_prompt``), so later turns depend on what
+  the policy generated.
 
 An ``EnvWorker`` is an async actor (``max_concurrency`` steps at once: the verification
 runs one at a time, the waits overlap), as an environment service with I/O would be.
@@ -67,9 +69,18 @@ BATCH_WAIT_S = 0.01
 
 
 def next_prompt(prompt: str, completion: str, answer: str) -> str:
-    """The environment's next prompt: the answer with non-digits repaired from the reference, rotated left by one."""
+    """The environment's next prompt, a prompt of ``prompt``'s task (deterministic): the
+    ``completion`` with each non-digit replaced by the reference ``answer``'s digit there,
+    rotated left by one (digits r). For ``reverse`` and ``sort`` (4 digits, the prompt ends
+    with ``>``): BOS + r + ``>`` (``"^1234>"`` answered ``"43+1"``: ``"4321"`` -> ``"^3214>"``).
+    For ``add`` (3 digits, the prompt ends with ``=``): r's first two and last two digits are
+    the addends, BOS + r[:2] + ``+`` + r[1:] + ``=`` (``"^37+48="`` answered ``"08+"``:
+    ``"085"`` -> ``"850"`` -> ``"^85+50="``)."""
     digits = "".join(c if c.isdigit() else r for c, r in zip(completion, answer))
-    return f"{BOS}{digits[1:]}{digits[0]}{prompt[-1]}"
+    rotated = digits[1:] + digits[0]
+    if prompt.endswith("="):
+        return f"{BOS}{rotated[:2]}+{rotated[1:]}="
+    return f"{BOS}{rotated}{prompt[-1]}"
 
 
 def env_delay_s(seed: int, trajectory: int, turn: int, base_delay_s: float) -> float:
@@ -79,10 +90,12 @@ def env_delay_s(seed: int, trajectory: int, turn: int, base_delay_s: float) -> f
 
 
 class EnvWorker:
-    """One environment server (a Ray async actor): verification on its CPU, then the tool wait."""
+    """One environment server (a Ray async actor): verification on its CPU, then the tool wait.
+    With ``reward_app`` each answer is scored by that reward service, waiting at most
+    ``reward_timeout_s`` for it."""
 
     def __init__(self, task: str, base_delay_s: float = 0.03, verify_rounds: int = 300, seed: int = 0,
-                 reward_app: str | None = None) -> None:
+                 reward_app: str | None = None, reward_timeout_s: float = 30.0) -> None:
         self.task = get_task(task)
         self.base_delay_s = base_delay_s
         self.verify_rounds = verify_rounds
@@ -90,17 +103,27 @@ class EnvWorker:
         self.calls = 0
         self.busy_s = 0.0
         self.reward_app = reward_app
+        self.reward_timeout_s = reward_timeout_s
         self.reward_latencies_ms: list[float] = []
         self._reward_handle = None
 
     async def _score(self, prompt: str, completion: str) -> float:
-        """The answer's exact reward from the shared reward service (``reward_app``)."""
+        """The answer's exact reward from the shared reward service (``reward_app``); raises
+        ``RewardServiceTimeout`` (the call cancelled) when none comes within ``reward_timeout_s``."""
+        from rollmux.reward_service import RewardServiceTimeout
+
         if self._reward_handle is None:
             from ray import serve
 
             self._reward_handle = serve.get_app_handle(self.reward_app)
         t0 = time.perf_counter()
-        scores = await self._reward_handle.score.remote([(self.task.name, prompt, completion)], "exact")
+        response = self._reward_handle.score.remote([(self.task.name, prompt, completion)], "exact")
+        try:
+            scores = await asyncio.wait_for(response, self.reward_timeout_s)
+        except asyncio.TimeoutError as err:
+            response.cancel()
+            raise RewardServiceTimeout(f"reward service app {self.reward_app!r}: no reward after "
+                                       f"{self.reward_timeout_s:g} s for an environment step") from err
         self.reward_latencies_ms.append((time.perf_counter() - t0) * 1000.0)
         return float(scores[0])
 
@@ -123,10 +146,12 @@ class EnvWorker:
 
 
 def start_env_workers(task: str, count: int = 3, base_delay_s: float = 0.03, seed: int = 0,
-                      max_concurrency: int = 64, reward_app: str | None = None) -> list:
+                      max_concurrency: int = 64, reward_app: str | None = None,
+                      reward_timeout_s: float = 30.0) -> list:
     """``count`` EnvWorker actors on the connected Ray cluster (no CPU claimed)."""
     cls = ray.remote(num_cpus=0, max_concurrency=max_concurrency)(EnvWorker)
-    return [cls.remote(task, base_delay_s, seed=seed, reward_app=reward_app) for _ in range(count)]
+    return [cls.remote(task, base_delay_s, seed=seed, reward_app=reward_app, reward_timeout_s=reward_timeout_s)
+            for _ in range(count)]
 
 
 @dataclass(slots=True)
@@ -165,7 +190,9 @@ class _Generator:
 
 def rollout_episodes(model, profile: JobProfile, step: int, envs: list, turns: int, schedule: str,
                      timeout_s: float = 120.0, batch_wait_s: float = BATCH_WAIT_S) -> Rollout:
-    """Run ``prompts x samples`` trajectories of ``turns`` turns with ``schedule``; every wait is bounded."""
+    """Run ``prompts x samples`` trajectories of ``turns`` turns with ``schedule``; every wait is bounded.
+    A failed environment step (the env actor's or the reward service's exception) is raised
+    as soon as it is seen, under either schedule (``"trajectory"``: ``_trajectory_loop``)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule {schedule!r}: one of {SCHEDULES}")
     task = get_task(profile.task)
@@ -213,8 +240,13 @@ def rollout_episodes(model, profile: JobProfile, step: int, envs: list, turns: i
 
 async def _trajectory_loop(n, turns, gen_batch, gen, prompts, completions, env_step, absorb,
                            batch_wait_s: float) -> None:
+    """The "trajectory" schedule. Each environment step is awaited by a task of its own; the
+    first one to fail ends the loop (at the latest once the generation call under way returns)
+    and its exception is raised; on any exit the steps still awaited are cancelled and
+    collected, so no task outlives the loop and none has an unretrieved exception."""
     loop = asyncio.get_running_loop()
-    ready: asyncio.Queue[int] = asyncio.Queue()
+    # a trajectory ready to generate, or the exception of a failed environment step
+    ready: asyncio.Queue[int | BaseException] = asyncio.Queue()
     for i in range(n):
         ready.put_nowait(i)
     waiting: set[asyncio.Task] = set()
@@ -225,27 +257,46 @@ async def _trajectory_loop(n, turns, gen_batch, gen, prompts, completions, env_s
         if len(completions[i]) < turns:
             ready.put_nowait(i)
 
-    while done < n * turns:
-        batch = [await ready.get()]
-        close = loop.time() + batch_wait_s  # a short window for more ready trajectories
-        while len(batch) < gen_batch:
-            if not ready.empty():
-                batch.append(ready.get_nowait())
-                continue
-            if loop.time() >= close:
-                break
-            try:
-                batch.append(await asyncio.wait_for(ready.get(), close - loop.time()))
-            except asyncio.TimeoutError:
-                break
-        outs = await loop.run_in_executor(gen.pool, gen, [prompts[i][-1] for i in batch])
-        for i, c in zip(batch, outs):
-            completions[i].append(c)
-            task = asyncio.ensure_future(wait_env(i, env_step(i)))
-            waiting.add(task)
-            task.add_done_callback(waiting.discard)
-        done += len(batch)
-    await asyncio.gather(*waiting)
+    def settled(task: asyncio.Task) -> None:
+        waiting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            ready.put_nowait(task.exception())
+
+    def checked(item: int | BaseException) -> int:
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    try:
+        while done < n * turns:
+            batch = [checked(await ready.get())]
+            close = loop.time() + batch_wait_s  # a short window for more ready trajectories
+            while len(batch) < gen_batch:
+                if not ready.empty():
+                    batch.append(checked(ready.get_nowait()))
+                    continue
+                if loop.time() >= close:
+                    break
+                try:
+                    batch.append(checked(await asyncio.wait_for(ready.get(), close - loop.time())))
+                except asyncio.TimeoutError:
+                    break
+            outs = await loop.run_in_executor(gen.pool, gen, [prompts[i][-1] for i in batch])
+            for i, c in zip(batch, outs):
+                completions[i].append(c)
+                task = asyncio.ensure_future(wait_env(i, env_step(i)))
+                waiting.add(task)
+                task.add_done_callback(settled)
+            done += len(batch)
+        if waiting:  # the last steps: returns early on a failure
+            await asyncio.wait(set(waiting), return_when=asyncio.FIRST_EXCEPTION)
+        while not ready.empty():  # only failures are left to queue now
+            checked(ready.get_nowait())
+    finally:
+        pending = list(waiting)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def training_batch(profile: JobProfile, rollout: Rollout) -> dict:
@@ -355,7 +406,8 @@ def run_agentic_live(job, profile: JobProfile, iterations: int, weights: dict[st
 
     switches = [] if switches is None else switches
     run = AgenticRun(profile.name, schedule, iterations, turns, env_workers)
-    envs = start_env_workers(profile.task, env_workers, base_delay_s, seed=profile.seed, reward_app=reward_app)
+    envs = start_env_workers(profile.task, env_workers, base_delay_s, seed=profile.seed, reward_app=reward_app,
+                             reward_timeout_s=timeout_s)
     runner = None
     try:
         with job.lifetime():
