@@ -168,3 +168,49 @@ def test_the_papers_rollmux_at_equal_widths_is_within_3_percent_of_their_weave()
     jobs, _ = load_trace("production", cluster, 0)
     r = simulate(jobs, cluster, make_policy("rollmux", 0, acct), "worst", 0, accounting=acct)
     assert abs(r.cost_per_hour - 572.0) <= 0.03 * 572.0 and r.slo_attainment == 1.0
+
+
+def test_paper_json_is_standard_json_with_null_for_what_is_infinite(tmp_path):
+    """The paper's accounting has no host-memory limit (infinite GB) and a job cut off before
+    one iteration has an infinite slowdown: --json wrote ``Infinity``, which JSON parsers
+    refuse. They are null now."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,arrival_s,duration_s,rollout_gpus,train_gpus,t_roll_s,t_train_s,mem_roll_gb,"
+                     "mem_train_gb,slo,model\na,0,10000,8,8,200,200,10,10,1.5,7B\nb,10,100,8,8,200,200,10,10,1.5,7B\n")
+    path = tmp_path / "m.json"
+    r = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--accounting", "paper", "--policies", "rollmux",
+                                 "--json", str(path)])
+    assert r.exit_code == 0, r.output
+
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    data = json.loads(path.read_text(), parse_constant=refuse)
+    assert data["cluster"]["rollout"]["host_mem_gb"] is None and data["cluster"]["train"]["host_mem_gb"] is None
+    policy = data["policies"]["rollmux"]
+    b = next(j for j in policy["jobs"] if j["job_id"] == "b")
+    assert b["iterations"] == 0 and b["slowdown"] is None and b["e2e_slowdown"] is None
+    assert policy["per_kind"]["sync"]["mean_slowdown"] is None
+    assert next(j for j in policy["jobs"] if j["job_id"] == "a")["slowdown"] > 0  # finite figures stay numbers
+
+
+def test_a_phase_cut_by_a_fixed_departure_is_recorded_to_the_departure():
+    """A job leaving mid-phase at its fixed departure had that phase recorded (and drawn in
+    the Gantt) to its scheduled end: past the job's end, and over the phase that took its
+    node then. Here a leaves 200 s into a 300 s training, b (its rollout done) trains from
+    that instant on the same node, and b leaves 60 s into its last training."""
+    jobs = [_job("a", 0.0, duration=700.0, t_train=300.0, slo=3.0), _job("b", 10.0, duration=1_150.0, slo=3.0)]
+    r = _run(jobs, PAPER, record_spans=True)
+    end = {o.job_id: o.end_s for o in r.jobs}
+    assert end == {"a": 700.0, "b": 1_160.0} and r.outcomes["packed"] == 1
+    assert ("g0", "a", TRAIN, ("T0",), 500.0, 500.0, 700.0) in r.spans
+    assert ("g0", "b", TRAIN, ("T0",), 700.0, 700.0, 800.0) in r.spans
+    assert r.spans[-1] == ("g0", "b", TRAIN, ("T0",), 1_100.0, 1_100.0, 1_160.0)
+    assert all(s[4] <= s[5] <= s[6] <= end[s[1]] for s in r.spans)
+    lanes: dict[tuple[str, str], list] = {}
+    for gid, _, _, nodes, start, _, stop in r.spans:
+        for node in nodes:
+            lanes.setdefault((gid, node), []).append((start, stop))
+    for phases in lanes.values():
+        phases.sort()
+        assert all(nxt[0] >= prev[1] for prev, nxt in zip(phases, phases[1:]))

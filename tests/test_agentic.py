@@ -44,7 +44,9 @@ class InProcessEnv:
     def __init__(self, task: str, fail: tuple[int, int] | None = None) -> None:
         self.worker = EnvWorker(task, base_delay_s=0.01, verify_rounds=1)
         self.fail = fail
-        self.step = SimpleNamespace(remote=self._step)
+        # as a Ray actor call, the step starts at once and its result is awaited later (a bare coroutine
+        # never awaited, when the schedule ends first, would warn)
+        self.step = SimpleNamespace(remote=lambda *args: asyncio.ensure_future(self._step(*args)))
 
     async def _step(self, trajectory: int, turn: int, prompt: str, completion: str) -> dict:
         if (trajectory, turn) == self.fail:

@@ -136,8 +136,10 @@ def test_simulate_without_bounded_pools_keeps_the_per_iteration_table(tmp_path):
 
 
 def test_simulate_that_can_place_no_job_fails_naming_the_pool(tmp_path):
+    """Every policy asked for places nothing (co-location would: see the next test)."""
     cluster = _cluster_file(tmp_path, "rollout: {nodes: 0}\n")
-    r = runner.invoke(app, ["simulate", "--trace", str(small_trace(tmp_path, 5)), "--cluster", str(cluster)])
+    r = runner.invoke(app, ["simulate", "--trace", str(small_trace(tmp_path, 5)), "--cluster", str(cluster),
+                            "--policies", "rollmux,solo-d"])
     assert r.exit_code == 2
     assert "rollout pool" in r.output and "rollout.nodes = 0" in r.output
     assert "SLO met" not in r.output  # no table at all
@@ -604,3 +606,76 @@ def _costs(tmp_path, row: str, policies: str) -> dict[str, float]:
                             "--json", str(out)])
     assert r.exit_code == 0, r.output
     return {name: p["total_cost"] for name, p in json.loads(out.read_text())["policies"].items()}
+
+
+def test_a_policy_that_places_nothing_is_skipped_and_the_others_are_reported(tmp_path):
+    """No rollout node: rollmux can place nothing, colocated runs on the training nodes. The
+    CapacityError aborted the whole run and threw colocated's result away; now rollmux is
+    skipped with that error as its reason, like a skipped optimal curve, and exit 0."""
+    cluster = _cluster_file(tmp_path, "rollout: {nodes: 0}\n")
+    out = tmp_path / "rep"
+    r = runner.invoke(app, ["simulate", "--trace", str(small_trace(tmp_path, 5)), "--cluster", str(cluster),
+                            "--policies", "colocated,rollmux", "--json", str(out / "m.json"),
+                            "--html", str(out / "r.html"), "--jobs-csv", str(out / "j.csv"), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.stdout.split())
+    assert "rollmux: skipped: rollmux could place none of the 5 jobs: the rollout pool (rollout.nodes = 0)" in said
+    assert "Policies side by side (cost relative to colocated" in said
+    policies = json.loads((out / "m.json").read_text())["policies"]
+    assert len(policies["colocated"]["jobs"]) == 5 and policies["colocated"]["slo_attainment"] is not None
+    skipped = policies["rollmux"]
+    assert skipped["note"].startswith("skipped: rollmux could place none") and "rollout.nodes = 0" in skipped["note"]
+    assert skipped["jobs"] == [] and skipped["slo_attainment"] is None
+    page = (out / "r.html").read_text()
+    assert "<dt>rollmux (not shown)</dt><dd>skipped: rollmux could place none" in page
+    assert "No Gantt chart" not in page  # colocated's phases, recorded in rollmux's stead
+    assert (out / "gantt.png").stat().st_size > 1000
+    assert {row.split(",")[0] for row in (out / "j.csv").read_text().splitlines()[1:]} == {"colocated"}
+
+
+def test_without_rollmux_the_gantt_is_the_first_simulated_policy_s(tmp_path):
+    """``--policies optimal,solo-d``: spans were recorded for the first policy, the optimal
+    curve, which runs no phases: no Gantt, and --gantt-group refused in the simulator's words."""
+    trace = small_trace(tmp_path, 6)
+    html = tmp_path / "r.html"
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "optimal,solo-d", "--html", str(html),
+                            "--gantt-group", "g0"])
+    assert r.exit_code == 0, r.output
+    assert "solo-d: group g0, " in html.read_text() and "No Gantt chart" not in html.read_text()
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", "optimal", "--html", str(html),
+                            "--gantt-group", "g0"])
+    said = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and "--gantt-group g0: no policy run here executed phases" in said, r.output
+    assert "record_spans" not in said
+
+
+def test_out_s_files_are_checked_against_the_inputs_and_the_other_outputs(tmp_path):
+    """``--trace rc/gantt.png --out rc`` replaced the trace with the Gantt chart and
+    ``--out rc --jobs-csv rc/cost_over_time.png`` the CSV with a plot, both with exit 0."""
+    folder = tmp_path / "rc"
+    folder.mkdir()
+    trace = folder / "gantt.png"
+    write_trace(generate(4, seed=2), trace)
+    before = trace.read_bytes()
+    for args, needle in ((["--trace", str(trace)], f"--out (gantt.png) {trace}: is the file --trace reads"),
+                         (["--trace", str(small_trace(tmp_path, 4)), "--jobs-csv", str(folder / "cost_over_time.png")],
+                          "the same file as --jobs-csv")):
+        r = runner.invoke(app, ["simulate", *args, "--policies", "rollmux", "--out", str(folder)])
+        said = " ".join(r.stderr.split())
+        assert r.exit_code == 2 and needle in said, r.output
+        assert "trace" not in r.stdout  # refused before the trace was read
+    assert sorted(p.name for p in folder.iterdir()) == ["gantt.png"] and trace.read_bytes() == before
+
+
+def test_out_s_gantt_names_its_group_and_window(tmp_path, monkeypatch):
+    """gantt.png was titled "busiest group" with neither the group nor the window it shows."""
+    from rollmux.report import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "gantt", lambda spans, path, gpus, **kw: drawn.append(kw) or path)
+    r = runner.invoke(app, ["simulate", "--trace", str(small_trace(tmp_path, 8)), "--policies", "rollmux",
+                            "--out", str(tmp_path / "png")])
+    assert r.exit_code == 0, r.output
+    (kw,) = drawn
+    lo, hi = kw["window"]
+    assert kw["title"].startswith(f"rollmux: group {kw['group']}, {lo / 3600:,.2f}-{hi / 3600:,.2f} h: ")

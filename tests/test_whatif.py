@@ -270,7 +270,7 @@ def test_the_waiting_line_order_reaches_every_run(tmp_path):
                                                "--workers", "1", "--json", str(tmp_path / "w.json")])
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.split())
-    assert "1 configurations x 1 policy x 2 line orders = 2 runs" in flat
+    assert "1 configuration x 1 policy x 2 line orders = 2 runs" in flat
     assert "waiting line on bounded pools: fifo and backfill" in flat and "queue=fifo" in flat
     data = json.loads((tmp_path / "w.json").read_text())
     assert data["queues"] == ["fifo", "backfill"]
@@ -290,3 +290,16 @@ def test_the_frontier_plot_shows_a_dollar_in_a_pool_name_literally(tmp_path):
                 p95_wait_h=1.0 / n, slo_met=1.0) for n in (6, 8)]
     path = frontier_plot(rows, rows, rows[0], "owned", tmp_path / "f.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_progress_line_is_one_line_in_a_log(capsys):
+    """Without a terminal, stderr's console wrapped progress at 80 columns: a long line came
+    out as two or three lines of a log."""
+    from rollmux.cli_whatif import _Progress
+
+    row = Row({"pools[a-long-pool-name].nodes": 12, "rollout.price_per_gpu_hour": 1.85}, "rollmux",
+              error="rollmux could place none of the 200 jobs: the train pool (train.nodes = 0) cannot host them")
+    _Progress("owned", (True, False))(row, 1, 8)
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and len(err) > 100, err
+    assert err.startswith("[1/8] pools[a-long-pool-name].nodes=12 rollout.price_per_gpu_hour=1.85 rollmux: ")

@@ -164,7 +164,7 @@ def simulate(
     from rollmux.model import POOLS
     from rollmux.policies import make_policy
     from rollmux.report.paths import check_outputs, check_writable
-    from rollmux.report.tables import limit_lines, simulate_table
+    from rollmux.report.tables import job_count, limit_lines, simulate_table
     from rollmux.sim.engine import simulate as run
     from rollmux.sim.optimal_curve import optimal_curve
     from rollmux.traces.builtin import load_trace
@@ -177,7 +177,8 @@ def simulate(
     try:
         if out is not None:
             check_writable(out, "--out", directory=True)
-        check_outputs({"--json": json_path, "--jobs-csv": jobs_csv, "--html": html},
+        check_outputs({"--json": json_path, "--jobs-csv": jobs_csv, "--html": html,
+                       **{f"--out ({name})": out / name for name in (PLOT_NAMES if out is not None else ())}},
                       inputs={"--trace": trace, "--cluster": cluster})
         acct = ACCOUNTINGS[accounting.value]
         for name in names:
@@ -188,12 +189,13 @@ def simulate(
         _fail(err, {"trace": "--trace"})
     if not jobs:
         _fail(RollMuxError(f"--trace {trace}: the trace holds no jobs"))
-    console.print(f"trace [bold]{escape(info['name'])}[/bold]: {info['jobs']} jobs over {info['span_hours']} h "
-                  f"of arrivals ({escape(info['source'])})")
-    results = []
-    gantt_of = "rollmux" if "rollmux" in names else names[0]
-    for name in names:
-        err_of = None
+    console.print(f"trace [bold]{escape(info['name'])}[/bold]: {job_count(info['jobs'])} over "
+                  f"{info['span_hours']} h of arrivals ({escape(info['source'])})")
+    # The Gantt chart shows rollmux's phases, else the first listed policy's that runs any (not the optimal
+    # curve): that one runs first and records them; if it places nothing, the next one run does.
+    tracing = out is not None or html is not None
+    by_name, failed = {}, []
+    for name in sorted(names, key=lambda n: (n != "rollmux", n == "optimal")):  # (a stable sort: listed order)
         with progress_reporter(progress_console, name, 2 * len(jobs)) as update:  # (arrivals and departures)
             if name == "optimal":
                 result = optimal_curve(jobs, cl)
@@ -201,19 +203,21 @@ def simulate(
             else:
                 try:
                     result = run(jobs, cl, make_policy(name, seed, acct, cl), model, seed, accounting=acct,
-                                 record_spans=(out is not None or html is not None) and name == gantt_of,
+                                 record_spans=tracing and not any(r.spans for r in by_name.values()),
                                  tail=tail, tail_threshold=tail_threshold, progress=update,
                                  fast_forward=fast_forward, backfill=queue.value == "backfill")
                 except CapacityError as err:
-                    err_of = err
-        if err_of is not None:
-            _fail(err_of)
-        results.append(result)
+                    failed.append(err)
+                    result = _placed_nothing(name, jobs, acct.name, err)
+        by_name[name] = result
+    results = [by_name[name] for name in names]
+    for result in results:
         if result.note.startswith("skipped"):
-            console.print(f"[yellow]{name}: {escape(result.note)}[/yellow]")
+            console.print(f"[yellow]{escape(result.policy)}: {escape(result.note)}[/yellow]")
     shown = [r for r in results if not r.note.startswith("skipped")]
     if not shown:
-        _fail(RollMuxError(f"--policies {policies}: every policy asked for was skipped (above), nothing to compare"))
+        _fail(failed[0] if failed else
+              RollMuxError(f"--policies {policies}: every policy asked for was skipped (above), nothing to compare"))
     if html is not None and (gantt_group is not None or gantt_window is not None):
         _check_gantt(shown, gantt_group, gantt_window)  # before any output is written
     ref = "rollmux" if any(r.policy == "rollmux" for r in shown) else shown[0].policy
@@ -223,7 +227,7 @@ def simulate(
     for r in shown:
         if r.rejected:
             first = r.rejected[0]
-            console.print(f"[yellow]{escape(r.policy)}: {len(r.rejected)} jobs never ran, counted as missing "
+            console.print(f"[yellow]{escape(r.policy)}: {job_count(len(r.rejected))} never ran, counted as missing "
                           f"their SLO ({escape(first)}: {escape(r.reject_reasons.get(first, ''))})[/yellow]")
     if json_path is not None:
         payload = {"policies": {r.policy: r.summary() for r in results}, "trace": info,
@@ -260,8 +264,13 @@ def _check_gantt(shown, group: str | None, window_h: tuple[float, float] | None)
     from rollmux.report import plots
 
     traced = next((r for r in shown if r.spans), None)
+    if traced is None:
+        option = (f"--gantt-group {group}" if group is not None
+                  else f"--gantt-window {window_h[0]:g}:{window_h[1]:g}")
+        _fail(RollMuxError(f"{option}: no policy run here executed phases to chart (optimal is a cost curve, not a "
+                           "schedule); add a simulated policy to --policies"))
     try:
-        plots.gantt_frame(traced.spans if traced else [], group, window_h and (window_h[0] * 3600, window_h[1] * 3600))
+        plots.gantt_frame(traced.spans, group, window_h and (window_h[0] * 3600, window_h[1] * 3600))
     except RollMuxError as err:
         _gantt_fail(err, window_h)
 
@@ -273,20 +282,39 @@ def _gantt_fail(err: RollMuxError, window_h: tuple[float, float] | None) -> None
     _fail(err, {"gantt_group": "--gantt-group", "gantt_window": "--gantt-window"})
 
 
+def _placed_nothing(name: str, jobs, accounting: str, err: RollMuxError):
+    """The result of policy ``name`` that placed no job (``err``, a CapacityError): skipped,
+    as the optimal curve is on a large trace, the error its reason; it executed nothing."""
+    from collections import Counter
+
+    from rollmux.sim.metrics import Accounting, finish, solo_span_s
+
+    result = finish(name, Accounting(), [], Counter(), 0, 0.0, None, [], solo_span_s(jobs))
+    result.note, result.executed, result.accounting = f"skipped: {err}", False, accounting
+    return result
+
+
+#: The files ``simulate --out DIR`` writes in DIR: cost, GPUs per pool, the queue (when a pool
+#: is bounded) and the Gantt chart (when a policy recorded its phases).
+COST_PNG, GPUS_PNG, QUEUE_PNG, GANTT_PNG = PLOT_NAMES = ("cost_over_time.png", "gpus_in_use.png", "queue_length.png",
+                                                        "gantt.png")
+
+
 def _plots(results, out: Path, cluster) -> None:
     from rollmux.model import POOLS
     from rollmux.report import plots
 
     gpus = {p: cluster.pool(p).gpu for p in POOLS}
     out.mkdir(parents=True, exist_ok=True)
-    written = [plots.cost_over_time(results, out / "cost_over_time.png"),
-               plots.gpus_in_use(results, out / "gpus_in_use.png", gpus)]
+    written = [plots.cost_over_time(results, out / COST_PNG), plots.gpus_in_use(results, out / GPUS_PNG, gpus)]
     if any(r.bounded for r in results):
-        written.append(plots.queue_length(results, out / "queue_length.png"))
+        written.append(plots.queue_length(results, out / QUEUE_PNG))
     traced = next((r for r in results if r.spans), None)
     if traced is not None:
-        written.append(plots.gantt(traced.spans, out / "gantt.png", gpus,
-                                   title=f"{traced.policy}: busiest group, phases per node (grey = switch)"))
+        gid, window, _ = frame = plots.gantt_frame(traced.spans)
+        written.append(plots.gantt(traced.spans, out / GANTT_PNG, gpus, group=gid, window=window,
+                                   title=f"{plots.frame_name(traced.policy, frame)}: busiest group, phases per "
+                                         "node (grey = switch)"))
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
 
 

@@ -13,8 +13,9 @@ from rollmux.errors import RollMuxError, SpecError
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 #: progress of long runs (``rollmux.report.progress``) goes to stderr, so that a table or
-#: report redirected to a file holds only itself
-progress_console = Console(stderr=True)
+#: report redirected to a file holds only itself; unwrapped, so that each line of progress
+#: is one line in a log (a terminal's bar is drawn to its width all the same)
+progress_console = Console(stderr=True, soft_wrap=True)
 #: errors go to stderr too, unwrapped (one line per error, whole, for logs and grep)
 error_console = Console(stderr=True, soft_wrap=True)
 

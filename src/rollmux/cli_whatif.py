@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import enum
-import json
 import math
 import time
 from pathlib import Path
@@ -29,6 +28,8 @@ from rollmux.cli_output import console, fail, progress_console
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.fleet import Profiles
 from rollmux.policies import KNOWN
+from rollmux.report.paths import json_text
+from rollmux.report.tables import job_count
 from rollmux.cli_choices import QUEUE_HELP, AccountingName, DurationModel, QueueOrder
 from rollmux.whatif import COST_BASES, FLEET, MAX_CONFIGS, UNBOUNDED, Row
 
@@ -61,6 +62,11 @@ def _short(text: str, width: int = 90) -> str:
     return line if len(line) <= width else line[:width - 1] + "…"
 
 
+def _count(n: int, noun: str) -> str:
+    """"1 run", "2 runs"."""
+    return f"{n} {noun}" + "s" * (n != 1)
+
+
 def _value(value) -> str:
     return UNBOUNDED if value is None else str(value)
 
@@ -85,7 +91,8 @@ class _Progress:
         elapsed = now - self.start
         pace = (now - self.first) / (done - 1) if done > 1 else None
         eta = "-" if pace is None else f"{pace * (total - done):.0f} s"
-        wait = (f"{row.never_ran} jobs never ran" if row.never_ran else f"p95 wait {_fmt(row.p95_wait_h, '.2f')} h")
+        wait = (f"{job_count(row.never_ran)} never ran" if row.never_ran
+                else f"p95 wait {_fmt(row.p95_wait_h, '.2f')} h")
         what = (f"[red]{escape(_short(row.error))}[/red]" if row.error else
                 f"${_fmt(row.cost(self.basis))}/h {self.basis}, {wait}, SLO met {_fmt(row.slo_met * 100)}%")
         progress_console.print(f"[{done}/{total}] {escape(row.label(*self.show))}: {what} "
@@ -96,8 +103,8 @@ def _table(rows: list[Row], fields: list[str], marks: dict[int, str], basis: str
     """The runs as a table; a fleet pool's field heads its column on two lines (``pools[H200]`` / ``.nodes``);
     ``show``: policy and queue columns, when several policies or line orders ran."""
     shown = [r for r in rows if len(rows) <= TABLE_ROWS or id(r) in marks]
-    title = f"whatif: {len(rows)} runs" + ("" if len(shown) == len(rows) else
-                                           f", the frontier and the chosen one shown ({len(shown)})")
+    title = f"whatif: {_count(len(rows), 'run')}" + ("" if len(shown) == len(rows) else
+                                                     f", the frontier and the chosen one shown ({len(shown)})")
     table = Table(title=title)
     named = (["policy"] if show[0] else []) + (["queue"] if show[1] else [])
     cols = [escape(f.replace("].", "]\n.")) for f in fields] + named + [
@@ -113,7 +120,7 @@ def _table(rows: list[Row], fields: list[str], marks: dict[int, str], basis: str
         cells += [_fmt(r.owned_per_hour), _fmt(r.cost_per_hour), _fmt(r.total(basis), ",.0f"),
                   _fmt(r.p50_wait_h, ".2f"), _fmt(r.p95_wait_h, ".2f"), _fmt(r.makespan_h),
                   _fmt(r.slo_met * 100) + "%" if r.error is None else "-", r.limiting_pool or "-",
-                  "cannot run (below)" if r.error else f"{r.never_ran} jobs never ran" if r.never_ran
+                  "cannot run (below)" if r.error else f"{job_count(r.never_ran)} never ran" if r.never_ran
                   else marks.get(id(r), "")]
         table.add_row(*cells, style="bold" if "chosen" in marks.get(id(r), "") else None)
     return table
@@ -134,7 +141,8 @@ def _why(chosen: Row, qualifying: list[Row], front: list[Row], basis: str, targe
     others = sorted((r for r in qualifying if r is not chosen), key=lambda r: r.cost(basis))
     text = (f"chosen: {chosen.label(*show)}: ${chosen.cost(basis):,.2f}/h {basis}, p95 wait "
             f"{chosen.p95_wait_h:.2f} h, SLO met {chosen.slo_met * 100:.1f}%, makespan {chosen.makespan_h:.1f} h. "
-            f"Why: the cheapest ({basis} $/h) of {len(qualifying)} configurations meeting the targets ({targets})")
+            f"Why: the cheapest ({basis} $/h) of {_count(len(qualifying), 'configuration')} meeting the targets "
+            f"({targets})")
     if others:
         text += f"; the next cheapest, {others[0].label(*show)}, costs ${others[0].cost(basis):,.2f}/h"
     if any(r is chosen for r in front):
@@ -295,9 +303,9 @@ def whatif(
                            f"polic{'y' if len(names) == 1 else 'ies'} x {len(queues)} line order"
                            f"{'' if len(queues) == 1 else 's'} = {total:,} runs; expected at most "
                            f"{MAX_CONFIGS:,} (split the grid)"))
-    console.print(f"trace [bold]{escape(info['name'])}[/bold]: {info['jobs']} jobs; {len(configs)} configurations "
-                  f"x {len(names)} polic{'y' if len(names) == 1 else 'ies'}"
-                  + (f" x {len(queues)} line orders" if len(queues) > 1 else "") + f" = {total} runs on "
+    console.print(f"trace [bold]{escape(info['name'])}[/bold]: {job_count(info['jobs'])}; "
+                  f"{_count(len(configs), 'configuration')} x {len(names)} polic{'y' if len(names) == 1 else 'ies'}"
+                  + (f" x {len(queues)} line orders" if len(queues) > 1 else "") + f" = {_count(total, 'run')} on "
                   + (f"Ray at {escape(address)}" if address else "a local Ray instance")
                   + f"; waiting line on bounded pools: {' and '.join(queues)}", highlight=False)
     started = time.perf_counter()
@@ -316,7 +324,7 @@ def whatif(
     console.print(_table(rows, fields, marks, basis, show))
     failed = [r for r in rows if r.error]
     if failed:
-        console.print(f"[yellow]{len(failed)} runs could not place the trace (no row on the frontier): "
+        console.print(f"[yellow]{_count(len(failed), 'run')} could not place the trace (no row on the frontier): "
                       f"{escape(failed[0].label(*show))}: {escape(failed[0].error)}[/yellow]")
     targets = _targets_text(max_p95_wait_h, min_slo)
     qualifying = [r for r in rows if qualifies(r, max_p95_wait_h, min_slo)]
@@ -333,7 +341,7 @@ def whatif(
                    "targets": {"max_p95_wait_h": max_p95_wait_h, "min_slo": min_slo},
                    "rows": [r.to_dict() for r in rows], "frontier": [index[id(r)] for r in front],
                    "chosen": index[id(chosen)] if chosen is not None else None, "why": why, "wall_s": wall}
-        _write(json_path, "--json", json.dumps(payload, indent=1))
+        _write(json_path, "--json", json_text(payload))
     if csv_path is not None:
         _write(csv_path, "--csv", _csv_text(rows, fields, marks))
     if plot is not None:

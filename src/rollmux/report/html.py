@@ -15,22 +15,25 @@ URI, no script, no external URL. It holds
   policies whose jobs ran under two or more kinds of placement, each kind's share of
   the node cost (``PolicyResult.cost_by_placement``);
 * figures (``rollmux.report.plots``): each policy's total cost against the reference's;
-  cost over time, a policy that misses any SLO dashed and marked "(misses SLOs)"; GPUs
+  cost over time (each curve's mean in its legend, and with owned nodes a flat line at
+  the owned $/h), a policy that misses any SLO dashed and marked "(misses SLOs)"; GPUs
   in use per pool with the capacity of a bounded pool (nodes x GPUs per node); the
-  queue when a pool is bounded; and a Gantt chart of one group of the first policy
-  that recorded its phases (``PolicyResult.spans``), ``gantt_group`` over
-  ``gantt_window`` (seconds on the simulation clock, as the jobs' arrival times), by
-  default the busiest group over about three of its meta-iterations;
+  queue when a pool is bounded (these three in hours since the first arrival); and a
+  Gantt chart of one group of the first policy that recorded its phases
+  (``PolicyResult.spans``), ``gantt_group`` over ``gantt_window`` (seconds on the
+  simulation clock, as the jobs' arrival times), by default the busiest group over
+  about three of its meta-iterations (``plots.gantt_frame``);
 * per policy a table of its jobs (``rollmux.report.jobs_csv.job_rows``: jobs that never
   ran included, with the reason), at most ``ROW_CAP`` rows each, with a note when cut.
 
-Results whose note says they were skipped are left out of the tables and figures and
-named in the summary. Every string that comes from the user (title, trace fields, job,
-group and node names, reasons) is escaped with ``html.escape``. Raises ReportError,
-before anything is written, when no result is left to show, when ``gantt_group`` is not
-a group in the recorded spans (or ``gantt_group`` / ``gantt_window`` is given and no
-policy recorded spans), or when ``gantt_window`` is not a start before an end holding a
-phase of that group.
+Results whose note says they were skipped (the optimal curve on a large trace, a policy
+that could place no job) are left out of the tables and figures and named in the summary
+with that note. Every string that comes from the user (title, trace fields, job, group
+and node names, reasons) is escaped with ``html.escape``. Raises ReportError, before
+anything is written, when no result is left to show, when ``gantt_group`` is not a group
+in the recorded spans (or ``gantt_group`` / ``gantt_window`` is given and no policy
+recorded spans), or when ``gantt_window`` is not a start before an end holding a phase
+of that group.
 """
 from __future__ import annotations
 
@@ -106,14 +109,17 @@ def _figures(shown: list[PolicyResult], cluster: Cluster, ref: str, traced: Poli
     out = [_figure(plots.savings(shown, tmp / "savings.png", ref),
                    f"Total cost of each policy; the ratio is to {ref}'s. Hatched: the policy misses SLOs."),
            _figure(plots.cost_over_time(shown, tmp / "cost.png", mark_slo_misses=True),
-                   "The plan's $/h over time. Dashed: the policy misses at least one job's SLO."),
+                   "The plan's $/h over time (its nodes, per use); the legend gives each curve's mean over its "
+                   "span." + (" Dotted and flat: the owned $/h (every node of a bounded pool, for the whole run)."
+                              if any(r.pricing == "owned" for r in shown) else "")
+                   + " Dashed: the policy misses at least one job's SLO."),
            _figure(plots.gpus_in_use(shown, tmp / "gpus.png", gpus, capacity),
                    "GPUs allocated per pool; a dotted line is the capacity of a bounded pool.")]
     if any(r.bounded for r in shown):
         out.append(_figure(plots.queue_length(shown, tmp / "queue.png"), "Jobs waiting for free nodes."))
     if frame is not None:
         gid, (lo, hi), _ = frame
-        name = f"{traced.policy}: group {gid}, {lo / 3600:,.2f}-{hi / 3600:,.2f} h"
+        name = plots.frame_name(traced.policy, frame)
         png = plots.gantt(traced.spans, tmp / "gantt.png", gpus, title=f"{name}: phases per node (grey = switch)",
                           group=gid, window=(lo, hi))
         out.append(_figure(png, f"{name} ({lo:,.0f}-{hi:,.0f} s): one lane per node, one colour per job; "
@@ -244,9 +250,10 @@ def _job_tables(shown: list[PolicyResult], ref: str) -> str:
             trs.append(f'<tr class="job">{tds}</tr>')
         cut = (f'<p class="note">Showing the first {ROW_CAP:,} of {len(rows):,} jobs; the jobs CSV has all.</p>'
                if len(rows) > ROW_CAP else "")
-        parts.append(f'<details{" open" if r.policy == ref else ""}><summary>{escape(r.policy)}: {len(r.jobs)} '
-                     f"jobs ran, {len(r.rejected)} never ran</summary>{cut}<div class=\"scroll\"><table><thead><tr>{ths}</tr>"
-                     f"</thead><tbody>{''.join(trs)}</tbody></table></div></details>")
+        parts.append(f'<details{" open" if r.policy == ref else ""}><summary>{escape(r.policy)}: '
+                     f"{job_count(len(r.jobs))} ran, {len(r.rejected)} never ran</summary>{cut}"
+                     f"<div class=\"scroll\"><table><thead><tr>{ths}</tr></thead><tbody>{''.join(trs)}</tbody>"
+                     "</table></div></details>")
     return "".join(parts)
 
 

@@ -9,19 +9,20 @@ Contract
   ``optimal`` cost curve, ``PolicyResult.executed`` False) has no jobs and no rows.
 * A job that ran carries the ``JobOutcome`` figures: seconds on the simulation clock
   rounded to 3 decimals (``wait_s`` = placed - arrival, ``jct_s`` = end - arrival,
-  ``t_solo_s`` = its solo iteration time), slowdowns (per iteration, and end to end:
-  JCT / solo run time) to 4, ``slo_met`` judged on the policy's ``slo_basis``,
-  ``reward_usd`` (what the shared reward pool billed for its completed iterations,
-  ``JobOutcome.reward_cost``; 0 for a job that scores in its own rollout) to 6, and an
-  empty ``reason``.
+  ``t_solo_s`` = ``Job.t_solo``, its steady solo iteration: T_roll + T_train, or for an
+  asynchronous job max(T_roll, T_train)), slowdowns (per iteration, and end to end: JCT /
+  solo run time, ``Job.solo_run_s``, which adds an asynchronous job's pipeline fill) to
+  4, ``slo_met`` judged on the policy's ``slo_basis``, ``reward_usd`` (what the shared
+  reward pool billed for its completed iterations, ``JobOutcome.reward_cost``; 0 for a
+  job that scores in its own rollout) to 6, and an empty ``reason``.
 * A job that never ran has its id, the policy's ``slo_basis``, ``slo_met`` False (it
   counts as missing its SLO), ``outcome`` "never-ran", the reason the simulator gave,
   and every other field empty.
 * ``write_jobs_csv(results, path)`` writes the header and those rows (UTF-8, the csv
   module's quoting, so commas and quotes in ids survive; text a spreadsheet would take
   for a formula, such as an id ``=HYPERLINK(...)``, gets a leading ``'``), creating the
-  parent folder, whole or not at all, and returns ``path``. An infinite slowdown (a job cut off before one full iteration
-  under fixed departures) is written ``inf``.
+  parent folder, whole or not at all, and returns ``path``. An infinite slowdown (a job
+  cut off before one full iteration under fixed departures) is written ``inf``.
 """
 from __future__ import annotations
 

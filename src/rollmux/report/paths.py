@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import stat
 import tempfile
@@ -153,10 +154,29 @@ def _file_mode() -> int:
 _FILE_MODE = _file_mode()
 
 
+def json_text(payload) -> str:
+    """``payload`` as indented, standard JSON: every float that is not finite (an infinite
+    slowdown, ``--accounting paper``'s unlimited host memory, NaN) becomes ``null``, in
+    dicts, lists and tuples at any depth. Dumped with ``allow_nan=False``: a non-finite
+    value this missed raises ValueError rather than be written as ``Infinity``, which
+    JSON parsers refuse."""
+    return json.dumps(_finite(payload), indent=1, allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def write_json(path: Path, payload, option: str = "--json") -> None:
-    """Write ``payload`` as indented JSON at ``path``, making its folder, whole or not at
+    """Write ``payload`` as ``json_text`` at ``path``, making its folder, whole or not at
     all; an OS error raises OutputPathError naming ``option``."""
-    write_text(path, json.dumps(payload, indent=1), option)
+    write_text(path, json_text(payload), option)
 
 
 def csv_cell(value):

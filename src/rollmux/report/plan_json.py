@@ -1,15 +1,23 @@
 """The plan JSON format (a contract with outside tools).
 
 ``{"cost_per_hour": X, "groups": [{"group_id", "rollout_nodes", "train_nodes", "colocated",
-"cost_per_hour", "jobs": [{"job_id", "rollout_nodes", "train_nodes", "iteration_s",
+"cost_per_hour", "jobs": [{"job_id", "rollout_nodes", "train_nodes", "hosted", "iteration_s",
 "slowdown", "slo"}]}], "waiting": [job ids], "decisions": [explanations],
 "improvement": null | {"cost_before", "cost_after", "solves", "local_optimum", "skipped",
-"moves": [{"before": {group id: [job ids]}, "after": {...}, "cost_before", "cost_after"}]}}``
+"moves": [{"before": {group id: [job ids]}, "after": {...}, "cost_before", "cost_after"}]}}``,
+and with ``rollmux plan --stress N`` (N > 0) also ``"stress": [{"group", "job_id", "slo",
+"analysed", "settled", "history", "missed"}]``: per member of a group of two or more, the
+worst of N perturbed histories (``rollmux.histories``; ``analysed`` the plan's slowdown,
+``settled`` the one it settled at in ``history``, ``missed`` whether that is above ``slo``).
+``plan_to_dict`` builds every key but ``stress``, which the command adds.
 
 ``decisions`` are the arrival-order placements; when an improvement ran, ``groups`` is the
 plan after its regroupings. ``slowdown`` is the iteration over the job's own solo
 iteration on its disaggregated nodes (its SLO basis), also for a co-located group
 (``colocated``: its rollout runs on its training nodes, docs/placement_space.md).
+``hosted``: the job runs both phases on some of its group's training nodes
+(``Member.hosted``, the ``host`` placement space); its ``rollout_nodes`` are then those
+training nodes.
 """
 from __future__ import annotations
 

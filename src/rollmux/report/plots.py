@@ -1,11 +1,12 @@
 """PNG plots for ``rollmux simulate --out`` and the HTML report: cost over time, each
 policy's total cost against a reference, GPUs in use per pool (against the pool's
-capacity where it is bounded), the queue of waiting jobs (bounded pools), and a Gantt
-chart of one group (by default the busiest) over a time window (rollout and training
-lanes, one colour per job, with a legend). Pools are labelled with the GPU types the
-cluster configures (``gpus``: pool -> GPU type name). Text from the user (job and node
-names) is drawn as written: a ``$`` never starts mathtext. Matplotlib with the Agg
-backend: no display needed."""
+capacity where it is bounded), the queue of waiting jobs (bounded pools), all three
+over hours since the first arrival (``first_arrival``), and a Gantt chart of one group
+(by default the busiest) over a time window of the simulation clock (rollout and
+training lanes, one colour per job, with a legend). Pools are labelled with the GPU
+types the cluster configures (``gpus``: pool -> GPU type name). Text from the user (job
+and node names) is drawn as written: a ``$`` never starts mathtext. Matplotlib with the
+Agg backend: no display needed."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,6 +47,13 @@ def misses_slos(result: PolicyResult) -> bool:
     return result.executed and result.slo_attainment is not None and result.slo_attainment < 1.0
 
 
+def first_arrival(results: list[PolicyResult]) -> float:
+    """The origin of the time-series figures ("hours since first arrival"), on the
+    simulation clock: the earliest change of any result's plan or queue, which is the
+    first arrival that some policy placed or queued (0.0 when no result has any)."""
+    return min((s[0][0] for r in results for s in (r.series, r.queue_series) if s), default=0.0)
+
+
 def _steps(series, index: int, t0: float):
     xs, ys = [], []
     for point in series:
@@ -54,15 +62,37 @@ def _steps(series, index: int, t0: float):
     return xs, ys
 
 
+def mean_rate(series) -> float:
+    """The time-average of the step series ``series`` ((t, $/h, ...) points, each level
+    held to the next point) from its first point to its last: the area under the drawn
+    curve over its span; 0.0 for fewer than two points."""
+    if len(series) < 2:
+        return 0.0
+    area = sum(a[1] * (b[0] - a[0]) for a, b in zip(series, series[1:]))
+    return area / (series[-1][0] - series[0][0]) if series[-1][0] > series[0][0] else 0.0
+
+
 def cost_over_time(results: list[PolicyResult], path: Path, mark_slo_misses: bool = False) -> Path:
-    """$/h of each policy's plan over time. ``mark_slo_misses``: a policy that misses any
-    SLO is drawn dashed, its legend entry ending in "(misses SLOs)"."""
+    """$/h of each policy's plan over time: what the nodes its groups hold cost (pay per
+    use), each curve's legend giving its mean over its own span (``mean_rate``; the shared
+    reward pool's per-use bill is not in it). A policy priced ``owned`` has its curve
+    labelled "used", and a dotted flat line in its colour at its owned cost per hour of
+    its run (``total_cost`` less the reward bill, over ``span_s``) labelled "owned".
+    ``mark_slo_misses``: a policy that misses any SLO is drawn dashed, its legend entry
+    ending in "(misses SLOs)"."""
     fig, ax = plt.subplots(figsize=(10, 4.5))
+    t0 = first_arrival(results)
     for r in results:
-        xs, ys = _steps(r.series, 1, 0.0)
+        xs, ys = _steps(r.series, 1, t0)
         missed = mark_slo_misses and misses_slos(r)
-        ax.step(xs, ys, where="post", linewidth=1.2, linestyle="--" if missed else "-",
-                label=f"{r.policy} (avg \\${r.cost_per_hour:,.0f}/h)" + (f" {MISSES_SLOS}" if missed else ""))
+        owned = r.pricing == "owned"
+        (line,) = ax.step(xs, ys, where="post", linewidth=1.2, linestyle="--" if missed else "-",
+                          label=f"{r.policy}{' used' * owned} (mean \\${mean_rate(r.series):,.0f}/h)"
+                          + (f" {MISSES_SLOS}" if missed else ""))
+        if owned and xs and r.span_s > 0:
+            rate = (r.total_cost - r.reward_cost) / (r.span_s / 3600.0)
+            ax.plot([xs[0], xs[-1]], [rate, rate], color=line.get_color(), linestyle=":", linewidth=1.2,
+                    label=f"{r.policy} owned (\\${rate:,.0f}/h)")
     ax.set_xlabel("hours since first arrival")
     ax.set_ylabel("$ per hour")
     ax.set_title("Cluster cost over time")
@@ -107,9 +137,10 @@ def gpus_in_use(results: list[PolicyResult], path: Path, gpus: dict[str, str],
     ``capacity`` (pool -> GPUs, None = unbounded) draws a bounded pool's inventory as a
     dotted black line."""
     fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    t0 = first_arrival(results)
     for idx, (ax, pool) in enumerate(zip(axes, POOLS)):
         for r in results:
-            xs, ys = _steps(r.series, 2 + idx, 0.0)
+            xs, ys = _steps(r.series, 2 + idx, t0)
             ax.step(xs, ys, where="post", label=r.policy, linewidth=1.1)
         cap = (capacity or {}).get(pool)
         if cap is not None:
@@ -125,13 +156,14 @@ def gpus_in_use(results: list[PolicyResult], path: Path, gpus: dict[str, str],
 
 
 def queue_length(results: list[PolicyResult], path: Path) -> Path:
-    """Jobs waiting for nodes over time, per policy (a step series; 0 where none waited)."""
+    """Jobs waiting for nodes over time, per policy (a step series from the first arrival;
+    0 where none waited)."""
     fig, ax = plt.subplots(figsize=(10, 3.5))
-    t0 = min((r.series[0][0] for r in results if r.series), default=0.0)
+    t0 = first_arrival(results)
     for r in results:
         if not r.executed:
             continue
-        xs, ys = _steps(r.queue_series or [(t0, 0)], 1, t0)
+        xs, ys = _steps([(t0, 0), *r.queue_series], 1, t0)
         ax.step(xs, ys, where="post", label=f"{r.policy} (max {r.max_queue})", linewidth=1.1)
     ax.set_xlabel("hours since first arrival")
     ax.set_ylabel("jobs waiting")
@@ -151,7 +183,8 @@ def busiest_group(spans) -> str:
 
 def group_window(spans, gid: str) -> list:
     """The spans of group ``gid`` starting in a window of about three of its
-    meta-iterations from the middle of its life."""
+    meta-iterations from the middle of its life (``gantt_frame`` draws every span of the
+    group overlapping them)."""
     own = sorted((s for s in spans if s[0] == gid), key=lambda s: s[4])
     mid = own[len(own) // 2][4]
     jobs = {s[1] for s in own if abs(s[4] - mid) < 4 * 3600}
@@ -160,17 +193,19 @@ def group_window(spans, gid: str) -> list:
     return [s for s in own if mid <= s[4] < mid + width]
 
 
-def busiest_group_window(spans) -> tuple[str, list]:
-    """The group with the most phase time and a window of about three of its meta-iterations."""
-    gid = busiest_group(spans)
-    return gid, group_window(spans, gid)
+def frame_name(policy: str, frame) -> str:
+    """"POLICY: group G, A-B h": the policy and ``gantt_frame``'s group and window (hours on
+    the simulation clock), as a Gantt chart's title and caption name them."""
+    gid, (lo, hi), _ = frame
+    return f"{policy}: group {gid}, {lo / 3600:,.2f}-{hi / 3600:,.2f} h"
 
 
 def gantt_frame(spans, group: str | None = None, window: tuple[float, float] | None = None
                 ) -> tuple[str, tuple[float, float], list]:
-    """What a Gantt chart shows: ``(group, (start_s, end_s), spans)``, the spans of
-    ``group`` (default: the busiest) that overlap the window (default: ``group_window``'s,
-    from its first start to its last end), on the simulation clock.
+    """What a Gantt chart shows: ``(group, (start_s, end_s), spans)``, every span of
+    ``group`` (default: the busiest) that overlaps the window, one that started before it
+    included (default window: from the first start to the last end of ``group_window``'s
+    spans), on the simulation clock, by start.
 
     Raises ReportError when ``spans`` is empty, ``group`` ran no phase in them, or
     ``window`` is not a start before an end or holds none of the group's phases.
@@ -183,11 +218,11 @@ def gantt_frame(spans, group: str | None = None, window: tuple[float, float] | N
         raise ReportError("gantt_group", group, f"a group that ran phases: {shown}")
     gid = group if group is not None else busiest_group(spans)
     if window is None:
-        picked = group_window(spans, gid)
-        return gid, (picked[0][4], max(s[6] for s in picked)), picked
-    lo, hi = window
-    if not lo < hi:
+        started = group_window(spans, gid)
+        window = started[0][4], max(s[6] for s in started)
+    elif not window[0] < window[1]:
         raise ReportError("gantt_window", window, "(start_s, end_s) with start < end")
+    lo, hi = window
     picked = sorted((s for s in spans if s[0] == gid and s[4] < hi and s[6] > lo), key=lambda s: s[4])
     if not picked:
         raise ReportError("gantt_window", window, f"a window in which group {gid} ran a phase")

@@ -78,9 +78,10 @@ Accounting (``accounting``, ``rollmux.accounting``): the cluster is first seen t
 ``fixed_departures`` (``--accounting paper``) a job does not stop after its iterations:
 it leaves at arrival + ``duration_s`` (event kind 4, after every other event of the
 instant) whatever its slowdown, in the middle of a phase if need be (the phase's
-remaining GPU-seconds stop counting as busy); its outcome counts the iterations it
-completed, and its per-iteration slowdown is placement to the end of its last full
-iteration over those iterations (the cut one is not charged to it). A job being moved (consolidation, regrouping) when its time comes leaves as
+remaining GPU-seconds stop counting as busy, and its recorded span ends there); its
+outcome counts the iterations it completed, and its per-iteration slowdown is placement
+to the end of its last full iteration over those iterations (the cut one is not charged
+to it). A job being moved (consolidation, regrouping) when its time comes leaves as
 soon as it is admitted to its new group. A job still queued then never ran. $/h is
 then over the trace's own span (``departure_span_s``).
 
@@ -136,7 +137,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     departed: set[str] = set()
     due: set[str] = set()  # fixed departure reached while being moved: leave once admitted
     last_iter: dict[str, float] = {}  # job -> end of its last full iteration (fixed departures)
-    phase_of: dict[tuple[str, str], tuple[float, str, int]] = {}  # (job, pool) -> (end, accounted pool, GPUs)
+    # (job, pool) -> (end, accounted pool, GPUs, its span's index in ``spans`` or None)
+    phase_of: dict[tuple[str, str], tuple[float, str, int, int | None]] = {}
     durations = DurationModel(duration_model, seed, tail, tail_threshold)
     rollout_end: dict[str, float] = {}  # job -> end of its running rollout
     tail_token: dict[str, int] = {}  # job -> seq of its pending tail report
@@ -420,9 +422,12 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         if gid in frozen:
             thaw(gid, now)
         for pool in executors[gid].running_pools(job_id):
-            end, accounted, gpus = phase_of[(job_id, pool)]
+            end, accounted, gpus, span = phase_of[(job_id, pool)]
             if end > now:
                 acct.busy[accounted] -= (end - now) * gpus
+                if span is not None:  # the phase's span ends here too (its switch, if still under way)
+                    g, j, p, nodes, begin, body, _ = spans[span]
+                    spans[span] = (g, j, p, nodes, begin, min(body, now), now)
         leave(job_id, gid, now)
 
     def start(grant: Grant, gid: str, now: float, into: list) -> None:
@@ -454,10 +459,11 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         acct.busy[pool] += body * len(grant.nodes) * gpn
         if skip:
             gbusy[gid][_POOL_INDEX[pool]] += body * len(grant.nodes) * gpn
-        if fixed:
-            phase_of[(grant.job_id, grant.pool)] = (end, pool, len(grant.nodes) * gpn)
         if spans is not None:
             spans.append((gid, grant.job_id, grant.pool, grant.nodes, now, now + grant.switch_s + overhead, end))
+        if fixed:
+            phase_of[(grant.job_id, grant.pool)] = (end, pool, len(grant.nodes) * gpn,
+                                                    None if spans is None else len(spans) - 1)
         heapq.heappush(into, (end, _END, seq, grant.job_id, grant.pool))
         live[(grant.job_id, grant.pool)] = (end, seq)
         seq += 1
