@@ -61,6 +61,19 @@ def test_plan_prints_explanations_and_writes_plan_json(tmp_path):
     assert json.loads(out.read_text())["cost_per_hour"] == imp["cost_before"]
 
 
+def test_plan_improve_s_bounds_the_regrouping_and_says_so(tmp_path):
+    """(--improve-solves was the only bound: a plan in the full space ran for hours)"""
+    trace = small_trace(tmp_path, 6)
+    out = tmp_path / "plan.json"
+    r = runner.invoke(app, ["plan", "--jobs", str(trace), "--improve-s", "0", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    imp = json.loads(out.read_text())["improvement"]
+    assert (imp["solves"], imp["local_optimum"], imp["limit"]) == (0, False, "seconds")
+    assert "stopped at --improve-s" in r.output and "at most 1000 exact solves or 0 s" in r.output
+    r = runner.invoke(app, ["plan", "--jobs", str(trace), "--improve-s", "-1"])
+    assert r.exit_code == 2 and "--improve-s" in r.output
+
+
 def test_plan_optimal_is_no_dearer_than_the_planner(tmp_path):
     trace = small_trace(tmp_path, 5)
     a, b = tmp_path / "a.json", tmp_path / "b.json"

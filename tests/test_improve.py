@@ -342,3 +342,22 @@ def test_a_group_with_a_member_below_slo_one_is_never_re_solved():
         assert plan.replaced == ("g1",) and gid not in plan.replaced
     offline = improve(state, space=FULL_SPACE)
     assert state.job_group["x"] == gid and all(gid not in dict(m.before) for m in offline.moves)
+
+
+def test_improve_stops_at_its_time_bound_keeping_the_plan_so_far():
+    """(rollmux plan had no time bound: in the full space, 20 jobs ran past five minutes of solves)
+    A clock that advances one second per reading: max_seconds=2.5 allows the solves begun before
+    2.5 s had passed, then stops short of the local optimum, the plan as good as the moves made."""
+    rng = random.Random(1)
+    cluster = make_cluster(rng)
+    jobs = make_jobs(rng, 8)
+    free = placed(cluster, jobs)
+    unbounded = improve(free, max_groups=3)
+    assert unbounded.local_optimum and unbounded.solves > 3
+    ticks = itertools.count()
+    state = placed(cluster, jobs)
+    result = improve(state, max_groups=3, max_seconds=2.5, clock=lambda: float(next(ticks)))
+    assert (result.local_optimum, result.limit, result.solves) == (False, "seconds", 2)
+    assert result.cost_after == pytest.approx(state.cost_per_hour()) and result.cost_after <= result.cost_before
+    check_feasible(state, jobs)
+    assert improve(placed(cluster, jobs), max_groups=3, max_solves=2).limit == "solves"

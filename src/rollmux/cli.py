@@ -36,6 +36,9 @@ app.add_typer(trace_app, name="trace")
 TRACE_HELP = "A builtin trace (production, philly-mix) or a job-trace CSV file."
 CLUSTER_HELP = "Cluster YAML (pools, prices, host memory, inventory, switch cost); default: the paper's testbed."
 CLUSTER_OPTION = typer.Option(None, help=CLUSTER_HELP, exists=True, dir_okay=False, readable=True)
+#: ``rollmux plan``'s default bound on improving, in seconds: the production trace improves to
+#: its local optimum well within it in the paper space; the full space's solves take longer
+IMPROVE_S = 120.0
 
 #: The choices of choice-valued options, as typer enums (typer checks them and lists them).
 TieBreak = enum.Enum("TieBreak", {t: t for t in TIE_BREAKS}, type=str)
@@ -334,7 +337,11 @@ def plan(
     improve: bool = typer.Option(True, help="After placing in arrival order, regroup a few groups at a time "
                                             "with the exact solver while that lowers the cost (rollmux.improve)."),
     improve_solves: int = typer.Option(1000, min=1, help="At most this many exact solves when improving "
-                                                         "(about 1-50 ms each)."),
+                                                         "(in the paper space about 1-50 ms each; in the full "
+                                                         "and host spaces up to tens of seconds)."),
+    improve_s: float = typer.Option(IMPROVE_S, "--improve-s", min=0.0, max=86_400.0,
+                                    help="Stop improving after this many seconds (checked before each solve: "
+                                         "the one under way finishes); the plan so far is kept."),
     stress: int = typer.Option(0, min=0, help="Then run each group of two or more through this many perturbed "
                                               "histories on the execution rule (staggered joins, a spell of short "
                                               "phases, a cancel; rollmux.histories) and show where each member "
@@ -371,7 +378,7 @@ def plan(
                 elif d.outcome == "wait":
                     waiting.append(job.job_id)
             if improve:
-                improvement = _improve(state, improve_solves, SPACES[space.value])
+                improvement = _improve(state, improve_solves, improve_s, SPACES[space.value])
     except (RollMuxError, OSError, ValueError) as err:
         _fail(err, {"trace": "--jobs"})
     result = plan_to_dict(state, waiting, decisions, improvement)
@@ -426,13 +433,22 @@ def _print_stress(rows: list[dict], histories: int) -> None:
                   if rows else "stress: no group of two or more jobs")
 
 
-def _improve(state, max_solves: int, space):
-    """``improve`` with its solves out of ``max_solves`` as progress (a bar on a terminal,
-    else a line every few seconds, on stderr)."""
+def _improve(state, max_solves: int, max_seconds: float, space):
+    """``improve`` bounded by ``max_solves`` and ``max_seconds``, with progress on stderr (a
+    bar on a terminal, else a line first and then every few seconds): the larger of the
+    shares of either bound used, so the ETA never runs past the time bound."""
+    import time
+
     from rollmux.improve import improve
 
-    with progress_reporter(progress_console, "improving", max_solves) as update:
-        return improve(state, max_solves=max_solves, space=space, on_solve=lambda n, _: update(n))
+    began = time.monotonic()
+    if not progress_console.is_terminal:
+        progress_console.print(f"improving: at most {max_solves} exact solves or {max_seconds:g} s "
+                               "(--improve-solves, --improve-s)", highlight=False)
+    with progress_reporter(progress_console, "improving", 1.0) as update:
+        return improve(state, max_solves=max_solves, space=space, max_seconds=max_seconds,
+                       on_solve=lambda n, _: update(max(n / max_solves,
+                                                        (time.monotonic() - began) / max(max_seconds, 1e-9))))
 
 
 def _print_improvement(result) -> None:
@@ -441,7 +457,8 @@ def _print_improvement(result) -> None:
     if result.skipped:
         console.print(f"[yellow]not improved: {escape(result.skipped)}[/yellow]")
         return
-    end = "a local optimum" if result.local_optimum else f"stopped at the solve limit ({result.solves})"
+    end = ("a local optimum" if result.local_optimum else "stopped at --improve-s" if result.limit == "seconds"
+           else f"stopped at the solve limit ({result.solves})")
     console.print(f"improvement: ${result.cost_before:,.2f}/h -> ${result.cost_after:,.2f}/h with "
                   f"{len(result.moves)} regroupings, {result.solves} exact solves ({end})")
 

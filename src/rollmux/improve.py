@@ -20,8 +20,10 @@ closes most of that gap:
   ids are never reused).
 
 It stops at a local optimum (no set of up to ``max_groups`` groups can be regrouped
-more cheaply) or after ``max_solves`` exact solves. Each move strictly lowers the
-cost, so it terminates.
+more cheaply), after ``max_solves`` exact solves, or once ``max_seconds`` have passed
+(checked before each solve: one solve under way finishes; in the full space one over
+ten jobs can take tens of seconds). Each move strictly lowers the cost, so it
+terminates.
 
 Pruning (exact): ``exact.lower_bound`` bounds the cost of any plan of the jobs of K from
 the nodes each pool needs (node needs, group count, shares of a node at SLO rates); if
@@ -48,6 +50,7 @@ cost(K) and ``lower_bound`` above, and the exact solves minimising waste.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Callable
@@ -95,14 +98,18 @@ class Improvement:
     cost_before: float
     cost_after: float
     solves: int
-    local_optimum: bool  # False when max_solves stopped the search
+    local_optimum: bool  # False when a limit stopped the search
     skipped: str = ""    # why nothing was tried, if so
+    limit: str = ""      # the limit that stopped it short of a local optimum: "solves" or "seconds"
 
 
 def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: int = DEFAULT_MAX_JOBS,
             max_solves: int = DEFAULT_MAX_SOLVES,
-            on_solve: Callable[[int, float], None] | None = None, space: Space = PAPER_SPACE) -> Improvement:
-    """Regroup ``state`` in place until no set of up to ``max_groups`` groups gets cheaper.
+            on_solve: Callable[[int, float], None] | None = None, space: Space = PAPER_SPACE,
+            max_seconds: float | None = None, clock: Callable[[], float] = time.monotonic) -> Improvement:
+    """Regroup ``state`` in place until no set of up to ``max_groups`` groups gets cheaper,
+    or until ``max_solves`` exact solves or ``max_seconds`` of ``clock`` (None: no bound)
+    stop it (``Improvement.limit`` names which; the plan so far is kept either way).
 
     Every group the search writes satisfies everything a planner decision guarantees
     (size, residency, SLO of all members and of every subset, start-up); jobs keep
@@ -121,6 +128,7 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
     if skipped:
         return Improvement((), start, start, 0, True, skipped)
     solver_cluster = _solver_cluster(state.cluster)
+    began = clock()
     memo = FitMemo()
     tried: set[tuple[str, ...]] = set()
     moves: list[Regroup] = []
@@ -131,8 +139,10 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
         for k in range(2, max_groups + 1):
             combos = (c for c in combinations(groups, k) if tuple(g.group_id for g in c) not in tried)
             for combo, jobs, cost in _ranked(state, combos, max_jobs, space):
-                if solves >= max_solves:
-                    return Improvement(tuple(moves), start, state.cost_per_hour(), solves, False)
+                limit = ("solves" if solves >= max_solves else
+                         "seconds" if max_seconds is not None and clock() - began >= max_seconds else "")
+                if limit:
+                    return Improvement(tuple(moves), start, state.cost_per_hour(), solves, False, limit=limit)
                 solves += 1
                 tried.add(tuple(g.group_id for g in combo))
                 solution = solve(solver_cluster, jobs, max_jobs=max_jobs, robust=True, budget=cost, space=space,
