@@ -627,7 +627,8 @@ def test_on_the_example_fleet_rollmux_full_is_the_cheapest_replay_at_every_slo()
 def test_fleet_simulate_names_why_a_policy_placed_no_job_a_type_with_no_nodes(tmp_path):
     """A type with no nodes: its views place no job because its pool is empty, which the
     output says (it said "too slow for every SLO on those types", and "rollout.nodes =
-    None" for a fleet's view)."""
+    None" for a fleet's view); each job is rejected, naming the pool, not left waiting
+    for nodes the pool never has."""
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("gpus_per_node: 8\nreference: {rollout: H20, train: H800}\n"
                      "pools:\n  - {gpu: H20, nodes: 0}\n  - {gpu: H800, nodes: 4}\n")
@@ -637,10 +638,11 @@ def test_fleet_simulate_names_why_a_policy_placed_no_job_a_type_with_no_nodes(tm
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert "solo-d on H20/H800" in data["serve_no_job"]
-    assert "H20 has 0 free nodes" in data["no_job_reasons"]["solo-d on H20/H800"]
+    assert "needs 1 H20 nodes, the pool has 0" in data["no_job_reasons"]["solo-d on H20/H800"]
     text = " ".join(result.output.split())
     listed = text.split("placed no job, so not in the table:")[1]
-    assert "solo-d on H20/H800: " in listed and "H20 has 0 free nodes, needs 1" in listed
+    assert "solo-d on H20/H800: " in listed and "needs 1 H20 nodes, the pool has 0" in listed
+    assert "still waiting" not in listed
     assert "too slow for every SLO" not in text and "nodes = None" not in text
 
 

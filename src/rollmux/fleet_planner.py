@@ -45,11 +45,15 @@ translated job (its cheapest placement by its own rule: pack < scalings < new gr
 co-location; co-location only in ``Fleet.colocation_view`` of the pool). A view is
 skipped when the job misses its SLO there even alone (slo_v < 1), and a view's choice
 is refused when a bounded pool lacks the new nodes (the pools' inventories are shared
-by every view that uses them). The decision takes the view with the least dE (or
-dE_share), ties in view order. A co-location offer must also cost less than the job's
-share of a pair in any view (``_prospect``). With ``explain`` each view's verdict (and
-its planner's candidates) is kept. The views' planners never see each other's groups:
-a group never spans views.
+by every view that uses them). A view's planner plans on an unbounded cluster, so it is
+given the view's inventory (``view_inventory``, ``planner.Inventory``): it never offers
+a candidate that needs more nodes of a pool than the pool has in all, which no wait
+could ever place; when the job's own nodes of both sides exceed the inventory, only
+co-location is offered there (or the view rejects the job, naming the pool). The
+decision takes the view with the least dE (or dE_share), ties in view order. A
+co-location offer must also cost less than the job's share of a pair in any view
+(``_prospect``). With ``explain`` each view's verdict (and its planner's candidates) is
+kept. The views' planners never see each other's groups: a group never spans views.
 
 Dominance over Gavel+ (``hedge``; the policy ``rollmux-hedge``)
 --------------------------------------------------------------
@@ -58,7 +62,9 @@ view or co-located on a pool, ``gavel_option``), whose E
 
     g_k = C_o * iter_o / T_solo_ref(k)
 
-is what it pays per hour of k's solo work on the reference types; over a trace it pays
+is what it pays per hour of k's solo work on the reference types (options that need
+more nodes of a bounded pool than it has in all never run, so Gavel+ never takes
+them, ``gavel_ranking``); over a trace it pays
 sum_k g_k W_k (W_k: k's work in solo hours). A group G of $/h C(G) in which member k
 runs iterations of iter_k(G) does T_solo_ref(k) / iter_k(G) hours of k's work per hour,
 so it is *dominated* (no dearer than Gavel+ for the work it does) when
@@ -103,7 +109,8 @@ from rollmux.intra import GroupAnalysis, analyze
 from rollmux.lifetime import Remaining, lifetime_cost
 from rollmux.plan_state import FreeNodes, Placement, PlanState, Release
 from rollmux.ray_tasks import Mapper, serial_map
-from rollmux.planner import COLOCATE, NEW, OUTCOME, PAPER_SPACE, SLO_EPS, Candidate, Decision, Planner, Space
+from rollmux.planner import (COLOCATE, NEW, OUTCOME, PAPER_SPACE, SLO_EPS, Candidate, Decision, Inventory, Planner,
+                             Space)
 
 _COST_TOL = 1e-9
 #: relative slack of the dominance check: the analysis rounds phases to microseconds
@@ -399,7 +406,7 @@ class FleetPlanner:
         self.fleet = fleet
         self.profiles = profiles or Profiles()
         self.hedge = hedge  # dominance over Gavel+ (module docstring)
-        self._gavel: dict[str, tuple[Job, AloneOption]] = {}
+        self._gavel: dict[str, tuple[Job, AloneOption | None]] = {}
         colocating = {fleet.colocation_view(p) for p in fleet.pools}
         self.space = space
         # dE of joining a group at its members' iterations there (None: with hedge, or on a
@@ -460,7 +467,7 @@ class FleetPlanner:
         if moved is None:
             return ViewVerdict(name, None, None, "only co-located on its own type" if job.colocate else
                                f"slower than its SLO even alone on {view.rollout.gpu}+{view.train.gpu}")
-        decision = planner.decide(sub, moved, explain=explain, remaining=remaining)
+        decision = planner.decide(sub, moved, explain=explain, remaining=remaining, inventory=view_inventory(view))
         return self._offer(state, job, name, moved, decision, note, remaining)
 
     def _offer(self, state: FleetState, job: Job, name: str, moved: Job, decision: Decision, note: str = "",
@@ -480,10 +487,14 @@ class FleetPlanner:
         return ViewVerdict(name, decision, cost, f"({note})" if note else "", rate)
 
     def gavel_value(self, job: Job) -> float:
-        """g_j of the module docstring: E of ``job``'s Gavel+ option (memoized per job)."""
-        return self.gavel_option(job).effective_cost
+        """g_j of the module docstring: E of ``job``'s Gavel+ option (memoized per job).
+        Every job the planner can place has one: a placement's nodes fit the inventory, so
+        do the job's own nodes alone in its view."""
+        option = self.gavel_option(job)
+        assert option is not None, f"job {job.job_id}: no option of it can ever run, so it is never placed"
+        return option.effective_cost
 
-    def gavel_option(self, job: Job) -> AloneOption:
+    def gavel_option(self, job: Job) -> AloneOption | None:
         """``gavel_option`` of this planner's fleet and profiles, memoized per job (by id,
         checked against the job it was computed for)."""
         got = self._gavel.get(job.job_id)
@@ -530,7 +541,7 @@ class FleetPlanner:
         def admit(placement: Placement) -> bool:
             return not short_text(state, view, placement) and self._dominated(state, name, job, moved, placement)
 
-        decision = self._planners[name].decide(sub, moved, explain=explain, admit=admit)
+        decision = self._planners[name].decide(sub, moved, explain=explain, admit=admit, inventory=view_inventory(view))
         first = next((c for c in decision.candidates if c.verdict in ("chosen", "feasible")), None)
         choice = decision if first is None or first.verdict == "chosen" else Decision(
             job.job_id, OUTCOME[first.kind], first.placement, first.marginal_cost, decision.candidates)
@@ -549,9 +560,9 @@ class FleetPlanner:
         """The job's Gavel+ option on its own nodes (dominated by definition), when they are
         free; else nothing. ``moved``: the job's strict translations (``decide``'s)."""
         option = self.gavel_option(job)
-        view, sub = state.views.get(option.view, (None, None))
-        if view is None:
+        if option is None or option.view not in state.views:  # (none can ever run, or not in this plan's views)
             return []
+        view, sub = state.views[option.view]
         mine = moved.get(option.view) or translate(self.fleet, self.profiles, job, view, strict=False)
         placement = _alone_placement(sub, mine, option.kind == "co-located")
         if placement is None or short_text(state, view, placement):
@@ -566,14 +577,16 @@ class FleetPlanner:
     def _prospect(self, state: FleetState, job: Job, moved: dict[str, Job | None]) -> float:
         """The co-location prospect test across views: the least effective $/h of the job's
         share of a pair in any view (``Planner.shared_cost`` there, times the job's speed
-        factor in that view). Co-location is kept only below it (``rollmux.planner``)."""
+        factor in that view; only pairs the view's inventory could hold). Co-location is kept
+        only below it (``rollmux.planner``)."""
         best = float("inf")
         for name, (view, sub) in state.views.items():
             m = moved[name]
             if m is None or m.staleness:
                 continue
             need = {side: m.nodes(side, self.fleet.gpus_per_node) for side in (ROLLOUT, TRAIN)}
-            best = min(best, self._planners[name].shared_cost(sub, m, need) * speed_factor(job, m))
+            share = self._planners[name].shared_cost(sub, m, need, view_inventory(view))
+            best = min(best, share * speed_factor(job, m))
         return best
 
     def _marginal(self, state: FleetState, view: View, sub: PlanState, job: Job, moved: Job,
@@ -738,16 +751,34 @@ class AloneOption:
     nodes: tuple[tuple[str, int], ...] = ()  # (pool name, nodes it holds there), one entry per pool
 
 
+def alone_short(fleet: Fleet, option: AloneOption) -> str:
+    """Why ``option`` can never run: it holds more nodes of a bounded pool than the pool
+    has in all ('' when it can run once the pools have the nodes free)."""
+    totals = {p.name: p.nodes for p in fleet.pools}
+    for pool, count in option.nodes:
+        total = totals[pool]
+        if total is not None and count > total:
+            return f"needs {count} {pool} nodes, the pool has {total}"
+    return ""
+
+
 def gavel_ranking(fleet: Fleet, profiles: Profiles, job: Job) -> list[AloneOption]:
-    """Gavel+'s order for ``job``: its alone options that meet its SLO (all of them when
-    none does), cheapest (least E) first."""
-    options = alone_options(fleet, profiles, job)
+    """Gavel+'s order for ``job``: among its alone options that can ever run
+    (``alone_short``), those that meet its SLO (all of them when none does), cheapest
+    (least E) first; empty when none can ever run."""
+    options = [o for o in alone_options(fleet, profiles, job) if not alone_short(fleet, o)]
     return sorted([o for o in options if o.feasible] or options, key=lambda o: o.effective_cost)
 
 
-def gavel_option(fleet: Fleet, profiles: Profiles, job: Job) -> AloneOption:
-    """Gavel+'s choice for ``job``: the first of ``gavel_ranking``."""
-    return gavel_ranking(fleet, profiles, job)[0]
+def gavel_option(fleet: Fleet, profiles: Profiles, job: Job) -> AloneOption | None:
+    """Gavel+'s choice for ``job``: the first of ``gavel_ranking`` (None when it is empty)."""
+    return next(iter(gavel_ranking(fleet, profiles, job)), None)
+
+
+def view_inventory(view: View) -> Inventory:
+    """The nodes in all of the fleet pools a group of ``view`` draws on, as its planner
+    reads them (``planner.Inventory``)."""
+    return Inventory(view.rollout.nodes, view.train.nodes, (view.rollout.name, view.train.name))
 
 
 def _added_cost(cluster: Cluster, placement: Placement) -> float:

@@ -155,7 +155,27 @@ takes the one whose group ends up with the highest cost-weighted utilization
 (U_R * cost_R + U_T * cost_T) / cost, ties in evaluation order.
 ``explain=True`` evaluates every candidate, so the decision carries a verdict for each;
 it never changes the choice. If nothing is feasible because a bounded pool has no free
-node, the job waits; if the job can never fit the inventory, it is rejected.
+node, the job waits; if the job can never fit the inventory, it is rejected (below).
+
+Inventory (bounded pools)
+-------------------------
+A bounded pool p has N_p nodes in all (``Inventory``: a cluster's, or a fleet view's,
+whose two sides may be one pool). Every candidate of j but the co-located kinds pins
+it to r_j rollout and t_j training nodes, all distinct; co-location and hosting pin it
+to t_j training nodes only, hosting inside a group that holds a rollout node. A
+candidate whose group, its nodes and the new ones, would hold more nodes of a pool than
+N_p can never be placed however long j waits, so it is never generated (in a bounded
+``PlanState`` the free nodes rule it out already; a fleet's views plan on unbounded
+clusters, so ``rollmux.fleet_planner`` passes each view's ``Inventory``). Hence:
+
+* t_j > N_train: nothing can ever hold j, which is rejected, naming the pool;
+* r_j rollout and t_j training nodes beyond the inventory: only the co-located kinds
+  can ever hold j, so they alone are offered, where the space has them, j's co-located
+  slowdown is within its SLO and both phases' state fits a training node
+  (``colocation.fits``); otherwise j is rejected, naming the pool. A wait is then a
+  wait for co-location's training nodes; hosting adds no node, so when only hosting is
+  offered and no group can host j now there is no node to wait for: j is rejected;
+* the co-location prospect test counts only the pairs the inventory can hold.
 
 Every start (``Space.all_starts``; on in every space, off under the paper's accounting)
 ------------------------------------------------------------------------------------
@@ -269,6 +289,37 @@ class Space:
     all_orders: bool = True  # ... and over every order of its members (with all_starts; "Every order")
 
 
+@dataclass(slots=True, frozen=True)
+class Inventory:
+    """The nodes in all of the pools a group draws on (see "Inventory"): ``rollout`` and
+    ``train`` (None: unbounded), of the pools named ``pools``; a group's rollout and
+    training nodes come from one pool when the two names are the same (a fleet's
+    diagonal view)."""
+
+    rollout: int | None = None
+    train: int | None = None
+    pools: tuple[str, str] = (ROLLOUT, TRAIN)
+
+    @staticmethod
+    def of(cluster: Cluster) -> Inventory:
+        """A two-pool cluster's inventory."""
+        return Inventory(cluster.rollout.nodes, cluster.train.nodes)
+
+    @property
+    def bounded(self) -> bool:
+        return self.rollout is not None or self.train is not None
+
+    def short(self, rollout: int, train: int) -> str:
+        """Why no group of ``rollout`` rollout and ``train`` training nodes can ever be held
+        ('' when one can)."""
+        one = self.pools[0] == self.pools[1]
+        for pool, count, total in ((self.pools[0], rollout + train if one else rollout, self.rollout),
+                                   (self.pools[1], rollout + train if one else train, self.train)):
+            if total is not None and count > total:
+                return f"needs {count} {pool} nodes, the pool has {total}"
+        return ""
+
+
 PAPER_SPACE = Space()
 FULL_SPACE = Space(train_scaling=True, colocation=True)
 HOSTING_SPACE = Space(hosting=True)  # the paper's space plus hosting (``rollmux-host``)
@@ -376,9 +427,11 @@ class Planner:
 
     def decide(self, state: PlanState, job: Job, explain: bool = False,
                remaining: lifetime.Remaining | None = None,
-               admit: Callable[[Placement], bool] | None = None) -> Decision:
+               admit: Callable[[Placement], bool] | None = None, inventory: Inventory | None = None) -> Decision:
         """Where ``job`` goes (see the module docstring); ``remaining`` (iterations each job
-        has left, by id) is what the ``lifetime`` objective reads.
+        has left, by id) is what the ``lifetime`` objective reads. ``inventory``: the nodes
+        of the pools ``state``'s groups draw on, when the caller keeps them (a fleet's view,
+        ``rollmux.fleet_planner``); by default those of ``state``'s cluster.
 
         With ``admit`` (a caller's own test of a placement; by the rate objective only) the
         decision is the first feasible candidate, in the order above, that ``admit``
@@ -390,9 +443,9 @@ class Planner:
         if admit is not None:
             if self.objective == "lifetime":
                 raise ValueError("Planner.decide: admit chooses by the rate objective, not the lifetime one")
-            return self._decide(state, job, explain, admit)
+            return self._decide(state, job, explain, inventory, admit)
         if self.objective == "lifetime" and remaining is not None and remaining(job.job_id) is not None:
-            decision = self._decide(state, job, True)
+            decision = self._decide(state, job, True, inventory)
             picked = lifetime.choose(state, job, decision.candidates, remaining) if decision.placement else None
             if picked is None:
                 return decision
@@ -400,9 +453,9 @@ class Planner:
             chosen = cands[i]
             return replace(decision, outcome=OUTCOME[chosen.kind], placement=chosen.placement,
                            marginal_cost=chosen.marginal_cost, candidates=cands)
-        return self._decide(state, job, explain)
+        return self._decide(state, job, explain, inventory)
 
-    def _decide(self, state: PlanState, job: Job, explain: bool,
+    def _decide(self, state: PlanState, job: Job, explain: bool, inventory: Inventory | None = None,
                 admit: Callable[[Placement], bool] | None = None) -> Decision:
         cluster = state.cluster
         job.validate(cluster)
@@ -411,13 +464,17 @@ class Planner:
         need = {pool: job.nodes(pool, cluster.gpus_per_node) for pool in POOLS}
         if self.accounting.one_node_per_pool:
             need = dict.fromkeys(POOLS, 1)
-        for pool in (TRAIN,) if job.colocate else POOLS:
-            total = cluster.pool(pool).nodes
-            if total is not None and need[pool] > total:
-                return Decision(job.job_id, "rejected", None, 0.0, (),
-                                f"needs {need[pool]} {pool} nodes, the pool has {total}", (pool,))
+        inventory = Inventory.of(cluster) if inventory is None else inventory
+        never = inventory.short(0, need[TRAIN])  # every kind holds the job's training nodes ("Inventory")
+        if never:
+            return Decision(job.job_id, "rejected", None, 0.0, (), never, (TRAIN,))
+        apart = self._apart(inventory, job, need)
+        if apart and not self._colocated_kinds(job, need, inventory):
+            return Decision(job.job_id, "rejected", None, 0.0, (), apart, (ROLLOUT,))
+        if apart and (miss := self._colocated_miss(state, job)):
+            return Decision(job.job_id, "rejected", None, 0.0, (), f"{apart}; {miss}", (ROLLOUT,))
         if not explain:
-            return self._decide_fast(state, job, need, admit)
+            return self._decide_fast(state, job, need, inventory, admit)
         rejected: list[Candidate] = []
         options: list[_Option] = []
         for group in () if job.colocate else state.groups.values():
@@ -427,39 +484,75 @@ class Planner:
             if gate:
                 rejected.append(Candidate("group", group.group_id, None, 0.0, "rejected", gate))
                 continue
-            self._group_options(state, group, job, need, options, rejected)
+            if apart:
+                rejected.append(Candidate("group", group.group_id, None, 0.0, "rejected", apart))
+            else:
+                self._group_options(state, group, job, need, options, rejected, inventory)
             if self._may_host(state, job):
                 self._host_options(state, group, job, need, options, rejected)
-        return self._decide_among(state, job, need, options, rejected, explain, admit)
+        return self._decide_among(state, job, need, options, rejected, explain, inventory, admit)
+
+    def _apart(self, inventory: Inventory, job: Job, need: dict[str, int]) -> str:
+        """Why ``job``'s own rollout and training nodes can never be held ('' when they can,
+        or when the job only runs co-located)."""
+        return "" if job.colocate else inventory.short(need[ROLLOUT], need[TRAIN])
+
+    def _offers_colocation(self, job: Job) -> bool:
+        """Whether the co-location option is offered to ``job`` (see "Placement space")."""
+        return job.colocate or (self.space.colocation and not job.staleness and not self.accounting.one_node_per_pool)
+
+    def _colocated_kinds(self, job: Job, need: dict[str, int], inventory: Inventory) -> bool:
+        """Whether the space offers ``job`` a co-located kind that ``inventory`` could ever
+        hold ("Inventory"): co-location, or hosting (in a group, which holds a rollout node
+        and the job's training nodes)."""
+        hosts = self.space.hosting and not job.staleness and not self.accounting.one_node_per_pool
+        return self._offers_colocation(job) or (hosts and not inventory.short(1, need[TRAIN]))
+
+    @staticmethod
+    def _colocated_miss(state: PlanState, job: Job) -> str:
+        """Why ``job`` could never run co-located, alone or hosted: its co-located slowdown
+        misses its SLO, or both phases' state fits no training node ('' when neither)."""
+        slow = colocation.slowdown(job, state.cluster)
+        if slow > job.slo * (1 + SLO_EPS):
+            return f"co-located {slow:.3f} > its SLO {job.slo:.3f}"
+        if not colocation.fits(job, state.cluster):
+            return f"co-located: both phases' state ({colocation.node_mem_gb(job):g} GB a node) fits no training node"
+        return ""
 
     def _decide_among(self, state: PlanState, job: Job, need: dict[str, int], options: list[_Option],
-                      rejected: list[Candidate], explain: bool,
+                      rejected: list[Candidate], explain: bool, inventory: Inventory,
                       admit: Callable[[Placement], bool] | None = None) -> Decision:
         """Add the new-group option, evaluate in (cost, kind, generation) order and choose;
         a wait names the pools that lack free nodes."""
-        new = None if job.colocate else self._new_group_option(state, job, need, len(options))
+        apart = self._apart(inventory, job, need)
+        new = None if job.colocate or apart else self._new_group_option(state, job, need, len(options))
         if job.colocate:
             rejected.append(Candidate(NEW, None, None, 0.0, "rejected", COLOCATE_ONLY))
+        elif apart:
+            rejected.append(Candidate(NEW, None, None, 0.0, "rejected", apart))
         elif new is None:
             rejected.append(Candidate(NEW, None, None, 0.0, "rejected", self._inventory_reason(state, job, need)))
         else:
             options.append(new)
-        if job.colocate or (self.space.colocation and not job.staleness and not self.accounting.one_node_per_pool):
+        if self._offers_colocation(job):
             colo = self._colocated_option(state, job, need, len(options))
             if isinstance(colo, str):
                 rejected.append(Candidate(COLOCATE, None, None, 0.0, "rejected", colo))
             else:
                 options.append(colo)
         options.sort(key=lambda o: (o.cost, _KIND_RANK[o.kind], o.rank))
-        decision = self._choose(state, job, options, rejected, explain, admit)
-        if decision.outcome == "wait" and job.colocate:
+        decision = self._choose(state, job, options, rejected, explain, inventory, admit)
+        if decision.outcome == "wait" and apart and not self._offers_colocation(job):  # no node to wait for
+            decision = replace(decision, outcome="rejected", reason=f"{apart}; no group can host it",
+                               short_pools=(ROLLOUT,))
+        elif decision.outcome == "wait" and (job.colocate or apart):
             decision = replace(decision, short_pools=(TRAIN,))
         elif decision.outcome == "wait":
             short = tuple(p for p in POOLS if state.peek_new(p, need[p], job.mem(p)) is None)
             decision = replace(decision, short_pools=short)
         return decision
 
-    def _decide_fast(self, state: PlanState, job: Job, need: dict[str, int],
+    def _decide_fast(self, state: PlanState, job: Job, need: dict[str, int], inventory: Inventory,
                      admit: Callable[[Placement], bool] | None = None) -> Decision:
         """``decide`` without ``explain``: the same choice, generating only candidates that
         pass the ``_peak_demand`` prune (see "Fast path" in the module docstring)."""
@@ -485,6 +578,7 @@ class Planner:
         # with every training node new the newcomer may share no training node (_group_floor)
         all_new_t = scale_t and new_ids[TRAIN][need_t] is not None
         host = self._may_host(state, job)
+        apart, bounded = self._apart(inventory, job, need), inventory.bounded
         options: list[_Option] = []
         for group in () if job.staleness or job.colocate else state.groups.values():
             n_train = len(group.train_nodes)
@@ -499,6 +593,8 @@ class Planner:
                 continue
             if host and need_t <= n_train:
                 self._host_options(state, group, job, need, options, None)
+            if apart:  # ("Inventory")
+                continue
             floor = _group_floor(view, group) if floors else None
             if floor is not None and max(floor[0], job.t_solo, (0.0 if all_new_t else floor[2]) + job.t_train_s) > min(
                     floor[1], cap_j):
@@ -515,7 +611,8 @@ class Planner:
             for m_t, fresh_t, train_choices in trains:
                 for m, fresh_r in new_ids[ROLLOUT].items():
                     k = need_r - m
-                    if k > n_roll or fresh_r is None or (m == need_r and m_t == need_t):
+                    if (k > n_roll or fresh_r is None or (m == need_r and m_t == need_t)
+                            or (bounded and inventory.short(n_roll + m, n_train + m_t))):
                         continue
                     kind, cost = _kind(m, m_t), m * price_r + m_t * price_t
                     for roll, top in _choices(state, view, group, ROLLOUT, k, mem_r):
@@ -525,7 +622,7 @@ class Planner:
                         for train in train_choices:
                             placement = Placement(gid, roll, train, new_rollout=fresh_r, new_train=fresh_t)
                             options.append(_Option(kind, group, placement, cost, len(options), True))
-        return self._decide_among(state, job, need, options, [], False, admit)
+        return self._decide_among(state, job, need, options, [], False, inventory, admit)
 
     def repack(self, state: PlanState, job_id: str, remaining: int, spare_s: float,
                progress: Callable[[str], tuple[int, float]] | None = None) -> Decision | None:
@@ -597,10 +694,11 @@ class Planner:
         return ""
 
     def _group_options(self, state: PlanState, group: Group, job: Job, need: dict[str, int],
-                       options: list[_Option], rejected: list[Candidate]) -> None:
+                       options: list[_Option], rejected: list[Candidate], inventory: Inventory = Inventory()) -> None:
         """Every pack and scaling candidate of ``group`` for ``job`` (see "Candidates"):
         per pool the ways to take its nodes (m new, the rest among the group's), then
-        their products, training ways outer."""
+        their products, training ways outer; none whose group ``inventory`` could never
+        hold ("Inventory")."""
         price = {pool: state.cluster.node_price(pool) for pool in POOLS}
         gid = group.group_id
         ways: dict[str, list[tuple[int, tuple[str, ...], list[tuple[str, ...]]]]] = {}
@@ -629,6 +727,10 @@ class Planner:
                 if m_r == need[ROLLOUT] and m_t == need[TRAIN]:
                     continue
                 kind, cost = _kind(m_r, m_t), m_r * price[ROLLOUT] + m_t * price[TRAIN]
+                never = inventory.short(len(group.rollout_nodes) + m_r, len(group.train_nodes) + m_t)
+                if never:
+                    rejected.append(Candidate(kind, gid, None, cost, "rejected", never))
+                    continue
                 for roll in roll_choices:
                     for train in train_choices:
                         placement = Placement(gid, roll, train, new_rollout=fresh_r, new_train=fresh_t)
@@ -678,7 +780,8 @@ class Planner:
         cost = sum(need[p] * state.cluster.node_price(p) for p in POOLS)
         return _Option(NEW, None, Placement(None, roll, train, roll, train), cost, rank)
 
-    def shared_cost(self, state: PlanState, job: Job, need: dict[str, int]) -> float:
+    def shared_cost(self, state: PlanState, job: Job, need: dict[str, int],
+                    inventory: Inventory | None = None) -> float:
         """The prospect test for co-location: the least $/h ``job``'s share of a group of two
         would cost, per hour of its solo work, with a copy of itself or with a job like one
         running now (at most ``PROSPECTS`` distinct shapes of the same widths; the running
@@ -690,9 +793,16 @@ class Planner:
         I = max(R_a + T_a (+ switches on shared pools), sum over the two of their phases on
         each shared pool (with switches)); the test takes I as the pair's iteration, a
         bound, not an analysis: it is a heuristic about arrivals to come. Its share of a
-        pair is half the pair's $/h times I / T_solo. The running jobs' shapes are kept per
-        group version (``GroupView.memo``)."""
+        pair is half the pair's $/h times I / T_solo. Only pairs that ``inventory`` (by
+        default ``state``'s cluster's) could hold count ("Inventory"). The running jobs'
+        shapes are kept per group version (``GroupView.memo``)."""
         cluster = state.cluster
+        inventory = Inventory.of(cluster) if inventory is None else inventory
+        sharings = [(share_r, share_t) for share_r, share_t in
+                    [(True, True), (False, True)] + ([(True, False)] if self.space.train_scaling else [])
+                    if not inventory.short((1 if share_r else 2) * need[ROLLOUT], (1 if share_t else 2) * need[TRAIN])]
+        if not sharings:
+            return float("inf")
         price = {p: cluster.node_price(p) for p in POOLS}
         cap = {p: cluster.pool(p).host_mem_gb for p in POOLS}
         mine = _pair_shape(job, cluster)
@@ -710,7 +820,6 @@ class Planner:
                 if len(partners) > PROSPECTS:
                     break
                 partners.setdefault(other, None)
-        sharings = [(True, True), (False, True)] + ([(True, False)] if self.space.train_scaling else [])
         (r0, t0), (sr0, st0), (mr0, mt0), slo0 = mine
         solo0, lim0 = r0 + t0, slo0 * (1 + SLO_EPS)
         best = float("inf")
@@ -747,7 +856,7 @@ class Planner:
 
     # --- evaluation and choice ------------------------------------------------------
     def _choose(self, state: PlanState, job: Job, options: list[_Option], rejected: list[Candidate],
-                explain: bool, admit: Callable[[Placement], bool] | None = None) -> Decision:
+                explain: bool, inventory: Inventory, admit: Callable[[Placement], bool] | None = None) -> Decision:
         evaluated: list[Candidate] = []
         best: tuple[float, int] | None = None  # (-score, index in evaluated)
         best_cost: float | None = None
@@ -758,13 +867,13 @@ class Planner:
                 if not explain:
                     stop_at = idx
                     break
-                evaluated.append(self._evaluate(state, job, opt))
+                evaluated.append(self._evaluate(state, job, opt, inventory))
                 continue
             if refused and not explain and not admit(opt.placement):
                 evaluated.append(Candidate(opt.kind, opt.group.group_id if opt.group else None, opt.placement,
                                            opt.cost, "not evaluated", NOT_ADMITTED))
                 continue
-            cand = self._evaluate(state, job, opt)
+            cand = self._evaluate(state, job, opt, inventory)
             evaluated.append(cand)
             if (cand.verdict == "feasible" and admit is not None and (explain or not refused)
                     and not admit(opt.placement)):
@@ -787,7 +896,8 @@ class Planner:
         return Decision(job.job_id, OUTCOME[chosen.kind], chosen.placement, chosen.marginal_cost,
                         tuple(evaluated + skipped + rejected))
 
-    def _evaluate(self, state: PlanState, job: Job, opt: _Option) -> Candidate:
+    def _evaluate(self, state: PlanState, job: Job, opt: _Option, inventory: Inventory | None = None) -> Candidate:
+        """``opt``'s verdict; ``inventory`` bounds the co-location prospect test's pairs."""
         gid = opt.group.group_id if opt.group else None
         if opt.kind == COLOCATE:
             slow = colocation.slowdown(job, state.cluster)
@@ -795,7 +905,8 @@ class Planner:
                 return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
                                  f"SLO of job {job.job_id}: co-located {slow:.3f} > {job.slo:.3f}", slow)
             if not job.colocate:  # the prospect test, only once co-location is the cheapest option left
-                share = self.shared_cost(state, job, {p: job.nodes(p, state.cluster.gpus_per_node) for p in POOLS})
+                need = {p: job.nodes(p, state.cluster.gpus_per_node) for p in POOLS}
+                share = self.shared_cost(state, job, need, inventory)
                 if opt.cost >= share:
                     return Candidate(opt.kind, gid, opt.placement, opt.cost, "rejected",
                                      f"prospects: its share of a pair would cost ${share:.2f}/h", slow)

@@ -22,7 +22,9 @@ is judged against the job's solo time on the reference types.
   its SLO, as the two-pool baselines do), or with ``gavel=True`` each job's cheapest
   option that meets its SLO (the cheapest overall when none does): Gavel+ over types.
   With bounded pools a job waits for its option's nodes (Gavel+: for the cheapest of
-  its options that has them free).
+  its options that has them free). An option that needs more nodes of a pool than the
+  pool has in all can never run: Gavel+ never takes it (``gavel_ranking``), and a job
+  none of whose options can ever run is rejected, naming the pool.
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ from typing import NamedTuple
 from rollmux.fit_memo import FitMemo
 from rollmux.fleet import Fleet, Profiles, translate
 from rollmux.fleet_exact import plan_fleet_regroup
-from rollmux.fleet_planner import FleetPlanner, FleetState, alone_options, gavel_ranking, short_sides, short_text
+from rollmux.fleet_planner import (FleetPlanner, FleetState, alone_options, alone_short, gavel_ranking, short_sides,
+                                   short_text)
 from rollmux.lifetime import Remaining
 from rollmux.model import ROLLOUT, TRAIN, Job
 from rollmux.planner import FULL_SPACE, PAPER_SPACE, Decision, Space
@@ -91,13 +94,16 @@ class FleetAlone:
         return FleetState(self.fleet, self.profiles)
 
     def place(self, state: FleetState, job: Job) -> Decision:
-        """The job alone on its option's nodes; Gavel+ takes, among its options that meet the
-        SLO (all of them if none does), the cheapest whose bounded pools have the nodes now,
-        and waits when none has; a fixed option waits for its nodes."""
-        if self.gavel:
-            options = gavel_ranking(self.fleet, self.profiles, job)
-        else:
-            options = [next(o for o in alone_options(self.fleet, self.profiles, job) if o.name == self.option)]
+        """The job alone on its option's nodes; Gavel+ takes, among its options that can ever
+        run and meet the SLO (all that can ever run if none does), the cheapest whose
+        bounded pools have the nodes now, and waits when none has; a fixed option waits for
+        its nodes. Rejected when no option of the policy can ever run (``alone_short``)."""
+        mine = [o for o in alone_options(self.fleet, self.profiles, job) if self.gavel or o.name == self.option]
+        options = gavel_ranking(self.fleet, self.profiles, job) if self.gavel else [
+            o for o in mine if not alone_short(self.fleet, o)]
+        if not options:
+            reason = "; ".join(f"{o.name}: {alone_short(self.fleet, o)}" for o in mine)
+            return Decision(job.job_id, "rejected", None, 0.0, (), reason)
         shortest, sides = "", ()
         for pick in options:
             view, sub = state.views[pick.view]

@@ -5,14 +5,17 @@ Options per job: disaggregated (its own H20 rollout nodes and H800 training node
 iteration = T_roll + T_train) or co-located on its own training nodes (the ``colocated``
 baseline's times, switches included; only when both phases' state fits a training node,
 ``colocation.fits``). Throughput per dollar = 1 / (iteration seconds x
-$/h of the nodes). Like Gavel, it knows nothing of SLOs; ties go to disaggregation.
+$/h of the nodes). Like Gavel, it knows nothing of SLOs; ties go to disaggregation. An
+option that needs more nodes of a bounded pool than the pool has in all can never run,
+so it is never chosen: a job whose own nodes of both pools exceed the inventory runs
+co-located when it can, and is rejected, naming the pool, when it cannot.
 """
 from __future__ import annotations
 
 from rollmux import colocation
-from rollmux.model import Cluster, Job
+from rollmux.model import ROLLOUT, TRAIN, Cluster, Job
 from rollmux.plan_state import PlanState
-from rollmux.planner import Decision
+from rollmux.planner import Decision, Inventory
 from rollmux.policies.base import isolated
 from rollmux.policies.colocated import Colocated
 
@@ -24,13 +27,18 @@ class Gavel:
         self._colo = Colocated()
 
     def colocate(self, job: Job, cluster: Cluster) -> bool:
-        """True when co-location gives ``job`` more iterations per dollar than disaggregation
-        (always for a job that only runs co-located, ``Job.colocate``; never for one whose
-        state fits no training node)."""
+        """True when co-location gives ``job`` more iterations per dollar than disaggregation,
+        or when disaggregated it could never run (its own nodes of both pools exceed the
+        inventory); always for a job that only runs co-located (``Job.colocate``), never for
+        one whose state fits no training node."""
         if job.colocate:
             return True
-        return (colocation.fits(job, cluster)
-                and colocation.iteration_price(job, cluster, True) < colocation.iteration_price(job, cluster, False))
+        if not colocation.fits(job, cluster):
+            return False
+        gpn = cluster.gpus_per_node
+        if Inventory.of(cluster).short(job.nodes(ROLLOUT, gpn), job.nodes(TRAIN, gpn)):
+            return True
+        return colocation.iteration_price(job, cluster, True) < colocation.iteration_price(job, cluster, False)
 
     def place(self, state: PlanState, job: Job) -> Decision:
         colo = self.colocate(job, state.cluster)
