@@ -580,8 +580,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not 1 <= lo <= hi:
         parser.error("--iterations a,b with 1 <= a <= b")
     args.iterations = (lo, hi)
-    if args.workers < 1 or args.seconds <= 0 or args.kills < 0:
-        parser.error("--workers >= 1, --seconds > 0, --kills >= 0")
+    if args.workers < 1 or args.seconds <= 0 or args.kills < 0 or args.nodes < 1:
+        parser.error("--workers >= 1, --seconds > 0, --kills >= 0, --nodes >= 1")
+    from rollmux.cli_service import LivePolicy  # (the names rollmux serve --policy takes)
+
+    known = [p.value for p in LivePolicy]
+    unknown = [p for p in args.policies if p not in known]
+    if unknown:
+        parser.error(f"--policies {' '.join(unknown)}: expected names among {', '.join(known)}")
     return args
 
 

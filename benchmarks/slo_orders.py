@@ -41,12 +41,15 @@ def main() -> None:
     ap.add_argument("--histories", type=int, default=200, help="extra histories per flagged group")
     ap.add_argument("--mix", default=",".join(MIXES), help=f"comma-separated among {', '.join(MIXES)}")
     args = ap.parse_args()
+    mixes = [m.strip() for m in args.mix.split(",") if m.strip()]
+    if not mixes or any(m not in MIXES for m in mixes):
+        ap.error(f"--mix {args.mix!r}: expected names among {', '.join(MIXES)}, comma-separated")
     space = replace(SPACES[args.space], all_orders=False)
     print(f"{args.space} space planned with one order; {args.seeds} seeds per mix", flush=True)
     print(f"{'mix':<14} {'groups':>7} {'flagged':>8} {'oracle':>7} {'oracle, not flagged':>20} "
           f"{'flagged, reached':>17} {'wall s':>7}", flush=True)
     details = []
-    for mix in [m.strip() for m in args.mix.split(",") if m.strip()]:
+    for mix in mixes:
         t = time.perf_counter()
         groups = flagged = oracle = hole = reached = 0
         for seed in range(args.seeds):

@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 
+import httpx
 import uvicorn
 
 from rollmux.model import Cluster
@@ -47,3 +48,22 @@ class ThreadServer:
         self.server.should_exit = True
         self.thread.join(15)
         assert not self.thread.is_alive()
+
+
+class LoseAnswer(httpx.BaseTransport):
+    """Passes every request to the service, but answers the ``nth`` one to ``path`` with a
+    502, as a proxy whose upstream timed out would: the change is made, its answer lost."""
+
+    def __init__(self, path: str, nth: int = 1) -> None:
+        self.inner, self.path, self.nth, self.seen, self.lost = httpx.HTTPTransport(), path, nth, 0, 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
+        if request.url.path == self.path:
+            self.seen += 1
+            if self.seen == self.nth:
+                response.read()
+                response.close()
+                self.lost += 1
+                return httpx.Response(502, request=request)
+        return response

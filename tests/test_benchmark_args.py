@@ -34,6 +34,8 @@ BAD = [
     ("control_plane", ["--client-procs", "0"], "--client-procs"),
     ("long_tail", ["--trace", "nosuch"], "--trace"),
     ("long_tail", ["--policies", "nosuch"], "--policies"),
+    ("slo_orders", ["--mix", "nosuch"], "--mix"),
+    ("service_load", ["--policies", "nosuch"], "--policies"),
 ]
 
 

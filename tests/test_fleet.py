@@ -827,3 +827,16 @@ def test_a_gpu_type_of_the_fleets_own_runs_the_regrouping_policies_too(tmp_path)
         assert result.total_cost > 0 and not result.rejected, name
     with pytest.raises(SpecError, match="train.gpu"):  # a two-pool cluster file still names a known type
         next(v for v in fleet.views() if v.train.gpu == "X9000").cluster.validate()
+
+
+def test_fleet_simulate_runs_only_the_policies_asked_for(tmp_path):
+    """(every policy always ran: rollmux-full-regroup alone took many minutes on 1,000 jobs)"""
+    out = tmp_path / "sim.json"
+    result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"), "--policies",
+                                 "gavel+, rollmux-hedge", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(out.read_text())["policies"]) == ["rollmux-hedge", "gavel+"]  # (table order)
+    assert "x rollmux-hedge" in result.output
+    result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"), "--policies", "gavel"])
+    assert result.exit_code == 2 and "--policies='gavel': expected names among rollmux, " in " ".join(
+        result.output.split())

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from loopback_server import ThreadServer
+from loopback_server import LoseAnswer, ThreadServer
 from rollmux import Client
 from rollmux.model import Cluster, Job, PoolSpec, SwitchCost
 from rollmux.runtime.sdk import (MIN_ATTEMPT_S, ClientError, JobCancelled, JobHandle, LeaseLost, NotRollMux,
@@ -332,29 +332,12 @@ def test_server_that_stays_gone_raises_server_unavailable(srv):
     srv.start()
 
 
-class _LoseFirstAnswer(httpx.BaseTransport):
-    """Passes every request to the service but answers the first one to ``path`` with a
-    502, as a proxy whose upstream timed out would: the change is made, its answer lost."""
-
-    def __init__(self, path: str) -> None:
-        self.inner, self.path, self.lost = httpx.HTTPTransport(), path, 0
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        response = self.inner.handle_request(request)
-        if request.url.path == self.path and not self.lost:
-            response.read()
-            response.close()
-            self.lost += 1
-            return httpx.Response(502, request=request)
-        return response
-
-
 def test_an_add_node_whose_answer_was_lost_adds_one_node_when_retried(srv):
     """The SDK retries a 502; the add had been made, and a counted pool gave the retry
     the next node too (one call, two nodes). Now the retry carries the same request id
     and gets the first answer."""
     client = Client(srv.url, ADMIN)
-    lossy = _LoseFirstAnswer("/v1/admin/nodes")
+    lossy = LoseAnswer("/v1/admin/nodes")
     client._http = httpx.Client(base_url=client.url, transport=lossy)
     answer = client.add_node("train")
     assert lossy.lost == 1 and answer["node"] == "T2"

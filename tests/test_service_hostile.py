@@ -25,6 +25,7 @@ import httpx
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
+from loopback_server import LoseAnswer
 
 from rollmux import Client
 from rollmux.model import Cluster, PoolSpec, SwitchCost
@@ -1244,25 +1245,6 @@ def test_a_departed_run_out_of_memory_is_answered_as_one_in_memory(tmp_path):
     assert {(status, said) for _, who, _, status, said in kept if who == "stranger"} == {(404, "job_id")}
 
 
-class _LoseAnswer(httpx.BaseTransport):
-    """Passes every request to the service, but answers the ``nth`` one to ``path`` with a
-    502 (the change made, its answer lost, as behind a proxy whose upstream timed out)."""
-
-    def __init__(self, path: str, nth: int = 1) -> None:
-        self.inner, self.path, self.nth, self.seen, self.lost = httpx.HTTPTransport(), path, nth, 0, 0
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        response = self.inner.handle_request(request)
-        if request.url.path == self.path:
-            self.seen += 1
-            if self.seen == self.nth:
-                response.read()
-                response.close()
-                self.lost += 1
-                return httpx.Response(502, request=request)
-        return response
-
-
 def test_the_sdk_gets_a_departed_runs_end_once_the_service_holds_it_in_its_file_only(thread_server):
     """``--keep-ended 0``: the retry of a last release or of ``complete()`` whose answer was
     lost raised ``RequestRejected`` 404, as did a job's next call after an admin's cancel
@@ -1272,7 +1254,7 @@ def test_the_sdk_gets_a_departed_runs_end_once_the_service_holds_it_in_its_file_
     admin = Client(url, ADMIN)
     for job_id, path, work in (("last", "release", ("rollout", "train")), ("completes", "complete", ())):
         client = Client(url, ADMIN)
-        lossy = _LoseAnswer(f"/v1/jobs/{job_id}/{path}", nth=len(work) or 1)
+        lossy = LoseAnswer(f"/v1/jobs/{job_id}/{path}", nth=len(work) or 1)
         client._http = httpx.Client(base_url=url, transport=lossy)
         job = client.submit(_spec(job_id, iterations=1))
         for name in work:

@@ -303,3 +303,19 @@ def test_a_progress_line_is_one_line_in_a_log(capsys):
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and len(err) > 100, err
     assert err.startswith("[1/8] pools[a-long-pool-name].nodes=12 rollout.price_per_gpu_hour=1.85 rollmux: ")
+
+
+def test_the_eta_counts_the_mean_time_per_run_since_the_start(capsys, monkeypatch):
+    """With runs in parallel they end in batches: the ETA came from the gap since the first run
+    ended (two of a batch, 0.2 s apart, said 'ETA 0 s' with two runs of 30 s left)."""
+    from rollmux import cli_whatif
+    from rollmux.cli_whatif import _Progress
+
+    clock = iter([0.0, 56.0, 56.2])
+    monkeypatch.setattr(cli_whatif.time, "perf_counter", lambda: next(clock))
+    progress = _Progress("owned", (False, False))
+    row = Row({"train.nodes": 4}, "rollmux", owned_per_hour=100.0, cost_per_hour=90.0, p95_wait_h=0.5, slo_met=1.0)
+    progress(row, 1, 4)
+    progress(row, 2, 4)
+    first, second = capsys.readouterr().err.splitlines()
+    assert first.endswith("ETA -)") and second.endswith("(56 s elapsed, ETA 56 s)"), second

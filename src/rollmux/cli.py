@@ -326,7 +326,9 @@ def plan(
     jobs: str = typer.Option(..., "--jobs", help="Job-trace CSV or a builtin trace (production, philly-mix); "
                                               "every job is treated as present at once."),
     cluster: Optional[Path] = CLUSTER_OPTION,
-    optimal: bool = typer.Option(False, help="Solve for the minimum-cost plan exactly (up to ~10 jobs)."),
+    optimal: bool = typer.Option(False, help="Solve for the minimum-cost plan exactly (at most 12 jobs; the "
+                                             "search grows like 3^n: in the full space 10 jobs take tens of "
+                                             "seconds and GBs of memory)."),
     space: SpaceName = typer.Option("paper", help="Placement space of the planner, the regrouping and --optimal: "
                                                   "paper (pack, scale rollout, new group), full (also scale "
                                                   "training sides and co-locate) or host (paper, and a job may run "
@@ -366,6 +368,8 @@ def plan(
         if optimal:
             from rollmux.exact import solve
 
+            progress_console.print(f"solving exactly: {len(trace)} jobs in the {space.value} space (the search "
+                                   "grows like 3^n; no progress until it ends)", highlight=False)
             state = solve(cl, trace, space=SPACES[space.value]).to_state()
         else:
             planner = Planner(tie_break.value, space=SPACES[space.value])
@@ -443,7 +447,7 @@ def _improve(state, max_solves: int, max_seconds: float, space):
 
     began = time.monotonic()
     if not progress_console.is_terminal:
-        progress_console.print(f"improving: at most {max_solves} exact solves or {max_seconds:g} s "
+        progress_console.print(f"regrouping: at most {max_solves} exact solves or {max_seconds:g} s "
                                "(--improve-solves, --improve-s)", highlight=False)
     with progress_reporter(progress_console, "improving", 1.0) as update:
         return improve(state, max_solves=max_solves, space=space, max_seconds=max_seconds,

@@ -3,7 +3,7 @@
 ``fleet plan`` places a trace's jobs (all present at once) on the fleet's views, improves
 the plan by regrouping, and compares it, as effective $/h (``rollmux.fleet_planner``),
 with every fixed-type assignment and the no-sharing baselines; ``--optimal`` adds the
-exact optimum (up to about 10 jobs). ``fleet simulate`` replays a trace on the fleet
+exact optimum (at most 12 jobs). ``fleet simulate`` replays a trace on the fleet
 under RollMux and every baseline over types (``rollmux.policies.fleet``). ``fleet
 roofline`` reports how far the roofline rule of ``rollmux.fleet`` is from a trace's own
 co-located timings.
@@ -51,7 +51,8 @@ def plan(
     space: FleetSpaceName = typer.Option("paper", help="Placement space inside each view: paper or full "
                                                   "(training scaling and co-location; docs/placement_space.md)."),
     improve: bool = typer.Option(True, help="Regroup the plan (and each fixed-type plan) with the exact solver."),
-    optimal: bool = typer.Option(False, help="Also solve for the exact optimum on the fleet (up to ~10 jobs)."),
+    optimal: bool = typer.Option(False, help="Also solve for the exact optimum on the fleet (at most 12 jobs; the "
+                                             "search grows like 3^n)."),
     explain: bool = typer.Option(False, help="List every view's verdict for each job, and under it every "
                                              "candidate that view's planner looked at."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the plan and the comparison as JSON here."),
@@ -131,9 +132,10 @@ def plan(
     best_fixed = min(fixed, key=lambda r: r.effective_cost) if fixed else None
     console.print(_alternatives_table(rows, fleet_cost, best_fixed, optimum))
     if best_fixed is not None and best_fixed.effective_cost > 0:
+        saving = 1 - fleet_cost / best_fixed.effective_cost
         console.print(f"fleet plan ${fleet_cost:,.2f}/h vs the best fixed-type assignment "
                       f"({escape(best_fixed.name)}) ${best_fixed.effective_cost:,.2f}/h: "
-                      f"{100 * (1 - fleet_cost / best_fixed.effective_cost):.1f}% less", highlight=False)
+                      f"{100 * abs(saving):.1f}% {'less' if saving >= 0 else 'more'}", highlight=False)
     if json_path is not None:
         payload = {"space": space.value, "effective_cost_per_hour": round(fleet_cost, 4),
                    "cost_per_hour": round(state.cost_per_hour(), 4),
@@ -213,6 +215,11 @@ def simulate(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw every policy's total cost against RollMux's "
                                                              "as a PNG here."),
     queue: QueueOrder = typer.Option("backfill", help=QUEUE_HELP),
+    policies_opt: Optional[str] = typer.Option(None, "--policies",
+                                               help="Run only these, comma-separated, by the names in the table "
+                                                    "(e.g. 'rollmux,rollmux-hedge,gavel+'); default every one. "
+                                                    "rollmux-full-regroup on a trace of 1,000 jobs takes many "
+                                                    "minutes."),
 ) -> None:
     """Replay a trace on the fleet under RollMux and every baseline over types.
 
@@ -242,6 +249,8 @@ def simulate(
         trace, _ = load_trace(jobs, None)
         _warn_unused(profiles, measured, fleet, trace)
         policies = fleet_policies(fleet, measured)
+        if policies_opt is not None:
+            policies = _chosen(policies, policies_opt)
     except (RollMuxError, OSError, ValueError) as err:
         _fail(err)
     if not trace:
@@ -257,9 +266,9 @@ def simulate(
                 reason = str(err)
     if not results:
         _fail(RollMuxError(f"no policy can run this trace on {cluster}: {reason}"))
-    ours = results[0]
+    ours = next((r for r in results if r.policy == "rollmux"), results[0])  # (the reference of the ratios)
     table = Table(title=f"{len(trace)} jobs on {len(fleet.pools)} GPU types, {duration_model.value} durations")
-    for column in ("policy", "total $", "x rollmux", "$/h", "SLO met", "never ran", "span h"):
+    for column in ("policy", "total $", f"x {ours.policy}", "$/h", "SLO met", "never ran", "span h"):
         table.add_column(column, justify="left" if column == "policy" else "right")
     for r in results:
         table.add_row(escape(r.policy), f"{r.total_cost:,.0f}",
@@ -289,10 +298,11 @@ def simulate(
             console.print(f"wrote {escape(str(savings(results, plot, ours.policy)))}")
         except OSError as err:
             _fail(RollMuxError(f"--plot {plot}: {err.strerror or err}"))
-    cheaper = [r for r in results[1:] if r.total_cost < ours.total_cost and r.slo_attainment >= ours.slo_attainment]
+    cheaper = [r for r in results if r is not ours and r.total_cost < ours.total_cost
+               and r.slo_attainment >= ours.slo_attainment]
     if cheaper:
-        console.print(f"[yellow]cheaper than rollmux at no fewer SLOs: {escape(', '.join(r.policy for r in cheaper))}"
-                      "[/yellow]")
+        console.print(f"[yellow]cheaper than {escape(ours.policy)} at no fewer SLOs: "
+                      f"{escape(', '.join(r.policy for r in cheaper))}[/yellow]")
     if json_path is not None:
         payload = {"duration_model": duration_model.value, "seed": seed, "queue": queue.value,
                    "policies": {r.policy: {k: v for k, v in r.summary().items() if k != "jobs"} for r in results},
@@ -341,3 +351,15 @@ def register(app: typer.Typer) -> None:
     """Add the ``fleet`` command group to ``app``."""
     app.add_typer(fleet_app, name="fleet")
 
+
+def _chosen(policies: list, names: str) -> list:
+    """The ``policies`` named in ``names`` (comma-separated, as the table names them), in table
+    order; SpecError naming an unknown one and listing the names."""
+    from rollmux.errors import SpecError
+
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    known = [p.name for p in policies]
+    unknown = [n for n in wanted if n not in known]
+    if unknown or not wanted:
+        raise SpecError("--policies", names, f"names among {', '.join(known)}")
+    return [p for p in policies if p.name in wanted]

@@ -73,24 +73,21 @@ def _value(value) -> str:
 
 class _Progress:
     """The ``on_row`` callback: one line per finished run (throttled on big grids), with ETA,
-    on stderr (a table redirected to a file holds only itself). The ETA is the pace since
-    the first run ended (Ray's start, before it, is no run's time); none after the first."""
+    on stderr (a table redirected to a file holds only itself). The ETA is the mean time per
+    finished run since the start times the runs left (runs in parallel end in batches: the
+    gap between two of a batch is no run's time); none after the first."""
 
     def __init__(self, basis: str, show: tuple[bool, bool]) -> None:
         self.basis, self.show = basis, show
         self.start = self.last = time.perf_counter()
-        self.first: float | None = None  # when the first run ended
 
     def __call__(self, row: Row, done: int, total: int) -> None:
         now = time.perf_counter()
-        if self.first is None:
-            self.first = now
         if total > EVERY_LINE and done < total and now - self.last < PROGRESS_S:
             return
         self.last = now
         elapsed = now - self.start
-        pace = (now - self.first) / (done - 1) if done > 1 else None
-        eta = "-" if pace is None else f"{pace * (total - done):.0f} s"
+        eta = "-" if done < 2 else f"{elapsed / done * (total - done):.0f} s"
         wait = (f"{job_count(row.never_ran)} never ran" if row.never_ran
                 else f"p95 wait {_fmt(row.p95_wait_h, '.2f')} h")
         what = (f"[red]{escape(_short(row.error))}[/red]" if row.error else
