@@ -17,6 +17,7 @@ import argparse
 import statistics
 from collections import defaultdict
 
+from bounded_regroup import policy_names
 from rollmux.cluster_file import load_cluster
 from rollmux.errors import SpecError
 from rollmux.policies import make_policy
@@ -35,12 +36,7 @@ def main() -> None:
     ap.add_argument("--policies", default="rollmux", help="policy names, comma-separated")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    names = args.policies.split(",")
-    for name in names:
-        try:
-            make_policy(name, args.seed)
-        except ValueError as err:
-            ap.error(f"--policies: {err}")
+    names = policy_names(ap, args.policies)
     cl = load_cluster(None)
     try:
         jobs, info = load_trace(args.trace, cl, args.seed)

@@ -169,6 +169,7 @@ def simulate(
     from rollmux.report.paths import check_outputs, check_writable
     from rollmux.report.tables import job_count, limit_lines, simulate_table
     from rollmux.sim.engine import simulate as run
+    from rollmux.sim.metrics import skipped
     from rollmux.sim.optimal_curve import optimal_curve
     from rollmux.traces.builtin import load_trace
 
@@ -211,7 +212,8 @@ def simulate(
                                  fast_forward=fast_forward, backfill=queue.value == "backfill")
                 except CapacityError as err:
                     failed.append(err)
-                    result = _placed_nothing(name, jobs, acct.name, err)
+                    result = skipped(name, jobs, str(err))  # (placed nothing: the others are still compared)
+                    result.accounting = acct.name
         by_name[name] = result
     results = [by_name[name] for name in names]
     for result in results:
@@ -283,18 +285,6 @@ def _gantt_fail(err: RollMuxError, window_h: tuple[float, float] | None) -> None
     if isinstance(err, SpecError) and err.field == "gantt_window":  # say it in the hours given
         err = SpecError(err.field, f"{window_h[0]:g}:{window_h[1]:g}", err.expected)
     _fail(err, {"gantt_group": "--gantt-group", "gantt_window": "--gantt-window"})
-
-
-def _placed_nothing(name: str, jobs, accounting: str, err: RollMuxError):
-    """The result of policy ``name`` that placed no job (``err``, a CapacityError): skipped,
-    as the optimal curve is on a large trace, the error its reason; it executed nothing."""
-    from collections import Counter
-
-    from rollmux.sim.metrics import Accounting, finish, solo_span_s
-
-    result = finish(name, Accounting(), [], Counter(), 0, 0.0, None, [], solo_span_s(jobs))
-    result.note, result.executed, result.accounting = f"skipped: {err}", False, accounting
-    return result
 
 
 #: The files ``simulate --out DIR`` writes in DIR: cost, GPUs per pool, the queue (when a pool

@@ -822,9 +822,9 @@ def _check_token(token: Any, or_none: str = "") -> None:
                          f"holds one line){or_none}; got {_kind(token)}")
 
 
-def _is_seconds(value: Any) -> bool:
-    """Whether ``value`` is a number of seconds from 0 to a day (as the service states a lease)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= DAY_S
+def _is_seconds(value: Any, low: float = 0.0, high: float = DAY_S) -> bool:
+    """Whether ``value`` is a number of seconds from ``low`` to ``high`` (not NaN, not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and low <= value <= high
 
 
 def _fraction(value: Any, name: str = "fraction") -> float:
@@ -835,7 +835,7 @@ def _fraction(value: Any, name: str = "fraction") -> float:
 
 
 def _check_seconds(name: str, value: Any, low: float, high: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= value <= high:
+    if not _is_seconds(value, low, high):
         raise ValueError(f"{name}={value!r}: expected seconds from {low:g} to {high:g}")
 
 

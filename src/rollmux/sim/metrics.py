@@ -427,6 +427,14 @@ def bill_reward(result: PolicyResult, jobs, iterations: dict[str, int] | None = 
     return total
 
 
+def skipped(policy: str, jobs, why: str, wall_s: float = 0.0) -> PolicyResult:
+    """The result of ``policy`` when it did not run on ``jobs`` (``why``: its note says
+    ``skipped: why``): no cost, no job, nothing executed."""
+    result = finish(policy, Accounting(), [], Counter(), 0, wall_s, None, [], solo_span_s(jobs))
+    result.note, result.executed = f"skipped: {why}", False
+    return result
+
+
 def finish(policy: str, acct: Accounting, jobs: list[JobOutcome], outcomes: Counter, events: int,
            wall_s: float, spans, rejected: list[str], reference_span_s: float) -> PolicyResult:
     span = acct.last_t - (acct.t0 or 0.0)

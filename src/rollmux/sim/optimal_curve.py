@@ -14,7 +14,7 @@ from collections import Counter
 
 from rollmux.exact import solve
 from rollmux.model import POOLS, ROLLOUT, TRAIN, Cluster, Job
-from rollmux.sim.metrics import Accounting, PolicyResult, bill_reward, finish, solo_span_s
+from rollmux.sim.metrics import Accounting, PolicyResult, bill_reward, finish, skipped, solo_span_s
 
 
 def max_concurrency(jobs: list[Job]) -> int:
@@ -32,11 +32,8 @@ def optimal_curve(jobs: list[Job], cluster: Cluster, max_jobs: int = 10) -> Poli
     acct = Accounting()
     peak = max_concurrency(jobs)
     if peak > max_jobs or any(cluster.pool(p).nodes is not None for p in POOLS):
-        result = finish("optimal", acct, [], Counter(), 0, time.perf_counter() - started, None, [], solo_span_s(jobs))
         why = f"{peak} jobs present at once > {max_jobs}" if peak > max_jobs else "bounded pools"
-        result.note = f"skipped: {why}"
-        result.executed = False
-        return result
+        return skipped("optimal", jobs, why, time.perf_counter() - started)
     changes: dict[float, list[tuple[int, Job]]] = {}
     for j in jobs:
         changes.setdefault(j.arrival_s, []).append((1, j))
