@@ -16,11 +16,16 @@ from rollmux.model import Cluster
 from rollmux.runtime.service import Service, ServiceConfig, server_config
 
 
+def free_port() -> int:
+    """A 127.0.0.1 port nothing listens on now (the kernel's pick, released at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class ThreadServer:
     def __init__(self, cluster: Cluster, path: str, admin: str, lease_s: float, grace_s: float) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cluster, self.path, self.admin = cluster, path, admin
         self.lease_s, self.grace_s = lease_s, grace_s

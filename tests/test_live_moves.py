@@ -12,7 +12,6 @@ import heapq
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from loopback_server import free_port
 from rollmux.colocation import worst_phase
 from rollmux.model import Cluster, Job, SwitchCost
 from rollmux.policies import make_policy
@@ -433,12 +433,6 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _serve(tmp: Path, port: int, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN)
     (tmp / "cluster.yaml").write_text("switch_cost_s: 0\n")
@@ -510,7 +504,7 @@ def test_a_job_whose_move_outlasts_the_move_timeout_goes_on_where_the_service_pl
     answered ``move_undone``, the handle lists the directive in ``undone_moves`` (not in
     ``moves``) and x runs every iteration from where the service placed it, as do y and
     z. (It used to raise out of ``phase()``.)"""
-    port = _free_port()
+    port = free_port()
     proc = _serve(tmp_path, port, "--move-timeout-s", "1")
     worker = WORKER.replace("on_move=lambda m: (moves.append(m), time.sleep(1.5))",
                             "on_move=lambda m: (moves.append(m), time.sleep(3.0 if len(moves) == 1 else 0.1))")
@@ -541,7 +535,7 @@ def test_kill_9_at_each_step_of_a_live_move_loses_nothing(tmp_path, kill_at):
     service is killed right after the move is decided, while the job holds the
     directive, or right after it acknowledged; every job still runs every iteration,
     and no node is ever held by two jobs."""
-    port = _free_port()
+    port = free_port()
     proc = _serve(tmp_path, port)
     url = f"http://127.0.0.1:{port}"
     workers: dict = {}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from loopback_server import free_port
 from rollmux.execution import GroupExecutor
 
 ADMIN = "admin-secret"
@@ -51,17 +51,11 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """``rollmux serve`` in a subprocess; ``kill()`` is kill -9, ``start()`` resumes the state file."""
 
     def __init__(self, tmp: Path, lease_s: float) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         (tmp / "cluster.yaml").write_text(CLUSTER_YAML)
         self.args = [ROLLMUX, "serve", "--cluster", str(tmp / "cluster.yaml"), "--state", str(tmp / "state.db"),

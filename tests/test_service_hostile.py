@@ -25,7 +25,7 @@ import httpx
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
-from loopback_server import LoseAnswer
+from loopback_server import LoseAnswer, free_port
 
 from rollmux import Client
 from rollmux.model import Cluster, PoolSpec, SwitchCost
@@ -479,10 +479,29 @@ def test_a_second_server_on_the_same_file_refuses_to_start(tmp_path):
     with pytest.raises(StateLocked, match="held by another rollmux process"):
         Service(_cluster(), str(tmp_path / "state.db"), ADMIN, _config())
     env = dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN)
-    proc = subprocess.run([ROLLMUX, "serve", "--state", str(tmp_path / "state.db"), "--port", "1"],
+    proc = subprocess.run([ROLLMUX, "serve", "--state", str(tmp_path / "state.db"), "--port", str(free_port())],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 2 and "held by another rollmux process" in proc.stdout + proc.stderr
     first.close()
+
+
+@pytest.mark.parametrize("taken", ["port", "host"])
+def test_a_port_it_cannot_listen_on_is_refused_naming_it_and_writes_nothing(tmp_path, taken):
+    """The port is bound before the state file, its lock or the admin token are written:
+    a second server started by mistake on a busy port, or a host that is not this
+    machine's, leaves the folder as it was."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        where = ["--port", port] if taken == "port" else ["--host", "192.0.2.1", "--port", str(free_port())]
+        proc = subprocess.run([ROLLMUX, "serve", "--state", str(tmp_path / "state.db"), *where],
+                              capture_output=True, text=True, timeout=60, env=dict(os.environ, PATH="/usr/bin:/bin"))
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, said
+    assert ("--port " + port + ":" in said and "in use" in said if taken == "port"
+            else "--host 192.0.2.1" in said and "cannot listen on 192.0.2.1" in said), said
+    assert list(tmp_path.iterdir()) == []  # no state file, lock or admin token
 
 
 def test_a_damaged_file_refuses_to_start_with_how_to_recover(tmp_path):
@@ -1044,9 +1063,7 @@ def test_a_slow_network_below_the_grace_never_expires_a_live_job(thread_server):
 
 def test_logs_are_json_lines_with_job_and_group(tmp_path):
     env = dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     log = tmp_path / "service.log"
     proc = subprocess.Popen([ROLLMUX, "serve", "--state", str(tmp_path / "s.db"), "--port", str(port),
                              "--log-file", str(log), "--lease-s", "0.5", "--grace-s", "0"], env=env,

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from loopback_server import free_port
 from rollmux import Client
 from rollmux.runtime.sdk import ClientError, UntrustedServer, WrongScheme
 
@@ -44,14 +45,8 @@ def _certificate(folder: Path, name: str) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _serve(tmp: Path, *tls: str, stdout=subprocess.DEVNULL) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
+    port = free_port()
     args = [ROLLMUX, "serve", "--state", str(tmp / "state.db"), "--port", str(port), "--lease-s", "30", *tls]
     return subprocess.Popen(args, stdout=stdout, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, ROLLMUX_ADMIN_TOKEN=ADMIN)), port

@@ -198,7 +198,7 @@ def serve(
     from rollmux.fleet_file import load_cluster_or_fleet
     from rollmux.runtime import auth, logs
     from rollmux.runtime.control import ControlError, check_live_policy
-    from rollmux.runtime.service import ServiceConfig, check_tls, run
+    from rollmux.runtime.service import ServiceConfig, check_tls, listen, run
 
     try:
         cert, key = (str(tls_cert) if tls_cert else None), (str(tls_key) if tls_key else None)
@@ -213,6 +213,10 @@ def serve(
         measured = load_profiles(profiles, spec) if profiles is not None else None
         known = auth.load_tenants(tenants)
         _check_state_path(state, new_state)  # before the admin token is written beside it
+        try:  # the last check: a taken port leaves no state file, lock or admin token behind
+            sockets = listen(host, port)
+        except OSError as err:
+            raise RollMuxError(f"--host {host} --port {port}: {err.strerror or err}") from None
         token, source = auth.admin_token(admin_token_file, state)
         config = ServiceConfig(lease_s=lease_s, grace_s=grace_s, max_job_gpus=max_job_gpus,
                                max_live_jobs=max_live_jobs, keep_ended=keep_ended, keep_events=keep_events,
@@ -225,7 +229,7 @@ def serve(
         logs.setup(log_file).info("admin_token", extra={"source": source})
         if log_file is not None:  # (else that line is on stderr already)
             typer.echo(f"rollmux: admin token from {source}", err=True)
-        run(spec, str(state), token, config, host, port, new_state, measured, cert, key)
+        run(spec, str(state), token, config, host, port, new_state, measured, cert, key, sockets)
     except (RollMuxError, OSError) as err:
         _fail(err)
 

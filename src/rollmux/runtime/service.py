@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 import ssl
 import sys
 import time
@@ -957,11 +958,42 @@ def check_tls(cert: str | None, key: str | None) -> None:
                              f"damaged ({err})") from None
 
 
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to every address ``host`` names (as asyncio's ``create_server`` binds
+    them: ``SO_REUSEADDR``, IPv6 sockets IPv6-only), not yet listening. ``OSError`` naming
+    the address when one cannot be bound (in use, not this machine's, a privileged port),
+    with none left open. Bound before the state file is opened, so a taken port writes
+    nothing."""
+    bound: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(
+                socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
+            sock = socket.socket(family, kind, proto)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as err:
+                raise OSError(err.errno, f"cannot listen on {address[0]} port {address[1]}: "
+                                         f"{err.strerror or err}") from None
+    except BaseException:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
+
+
 def run(cluster: Cluster | Fleet | None, state_path: str, admin_token: str, config: ServiceConfig,
         host: str = "127.0.0.1", port: int = 8470, new_state: bool = False, profiles: Profiles | None = None,
-        tls_cert: str | None = None, tls_key: str | None = None) -> None:
-    """Serve until interrupted (blocking); https with ``tls_cert`` and ``tls_key`` (``check_tls``)."""
+        tls_cert: str | None = None, tls_key: str | None = None,
+        sockets: list[socket.socket] | None = None) -> None:
+    """Serve until interrupted (blocking); https with ``tls_cert`` and ``tls_key`` (``check_tls``),
+    on ``sockets`` (``listen(host, port)``: bound before the state file is opened; by default
+    here, first)."""
     check_tls(tls_cert, tls_key)
+    sockets = listen(host, port) if sockets is None else sockets
     sys.setswitchinterval(0.001)  # the loop thread gets the GIL back quickly while a worker plans
     service = Service(cluster, state_path, admin_token, config, new_state=new_state, profiles=profiles)
     log.info("start", extra={"state": state_path, "restored": service.restored, "host": host, "port": port,
@@ -971,7 +1003,8 @@ def run(cluster: Cluster | Fleet | None, state_path: str, admin_token: str, conf
     if unlisted:
         log.warning("unlisted_tenants", extra={"live_jobs": unlisted, "reason": "tenants with live jobs that the "
                                                "tenants file no longer lists: their jobs run on, outside any quota"})
-    DeadlineServer(server_config(service, host, port, tls_cert, tls_key), service.config.header_timeout_s).run()
+    DeadlineServer(server_config(service, host, port, tls_cert, tls_key),
+                   service.config.header_timeout_s).run(sockets=sockets)
 
 
 def server_config(service: Service, host: str, port: int, tls_cert: str | None = None,
