@@ -361,3 +361,28 @@ def test_improve_stops_at_its_time_bound_keeping_the_plan_so_far():
     assert result.cost_after == pytest.approx(state.cost_per_hour()) and result.cost_after <= result.cost_before
     check_feasible(state, jobs)
     assert improve(placed(cluster, jobs), max_groups=3, max_solves=2).limit == "solves"
+
+
+def test_improve_stops_when_asked_between_solves_keeping_the_moves_made():
+    """``stop`` (the CLI's first Ctrl-C) is asked before each solve: answering True after
+    k solves ends the search there, short of the local optimum, with the moves the
+    unstopped search had made by then, and the plan feasible; always False, it changes
+    nothing."""
+    rng = random.Random(4)
+    cluster = make_cluster(rng)
+    jobs = make_jobs(rng, 6)
+    unbounded = improve(placed(cluster, jobs), max_groups=3)
+    assert unbounded.local_optimum and len(unbounded.moves) == 3
+    made = set()
+    for k in range(1, unbounded.solves):
+        asked = itertools.count(1)
+        state = placed(cluster, jobs)
+        result = improve(state, max_groups=3, stop=lambda: next(asked) > k)
+        assert (result.local_optimum, result.limit, result.solves) == (False, "interrupted", k)
+        assert result.moves == unbounded.moves[:len(result.moves)]
+        assert result.cost_after == pytest.approx(state.cost_per_hour()) and result.cost_after <= result.cost_before
+        check_feasible(state, jobs)
+        made.add(len(result.moves))
+    assert made == {0, 1, 2, 3}  # stopped before the first move, between moves and after the last
+    never = improve(placed(cluster, jobs), max_groups=3, stop=lambda: False)
+    assert (never.local_optimum, never.solves, never.cost_after) == (True, unbounded.solves, unbounded.cost_after)

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 
 from rollmux.accounting import ACCOUNTINGS
-from rollmux.cli_output import cluster_option, console, progress_console
+from rollmux.cli_output import cluster_option, console, first_interrupt_stops, progress_console
 from rollmux.cli_output import fail as _fail
 from rollmux.cli_output import write_json as _write_json
 from rollmux.cli_service import register as register_service_commands
@@ -430,19 +430,25 @@ def _print_stress(rows: list[dict], histories: int) -> None:
 def _improve(state, max_solves: int, max_seconds: float, space):
     """``improve`` bounded by ``max_solves`` and ``max_seconds``, with progress on stderr (a
     bar on a terminal, else a line first and then every few seconds): the larger of the
-    shares of either bound used, so the ETA never runs past the time bound."""
+    shares of either bound used, so the ETA never runs past the time bound. A first Ctrl-C
+    stops it before the next solve, the plan so far kept (``limit`` "interrupted"); a
+    second aborts."""
     import time
 
     from rollmux.improve import improve
 
     began = time.monotonic()
-    if not progress_console.is_terminal:
-        progress_console.print(f"regrouping: at most {max_solves} exact solves or {max_seconds:g} s "
-                               "(--improve-solves, --improve-s)", highlight=False)
-    with progress_reporter(progress_console, "improving", 1.0) as update:
-        return improve(state, max_solves=max_solves, space=space, max_seconds=max_seconds,
-                       on_solve=lambda n, _: update(max(n / max_solves,
-                                                        (time.monotonic() - began) / max(max_seconds, 1e-9))))
+    with first_interrupt_stops("regrouping stops after the exact solve under way, keeping the plan so far") \
+            as interrupted:
+        if not progress_console.is_terminal:  # (said once the first Ctrl-C only stops the regrouping)
+            progress_console.print(f"regrouping: at most {max_solves} exact solves or {max_seconds:g} s "
+                                   "(--improve-solves, --improve-s; Ctrl-C stops it, keeping the plan so far)",
+                                   highlight=False)
+        with progress_reporter(progress_console, "improving", 1.0) as update:
+            return improve(state, max_solves=max_solves, space=space, max_seconds=max_seconds,
+                           stop=interrupted.is_set,
+                           on_solve=lambda n, _: update(max(n / max_solves,
+                                                            (time.monotonic() - began) / max(max_seconds, 1e-9))))
 
 
 def _print_improvement(result) -> None:
@@ -452,6 +458,7 @@ def _print_improvement(result) -> None:
         console.print(f"[yellow]not improved: {escape(result.skipped)}[/yellow]")
         return
     end = ("a local optimum" if result.local_optimum else "stopped at --improve-s" if result.limit == "seconds"
+           else "stopped by Ctrl-C" if result.limit == "interrupted"
            else f"stopped at the solve limit ({result.solves})")
     console.print(f"improvement: ${result.cost_before:,.2f}/h -> ${result.cost_after:,.2f}/h with "
                   f"{len(result.moves)} regroupings, {result.solves} exact solves ({end})")

@@ -2,8 +2,12 @@
 words, JSON reports. User strings are escaped before Rich sees them."""
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
 import typer
 from rich.console import Console
@@ -48,3 +52,27 @@ def write_json(path: Path, payload) -> None:
     except RollMuxError as err:
         fail(err)
     console.print(f"wrote {escape(str(path))}")
+
+
+@contextlib.contextmanager
+def first_interrupt_stops(what: str) -> Iterator[threading.Event]:
+    """Within: the first Ctrl-C (SIGINT) only sets the event yielded and says on stderr that
+    ``what`` (e.g. "improving stops after the exact solve under way"); a second one raises
+    ``KeyboardInterrupt`` as usual. The previous handler is back on exit. Off the main
+    thread (where no handler can be set) the event is never set."""
+    seen = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+
+    def on_interrupt(signum, frame) -> None:
+        if seen.is_set():
+            raise KeyboardInterrupt
+        seen.set()
+        progress_console.print(f"Ctrl-C: {what}; press Ctrl-C again to abort", highlight=False)
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)

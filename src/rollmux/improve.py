@@ -100,16 +100,19 @@ class Improvement:
     solves: int
     local_optimum: bool  # False when a limit stopped the search
     skipped: str = ""    # why nothing was tried, if so
-    limit: str = ""      # the limit that stopped it short of a local optimum: "solves" or "seconds"
+    limit: str = ""      # what stopped it short of a local optimum: "solves", "seconds" or "interrupted"
 
 
 def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: int = DEFAULT_MAX_JOBS,
             max_solves: int = DEFAULT_MAX_SOLVES,
             on_solve: Callable[[int, float], None] | None = None, space: Space = PAPER_SPACE,
-            max_seconds: float | None = None, clock: Callable[[], float] = time.monotonic) -> Improvement:
+            max_seconds: float | None = None, clock: Callable[[], float] = time.monotonic,
+            stop: Callable[[], bool] | None = None) -> Improvement:
     """Regroup ``state`` in place until no set of up to ``max_groups`` groups gets cheaper,
-    or until ``max_solves`` exact solves or ``max_seconds`` of ``clock`` (None: no bound)
-    stop it (``Improvement.limit`` names which; the plan so far is kept either way).
+    or until ``max_solves`` exact solves, ``max_seconds`` of ``clock`` (None: no bound) or
+    ``stop()`` answering True (a Ctrl-C seen) stop it; the bounds and ``stop`` are checked
+    before each solve, never inside one or a regrouping (``Improvement.limit`` names which;
+    the plan so far is kept either way).
 
     Every group the search writes satisfies everything a planner decision guarantees
     (size, residency, SLO of all members and of every subset, start-up); jobs keep
@@ -140,7 +143,8 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
             combos = (c for c in combinations(groups, k) if tuple(g.group_id for g in c) not in tried)
             for combo, jobs, cost in _ranked(state, combos, max_jobs, space):
                 limit = ("solves" if solves >= max_solves else
-                         "seconds" if max_seconds is not None and clock() - began >= max_seconds else "")
+                         "seconds" if max_seconds is not None and clock() - began >= max_seconds else
+                         "interrupted" if stop is not None and stop() else "")
                 if limit:
                     return Improvement(tuple(moves), start, state.cost_per_hour(), solves, False, limit=limit)
                 solves += 1

@@ -3,8 +3,8 @@
 ``{"cost_per_hour": X, "groups": [{"group_id", "rollout_nodes", "train_nodes", "colocated",
 "cost_per_hour", "jobs": [{"job_id", "rollout_nodes", "train_nodes", "hosted", "iteration_s",
 "slowdown", "slo"}]}], "waiting": [job ids], "decisions": [explanations],
-"improvement": null | {"cost_before", "cost_after", "solves", "local_optimum", "limit" ("", "solves" or
-"seconds": what stopped it short of a local optimum), "skipped",
+"improvement": null | {"cost_before", "cost_after", "solves", "local_optimum", "limit" ("", "solves",
+"seconds" or "interrupted" (Ctrl-C): what stopped it short of a local optimum), "skipped",
 "moves": [{"before": {group id: [job ids]}, "after": {...}, "cost_before", "cost_after"}]}}``,
 and with ``rollmux plan --stress N`` (N > 0) also ``"stress": [{"group", "job_id", "slo",
 "analysed", "settled", "history", "missed"}]``: per member of a group of two or more, the
