@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import time
 from functools import partial
 from pathlib import Path
 
@@ -37,6 +38,11 @@ def test_map_tasks_returns_each_call_in_item_order_and_reports_each_as_done():
     assert [done for _, _, done, _ in seen] == list(range(1, 6)) and {t for *_, t in seen} == {5}
     assert all(result == out[i] for i, result, _, _ in seen)
     assert not ray.is_initialized()  # the local instance it started is gone
+    polls = []
+    assert map_tasks(time.sleep, (), [(0.5,), (1.0,)], command="test", num_cpus=2,
+                     on_wait=lambda done, total: polls.append((done, total))) == [None, None]
+    assert polls and {t for _, t in polls} == {2} and {d for d, _ in polls} <= {0, 1}  # a heartbeat while none ends
+    assert [d for d, _ in polls] == sorted(d for d, _ in polls)
     with pytest.raises(ValueError, match="math domain error"):
         map_tasks(math.sqrt, (), [(4.0,), (-1.0,)], command="test", num_cpus=2)
     assert not ray.is_initialized()

@@ -319,3 +319,26 @@ def test_the_eta_counts_the_mean_time_per_run_since_the_start(capsys, monkeypatc
     progress(row, 2, 4)
     first, second = capsys.readouterr().err.splitlines()
     assert first.endswith("ETA -)") and second.endswith("(56 s elapsed, ETA 56 s)"), second
+
+
+def test_a_grid_still_running_says_so_every_quiet_spell(capsys, monkeypatch):
+    """(One run of the production trace takes minutes: the command said nothing between its
+    header and the first run's end.) ``waiting`` prints after QUIET_S seconds without a
+    line, with the ETA once two runs ended, and a run's line restarts the spell."""
+    from rollmux import cli_whatif
+    from rollmux.cli_whatif import QUIET_S, _Progress
+
+    clock = iter([0.0, QUIET_S - 1, QUIET_S + 1, QUIET_S + 2, 40.0, 41.0, 40.0 + QUIET_S + 1])
+    monkeypatch.setattr(cli_whatif.time, "perf_counter", lambda: next(clock))
+    progress = _Progress("owned", (False, False))
+    row = Row({"train.nodes": 4}, "rollmux", owned_per_hour=100.0, cost_per_hour=90.0, p95_wait_h=0.5, slo_met=1.0)
+    progress.waiting(0, 4)  # 14 s: quiet
+    progress.waiting(0, 4)  # 16 s: says so
+    progress.waiting(0, 4)  # 17 s: only 1 s since
+    progress(row, 1, 4)     # 40 s
+    progress(row, 2, 4)     # 41 s
+    progress.waiting(2, 4)  # 56 s: 15 s since the last line
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 4 and lines[1].startswith("[1/4] ") and lines[2].startswith("[2/4] "), lines
+    assert lines[0] == f"[0/4] running, no run finished yet ({QUIET_S + 1:.0f} s elapsed, ETA -)"
+    assert lines[3] == f"[2/4] running ({40 + QUIET_S + 1:.0f} s elapsed, ETA {40 + QUIET_S + 1:.0f} s)"

@@ -44,6 +44,8 @@ OPTIONS = {"vary": "--vary", "trace": "--trace", "policy": "--policy", "accounti
 TABLE_ROWS = 60
 #: With more runs than this, progress lines come at most every PROGRESS_S seconds.
 EVERY_LINE, PROGRESS_S = 100, 2.0
+#: While no run ends, a line says the grid is still running every QUIET_S seconds.
+QUIET_S = 15.0
 
 
 def _fail(err: Exception) -> None:
@@ -75,7 +77,9 @@ class _Progress:
     """The ``on_row`` callback: one line per finished run (throttled on big grids), with ETA,
     on stderr (a table redirected to a file holds only itself). The ETA is the mean time per
     finished run since the start times the runs left (runs in parallel end in batches: the
-    gap between two of a batch is no run's time); none after the first."""
+    gap between two of a batch is no run's time); none after the first. ``waiting`` (the
+    ``on_wait`` callback) says the grid still runs after QUIET_S seconds without a line:
+    one run on a big trace takes minutes."""
 
     def __init__(self, basis: str, show: tuple[bool, bool]) -> None:
         self.basis, self.show = basis, show
@@ -86,14 +90,25 @@ class _Progress:
         if total > EVERY_LINE and done < total and now - self.last < PROGRESS_S:
             return
         self.last = now
-        elapsed = now - self.start
-        eta = "-" if done < 2 else f"{elapsed / done * (total - done):.0f} s"
         wait = (f"{job_count(row.never_ran)} never ran" if row.never_ran
                 else f"p95 wait {_fmt(row.p95_wait_h, '.2f')} h")
         what = (f"[red]{escape(_short(row.error))}[/red]" if row.error else
                 f"${_fmt(row.cost(self.basis))}/h {self.basis}, {wait}, SLO met {_fmt(row.slo_met * 100)}%")
         progress_console.print(f"[{done}/{total}] {escape(row.label(*self.show))}: {what} "
-                               f"({elapsed:.0f} s elapsed, ETA {eta})", highlight=False)
+                               f"({self._times(now, done, total)})", highlight=False)
+
+    def waiting(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - self.last < QUIET_S:
+            return
+        self.last = now
+        progress_console.print(f"[{done}/{total}] running" + (", no run finished yet" if done == 0 else "")
+                               + f" ({self._times(now, done, total)})", highlight=False)
+
+    def _times(self, now: float, done: int, total: int) -> str:
+        elapsed = now - self.start
+        eta = "-" if done < 2 else f"{elapsed / done * (total - done):.0f} s"
+        return f"{elapsed:.0f} s elapsed, ETA {eta}"
 
 
 def _table(rows: list[Row], fields: list[str], marks: dict[int, str], basis: str, show: tuple[bool, bool]) -> Table:
@@ -306,10 +321,11 @@ def whatif(
                   + (f"Ray at {escape(address)}" if address else "a local Ray instance")
                   + f"; waiting line on bounded pools: {' and '.join(queues)}", highlight=False)
     started = time.perf_counter()
+    progress = _Progress(basis, show)
     try:
         rows = run_grid(jobs, base, configs, names, seed=seed, duration_model=duration_model.value,
                         accounting=acct, address=address, num_cpus=workers, profiles=measured,
-                        queues=queues, on_row=_Progress(basis, show))
+                        queues=queues, on_row=progress, on_wait=progress.waiting)
     except RollMuxError as err:
         _fail(err)
     wall = time.perf_counter() - started

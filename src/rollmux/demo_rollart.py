@@ -162,7 +162,7 @@ def run_rollart(out: Path, iterations: int = 8, staleness: tuple[int, ...] = (1,
 
 
 def run_rollart_live(out: Path, iterations: int = 6, agentic_iterations: int | None = None, turns: int = 3,
-                     env_workers: int = 2, env_delay_s: float = 0.03, reward_service: bool = True,
+                     env_workers: int = 3, env_delay_s: float = 0.03, reward_service: bool = True,
                      max_replicas: int = 2, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """The three jobs under the live control plane (see the module docstring); returns the
     summary written to ``out/summary.json``. ``quick``: smaller batches (tests). Raises

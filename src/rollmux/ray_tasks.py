@@ -15,8 +15,10 @@ Contract
   Ray task of one CPU and returns the results in item order, each equal to the call made
   in this process. ``fn`` is any picklable callable that Ray's workers can load (a
   module-level function, a builtin, a ``functools.partial`` of one). It and each element
-  of ``shared`` go into the object store once, however many tasks read them. ``on_done(index, result, done, total)`` is called on the driver as
-  each task finishes (in finishing order). A local instance gets one CPU per item unless
+  of ``shared`` go into the object store once, however many tasks read them.
+  ``on_done(index, result, done, total)`` is called on the driver as each task finishes
+  (in finishing order); ``on_wait(done, total)`` after each poll (every 0.2 s) in which
+  none did (a display's heartbeat while long tasks run). A local instance gets one CPU per item unless
   ``num_cpus`` says otherwise, at most the machine's. The driver is disconnected (and a
   local instance stopped) on return or error, unless it was connected before the call.
   A task's exception is raised on the driver as Ray reports it.
@@ -100,7 +102,8 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
 
 def map_tasks(fn: Callable[..., Any], shared: Sequence[Any], items: Sequence[Sequence[Any]], *,
               command: str, address: str | None = None, num_cpus: int | None = None,
-              on_done: Callable[[int, Any, int, int], None] | None = None) -> list[Any]:
+              on_done: Callable[[int, Any, int, int], None] | None = None,
+              on_wait: Callable[[int, int], None] | None = None) -> list[Any]:
     """``[fn(*shared, *item) for item in items]``, each call a Ray task; see the module contract."""
     if not items:
         return []
@@ -116,6 +119,8 @@ def map_tasks(fn: Callable[..., Any], shared: Sequence[Any], items: Sequence[Seq
         pending, done = list(index), 0
         while pending:
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=_POLL_S)
+            if not ready and on_wait is not None:
+                on_wait(done, len(items))
             for ref in ready:
                 i = index[ref]
                 results[i] = ray.get(ref)

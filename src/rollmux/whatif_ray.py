@@ -13,7 +13,8 @@ Contract
   the given order within those), equal to a serial ``run_config`` of the same
   arguments. A fleet's ``base`` is a ``whatif_fleet.fleet_dict``; its ``profiles`` go
   to every task with its arguments.
-* ``on_row(row, done, total)`` is called on the driver as each run finishes.
+* ``on_row(row, done, total)`` is called on the driver as each run finishes, and
+  ``on_wait(done, total)`` every 0.2 s while none does (``map_tasks``).
 * Without Ray installed, or when ``address`` cannot be reached, RollMuxError says so.
 """
 from __future__ import annotations
@@ -31,10 +32,11 @@ def run_grid(jobs: list[Job], base: dict, configs: list[dict], policies: list[st
              duration_model: str = "worst", accounting: CostAccounting = OURS, address: str | None = None,
              num_cpus: int | None = None, profiles: Profiles | None = None,
              queues: Sequence[str] = ("backfill",),
-             on_row: Callable[[Row, int, int], None] | None = None) -> list[Row]:
+             on_row: Callable[[Row, int, int], None] | None = None,
+             on_wait: Callable[[int, int], None] | None = None) -> list[Row]:
     """Simulate every configuration under every policy and line order on Ray; see the module contract."""
     runs = [(values, policy, seed, duration_model, accounting, profiles, queue == "backfill")
             for values in configs for policy in policies for queue in queues]
     return map_tasks(run_config, (jobs, base), runs, command="rollmux whatif", address=address,
-                     num_cpus=num_cpus,
+                     num_cpus=num_cpus, on_wait=on_wait,
                      on_done=None if on_row is None else lambda i, row, done, total: on_row(row, done, total))
