@@ -69,6 +69,13 @@ def run(job, iterations):
         with job.phase("train", device="cpu"):
             time.sleep(0.30)
 
+def quick(job, iterations):
+    for _ in range(iterations):
+        with job.phase("rollout", device="cpu"):
+            time.sleep(0.01)
+        with job.phase("train", device="cpu"):
+            time.sleep(0.01)
+
 def half(job, iterations):
     with job.phase("rollout", device="cpu"):
         pass
@@ -108,3 +115,18 @@ def test_profile_refuses_bad_targets_and_wrong_phase_counts(tmp_path, monkeypatc
         r = runner.invoke(app, ["profile", target, "--out", str(out)])
         assert r.exit_code == 2, (target, r.output)
         assert words in " ".join(r.output.split()) and not out.exists()
+
+
+def test_profile_writes_a_job_id_that_reads_as_a_number_quoted(tmp_path, monkeypatch):
+    """``--job-id 1e3`` was written plain; ``rollmux submit``'s reader (strict_yaml) took it
+    for the float 1000.0, which the service's JobSpec refused."""
+    from rollmux.cluster_file import read_mapping
+    from rollmux.runtime.api_models import JobSpec
+
+    (tmp_path / "lone_job.py").write_text(textwrap.dedent(LONE_JOB))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "spec.yaml"
+    r = runner.invoke(app, ["profile", "lone_job:quick", "--out", str(out), "--iterations", "1", "--job-id", "1e3"])
+    assert r.exit_code == 0, r.output
+    spec = read_mapping(out, "job")  # what `rollmux submit` sends
+    assert spec["job_id"] == "1e3" and JobSpec.model_validate(spec).job_id == "1e3"

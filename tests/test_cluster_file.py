@@ -5,7 +5,9 @@ import json
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from rollmux.cli import app
 from rollmux.cluster_file import cluster_from_dict, cluster_to_dict, load_cluster
 from rollmux.errors import SpecError, TraceFormatError
 from rollmux.model import Cluster, PoolSpec, SwitchCost
@@ -198,3 +200,29 @@ def test_a_cluster_file_nested_too_deep_is_refused_not_a_recursion_error(tmp_pat
     path.write_text("rollout: " + "[" * 500 + "]" * 500 + "\n")
     with pytest.raises(TraceFormatError, match="nested more than 64 levels deep"):
         load_cluster(path)
+
+
+@pytest.mark.parametrize("text, field, key", [
+    ("1: 2\n", "top-level key", 1),                      # (an IndexError ended simulate --cluster)
+    ("true: x\n", "top-level key", True),
+    ("rollout: {1: 2}\n", "rollout key", 1),              # (read "rollout[1]=1", an index)
+    ("rollout: {nodes: [{id: a, 7: 2}]}\n", "rollout.nodes[0] key", 7),  # (read "expected a node count")
+])
+def test_a_key_that_is_not_a_string_is_refused_naming_the_key(tmp_path, text, field, key):
+    with pytest.raises(SpecError) as err:
+        load_cluster(_write(tmp_path, text))
+    assert (err.value.field, err.value.value) == (field, key) and "keys are names" in str(err.value)
+
+
+@pytest.mark.parametrize("command", [["simulate", "--trace", "production", "--policies", "rollmux"],
+                                     ["fleet", "plan", "--jobs", "production"]])
+@pytest.mark.parametrize("text, said", [
+    ("? [a, b]\n: 1\n", "line 1: not valid YAML: found unhashable key"),  # (a TypeError traceback)
+    ("rollout: {<<: {host_mem_gb: 100.0}}\n", "line 1: not valid YAML: YAML merge keys (<<) are not supported"),
+    ("1: 2\n", "top-level key=1: expected a string"),                     # (an IndexError traceback)
+])
+def test_the_cli_refuses_a_cluster_file_with_a_key_it_cannot_read(tmp_path, command, text, said):
+    path = _write(tmp_path, text)
+    r = CliRunner().invoke(app, [*command, "--cluster", str(path)])
+    assert r.exit_code == 2, r.output  # (an uncaught exception exits 1)
+    assert said in " ".join(r.output.split()), r.output

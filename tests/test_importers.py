@@ -274,3 +274,60 @@ def test_a_run_or_job_name_is_quoted_in_an_error(tmp_path):
     with pytest.raises(SpecError) as info:
         from_trl_log(path, job_id="j\x1b[31m")
     assert "\x1b" not in str(info.value) and "job 'j\\x1b[31m'" in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("row, column, said", [
+    ("x,1_000,1,2", "step", "'1_000' is not a step number"),   # (int() read 1000)
+    ("x,\u0663,1,2", "step", "is not a step number"),          # (an Arabic-Indic 3 read as 3)
+    ("x,-5,1,2", "step", "'-5' is not a step number"),          # (a negative step was taken)
+    ("x,+5,1,2", "step", "'+5' is not a step number"),
+    ("x,0,1_0,2", "t_gen", "'1_0' is not a number of seconds"),  # (float() read 10.0)
+    ("x,0,1,\u0662", "t_update_actor", "is not a number of seconds"),
+])
+def test_verl_numbers_are_ascii_without_underscores_and_steps_not_negative(tmp_path, row, column, said):
+    path = write(tmp_path, "v.csv", f"run,step,t_gen,t_update_actor\ny,0,1,2\n{row}\n")
+    with pytest.raises(TraceFormatError) as info:
+        from_verl_timings(path)
+    assert (info.value.line, info.value.column) == (3, column) and said in str(info.value), str(info.value)
+
+
+def test_verl_a_comment_is_a_line_that_starts_with_hash_not_a_quoted_run_name(tmp_path):
+    """A row whose run is a quoted "#..." was dropped as a comment; a comment's quote no
+    longer opens a field that swallows the rows after it."""
+    text = ('# note, "an open quote\nrun,step,t_gen,t_update_actor\n  # indented comment\n'
+            'x,0,1,2\n"#r",0,3,4\n#y,0,5,6\nx,1,2,2\n')
+    jobs = from_verl_timings(write(tmp_path, "v.csv", text))
+    assert [(j.job_id, j.iterations, j.t_roll_s) for j in jobs] == [("x", 2, 2), ("#r", 1, 3)]
+
+
+def test_trl_json_lines_end_at_newline_only(tmp_path):
+    """U+2028 and U+0085 are valid raw inside a JSON string: splitlines() cut the record there
+    ("not JSON (Unterminated string)") and shifted every later line number."""
+    records = [{GEN: 2.0, "note": "a\u2028b\u0085c"}, {"step_time": 5.0, "step": 1},
+               {GEN: 3.0}, {"step_time": 6.0, "step": 2}]
+    text = "\n".join(json.dumps(r, ensure_ascii=False) for r in records)
+    job = from_trl_log(write(tmp_path, "u.jsonl", text + "\n"))
+    assert (job.iterations, job.t_roll_s, job.t_train_s) == (2, 3.0, 3.0)
+    for end in ("\r\n", "\r"):  # (as the trace reader cuts lines)
+        (tmp_path / "cr.jsonl").write_bytes(text.replace("\n", end).encode())
+        assert from_trl_log(tmp_path / "cr.jsonl", job_id="u") == job
+    with pytest.raises(TraceFormatError) as info:
+        from_trl_log(write(tmp_path, "u.jsonl", text + "\n{oops\n"))
+    assert info.value.line == 5 and "not JSON (Expecting property name enclosed in double quotes at column 2)" \
+        in str(info.value)
+
+
+def test_trl_a_document_s_syntax_error_names_its_line_and_column(tmp_path):
+    """A trailing comma deep in trainer_state.json was reported at line 1 (the document was
+    then read as JSON lines, whose first line is a lone '{')."""
+    text = json.dumps({"log_history": [{GEN: 1.0, "step_time": 3.0, "step": 1}] * 3}, indent=2)
+    broken = text.replace('"step": 1\n    }\n  ]', '"step": 1,\n    }\n  ]')
+    with pytest.raises(TraceFormatError) as info:
+        from_trl_log(write(tmp_path, "trainer_state.json", broken))
+    comma = broken.split("\n").index('      "step": 1,') + 1  # the comma's line; json stops at the '}' after it
+    assert info.value.line == comma + 1 > 10 and "at column 5" in str(info.value), str(info.value)
+    with pytest.raises(TraceFormatError) as info:  # a document with something after it
+        from_trl_log(write(tmp_path, "trainer_state.json", text + "\n{}\n"))
+    assert info.value.line == text.count("\n") + 2 and "Extra data" in str(info.value)
+    with pytest.raises(TraceFormatError, match="no record holds step_time"):  # an empty log is no syntax error
+        from_trl_log(write(tmp_path, "empty.jsonl", " \n"))

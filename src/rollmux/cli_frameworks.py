@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
 
@@ -151,6 +150,7 @@ def register(app: typer.Typer, trace_app: typer.Typer, console: Console, fail) -
     ) -> None:
         """Run a job alone for a few iterations under a private control plane; write its spec with the
         worst-case phase times measured (grant to release, warm switches included)."""
+        from rollmux import strict_yaml
         from rollmux.integrations.profile import profile_job
         from rollmux.report.paths import check_writable, write_text
 
@@ -160,8 +160,8 @@ def register(app: typer.Typer, trace_app: typer.Typer, console: Console, fail) -
             run = _target(target)
             prof = profile_job(run, iterations, job_id)
             spec = _job_spec(job_id, slo, prof.t_roll_s, prof.t_train_s)
-            write_text(out, yaml.safe_dump({**spec.model_dump(exclude_defaults=True), "slo": slo}, sort_keys=False),
-                       "--out")
+            # (strict_yaml quotes a job id such as 1e3, which `rollmux submit` would otherwise read as a number)
+            write_text(out, strict_yaml.dump({**spec.model_dump(exclude_defaults=True), "slo": slo}), "--out")
         except (RollMuxError, OSError) as err:
             fail(err, _OPTIONS)
         console.print(f"{escape(job_id)}: {iterations} iterations alone; rollout worst {prof.t_roll_s:.3f} s "

@@ -14,7 +14,9 @@ Contract
   (every node of a bounded pool costs for the whole run; needs a bounded pool).
 * Types are strict (a quoted "8" is not a number). An unknown key, a wrong type or a
   value outside its contract raises SpecError naming the dotted field path, the value
-  and what was expected (for an unknown key: the allowed keys). A file that is not YAML
+  and what was expected (for an unknown key: the allowed keys; for a key that is not a
+  string, such as ``1:`` or ``true:``, the field is ``top-level key`` or ``<path> key``
+  and the value the key). A file that is not YAML
   or not a mapping raises TraceFormatError with the file and line.
 * ``load_cluster(None)`` is ``Cluster()``. The result has passed ``Cluster.validate()``.
 * ``cluster_to_dict`` gives the same shape as the file (``pricing`` only when not the
@@ -86,6 +88,10 @@ def _spec_error(err: ValidationError) -> SpecError:
     # A value that fails a union (``nodes``: int, list or null) reports one error per
     # branch; the deepest one is the one that says what is wrong inside the value.
     first = max(err.errors(), key=lambda e: len(e["loc"]))
+    if first["type"] == "invalid_key":  # (the key itself ends the location: drop it)
+        field = _field_path(first["loc"][:-1])[1]
+        return SpecError(f"{field} key" if field else "top-level key", first["input"],
+                         "a string (keys are names; quote one YAML reads as a number, boolean or null)")
     loc, field = _field_path(first["loc"])
     if first["type"] == "extra_forbidden":
         model = _ClusterFile if len(loc) == 1 else _NodeFile if "nodes" in loc else _PoolFile

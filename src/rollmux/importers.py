@@ -34,8 +34,11 @@ A CSV with one row per (run, step): columns ``run, step, t_gen, t_update_actor``
   trained models and so run on the training pool.
 
 An optional column absent from the header counts 0; a present one needs a value on every
-row. veRL ran both phases on the same GPUs, so the times are co-located ones: they are
-also written as ``t_roll_colo_s`` / ``t_train_colo_s`` (the disaggregated times are
+row. A line whose first non-blank character is ``#`` is a comment (as in the trace format;
+a run named ``#...`` is quoted: ``"#r",0,...``). ``step`` is ASCII digits (an integer >= 0);
+times are ASCII numbers without ``_`` (``1_0`` and other scripts' digits are refused).
+veRL ran both phases on the same GPUs, so the times are co-located ones: they are also
+written as ``t_roll_colo_s`` / ``t_train_colo_s`` (the disaggregated times are
 taken equal to them: same GPU type in both pools, weight transfer not counted).
 ``model`` = the run name (its size, e.g. ``0.5B``, picks the switch-cost column);
 ``job_id`` = the run name. Runs come out in order of first appearance.
@@ -44,9 +47,11 @@ TRL (``from_trl_log``)
 ----------------------
 A log of TRL ``GRPOTrainer`` records: a JSON document (``trainer_state.json``, whose
 ``log_history`` list is read, or a bare list) or JSON lines (one object per line, e.g. a
-Weights & Biases or Trackio history export). A leading ``train/`` on a key is ignored
-(how W&B and Trackio prefix the Trainer's logs). Keys read (TRL >= 0.26, checked
-against the installed 1.16):
+Weights & Biases or Trackio history export; it is JSON lines when its first value ends on
+the line it starts on and more follows, and its lines end at LF, CR LF or CR only; a
+syntax error in a document names the line and column where ``json`` found it). A leading
+``train/`` on a key is ignored (how W&B and Trackio prefix the Trainer's logs). Keys read
+(TRL >= 0.26, checked against the installed 1.16):
 
 * rollout: ``profiling/Time taken: <Trainer>.<name>`` for ``<name>`` one of
   ``vLLM.generate``, ``transformers.generate``, ``transformers.generate_batch``
@@ -131,8 +136,10 @@ def _gpus_for(gpus: int | Mapping[str, int], run: str) -> int:
 
 
 def _seconds(value: object, path: str, line: int, column: str) -> float:
-    """A logged duration: a finite number >= 0 (text is parsed), else TraceFormatError."""
+    """A logged duration: a finite number >= 0 (text is parsed: ASCII, no '_'), else TraceFormatError."""
     if isinstance(value, str):
+        if not value.isascii() or "_" in value:  # float() reads '1_0' as 10 and other scripts' digits
+            raise TraceFormatError(path, line, column, f"{value!r} is not a number of seconds (ASCII digits, no '_')")
         try:
             value = float(value) if value.strip() else None
         except ValueError:
@@ -152,12 +159,13 @@ def from_verl_timings(path: str | Path, *, gpus: int | Mapping[str, int] = 8,
     runs: dict[str, dict[int, tuple[float, float]]] = {}
     spans: dict[str, tuple[int, int]] = {}  # run -> its first and last line
     with io.StringIO(read_text(path), newline="") as handle:
-        rows = csv.reader(handle)
+        # a comment line reaches the csv reader blank (its quotes cannot open a field; line numbers hold)
+        rows = csv.reader("\n" if raw.lstrip().startswith("#") else raw for raw in handle)
         header: list[str] | None = None
         try:
             for fields in rows:
                 line = rows.line_num
-                if not fields or not "".join(fields).strip() or fields[0].lstrip().startswith("#"):
+                if not fields or not "".join(fields).strip():
                     continue
                 if header is None:
                     header = [f.strip() for f in fields]
@@ -175,10 +183,10 @@ def from_verl_timings(path: str | Path, *, gpus: int | Mapping[str, int] = 8,
                 run = row["run"]
                 if not run:
                     raise TraceFormatError(name, line, "run", "empty value")
-                try:
-                    step = int(row["step"])
-                except ValueError:
-                    raise TraceFormatError(name, line, "step", f"{row['step']!r} is not an integer step") from None
+                if not (row["step"].isascii() and row["step"].isdigit()):  # int() took '1_000', '-5', '\u0663'
+                    raise TraceFormatError(name, line, "step", f"{row['step']!r} is not a step number "
+                                                               f"(ASCII digits 0-9)")
+                step = int(row["step"])
                 phases = tuple(sum(_seconds(row[c], name, line, c) for c in cols if c in row)
                                for cols in (VERL_ROLLOUT, VERL_TRAIN))
                 steps = runs.setdefault(run, {})
@@ -217,12 +225,23 @@ def _json_int(digits: str) -> int | float:
 
 
 def _trl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
-    """(line, record) pairs: physical lines for JSON lines, 1-based entries for a document."""
+    """(line, record) pairs: physical lines for JSON lines, 1-based entries for a document.
+
+    The text is JSON lines when its first value ends on the line it starts on and more follows;
+    otherwise it is one document, whose syntax error names the line and column where ``json``
+    found it. Lines end at LF, CR LF or a lone CR, as the trace reader cuts them: never inside
+    a JSON string, which may hold U+2028 or U+0085 raw."""
     name = str(path)
     text = read_text(path)
     try:
         document = json.loads(text, parse_int=_json_int)
-    except (json.JSONDecodeError, RecursionError):
+    except json.JSONDecodeError as exc:
+        first = text[:exc.pos].strip()
+        json_lines = exc.msg == "Extra data" and "\n" not in first and "\r" not in first
+        if text.strip() and not json_lines:  # (an empty log: no record holds step_time, below)
+            raise TraceFormatError(name, exc.lineno, "", f"not JSON ({exc.msg} at column {exc.colno})") from None
+        document = None
+    except RecursionError:
         document = None
     if isinstance(document, dict) and "log_history" in document:
         document = document["log_history"]
@@ -232,13 +251,13 @@ def _trl_records(path: str | Path) -> Iterator[tuple[int, dict]]:
                 raise TraceFormatError(name, index, "", f"log_history entry {index} is not a JSON object")
             yield index, record
         return
-    for line, raw in enumerate(text.splitlines(), 1):
+    for line, raw in enumerate(io.StringIO(text, newline=""), 1):  # (str.splitlines() also cut at U+2028)
         if not raw.strip():
             continue
         try:
             record = json.loads(raw, parse_int=_json_int)
         except json.JSONDecodeError as exc:
-            raise TraceFormatError(name, line, "", f"not JSON ({exc.msg})") from None
+            raise TraceFormatError(name, line, "", f"not JSON ({exc.msg} at column {exc.colno})") from None
         except RecursionError:
             raise TraceFormatError(name, line, "", "JSON nested too deep for a log record") from None
         if not isinstance(record, dict):

@@ -4,7 +4,7 @@ PyYAML's ``SafeLoader`` follows YAML 1.1, under which a cluster file's ``nodes: 
 8 (octal), ``0x10`` is 16, ``1_0`` is 10, a tenant named ``yes`` or ``null`` is a boolean
 or nothing, a key given twice keeps its last value silently, and nine nested aliases
 expand into billions of nodes (memory grows until the process dies). ``StrictLoader``
-differs in four ways, each refusing or reading literally what the default would turn
+differs in these ways, each refusing or reading literally what the default would turn
 into something else:
 
 * integers are decimal digits with an optional sign (``010`` is 10); ``0x10``, ``0o10``
@@ -14,16 +14,21 @@ into something else:
   sexagesimal ``1:30.0`` stay strings), or ``.inf`` / ``.nan`` (which the checks refuse);
 * booleans are ``true`` and ``false`` (any case) only: ``yes``, ``no``, ``on``, ``off``
   are strings;
-* a key given twice in one mapping is an error naming the key and its line;
+* a key given twice in one mapping is an error naming the key and its line; so is a key
+  that is a sequence or mapping (``? [a, b]``), and a merge key (``<<``);
 * aliases (``*name``) are an error: no configuration needs them, and they are how a
   small file becomes a huge document; so is nesting deeper than ``MAX_DEPTH`` levels
   (a 1 KB file of brackets otherwise ended a command in a ``RecursionError``).
 
 ``load(text)`` parses with it; errors are ``yaml.YAMLError`` with the line (``problem_mark``).
+``dump(data)`` writes YAML that ``load`` and PyYAML's YAML 1.1 ``safe_load`` both read back as
+``data``: a string either would read as something else (``1e3``, ``1_000``, ``0x10``, ``yes``,
+``null``, ``.inf``) is quoted.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 
 import yaml
 
@@ -32,12 +37,13 @@ _INT = "tag:yaml.org,2002:int"
 MAX_DEPTH = 64
 _BOOL = "tag:yaml.org,2002:bool"
 _FLOAT = "tag:yaml.org,2002:float"
+_MERGE = "tag:yaml.org,2002:merge"
 _FLOAT_RE = re.compile(r"""^[-+]?(?:[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?
                                |[0-9]+[eE][-+]?[0-9]+|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$""", re.VERBOSE)
 
 
 class StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` with the four differences of the module docstring."""
+    """``yaml.SafeLoader`` with the differences of the module docstring."""
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -57,7 +63,13 @@ class StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE:
+                raise yaml.constructor.ConstructorError(None, None, "YAML merge keys (<<) are not supported; write "
+                                                        "the keys out", key_node.start_mark)
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):  # (checked before the set: a list raised a bare TypeError)
+                raise yaml.constructor.ConstructorError(None, None, "found unhashable key (a sequence or mapping); "
+                                                        "a key is a plain value such as a name", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} given twice",
                                                         key_node.start_mark)
@@ -87,3 +99,18 @@ StrictLoader.add_constructor(_BOOL, lambda loader, node: loader.construct_scalar
 def load(text: str):
     """The document in ``text``, read by ``StrictLoader``."""
     return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+class StrictDumper(yaml.SafeDumper):
+    """``yaml.SafeDumper`` that quotes a string ``StrictLoader`` or ``yaml.SafeLoader`` would read as another type."""
+
+
+StrictDumper.yaml_implicit_resolvers = {
+    first: yaml.SafeDumper.yaml_implicit_resolvers.get(first, []) + StrictLoader.yaml_implicit_resolvers.get(first, [])
+    for first in {*yaml.SafeDumper.yaml_implicit_resolvers, *StrictLoader.yaml_implicit_resolvers}}
+
+
+def dump(data) -> str:
+    """``data`` (plain dicts, lists, strings, numbers, booleans, None) as YAML, keys in their order;
+    ``load`` of it equals ``data``."""
+    return yaml.dump(data, Dumper=StrictDumper, sort_keys=False)
