@@ -1,5 +1,8 @@
 """rollmux trace from-verl / from-trl and rollmux profile, through the CLI."""
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -106,9 +109,12 @@ def test_profile_writes_a_spec_within_ten_percent_of_a_solo_run(tmp_path, monkey
 
 def test_profile_refuses_bad_targets_and_wrong_phase_counts(tmp_path, monkeypatch):
     (tmp_path / "lone_job.py").write_text(textwrap.dedent(LONE_JOB))
+    (tmp_path / "bad_import.py").write_text("raise ValueError('config missing')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "spec.yaml"
     for target, words in (("nosuchmodule:run", "importable module"), ("lone_job:nope", "function 'nope'"),
+                          # (a module failing on import was a traceback, exit 1)
+                          ("bad_import:run", "bad_import raised ValueError: config missing"),
                           ("lone_job", "MODULE:FUNCTION"), ("lone_job:half", "rollout/train pairs"),
                           # (a job that raised was a traceback, exit 1)
                           ("lone_job:boom", "boom raised RuntimeError: CUDA out of memory in iteration 1")):
@@ -130,3 +136,15 @@ def test_profile_writes_a_job_id_that_reads_as_a_number_quoted(tmp_path, monkeyp
     assert r.exit_code == 0, r.output
     spec = read_mapping(out, "job")  # what `rollmux submit` sends
     assert spec["job_id"] == "1e3" and JobSpec.model_validate(spec).job_id == "1e3"
+
+
+def test_profile_finds_a_module_in_the_current_folder(tmp_path):
+    """The console script does not put the current folder on sys.path: ``rollmux profile
+    lone_job:quick`` run beside lone_job.py said "No module named 'lone_job'"."""
+    (tmp_path / "lone_job.py").write_text(textwrap.dedent(LONE_JOB))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(Path(sys.executable).with_name("rollmux")), "profile", "lone_job:quick", "--out",
+                        "spec.yaml", "--iterations", "1"], cwd=tmp_path, capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "spec.yaml").read_text().startswith("job_id: profile")

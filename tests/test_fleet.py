@@ -79,6 +79,8 @@ def test_a_two_pool_cluster_file_is_the_fleet_of_its_two_pools_in_fixed_roles(tm
     ({"pools": [{"gpu": "H20", "tb_per_s": "4"}]}, "pools[0].tb_per_s"),
     ({"pools": [{"gpu": "H20"}], "reference": {"rollout": "X1"}}, "reference.rollout"),
     ({"pools": []}, "pools"),
+    ({"pools": [{"gpu": "H20"}], 1: 2}, "top-level key"),  # (it read "[1]": a list index)
+    ({"pools": [{"gpu": "H20", 3: 3}]}, "pools[0] key"),
 ])
 def test_a_bad_fleet_file_names_the_field(data, field):
     with pytest.raises(SpecError) as err:

@@ -14,6 +14,8 @@ file, field or option, exit with status 2 and write nothing.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -50,14 +52,23 @@ def _gpus(value: str) -> int | dict[str, int]:
 
 
 def _target(spec: str):
-    """``module:function`` -> the function (SpecError naming what is missing)."""
+    """``module:function`` -> the function (SpecError naming what is missing or what the
+    module raised on import). The current folder is searched first, as ``python -m`` would:
+    ``rollmux profile myjob:run_one`` beside ``myjob.py`` works."""
     module, _, name = spec.partition(":")
     if not module or not name:
         raise SpecError("target", spec, "MODULE:FUNCTION, e.g. mypkg.jobs:run_one")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, "")
     try:
-        fn = getattr(importlib.import_module(module), name)
+        loaded = importlib.import_module(module)
     except ImportError as err:
         raise SpecError("target", spec, f"an importable module ({err})") from None
+    except Exception as err:  # (the module's own code failed: a traceback and exit 1 before)
+        raise SpecError("target", spec, f"a module that imports ({module} raised {type(err).__name__}: "
+                                        f"{err})") from None
+    try:
+        fn = getattr(loaded, name)
     except AttributeError:
         raise SpecError("target", spec, f"a function {name!r} in module {module!r}") from None
     if not callable(fn):

@@ -84,14 +84,19 @@ def _field_path(loc: tuple) -> tuple[list[str], str]:
     return parts, path
 
 
+def key_error(where: str, key) -> SpecError:
+    """A mapping key that is not a string (``1:``, ``true:``), in the mapping at dotted
+    path ``where`` ("" for the top level): cluster and fleet files word it alike."""
+    return SpecError(f"{where} key" if where else "top-level key", key,
+                     "a string (keys are names; quote one YAML reads as a number, boolean or null)")
+
+
 def _spec_error(err: ValidationError) -> SpecError:
     # A value that fails a union (``nodes``: int, list or null) reports one error per
     # branch; the deepest one is the one that says what is wrong inside the value.
     first = max(err.errors(), key=lambda e: len(e["loc"]))
     if first["type"] == "invalid_key":  # (the key itself ends the location: drop it)
-        field = _field_path(first["loc"][:-1])[1]
-        return SpecError(f"{field} key" if field else "top-level key", first["input"],
-                         "a string (keys are names; quote one YAML reads as a number, boolean or null)")
+        return key_error(_field_path(first["loc"][:-1])[1], first["input"])
     loc, field = _field_path(first["loc"])
     if first["type"] == "extra_forbidden":
         model = _ClusterFile if len(loc) == 1 else _NodeFile if "nodes" in loc else _PoolFile

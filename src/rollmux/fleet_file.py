@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from rollmux.cluster_file import cluster_from_dict, read_mapping, switch_from_value, switch_to_value
+from rollmux.cluster_file import cluster_from_dict, key_error, read_mapping, switch_from_value, switch_to_value
 from rollmux.errors import SpecError
 from rollmux.fleet import ROLES, Fleet, FleetPool, Profiles, fleet_of
 from rollmux.model import GPU_TYPES, Cluster
@@ -98,6 +98,8 @@ def fleet_from_dict(data: dict) -> Fleet:
         spec = _FleetFile.model_validate(data)
     except ValidationError as err:
         first = max(err.errors(), key=lambda e: len(e["loc"]))
+        if first["type"] == "invalid_key":  # (the key itself ends the location: drop it)
+            raise key_error(_path(first["loc"][:-1]), first["input"]) from None
         expected = ("no such key; allowed keys: " + ", ".join(
             _FleetFile.model_fields if len(first["loc"]) == 1 else
             _Reference.model_fields if first["loc"][0] == "reference" else _PoolFile.model_fields)
