@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import Cluster, Job, PoolSpec
+from rollmux.model import (MAX_JOB_GPUS, MAX_JOB_ITERATIONS, MAX_MEM_GB, MAX_PHASE_S, MAX_PRICE, MAX_SLO,
+                           MAX_STALENESS, MAX_TIME_S, REWARD_PRICE_PER_HOUR, Cluster, Job, PoolSpec)
 from rollmux.traces.builtin import BUILTIN, load_trace
-from rollmux.traces.format import read_trace, write_trace
+from rollmux.traces.format import KNOWN, read_trace, write_trace
 from rollmux.traces.generate import generate
 from rollmux.traces.philly import (PROFILES, TABLE2_MEM_GB, PhillyStats, convert_philly,
                                    mix_from_segment, model_size, phase_gpus, read_philly)
@@ -79,7 +80,12 @@ def test_row_needs_duration_or_iterations(tmp_path):
     ("a,0,3600,8.5,8,100,50,0,0,1.5,7B", 3, "rollout_gpus"),  # bad int
     ("a,0,-5,8,8,100,50,0,0,1.5,7B", 3, "duration_s"),        # negative duration
     ("a,0,3600,8,8,100,50,0,0,0.9,7B", 3, "slo"),             # SLO below 1
-    ("a,0,3600,8,8,100,50,0,0,1.5,", 3, "model"),             # empty required value
+    (",0,3600,8,8,100,50,0,0,1.5,7B", 3, "job_id"),            # empty required value
+    ("a,0,3600,8,8,100,50,0,0,1001,7B", 3, "slo"),            # above MAX_SLO (the API's bound too)
+    ("a,0,3600,8,8,100,50,2e6,0,1.5,7B", 3, "mem_roll_gb"),   # above MAX_MEM_GB
+    ("a,0,3600,8,8,100,50,0,1e300,1.5,7B", 3, "mem_train_gb"),
+    ("a,0,3600,8,8,100,50,0,0,1.5," + "m" * 129, 3, "model"),  # longer than MAX_MODEL_CHARS
+    ("a,0,3600,8,8,100,50,0,0,1.5,a​b", 3, "model"),     # an invisible character
     ("a,0,3600,8,8,0,50,0,0,1.5,7B", 3, "t_roll_s"),          # zero phase
     ("a,0,3600,8,8,100,50,0,0,nan,7B", 3, "slo"),             # not finite
     ("a,0,3600,8,8,100,50,0,0,1.5", 3, ""),                   # short row
@@ -147,34 +153,85 @@ def test_empty_file_is_an_error(tmp_path):
 
 _TEXT = st.text(string.ascii_letters + string.digits + "_-.", min_size=1, max_size=8)
 _POS = st.floats(0.5, 1e6, allow_nan=False)
+#: extra column text: any characters but CR and LF, without surrounding whitespace (write_trace refuses those)
+_EXTRA_TEXT = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)),
+                      max_size=6).filter(lambda t: t == t.strip())
 
 
 @st.composite
 def _jobs(draw):
+    """Jobs anywhere inside Job.validate's bounds, every field drawn (extras in every job, as a
+    column some job lacks reads back as an empty string)."""
     ids = draw(st.lists(_TEXT, min_size=1, max_size=6, unique=True))
+    extra_names = draw(st.lists(_EXTRA_TEXT.filter(lambda n: n not in KNOWN), max_size=2, unique=True))
     jobs = []
     for job_id in ids:
         use_iterations = draw(st.booleans())
+        rollout_gpus = draw(st.integers(1, MAX_JOB_GPUS))
+        staleness = draw(st.integers(0, MAX_STALENESS))
+        mem_roll = draw(st.floats(0, MAX_MEM_GB))
+        t_roll, t_train = draw(_POS), draw(_POS)
+        t_solo = max(t_roll, t_train) if staleness else t_roll + t_train
         jobs.append(Job(
-            job_id=job_id, t_roll_s=draw(_POS), t_train_s=draw(_POS),
-            rollout_gpus=draw(st.integers(1, 64)), train_gpus=draw(st.integers(1, 64)),
-            mem_roll_gb=draw(st.floats(0, 2048)), mem_train_gb=draw(st.floats(0, 2048)),
-            slo=draw(st.floats(1.0, 5.0)), model=draw(_TEXT | st.just("Qwen, 7B")),
-            arrival_s=draw(st.floats(0, 1e7)),
-            duration_s=None if use_iterations else draw(_POS),
-            iterations=draw(st.integers(1, 10_000)) if use_iterations else draw(
+            job_id=job_id, t_roll_s=t_roll, t_train_s=t_train,
+            rollout_gpus=rollout_gpus, train_gpus=draw(st.integers(1, MAX_JOB_GPUS)),
+            mem_roll_gb=mem_roll, mem_train_gb=draw(st.floats(0, MAX_MEM_GB)),
+            slo=draw(st.floats(1.0, MAX_SLO)),
+            model=draw(_TEXT | st.just("Qwen, 7B") | st.just('a "quoted" name') | st.just("")),
+            arrival_s=draw(st.floats(0, MAX_TIME_S)),
+            duration_s=None if use_iterations else draw(st.floats(1e-3, min(MAX_TIME_S, MAX_JOB_ITERATIONS * t_solo))),
+            iterations=draw(st.integers(1, MAX_JOB_ITERATIONS)) if use_iterations else draw(
                 st.none() | st.integers(1, 100)),
-            t_roll_colo_s=draw(st.none() | _POS), t_train_colo_s=draw(st.none() | _POS)))
+            t_roll_colo_s=draw(st.none() | _POS), t_train_colo_s=draw(st.none() | _POS),
+            tail_workers=draw(st.none() | st.integers(1, rollout_gpus)), staleness=staleness,
+            reward_s=draw(st.just(0.0) | st.floats(0, MAX_PHASE_S)),
+            reward_price_per_hour=draw(st.just(REWARD_PRICE_PER_HOUR) | st.floats(0, MAX_PRICE)),
+            reward_mem_gb=draw(st.floats(0, mem_roll)), colocate=not staleness and draw(st.booleans()),
+            extra={name: draw(_EXTRA_TEXT) for name in extra_names}))
     return jobs
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(jobs=_jobs())
 def test_write_read_round_trip(tmp_path, jobs):
+    """Any jobs inside the bounds read back equal (every field, extras included)."""
     path = tmp_path / "round.csv"
     write_trace(jobs, path)
     expected = sorted(jobs, key=lambda j: j.arrival_s)
-    assert read_trace(path) == expected
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the extra columns' warning
+        assert read_trace(path) == expected
+
+
+def test_an_empty_model_and_tail_workers_read_back(tmp_path):
+    """Job(model="") is the default (the API's too) and read back refused ("required value is
+    empty"); tail_workers read back as None (no column)."""
+    jobs = [Job("a", 10.0, 20.0, duration_s=1000.0), Job("b", 10.0, 20.0, duration_s=1000.0, model="7B",
+                                                         tail_workers=2)]
+    write_trace(jobs, tmp_path / "t.csv")
+    assert read_trace(tmp_path / "t.csv") == jobs
+    header = (tmp_path / "t.csv").read_text().splitlines()[0]
+    assert "tail_workers" in header
+    bad = _trace(tmp_path, HEADER + ",tail_workers", ROW_A + ",9")
+    err = _error(bad)
+    assert (err.line, err.column) == (2, "tail_workers") and "rollout_gpus (8)" in str(err)
+
+
+@pytest.mark.parametrize("jobs, field", [
+    ([Job("a", 1.0, 1.0, duration_s=10.0, extra={"note": "a\nb"})], "extra['note']"),
+    ([Job("a", 1.0, 1.0, duration_s=10.0, extra={"note": "a\rb"})], "extra['note']"),
+    ([Job("a", 1.0, 1.0, duration_s=10.0, extra={" note": "x"})], "extra"),
+    ([Job("a", 1.0, 1.0, duration_s=10.0, extra={"a": "1", "a ": "2"})], "extra"),
+    ([Job("a", 1.0, 1.0, duration_s=10.0, extra={"no\nte": "x"})], "extra"),
+    ([Job("a", 1.0, 1.0, duration_s=10.0), Job("a", 2.0, 2.0, duration_s=10.0, arrival_s=5.0)], "job_id"),
+])
+def test_write_refuses_what_read_would_refuse_or_change_and_writes_nothing(tmp_path, jobs, field):
+    """These were written, then refused by read_trace or read back changed (' note' as 'note')."""
+    path = tmp_path / "sub" / "t.csv"
+    with pytest.raises(SpecError) as info:
+        write_trace(jobs, path)
+    assert info.value.field == field
+    assert not (tmp_path / "sub").exists()
 
 
 def test_write_refuses_unreadable_jobs(tmp_path):
@@ -414,3 +471,89 @@ def test_a_trace_write_that_fails_half_way_leaves_the_old_file(tmp_path, monkeyp
         write_trace(generate(50, seed=2), path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["trace.csv"]
+
+
+# --- hostile input: positions, long cells, the Philly reader, generate's options ----------------------
+
+@pytest.mark.parametrize("data, said", [
+    (HEADER.encode() + b"\n" + "j\u00e9\u20ac".encode() + b"\xff,0,3600,8,8,100,50,0,0,1.5,7B\n",
+     "line 2: not UTF-8 text: byte 0xff at character 4 "),
+    (HEADER.encode() + b"\r" + ROW_A.encode() + b"\rj\xff,0,3600,8,8,100,50,0,0,1.5,7B\r",  # CR-only lines
+     "line 3: not UTF-8 text: byte 0xff at character 2 "),
+    (b"\xef\xbb\xbf" + HEADER.encode() + b"\n\xe9b,0,3600,8,8,100,50,0,0,1.5,7B\n",  # after a byte-order mark
+     "line 2: not UTF-8 text: byte 0xe9 at character 1 "),
+])
+def test_a_byte_that_is_not_utf8_is_placed_as_the_reader_counts(tmp_path, data, said):
+    """The position counted bytes ('character 7' for the 4th), only LF ended a line (a CR-only
+    file said line 1), and after a byte-order mark it named the wrong byte and line."""
+    path = tmp_path / "t.csv"
+    path.write_bytes(data)
+    assert said in str(_error(path))
+
+
+def test_a_huge_cell_is_not_echoed_whole_and_the_error_says_the_bounds(tmp_path):
+    for cell in ("5" * 5000, "5" * 4000):  # beyond int()'s digit limit, and within it (then Job.validate's error)
+        err = _error(_trace(tmp_path, HEADER, f"a,0,3600,{cell},8,100,50,0,0,1.5,7B"))
+        assert err.column == "rollout_gpus" and "an integer from 1 to 100,000" in str(err)
+        assert len(str(err)) < 200 + len(str(tmp_path)), str(err)
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from rollmux.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_from_philly_on_a_file_that_is_not_utf8_names_its_line_and_writes_nothing(tmp_path):
+    """It ended in a UnicodeDecodeError traceback and left --out's folder behind."""
+    src = tmp_path / "latin1.csv"
+    src.write_bytes(b"job_id,arrival_s,gpus,node_shape,duration_s\nj\xe9,0,16,8+8,100\n")
+    r = _cli("trace", "from-philly", str(src), "--out", str(tmp_path / "new" / "sub" / "rl.csv"))
+    flat = " ".join(r.output.split())
+    assert r.exit_code == 2 and "line 2: not UTF-8 text: byte 0xe9 at character 2" in flat, r.output
+    assert "Traceback" not in r.output and not (tmp_path / "new").exists()
+
+
+def test_a_philly_row_no_rl_job_can_hold_is_counted_malformed_and_the_rest_converted(tmp_path):
+    """A duration of 5e8 s passed read_philly, then write_trace refused the drawn job and the whole
+    conversion stopped (an error naming neither file nor line), leaving an empty --out folder."""
+    from rollmux.traces.philly import MAX_DURATION_S
+
+    src = tmp_path / "long.csv"
+    src.write_text("job_id,arrival_s,gpus,node_shape,duration_s\na,0,16,8+8,100\nb,10,16,8+8,500000000\n"
+                   f"c,20,16,8+8,{MAX_DURATION_S}\n")
+    out = tmp_path / "new" / "rl.csv"
+    r = _cli("trace", "from-philly", str(src), "--out", str(out))
+    assert r.exit_code == 0 and "1 malformed rows" in r.output, r.output
+    assert [j.job_id for j in read_trace(out)] == ["a", "c"]
+    for seed in range(20):  # the bound holds whatever the draws: the shortest phases give 1e6 iterations exactly
+        jobs = mix_from_segment(src, seed, mix="balanced")
+        for job in jobs:
+            job.validate()
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--reward-s", "2e6"], "--reward-s"),
+    (["--reward-price", "2e6"], "--reward-price"),
+    (["--async-share", "0.5", "--staleness", "9"], "--staleness"),
+    (["--slo-max", "2000"], "--slo-min/--slo-max"),
+])
+def test_generate_names_the_option_out_of_bounds_and_writes_nothing(tmp_path, args, option):
+    """--reward-s 2e6 said 'job gen-0000: reward_s=2000000.0: ...' and left --out's folder behind."""
+    r = _cli("trace", "generate", "--out", str(tmp_path / "new" / "g.csv"), "--count", "3", *args)
+    assert r.exit_code == 2 and f"error: {option} " in r.output and "gen-0" not in r.output, r.output
+    assert not (tmp_path / "new").exists()
+
+
+def test_generate_keeps_arrivals_and_durations_inside_a_job():
+    with pytest.raises(SpecError) as info:
+        generate(5, seed=0, mean_interarrival_s=1e9)
+    assert info.value.field == "count"
+    from rollmux.traces.philly import MAX_DURATION_S
+
+    jobs = generate(30, seed=1, mean_duration_s=1e12)
+    assert max(j.duration_s for j in jobs) == MAX_DURATION_S
+    for job in jobs:
+        job.validate()

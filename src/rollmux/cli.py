@@ -471,7 +471,8 @@ SLO_MIN_OPTION = typer.Option(1.0, help="Lower end of the uniform SLO draw.")
 SLO_MAX_OPTION = typer.Option(2.0, help="Upper end of the uniform SLO draw.")
 #: Parameters of the trace helpers that SpecError names, and the options that set them.
 TRACE_OPTIONS = {"mix": "--mix", "slo_range": "--slo-min/--slo-max", "count": "--count", "limit": "--limit",
-                 "min_gpus": "--min-gpus", "window": "--window"}
+                 "min_gpus": "--min-gpus", "window": "--window", "staleness": "--staleness", "reward_s": "--reward-s",
+                 "reward_price_per_hour": "--reward-price"}
 
 
 def philly_report(stats: dict) -> str:
@@ -518,7 +519,6 @@ def from_philly(
 
     try:
         check_outputs({"--out": out, "--segment-out": segment_out}, inputs={"SRC": src})
-        out.parent.mkdir(parents=True, exist_ok=True)
         stats = convert_philly(src, out, limit, seed, mix.value, (slo_min, slo_max), min_gpus,
                                window and (window[0] * 3600, window[1] * 3600), segment_out)
     except (RollMuxError, OSError) as err:
@@ -560,8 +560,7 @@ def generate_trace(
         check_writable(out, "--out")
         jobs = generate(count, seed, mix.value, (slo_min, slo_max), async_share=async_share, staleness=staleness,
                         reward_share=reward_share, reward_s=reward_s, reward_price_per_hour=reward_price)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_trace(jobs, out)
+        write_trace(jobs, out)  # (which makes --out's folder once the jobs are ready)
     except (RollMuxError, OSError) as err:
         _fail(err, TRACE_OPTIONS)
     console.print(f"wrote {escape(str(out))}: {len(jobs)} jobs")

@@ -45,6 +45,10 @@ MAX_JOB_GPUS = 100_000       # per pool and job
 MAX_POOL_NODES = 100_000
 MAX_GPUS_PER_NODE = 1024
 MAX_PRICE = 1e6              # $ per GPU-hour (a pool) or per busy hour (the reward pool): bills stay finite
+MAX_MEM_GB = 1e6             # host memory per node, a job's (each of its memory fields) or a node's
+MAX_SLO = 1000.0             # a slowdown tolerance: a job that may run 1,000 times slower has no deadline
+MAX_STALENESS = 8            # the largest staleness k (policy versions a rollout may lag) the live service runs
+MAX_MODEL_CHARS = 128        # a model name's length
 #: a control character (an ESC in a job id reached reports and terminals raw), or an invisible
 #: formatting one (a bidi override such as U+202E shows another id than the one stored)
 CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
@@ -256,6 +260,9 @@ class Job:
     ``mem_roll_gb`` - ``reward_mem_gb``. With ``reward_s`` 0 (the default) the job scores
     inside its own rollout and holds all of ``mem_roll_gb``.
 
+    ``model``: the model's name, which may be empty; the size in it ("7B") picks the
+    switch-cost column, a name without one (or none) the largest (``model_size_column``).
+
     ``colocate``: the job's framework runs both phases on the same GPUs (veRL's hybrid
     engine), so it is only ever placed co-located, alone on its training nodes, and its
     profile (``t_roll_s``, ``t_train_s``) was measured that way, switches included
@@ -343,14 +350,15 @@ class Job:
         return max(1, round((self.duration_s - self.fill_s) / self.t_solo))
 
     def validate(self, cluster: Cluster | None = None, where: str = "") -> None:
-        """Raise SpecError naming the first field outside its contract."""
+        """Raise SpecError naming the first field outside its contract. These are the bounds of a job
+        wherever it comes from (a trace file, a job spec file, the service's API: docs/traces.md)."""
         if not self.job_id or not isinstance(self.job_id, str) or CONTROL_CHARS.search(self.job_id):
             raise SpecError("job_id", self.job_id, "a non-empty string without control or invisible formatting "
                                                    "characters", where)
-        if not isinstance(self.model, str) or CONTROL_CHARS.search(self.model):
-            raise SpecError("model", self.model, "a string without control or invisible formatting characters",
-                            where or f"job {self.job_id}")
         ctx = where or f"job {self.job_id}"
+        if not isinstance(self.model, str) or len(self.model) > MAX_MODEL_CHARS or CONTROL_CHARS.search(self.model):
+            raise SpecError("model", self.model, f"a string of at most {MAX_MODEL_CHARS} characters without control "
+                                                 f"or invisible formatting characters (may be empty)", ctx)
         for name in ("t_roll_s", "t_train_s"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and MIN_PHASE_S <= value <= MAX_PHASE_S):
@@ -359,12 +367,17 @@ class Job:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_JOB_GPUS:
                 raise SpecError(name, value, f"an integer from 1 to {MAX_JOB_GPUS:,}", ctx)
+        if self.tail_workers is not None and (not isinstance(self.tail_workers, int)
+                                              or isinstance(self.tail_workers, bool)
+                                              or not 1 <= self.tail_workers <= self.rollout_gpus):
+            raise SpecError("tail_workers", self.tail_workers,
+                            f"an integer from 1 to rollout_gpus ({self.rollout_gpus}) or empty", ctx)
         for name in ("mem_roll_gb", "mem_train_gb"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise SpecError(name, value, "host memory >= 0 GB", ctx)
-        if not (isinstance(self.slo, (int, float)) and math.isfinite(self.slo) and self.slo >= 1.0):
-            raise SpecError("slo", self.slo, "a slowdown tolerance >= 1.0", ctx)
+            if not (isinstance(value, (int, float)) and 0 <= value <= MAX_MEM_GB):
+                raise SpecError(name, value, f"host memory from 0 to {MAX_MEM_GB:g} GB", ctx)
+        if not (isinstance(self.slo, (int, float)) and 1.0 <= self.slo <= MAX_SLO):
+            raise SpecError("slo", self.slo, f"a slowdown tolerance from 1.0 to {MAX_SLO:g}", ctx)
         if not 0 <= self.arrival_s <= MAX_TIME_S:
             raise SpecError("arrival_s", self.arrival_s, f"a time from 0 to {MAX_TIME_S:g} seconds", ctx)
         if self.duration_s is not None and not 0 < self.duration_s <= MAX_TIME_S:
@@ -382,12 +395,13 @@ class Job:
             if value is not None and not MIN_PHASE_S <= value <= MAX_PHASE_S:
                 raise SpecError(name, value, f"a duration from {MIN_PHASE_S:g} to {MAX_PHASE_S:g} seconds or empty",
                                 ctx)
-        if not isinstance(self.staleness, int) or isinstance(self.staleness, bool) or self.staleness < 0:
-            raise SpecError("staleness", self.staleness, "an integer >= 0 (0: synchronous)", ctx)
+        if (not isinstance(self.staleness, int) or isinstance(self.staleness, bool)
+                or not 0 <= self.staleness <= MAX_STALENESS):
+            raise SpecError("staleness", self.staleness, f"an integer from 0 (synchronous) to {MAX_STALENESS}", ctx)
         for name, top, expected in (
                 ("reward_s", MAX_PHASE_S, f"seconds from 0 to {MAX_PHASE_S:g} (0: no shared reward service)"),
                 ("reward_price_per_hour", MAX_PRICE, f"a price from 0 to {MAX_PRICE:g} $ per busy hour"),
-                ("reward_mem_gb", math.inf, "host memory >= 0 GB")):
+                ("reward_mem_gb", MAX_MEM_GB, f"host memory from 0 to {MAX_MEM_GB:g} GB")):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
                     and 0 <= value <= top):

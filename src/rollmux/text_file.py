@@ -2,15 +2,19 @@
 
 ``read_text(path)`` decodes UTF-8 (a leading byte-order mark is dropped). Bytes that are
 not UTF-8 (a file saved as Latin-1, a binary file) raise ``TraceFormatError`` naming the
-file, the line and the byte, where Python's own ``UnicodeDecodeError`` named neither file
-nor line and, uncaught, ended a command with a traceback. ``csv_fields(text, path, line)``
+file, the line, the byte and the character it is in its line (counted as the trace
+reader counts them: characters, not bytes; a line ends at LF, CR LF or a lone CR), where
+Python's own ``UnicodeDecodeError`` named neither file nor line and, uncaught, ended a
+command with a traceback. ``csv_fields(text, path, line)``
 splits one CSV line; what the ``csv`` module refuses (a field over its size limit, a
 quoted cell left open or with text after its closing quote) is a ``TraceFormatError``
 naming the line too.
 """
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 from pathlib import Path
 
 from rollmux.errors import TraceFormatError
@@ -18,12 +22,13 @@ from rollmux.errors import TraceFormatError
 
 def read_text(path: str | Path) -> str:
     """The file's text (see the module docstring); ``OSError`` as ``open`` raises it."""
-    data = Path(path).read_bytes()
+    data = Path(path).read_bytes().removeprefix(codecs.BOM_UTF8)
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        line = data[:err.start].count(b"\n") + 1
-        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        # the text before the bad byte decodes; "x" stands for the byte, so the last line is the one holding it
+        lines = io.StringIO(data[:err.start].decode("utf-8") + "x", newline="").readlines()
+        line, column = len(lines), len(lines[-1])
         raise TraceFormatError(str(path), line, "", f"not UTF-8 text: byte 0x{data[err.start]:02x} at character "
                                                     f"{column} (save the file as UTF-8)") from None
 

@@ -2,9 +2,10 @@
 
 Every request model forbids unknown fields, so a misspelt field is a 422 naming it.
 Every input is bounded: numbers finite and within the ranges below, integers strict
-(``true`` is not 1), strings limited in length and characters. The cluster-dependent
-limits (GPUs at most the pool's size, or ``--max-job-gpus`` on an unbounded pool) are
-checked by the service before any planning.
+(``true`` is not 1), strings limited in length and characters. A job's bounds are
+``rollmux.model``'s, which ``Job.validate`` holds every job to (a trace file's too). The
+cluster-dependent limits (GPUs at most the pool's size, or ``--max-job-gpus`` on an
+unbounded pool) are checked by the service before any planning.
 """
 from __future__ import annotations
 
@@ -13,16 +14,13 @@ from typing import Annotated, Literal
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo,
                       field_validator)
 
-from rollmux.model import (MAX_JOB_GPUS, MAX_JOB_ITERATIONS, MAX_PHASE_S, MIN_PHASE_S, REWARD_PRICE_PER_HOUR,
-                           Job)
+from rollmux.model import (CONTROL_CHARS, MAX_JOB_GPUS, MAX_JOB_ITERATIONS, MAX_MEM_GB, MAX_MODEL_CHARS,
+                           MAX_PHASE_S, MAX_PRICE, MAX_SLO, MAX_STALENESS, MIN_PHASE_S, REWARD_PRICE_PER_HOUR, Job)
 from rollmux.runtime.auth import JOB_ID_PATTERN
-from rollmux.runtime.control import MAX_STALENESS, GrantRecord, JobRecord
+from rollmux.runtime.control import GrantRecord, JobRecord
 
 Phase = Literal["rollout", "train"]
 MAX_WAIT_S = 30.0
-MAX_MEM_GB = 1e6
-MAX_SLO = 1000.0
-MAX_PRICE_PER_HOUR = 1e6
 MAX_GPUS = MAX_JOB_GPUS      # shape bound only; the service applies the cluster's limit
 MAX_BODY_BYTES = 64 * 1024
 TEXT = r"^[^\x00-\x1f\x7f]*$"  # no control characters
@@ -57,7 +55,7 @@ class JobSpec(_Request):
     mem_roll_gb: Number = Field(default=0.0, ge=0, le=MAX_MEM_GB)
     mem_train_gb: Number = Field(default=0.0, ge=0, le=MAX_MEM_GB)
     slo: Number = Field(default=1.5, ge=1.0, le=MAX_SLO)
-    model: str = Field(default="", max_length=128, pattern=TEXT)
+    model: str = Field(default="", max_length=MAX_MODEL_CHARS)
     iterations: StrictInt | None = Field(default=None, ge=1, le=MAX_JOB_ITERATIONS)
     movable: StrictBool = Field(default=True, description="false: the policy never moves this job")
     tail_workers: StrictInt | None = Field(default=None, ge=1, le=MAX_GPUS,
@@ -68,7 +66,7 @@ class JobSpec(_Request):
     reward_s: Number = Field(default=0.0, ge=0, le=MAX_PHASE_S,
                              description="seconds per iteration scored on the shared reward service (0: none; "
                                          "docs/rollart.md)")
-    reward_price_per_hour: Number = Field(default=REWARD_PRICE_PER_HOUR, ge=0, le=MAX_PRICE_PER_HOUR,
+    reward_price_per_hour: Number = Field(default=REWARD_PRICE_PER_HOUR, ge=0, le=MAX_PRICE,
                                           description="$ per busy hour of the shared reward pool")
     reward_mem_gb: Number = Field(default=0.0, ge=0, le=MAX_MEM_GB,
                                   description="GB of mem_roll_gb that is the job's own reward model (freed on its "
@@ -77,6 +75,13 @@ class JobSpec(_Request):
     colocate: StrictBool = Field(default=False, description="true: both phases run on the same GPUs (veRL's hybrid "
                                                              "engine); the job is only ever placed co-located on "
                                                              "its training nodes")
+
+    @field_validator("model")
+    @classmethod
+    def _model_text(cls, value: str) -> str:
+        if CONTROL_CHARS.search(value):  # Job.validate's rule: a control or invisible formatting character
+            raise ValueError("a name without control or invisible formatting characters")
+        return value
 
     @field_validator("reward_mem_gb")
     @classmethod

@@ -25,7 +25,7 @@ Contract
   guarantees that no two grants of a group share a node.
 * Phases alternate rollout, train, rollout, ... per job. Ending a train phase counts an
   iteration; a job with ``iterations`` set departs after its last one.
-* Asynchronous jobs (``Job.staleness`` = k >= 1, at most ``MAX_STALENESS``; rules 10-12 of
+* Asynchronous jobs (``Job.staleness`` = k >= 1, at most ``rollmux.model.MAX_STALENESS``; rules 10-12 of
   the execution rule): such a job may hold one grant per pool at once (``JobRecord.grants``:
   its rollout r+1 on its rollout nodes while its training r runs on its training nodes);
   each release names its pool. A rollout is in order while ``r - t <= k`` (r rollouts
@@ -157,7 +157,6 @@ FLEET_LIVE_POLICIES = tuple(FLEET_ROLLMUX)  # on a fleet of several GPU types (r
 #: SLO guarantees rest on worst-case profiles, so such a job's group may miss them.
 PROFILE_TOLERANCE = 0.10
 OPEN_ENDED = 10**9  # iterations assumed for a job without a target (its whole-run check is then per iteration)
-MAX_STALENESS = 8  # the largest staleness k the live service runs (policy versions a rollout may lag)
 NODE_ADDS_KEPT = 1024  # request ids of node adds remembered, newest last (``ControlPlane.add_node``)
 
 
@@ -251,7 +250,8 @@ class NeverFits(ControlError):
 
 
 class SpecRejected(ControlError):
-    """A job spec the live service does not take (e.g. staleness above ``MAX_STALENESS``)."""
+    """A job spec the live service does not take (``Job.validate`` refuses it, e.g. staleness
+    above ``rollmux.model.MAX_STALENESS``)."""
 
     status = 422
 
@@ -467,9 +467,6 @@ class ControlPlane:
             job.validate(self.cluster)
         except SpecError as err:
             raise SpecRejected(f"spec.{err.field}", f"{err.value!r}: expected {err.expected}") from None
-        if job.staleness > MAX_STALENESS:
-            raise SpecRejected("spec.staleness", f"{job.staleness} is more than {MAX_STALENESS}, the largest staleness "
-                                            f"the live service runs")
         self.gather()
         if job.staleness:
             movable = False  # never moved (see the module docstring)

@@ -6,7 +6,8 @@ Contract
   ``random.Random(seed)``: Poisson arrivals (exponential gaps of mean
   ``mean_interarrival_s``, first job at 0), lognormal durations with mean
   ``mean_duration_s`` and log-space spread ``sigma`` (rounded to whole seconds, at least
-  1 s), and GPU counts from ``GPU_WEIGHTS``. The same generator then maps them with
+  1 s and at most ``philly.MAX_DURATION_S``, the longest an RL job of the mapping can run),
+  and GPU counts from ``GPU_WEIGHTS``. The same generator then maps them with
   ``philly.to_rl_jobs`` (profile, size class, phases, SLO, model, memory, GPU split).
 * Same arguments, same jobs. Job ids are ``gen-0000``, ``gen-0001``, ... in arrival order.
 * ``async_share`` (default 0) marks round(share x count) jobs asynchronous, chosen with
@@ -34,8 +35,9 @@ import math
 import random
 
 from rollmux.errors import SpecError
-from rollmux.model import REWARD_PRICE_PER_HOUR, Job, model_size_column
-from rollmux.traces.philly import TABLE2_MEM_GB, PhillyJob, check_mix, to_rl_jobs
+from rollmux.model import (MAX_PHASE_S, MAX_PRICE, MAX_STALENESS, MAX_TIME_S, REWARD_PRICE_PER_HOUR, Job,
+                           model_size_column)
+from rollmux.traces.philly import MAX_DURATION_S, TABLE2_MEM_GB, PhillyJob, check_mix, to_rl_jobs
 
 #: Philly GPU count -> weight, rounded from the packaged segment (16: 228, 20-24: 13,
 #: 32: 59 of 300 jobs).
@@ -53,19 +55,22 @@ def generate(count: int, seed: int, mix: str = "mixed",
              reward_price_per_hour: float = REWARD_PRICE_PER_HOUR) -> list[Job]:
     """Return ``count`` synthetic RL jobs; see the module contract.
 
-    Raises SpecError for a negative count, a non-positive mean or spread, an unknown
-    mix, an SLO range outside 1 <= lo <= hi, an async or reward share outside [0, 1], a
-    staleness below 1, or reward seconds or a reward price below 0.
+    Raises SpecError, naming the parameter, for a negative count or one whose arrivals
+    pass ``MAX_TIME_S``, a non-positive mean or spread, an unknown mix, an SLO range
+    outside 1 <= lo <= hi <= ``MAX_SLO``, an async or reward share outside [0, 1], a
+    staleness outside 1 to ``MAX_STALENESS``, reward seconds outside 0 to ``MAX_PHASE_S``
+    or a reward price outside 0 to ``MAX_PRICE`` (a job's bounds, ``Job.validate``).
     """
     if not (isinstance(reward_share, (int, float)) and 0.0 <= reward_share <= 1.0):
         raise SpecError("reward_share", reward_share, "a share in [0, 1]")
-    for name, value in (("reward_s", reward_s), ("reward_price_per_hour", reward_price_per_hour)):
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-            raise SpecError(name, value, "a finite value >= 0")
+    for name, value, top, unit in (("reward_s", reward_s, MAX_PHASE_S, "seconds"),
+                                   ("reward_price_per_hour", reward_price_per_hour, MAX_PRICE, "$ per busy hour")):
+        if not (isinstance(value, (int, float)) and 0 <= value <= top):
+            raise SpecError(name, value, f"{unit} from 0 to {top:g}")
     if not (isinstance(async_share, (int, float)) and 0.0 <= async_share <= 1.0):
         raise SpecError("async_share", async_share, "a share in [0, 1]")
-    if not isinstance(staleness, int) or isinstance(staleness, bool) or staleness < 1:
-        raise SpecError("staleness", staleness, "an integer >= 1 (for the asynchronous jobs)")
+    if not isinstance(staleness, int) or isinstance(staleness, bool) or not 1 <= staleness <= MAX_STALENESS:
+        raise SpecError("staleness", staleness, f"an integer from 1 to {MAX_STALENESS} (for the asynchronous jobs)")
     if not isinstance(count, int) or count < 0:
         raise SpecError("count", count, "a job count >= 0")
     for name, value in (("mean_interarrival_s", mean_interarrival_s),
@@ -81,7 +86,10 @@ def generate(count: int, seed: int, mix: str = "mixed",
     for index in range(count):
         if index:
             arrival += rng.expovariate(1.0 / mean_interarrival_s)
-        duration = float(max(1, round(rng.lognormvariate(mu, sigma))))
+        if arrival > MAX_TIME_S:
+            raise SpecError("count", count, f"a job count whose arrivals fit in {MAX_TIME_S:g} s (job {index} "
+                                            f"arrives at {arrival:.4g} s)")
+        duration = float(min(MAX_DURATION_S, max(1, round(rng.lognormvariate(mu, sigma)))))
         gpus = rng.choices(sizes, weights)[0]
         records.append(PhillyJob(f"gen-{index:04d}", round(arrival, 1), gpus, duration))
     jobs = to_rl_jobs(records, rng, mix, slo_range)

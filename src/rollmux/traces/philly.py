@@ -35,21 +35,25 @@ shape,size,duration (sec)``) or the segment format (``job_id,arrival_s,gpus,
 node_shape,duration_s``, optionally more columns). The header is the first line whose
 names (after a leading ``#``) include the four columns needed; earlier ``#`` lines are
 comments. A data row whose field count differs from the header's or whose arrival, GPU
-count or duration does not parse, is not finite, is negative (GPU count: below 1) is
-skipped and counted, never fatal. A file without a recognisable header raises
-TraceFormatError.
+count or duration does not parse, is not finite, is negative (GPU count: below 1), or
+that no RL job can hold (an id with a control character, an arrival past ``MAX_TIME_S``,
+a duration past ``MAX_DURATION_S``), is skipped and counted as malformed, never fatal.
+The file is read as ``text_file.read_text`` reads it: bytes that are not UTF-8 raise
+TraceFormatError naming the line, as does a file without a recognisable header.
 """
 from __future__ import annotations
 
 import csv
+import io
 import math
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import CONTROL_CHARS, MAX_TIME_S, Job
+from rollmux.model import CONTROL_CHARS, MAX_JOB_ITERATIONS, MAX_SLO, MAX_TIME_S, Job
 from rollmux.report.paths import replacing
+from rollmux.text_file import read_text
 from rollmux.traces.format import write_trace
 
 #: Phase-time ranges in seconds per size class S/M/L: profile -> (rollout, train).
@@ -59,6 +63,11 @@ PROFILES: dict[str, tuple[tuple[tuple[float, float], ...], tuple[tuple[float, fl
     "train-heavy": (((25, 50), (50, 100), (100, 200)), ((100, 200), (200, 400), (400, 600))),
 }
 MIXES = ("mixed", *PROFILES)
+#: The longest Philly duration an RL job can take: ``MAX_JOB_ITERATIONS`` solo iterations of
+#: the shortest phases any profile draws (50 + 50 s: 1e8 s, about 3.2 years; the public
+#: file's longest job ran 5.2e6 s). Whatever the draws, a job within it passes ``Job.validate``.
+MAX_DURATION_S = MAX_JOB_ITERATIONS * min(roll[0] + train[0] for rolls, trains in PROFILES.values()
+                                          for roll, train in zip(rolls, trains))
 #: Host memory per 8-GPU node (GB) by model size, the paper's Table 2: (rollout, train).
 TABLE2_MEM_GB = {3: (113.4, 156.2), 7: (275.7, 240.0), 14: (445.4, 456.1), 32: (490.3, 520.4)}
 #: GPUs per node the mapping rounds up to.
@@ -114,12 +123,12 @@ class PhillyStats:
 
 
 def check_mix(mix: str, slo_range: tuple[float, float]) -> None:
-    """Raise SpecError for an unknown mix or an SLO range outside 1 <= lo <= hi."""
+    """Raise SpecError for an unknown mix or an SLO range outside 1 <= lo <= hi <= ``MAX_SLO``."""
     if mix not in MIXES:
         raise SpecError("mix", mix, f"one of {list(MIXES)}")
     lo, hi = slo_range
-    if not (math.isfinite(lo) and math.isfinite(hi) and 1.0 <= lo <= hi):
-        raise SpecError("slo_range", slo_range, "a range 1.0 <= lo <= hi")
+    if not 1.0 <= lo <= hi <= MAX_SLO:
+        raise SpecError("slo_range", slo_range, f"a range 1.0 <= lo <= hi <= {MAX_SLO:g}")
 
 
 def _find_columns(text: str) -> dict[str, int] | None:
@@ -148,7 +157,7 @@ def _parse_row(fields: list[str], columns: dict[str, int]) -> PhillyJob | None:
     if not (job_id and math.isfinite(arrival) and math.isfinite(duration)
             and math.isfinite(gpus_f) and gpus_f.is_integer()):
         return None
-    if arrival > MAX_TIME_S or duration > MAX_TIME_S or CONTROL_CHARS.search(job_id):  # no job can hold it
+    if arrival > MAX_TIME_S or duration > MAX_DURATION_S or CONTROL_CHARS.search(job_id):  # no job can hold it
         return None
     if arrival < 0 or duration < 0 or gpus_f < 1:
         return None
@@ -164,7 +173,7 @@ def read_philly(path: str | Path, stats: PhillyStats | None = None) -> list[Phil
     stats = stats if stats is not None else PhillyStats()
     columns: dict[str, int] | None = None
     records: list[PhillyJob] = []
-    with open(path, newline="", encoding="utf-8-sig") as handle:  # a byte-order mark is skipped
+    with io.StringIO(read_text(path), newline="") as handle:  # lines as read_trace cuts them
         for text in handle:
             if not text.strip():
                 continue
