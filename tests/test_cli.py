@@ -335,11 +335,15 @@ def test_node_and_job_names_with_brackets_print_literally(tmp_path):
                                       "train: {nodes: [{id: 'h800-t01'}, {id: 'h800-t02'}]}\n")
     trace = tmp_path / "jobs.csv"
     trace.write_text("job_id,arrival_s,iterations,rollout_gpus,train_gpus,t_roll_s,t_train_s,mem_roll_gb,"
-                     "mem_train_gb,slo,model\n[bold]job,0,5,8,8,100,50,10,10,1.5,7B\n")
+                     "mem_train_gb,slo,model\njob,0,5,8,8,100,50,10,10,1.5,[bold]7B\n")
     r = runner.invoke(app, ["plan", "--jobs", str(trace), "--cluster", str(cluster), "--no-improve"])
     assert r.exit_code == 0, r.output
     assert "R[h20-r01] T[h800-t01]" in r.output  # a candidate's description
-    assert "[bold]job" in r.output and "h20-r01" in r.output.split("Plan:")[1]  # and the plan table
+    assert "h20-r01" in r.output.split("Plan:")[1]  # and the plan table
+    # a job id is letters, digits, . _ - (the API's rule, every trace's too): markup is refused by name
+    (tmp_path / "markup.csv").write_text(trace.read_text().replace("\njob,", "\n[bold]job,"))
+    r = runner.invoke(app, ["plan", "--jobs", str(tmp_path / "markup.csv"), "--cluster", str(cluster)])
+    assert r.exit_code == 2 and "job_id='[bold]job'" in r.output
     # a listed node id in brackets (Rich markup) is no node id at all: refused naming it
     odd = _cluster_file(tmp_path, "rollout: {nodes: [{id: '[h20-r01]'}]}\n", name="odd.yaml")
     r = runner.invoke(app, ["plan", "--jobs", str(trace), "--cluster", str(odd)])

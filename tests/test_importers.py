@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,9 @@ from typer.testing import CliRunner
 
 from rollmux.cli import app
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.importers import from_trl_log, from_verl_timings, worst_case
+from rollmux.importers import from_trl_log, from_verl_timings, job_id_for, worst_case
+from rollmux.model import JOB_ID_PATTERN
+from rollmux.runtime.api_models import JobSpec
 from rollmux.traces.format import read_trace, write_trace
 
 SHARED_VERL = Path(__file__).resolve().parents[2] / "shared" / "traces" / "verl_ppo_step_timings.csv"
@@ -50,6 +53,28 @@ def test_verl_mapping_and_worst_case(tmp_path):
     assert (b.job_id, b.iterations, b.t_roll_s, b.t_train_s, b.rollout_gpus) == ("b", 1, 20, 8, 2)
     p50 = from_verl_timings(write(tmp_path, "v.csv", VERL), percentile=50)[0]
     assert (p50.t_roll_s, p50.rollout_gpus) == (11, 8)
+
+
+def test_verl_run_names_become_job_ids_the_service_takes(tmp_path):
+    """A run name is free text; a job id is letters, digits, . _ - (the API's rule, now every
+    trace's): "my run/1" was written as the id and only the live service refused it."""
+    text = "run,step,t_gen,t_update_actor\nmy run/1,0,3,2\nmy run 1,0,3,2\n(x),0,3,2\nok-id_2.0,0,3,2\n"
+    jobs = from_verl_timings(write(tmp_path, "v.csv", text))
+    assert [(j.job_id, j.model) for j in jobs] == [("my-run-1", "my run/1"), ("my-run-1-2", "my run 1"),
+                                                   ("x", "(x)"), ("ok-id_2.0", "ok-id_2.0")]
+    for job in jobs:
+        JobSpec.model_validate({"job_id": job.job_id, "t_roll_s": job.t_roll_s, "t_train_s": job.t_train_s})
+    write_trace(jobs, tmp_path / "t.csv")
+    assert read_trace(tmp_path / "t.csv") == jobs
+
+
+@pytest.mark.parametrize("name, taken, expected", [
+    ("a", set(), "a"), ("a b", set(), "a-b"), ("..a", set(), "a"), ("???", set(), "run"), ("a", {"a"}, "a-2"),
+    ("a", {"a", "a-2"}, "a-3"), ("x" * 200, set(), "x" * 128), ("x" * 128, {"x" * 128}, "x" * 126 + "-2"),
+    ("wandb export (1)", set(), "wandb-export-1"), ("café", set(), "caf")])
+def test_job_id_for(name, taken, expected):
+    assert job_id_for(name, taken) == expected
+    assert re.fullmatch(JOB_ID_PATTERN, expected)
 
 
 def test_verl_reward_column_counts_as_rollout(tmp_path):
@@ -297,7 +322,7 @@ def test_verl_a_comment_is_a_line_that_starts_with_hash_not_a_quoted_run_name(tm
     text = ('# note, "an open quote\nrun,step,t_gen,t_update_actor\n  # indented comment\n'
             'x,0,1,2\n"#r",0,3,4\n#y,0,5,6\nx,1,2,2\n')
     jobs = from_verl_timings(write(tmp_path, "v.csv", text))
-    assert [(j.job_id, j.iterations, j.t_roll_s) for j in jobs] == [("x", 2, 2), ("#r", 1, 3)]
+    assert [(j.model, j.job_id, j.iterations, j.t_roll_s) for j in jobs] == [("x", "x", 2, 2), ("#r", "r", 1, 3)]
 
 
 def test_trl_json_lines_end_at_newline_only(tmp_path):

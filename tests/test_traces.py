@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import (MAX_JOB_GPUS, MAX_JOB_ITERATIONS, MAX_MEM_GB, MAX_PHASE_S, MAX_PRICE, MAX_SLO,
-                           MAX_STALENESS, MAX_TIME_S, REWARD_PRICE_PER_HOUR, Cluster, Job, PoolSpec)
+from rollmux.model import (JOB_ID_PATTERN, MAX_JOB_GPUS, MAX_JOB_ITERATIONS, MAX_MEM_GB, MAX_PHASE_S, MAX_PRICE,
+                           MAX_SLO, MAX_STALENESS, MAX_TIME_S, REWARD_PRICE_PER_HOUR, Cluster, Job, PoolSpec)
 from rollmux.traces.builtin import BUILTIN, load_trace
 from rollmux.traces.format import KNOWN, read_trace, write_trace
 from rollmux.traces.generate import generate
@@ -162,7 +162,7 @@ _EXTRA_TEXT = st.text(st.characters(blacklist_characters="\r\n", blacklist_categ
 def _jobs(draw):
     """Jobs anywhere inside Job.validate's bounds, every field drawn (extras in every job, as a
     column some job lacks reads back as an empty string)."""
-    ids = draw(st.lists(_TEXT, min_size=1, max_size=6, unique=True))
+    ids = draw(st.lists(st.from_regex(JOB_ID_PATTERN, fullmatch=True), min_size=1, max_size=6, unique=True))
     extra_names = draw(st.lists(_EXTRA_TEXT.filter(lambda n: n not in KNOWN), max_size=2, unique=True))
     jobs = []
     for job_id in ids:
@@ -440,8 +440,8 @@ def test_quoting_that_does_not_close_on_its_line_is_named(tmp_path, cells, error
     path.write_text(head + cells + "\n")
     with pytest.raises(TraceFormatError, match=error):
         read_trace(path)
-    path.write_text(head + '"a ""b""",0,3600,8,8,100,120,300,300,1.5,"7B"\n')  # quotes done right still read
-    assert read_trace(path)[0].job_id == 'a "b"'
+    path.write_text(head + 'a,0,3600,8,8,100,120,300,300,1.5,"Qwen ""7B"""\n')  # quotes done right still read
+    assert read_trace(path)[0].model == 'Qwen "7B"'
 
 
 def test_a_model_name_with_control_characters_is_refused():

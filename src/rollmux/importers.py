@@ -41,7 +41,8 @@ veRL ran both phases on the same GPUs, so the times are co-located ones: they ar
 written as ``t_roll_colo_s`` / ``t_train_colo_s`` (the disaggregated times are
 taken equal to them: same GPU type in both pools, weight transfer not counted).
 ``model`` = the run name (its size, e.g. ``0.5B``, picks the switch-cost column);
-``job_id`` = the run name. Runs come out in order of first appearance.
+``job_id`` = the run name made a job id (``job_id_for``: ``my run/1`` is ``my-run-1``).
+Runs come out in order of first appearance.
 
 TRL (``from_trl_log``)
 ----------------------
@@ -73,8 +74,8 @@ the next ``step_time``, and its training phase is the total step time of the
 ``step_time`` records up to the next rollout key (each ``step_time`` x the steps its
 record covers) minus the rollout phase (which the first of those steps contains).
 ``step_time`` records before the first rollout key are skipped. ``job_id`` defaults to
-the file's stem (its directory's name for ``trainer_state.json``), ``model`` to the job
-id (a name without a size, e.g. ``7B``, is planned on the largest switch-cost column).
+the file's stem (its directory's name for ``trainer_state.json``) made a job id
+(``job_id_for``), ``model`` to the job id (a name without a size, e.g. ``7B``, is planned on the largest switch-cost column).
 """
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollmux.errors import SpecError, TraceFormatError
-from rollmux.model import Job
+from rollmux.model import JOB_ID_PATTERN, Job
 from rollmux.text_file import read_text
 
 VERL_REQUIRED = ("run", "step", "t_gen", "t_update_actor")
@@ -133,6 +134,23 @@ def _gpus_for(gpus: int | Mapping[str, int], run: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise SpecError("gpus", value, f"a positive GPU count for run {run!r}")
     return value
+
+
+def job_id_for(name: str, taken: set[str] = frozenset()) -> str:
+    """The job id of a run or file named ``name``: ``name`` itself when it is one
+    (``rollmux.model.JOB_ID_PATTERN``); else each run of other characters becomes ``-``,
+    what does not start with a letter or digit is dropped from the front, a ``-`` from the
+    end (``run`` if nothing is left), and it is cut at 128 characters. ``-2``, ``-3``, ... is added while
+    the id is in ``taken`` (another run's)."""
+    if re.fullmatch(JOB_ID_PATTERN, name):
+        base = name
+    else:
+        base = re.sub(r"^[^A-Za-z0-9]+", "", re.sub(r"[^A-Za-z0-9._-]+", "-", name)).rstrip("-")[:128] or "run"
+    job_id, n = base, 1
+    while job_id in taken:
+        n += 1
+        job_id = f"{base[:128 - len(str(n)) - 1]}-{n}"
+    return job_id
 
 
 def _seconds(value: object, path: str, line: int, column: str) -> float:
@@ -201,17 +219,17 @@ def from_verl_timings(path: str | Path, *, gpus: int | Mapping[str, int] = 8,
     if not runs:
         raise TraceFormatError(name, rows.line_num, "", "no step rows after the header")
     _check_gpu_map(gpus, runs)
-    jobs = []
+    jobs: list[Job] = []
     for run, steps in runs.items():
         roll = worst_case([r for r, _ in steps.values()], percentile)
         train = worst_case([t for _, t in steps.values()], percentile)
         n = _gpus_for(gpus, run)
-        jobs.append(Job(run, roll, train, rollout_gpus=n, train_gpus=n, slo=slo, model=run,
-                        iterations=len(steps), t_roll_colo_s=roll, t_train_colo_s=train))
-    for job in jobs:
-        first, last = spans[job.job_id]
-        job.validate(where=f"{name}: run {job.job_id!r} (" + (f"line {first}" if first == last
-                                                              else f"lines {first}-{last}") + ")")
+        job = Job(job_id_for(run, {j.job_id for j in jobs}), roll, train, rollout_gpus=n, train_gpus=n, slo=slo,
+                  model=run, iterations=len(steps), t_roll_colo_s=roll, t_train_colo_s=train)
+        first, last = spans[run]
+        job.validate(where=f"{name}: run {run!r} (" + (f"line {first}" if first == last
+                                                       else f"lines {first}-{last}") + ")")
+        jobs.append(job)
     return jobs
 
 
@@ -279,7 +297,7 @@ def from_trl_log(path: str | Path, *, job_id: str | None = None, gpus: int = 8, 
     """One job from a TRL GRPOTrainer log (keys and mapping in the module docstring)."""
     _check_args(percentile, slo)
     name, p = str(path), Path(path)
-    job_id = job_id or (p.parent.name if p.name == "trainer_state.json" and p.parent.name else p.stem)
+    job_id = job_id or job_id_for(p.parent.name if p.name == "trainer_state.json" and p.parent.name else p.stem)
     _gpus_for(gpus, job_id)
     iterations: list[_Iteration] = []
     in_rollout, saw_step_time, last_step = False, False, 0

@@ -49,6 +49,10 @@ MAX_MEM_GB = 1e6             # host memory per node, a job's (each of its memory
 MAX_SLO = 1000.0             # a slowdown tolerance: a job that may run 1,000 times slower has no deadline
 MAX_STALENESS = 8            # the largest staleness k (policy versions a rollout may lag) the live service runs
 MAX_MODEL_CHARS = 128        # a model name's length
+#: a job id: letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit, at most 128
+#: characters (safe in URLs, file names and logs); a trace's, a job file's and the API's alike
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+JOB_ID_RULE = "1 to 128 of A-Z a-z 0-9 . _ -, starting with a letter or digit"
 #: a control character (an ESC in a job id reached reports and terminals raw), or an invisible
 #: formatting one (a bidi override such as U+202E shows another id than the one stored)
 CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
@@ -352,9 +356,8 @@ class Job:
     def validate(self, cluster: Cluster | None = None, where: str = "") -> None:
         """Raise SpecError naming the first field outside its contract. These are the bounds of a job
         wherever it comes from (a trace file, a job spec file, the service's API: docs/traces.md)."""
-        if not self.job_id or not isinstance(self.job_id, str) or CONTROL_CHARS.search(self.job_id):
-            raise SpecError("job_id", self.job_id, "a non-empty string without control or invisible formatting "
-                                                   "characters", where)
+        if not isinstance(self.job_id, str) or not re.fullmatch(JOB_ID_PATTERN, self.job_id):
+            raise SpecError("job_id", self.job_id, JOB_ID_RULE, where)
         ctx = where or f"job {self.job_id}"
         if not isinstance(self.model, str) or len(self.model) > MAX_MODEL_CHARS or CONTROL_CHARS.search(self.model):
             raise SpecError("model", self.model, f"a string of at most {MAX_MODEL_CHARS} characters without control "

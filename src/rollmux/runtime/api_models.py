@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo,
                       field_validator)
 
-from rollmux.model import (CONTROL_CHARS, MAX_JOB_GPUS, MAX_JOB_ITERATIONS, MAX_MEM_GB, MAX_MODEL_CHARS,
-                           MAX_PHASE_S, MAX_PRICE, MAX_SLO, MAX_STALENESS, MIN_PHASE_S, REWARD_PRICE_PER_HOUR, Job)
-from rollmux.runtime.auth import JOB_ID_PATTERN
+from rollmux.model import (CONTROL_CHARS, JOB_ID_PATTERN, JOB_ID_RULE, MAX_JOB_GPUS, MAX_JOB_ITERATIONS, MAX_MEM_GB,
+                           MAX_MODEL_CHARS, MAX_PHASE_S, MAX_PRICE, MAX_SLO, MAX_STALENESS, MIN_PHASE_S,
+                           REWARD_PRICE_PER_HOUR, Job)
 from rollmux.runtime.control import GrantRecord, JobRecord
 
 Phase = Literal["rollout", "train"]
@@ -47,7 +47,7 @@ class _Request(BaseModel):
 class JobSpec(_Request):
     """A job as submitted: the columns of a trace row (``iterations`` optional)."""
 
-    job_id: str = Field(pattern=JOB_ID_PATTERN, description="1-128 of A-Z a-z 0-9 . _ -, starting alphanumeric")
+    job_id: str = Field(pattern=JOB_ID_PATTERN, description=JOB_ID_RULE)
     rollout_gpus: StrictInt = Field(default=8, ge=1, le=MAX_GPUS)
     train_gpus: StrictInt = Field(default=8, ge=1, le=MAX_GPUS)
     t_roll_s: Number = Field(ge=MIN_PHASE_S, le=MAX_PHASE_S)

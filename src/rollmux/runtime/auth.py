@@ -11,8 +11,9 @@ Contract
   submit jobs with their own token; ``rollmux admin tenant-token NAME`` makes one. A
   tenant's entry may also bound its live jobs (``max_live_jobs``) and the GPUs they ask
   for, rollout and training together (``max_gpus``): ``Quota``.
-* Job ids: ``JOB_ID_PATTERN``, letters, digits, ``.``, ``_`` and ``-``, starting with a
-  letter or digit, at most 128 characters: safe in URLs, file names and logs.
+* Job ids: ``rollmux.model.JOB_ID_PATTERN``, letters, digits, ``.``,
+  ``_`` and ``-``, starting with a letter or digit, at most 128 characters: safe in URLs,
+  file names and logs.
 """
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ from rollmux.runtime.store import hash_token
 from rollmux.text_file import read_text
 
 ADMIN_TOKEN_ENV = "ROLLMUX_ADMIN_TOKEN"
-JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 TENANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 ADMIN = "admin"

@@ -111,8 +111,7 @@ from typing import Any, Callable
 import httpx
 
 from rollmux.errors import RollMuxError
-from rollmux.model import Job
-from rollmux.runtime.auth import JOB_ID_PATTERN
+from rollmux.model import JOB_ID_PATTERN, Job
 
 log = logging.getLogger(__name__)
 

@@ -186,10 +186,11 @@ def write_trace(jobs: Iterable[Job], path: str | Path) -> None:
 
     The file is whole or untouched (``report.paths.replacing``: a full disk leaves the old
     one). Raises SpecError, before writing anything, for a job that ``read_trace`` would
-    refuse or read back changed: one that fails ``Job.validate()``, that has neither
-    ``duration_s`` nor ``iterations``, whose id begins with ``#`` or repeats an earlier
-    job's, whose text values or extra column names carry surrounding whitespace, hold a
-    line break (CR or LF), or whose extra column is named like a known one.
+    refuse or read back changed: one that fails ``Job.validate()`` (its id included: never
+    a ``#`` comment), that has neither ``duration_s`` nor ``iterations``, whose id repeats
+    an earlier job's, whose text values or extra column names carry surrounding
+    whitespace, hold a line break (CR or LF), or whose extra column is named like a known
+    one.
     """
     jobs = list(jobs)
     seen: set[str] = set()
@@ -198,12 +199,10 @@ def write_trace(jobs: Iterable[Job], path: str | Path) -> None:
         where = f"job {job.job_id}"
         if job.duration_s is None and job.iterations is None:
             raise SpecError("duration_s", None, "duration_s or iterations set", where)
-        if job.job_id.startswith("#"):
-            raise SpecError("job_id", job.job_id, "an id not starting with '#'")
         if job.job_id in seen:
             raise SpecError("job_id", job.job_id, "an id no other job of the trace has")
         seen.add(job.job_id)
-        texts = [("job_id", job.job_id), ("model", job.model), *(("extra", name) for name in job.extra),
+        texts = [("model", job.model), *(("extra", name) for name in job.extra),
                  *((f"extra[{name!r}]", value) for name, value in job.extra.items())]
         for field, text in texts:
             if text != text.strip() or "\n" in text or "\r" in text:
