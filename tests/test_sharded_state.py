@@ -261,3 +261,37 @@ def test_it_is_the_state_hook_of_a_job_phase(tmp_path) -> None:
         job.complete()
     finally:
         server.stop()
+
+
+def test_storage_that_cannot_be_resized_is_refused_before_anything_changes(tmp_path) -> None:
+    """A CPU model from ``from_pretrained`` lies on memory-mapped safetensors, a
+    ``torch.from_numpy`` parameter on numpy's memory: neither storage can be shrunk, so the
+    state is refused by slot name (on construction, and on an offload after such a tensor
+    appeared) with nothing copied or freed; cloned, the same model round-trips exactly."""
+    np = pytest.importorskip("numpy")
+    transformers = pytest.importorskip("transformers")
+    from rollmux.errors import SpecError
+    from rollmux.integrations.trl_toy import tiny_qwen2, toy_tokenizer
+
+    tiny_qwen2(toy_tokenizer(), 1).save_pretrained(tmp_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    with pytest.raises(SpecError, match=r"model\.embed_tokens\.weight=.*cannot be resized.*clone it"):
+        ShardedTrainerState(model, torch.optim.AdamW(model.parameters()), budget_bytes=1 << 30)
+    for tensor in (*model.parameters(), *model.buffers()):
+        tensor.data = tensor.data.clone()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    state = ShardedTrainerState(model, torch.optim.AdamW(model.parameters()), budget_bytes=1 << 30)
+    with state.resident():
+        pass
+    state.load()
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
+
+    two = torch.nn.Module()
+    two.a = torch.nn.Parameter(torch.ones(4))
+    two.b = torch.nn.Parameter(torch.zeros(4))
+    state = ShardedTrainerState(two, budget_bytes=1 << 20)
+    two.b = torch.nn.Parameter(torch.from_numpy(np.arange(4, dtype=np.float32)))  # after construction
+    with pytest.raises(SpecError, match=r"^ShardedTrainerState 'trainer': module\.b=.*torch\.from_numpy"):
+        state.offload()
+    assert state.residency is Residency.DEVICE and state.reserved_bytes == 0
+    assert torch.equal(two.a, torch.ones(4)) and torch.equal(two.b, torch.arange(4.0))

@@ -130,16 +130,18 @@ def _placed_job(tmp_path, job_id: str):
             client.close()
 
 
-def _config(tmp_path, max_steps: int):
-    """A GRPOConfig for the tiny policy on the CPU: 8 completions per prompt, no saving."""
+def _config(tmp_path, max_steps: int, **extra):
+    """A GRPOConfig for the tiny policy on the CPU: 8 completions per prompt, no saving
+    (``extra``: other GRPOConfig fields)."""
     from trl import GRPOConfig
 
     from rollmux.integrations.trl_toy import COMPLETION_LEN
 
-    return GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=max_steps, seed=1,
-                      per_device_train_batch_size=8, num_generations=8, max_completion_length=COMPLETION_LEN,
-                      learning_rate=1e-2, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
-                      disable_tqdm=True)
+    fields = dict(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=max_steps, seed=1,
+                  per_device_train_batch_size=8, num_generations=8, max_completion_length=COMPLETION_LEN,
+                  learning_rate=1e-2, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
+                  disable_tqdm=True)
+    return GRPOConfig(**(fields | extra))
 
 
 def test_smollm2_shaped_policy_has_smollm2_135m_architecture_over_the_toy_vocabulary():
@@ -342,3 +344,85 @@ def test_a_cache_too_small_for_the_model_is_named_and_left_as_it_was(tmp_path):
         trainer.train()
         assert trainer.state.global_step == 1 and client.job("small")["iterations_done"] == 1
         job.complete()
+
+
+def _eval_free(entry: dict) -> dict:
+    """A log entry without its timings (they differ run to run)."""
+    return {k: v for k, v in entry.items() if not k.endswith(("runtime", "per_second", "step_time"))}
+
+
+def test_eval_on_start_runs_in_the_first_rollout_grant_as_plain_trl_evaluates(tmp_path):
+    """``eval_on_start``: transformers evaluates right after ``on_train_begin``, when the
+    state was parked (placeholders of 0 elements) and no grant held, so the evaluation's
+    forward failed ('weight' must be 2-D). It now takes the job's first rollout grant,
+    which the first generation keeps: the logs (evaluations included) are plain TRL's,
+    and the phases still alternate."""
+    pytest.importorskip("trl")
+    from trl import GRPOTrainer
+
+    from rollmux.integrations.trl import RollMuxGRPOTrainer
+    from rollmux.integrations.trl_toy import digit_reward, shift_dataset, toy_tokenizer, tiny_qwen2
+
+    tokenizer = toy_tokenizer()
+    extra = dict(eval_strategy="steps", eval_steps=2, eval_on_start=True, per_device_eval_batch_size=8)
+    data = dict(train_dataset=shift_dataset(0, 8 * 4, 1), eval_dataset=shift_dataset(0, 8, 2))
+    plain = GRPOTrainer(model=tiny_qwen2(tokenizer, 1), reward_funcs=digit_reward, processing_class=tokenizer,
+                        args=_config(tmp_path / "plain", 2, **extra), **data)
+    plain.train()
+    with _placed_job(tmp_path, "eos") as (client, job):
+        trainer = RollMuxGRPOTrainer(job=job, model=tiny_qwen2(tokenizer, 1), reward_funcs=digit_reward,
+                                     processing_class=tokenizer, args=_config(tmp_path, 2, **extra), **data)
+        trainer.train()
+        assert [h[0] for h in job.history] == ["rollout", "train"] * 2
+        assert client.job("eos")["iterations_done"] == 2
+        job.complete()
+    logs = [_eval_free(e) for e in trainer.state.log_history]
+    assert logs == [_eval_free(e) for e in plain.state.log_history]
+    assert sum("eval_loss" in e for e in logs) == 2
+
+
+def test_reference_and_reward_models_are_parked_with_the_policy(tmp_path):
+    """``beta > 0``: TRL builds a reference model, and a reward function may be a model;
+    both stayed on the device between phases (only the policy and optimizer were parked).
+    They are now in the job's cache entry: 0-element placeholders after every phase,
+    back on the host after ``train``, and the run is plain TRL's, step for step."""
+    pytest.importorskip("trl")
+    import torch
+    from transformers import Qwen2ForSequenceClassification
+    from trl import GRPOTrainer
+
+    from rollmux.integrations.trl import RollMuxGRPOTrainer, logged_series
+    from rollmux.integrations.trl_toy import digit_reward, shift_dataset, toy_tokenizer, tiny_qwen2
+
+    tokenizer = toy_tokenizer()
+    tiny_qwen2(tokenizer, 1).save_pretrained(tmp_path / "policy")
+
+    def build(cls, out, **extra):
+        config = tiny_qwen2(tokenizer, 2).config
+        config.num_labels = 1
+        torch.manual_seed(3)
+        scorer = Qwen2ForSequenceClassification(config)
+        return cls(model=str(tmp_path / "policy"), reward_funcs=[digit_reward, scorer],
+                   reward_processing_classes=[None, tokenizer], processing_class=tokenizer,
+                   args=_config(out, 2, beta=0.04), train_dataset=shift_dataset(0, 8 * 2, 1), **extra)
+
+    plain = build(GRPOTrainer, tmp_path / "plain")
+    plain.train()
+    with _placed_job(tmp_path, "beta") as (client, job):
+        trainer = build(RollMuxGRPOTrainer, tmp_path, job=job)
+        others = [trainer.ref_model, trainer.reward_funcs[1]]
+        parked = []
+        release = trainer.phases.release
+
+        def watch(failure=None):
+            release(failure)
+            parked.append([sum(p.numel() for p in m.parameters()) for m in others])
+
+        trainer.phases.release = watch
+        trainer.train()
+        job.complete()
+    assert len(parked) >= 4 and all(sizes == [0, 0] for sizes in parked[:4]), parked
+    assert all(p.numel() and p.device.type == "cpu" for m in others for p in m.parameters())
+    assert logged_series(trainer.state.log_history, "kl") == logged_series(plain.state.log_history, "kl")
+    assert logged_series(trainer.state.log_history, "loss") == logged_series(plain.state.log_history, "loss")
+    assert logged_series(trainer.state.log_history, "kl")[-1] > 0

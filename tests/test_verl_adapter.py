@@ -166,11 +166,73 @@ def test_overrides_never_shrink_a_standalone_rollout_to_a_smaller_placement(base
     assert over["actor_rollout_ref.rollout.nnodes"] == 2
 
 
+def _small_grpo(base, **overrides):
+    """A GRPO config of 4 GPUs with small batches that veRL's ``validate_config`` accepts."""
+    return _config(base, **{"algorithm__adv_estimator": "grpo", "trainer__n_gpus_per_node": 4,
+                            "actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu": 1,
+                            "actor_rollout_ref__rollout__log_prob_micro_batch_size_per_gpu": 1,
+                            "actor_rollout_ref__ref__log_prob_micro_batch_size_per_gpu": 1} | overrides)
+
+
+def test_overrides_that_grow_a_run_to_whole_nodes_check_its_batches(base_config):
+    """A 4-GPU config with 12 prompts per step, valid for veRL, was grown to the 8 GPUs of
+    the node RollMux gives it, and veRL then refused it (12 not a multiple of 8). The
+    grown run's batches are now checked as veRL checks them, naming the field; passing
+    the config's GPUs per node keeps it at its size."""
+    from verl.utils.config import validate_config
+
+    node = {"rollout_nodes": ["T0"], "train_nodes": ["T0"]}
+    cfg = _small_grpo(base_config, data__train_batch_size=12, actor_rollout_ref__actor__ppo_mini_batch_size=4)
+    validate_config(cfg, use_reference_policy=False, use_critic=False)
+    with pytest.raises(FrameworkConfigError, match=r"\(12 x 1\) a multiple of 8: the run grows from the 4 .* "
+                       "gpus_per_node=4") as info:
+        verl_overrides(node, cfg, 8)
+    assert info.value.field == "data.train_batch_size"
+    over = verl_overrides(node, cfg, 4)
+    assert (over["trainer.nnodes"], over["trainer.n_gpus_per_node"]) == (1, 4)
+    validate_config(apply_overrides(copy.deepcopy(cfg), over), use_reference_policy=False, use_critic=False)
+    # the workers split each mini-batch (ppo_mini_batch_size x rollout.n) over the data-parallel ranks
+    cfg = _small_grpo(base_config, data__train_batch_size=16, actor_rollout_ref__actor__ppo_mini_batch_size=4)
+    with pytest.raises(FrameworkConfigError, match="a multiple of the 8 data-parallel ranks") as info:
+        verl_overrides(node, cfg, 8)
+    assert info.value.field == "actor_rollout_ref.actor.ppo_mini_batch_size"
+    cfg = _small_grpo(base_config, data__train_batch_size=16, actor_rollout_ref__actor__ppo_mini_batch_size=8)
+    over = verl_overrides(node, cfg, 8)
+    assert over["trainer.n_gpus_per_node"] == 8
+    validate_config(apply_overrides(copy.deepcopy(cfg), over), use_reference_policy=False, use_critic=False)
+    # a critic's mini-batch too; dynamic batch sizes leave the whole batch to veRL
+    cfg = _small_grpo(base_config, data__train_batch_size=16, actor_rollout_ref__actor__ppo_mini_batch_size=8,
+                      algorithm__adv_estimator="gae", critic__ppo_mini_batch_size=4)
+    with pytest.raises(FrameworkConfigError) as info:
+        verl_overrides(node, cfg, 8)
+    assert info.value.field == "critic.ppo_mini_batch_size"
+    cfg = _small_grpo(base_config, data__train_batch_size=12, actor_rollout_ref__actor__ppo_mini_batch_size=8,
+                      actor_rollout_ref__actor__use_dynamic_bsz=True)
+    assert verl_overrides(node, cfg, 8)["trainer.n_gpus_per_node"] == 8
+
+
 def test_kl_loss_with_an_offloaded_reference_model_is_accepted(base_config):
     cfg = _config(base_config, actor_rollout_ref__actor__use_kl_loss=True,
                   actor_rollout_ref__ref__fsdp_config__param_offload=True)
     shape = VerlShape.from_config(cfg)
     assert shape.reference and shape.mem_train_gb == pytest.approx((2 * 12 + 2) * 0.5)
+
+
+def test_a_megatron_reference_model_must_offload_itself():
+    """veRL's Megatron config with a KL loss was accepted with its reference model left on
+    the GPUs (only the FSDP strategies' offload flag was checked)."""
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        cfg = compose(config_name="ppo_megatron_trainer", overrides=[
+            "actor_rollout_ref.rollout.name=vllm", f"actor_rollout_ref.model.path={MODEL}",
+            "actor_rollout_ref.actor.use_kl_loss=true"])
+    with pytest.raises(FrameworkConfigError) as info:
+        VerlShape.from_config(cfg)
+    assert info.value.field == "actor_rollout_ref.ref.megatron.param_offload"
+    assert VerlShape.from_config(_config(cfg, actor_rollout_ref__ref__megatron__param_offload=True)).reference
 
 
 def test_placement_becomes_verl_overrides_and_back(base_config):
@@ -215,12 +277,17 @@ def test_placement_becomes_verl_overrides_and_back(base_config):
     assert info.value.field == "actor_rollout_ref.rollout.tensor_model_parallel_size"
 
 
-def test_model_sizes_are_read_from_names():
-    assert params_from_name("Qwen2.5-0.5B-Instruct") == 0.5
-    assert params_from_name("deepseek-llm-7b-chat") == 7
-    assert params_from_name("gemma-2-2b-it") == 2
-    assert params_from_name("Llama-3.1-70B") == 70
-    assert params_from_name("my-policy") is None and params_from_name("bf16-model") is None
+@pytest.mark.parametrize(("name", "size"), [
+    ("Qwen2.5-0.5B-Instruct", 0.5), ("deepseek-llm-7b-chat", 7), ("gemma-2-2b-it", 2), ("Llama-3.1-70B", 70),
+    ("gpt-neo-2.7B", 2.7), ("pythia-1.4b-deduped", 1.4), ("t5-3b", 3), ("my-policy", None), ("bf16-model", None),
+    # the decimal point written '_' or 'b' (read as 6B, 1B and 7B: stablelm-2's memory 3.7x too high)
+    ("stablelm-2-1_6b", 1.6), ("stablelm-2-zephyr-1_6b", 1.6), ("bloom-1b7", 1.7), ("bloom-7b1", 7.1),
+    ("BLOOM-1B1", 1.1), ("bloom-560m", None),
+    # a version before '_' is no integer part, nor a context length after the size a fraction
+    ("llama2_7b", 7), ("llama-7b16k", 7), ("stablelm-3b-4e1t", 3), ("phi-1_5", None),
+])
+def test_model_sizes_are_read_from_names(name, size):
+    assert params_from_name(name) == size
 
 
 @pytest.mark.parametrize("name", ["Mixtral-8x7B-Instruct-v0.1", "Mixtral-8x22B", "Qwen1.5-MoE-A2.7B", "Qwen3-30B-A3B",

@@ -75,6 +75,67 @@ def test_an_engine_awake_at_first_is_not_woken_and_a_raising_body_still_sleeps()
     assert llm.calls == [("sleep", 1)] and engine.residency is Residency.HOST
 
 
+class MappingLLM(RecordingLLM):
+    """A ``RecordingLLM`` that tracks the tags whose pages are mapped, refusing to map one twice
+    (as the allocator does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mapped: set[str] = {"weights", "kv_cache"}
+
+    def sleep(self, level: int = 1) -> None:
+        super().sleep(level)
+        self.mapped.clear()
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        super().wake_up(tags)
+        for tag in tags or ["weights", "kv_cache"]:
+            if tag in self.mapped:
+                raise RuntimeError(f"{tag} already mapped")
+            self.mapped.add(tag)
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_a_wake_whose_load_fails_puts_the_engine_back_to_sleep(level):
+    """A level-2 wake whose ``load_weights`` raised left the weights' pages mapped with the
+    state saying 'host', outside any grant; the retry's wake then mapped them again."""
+    llm = MappingLLM()
+    failures = [OSError("weights folder half-written")]
+
+    def load(_):
+        if failures:
+            raise failures.pop()
+
+    engine = VllmEngineState(llm, level=level, load_weights=load, measure=lambda: None)
+    engine.park()
+    with pytest.raises(OSError, match="half-written"):
+        with engine.resident():
+            pytest.fail("the body ran without weights")
+    assert llm.calls[-1] == ("sleep", level) and not llm.mapped and engine.residency is Residency.HOST
+    with engine.resident():  # the next grant wakes afresh
+        assert llm.mapped == {"weights", "kv_cache"}
+    assert not llm.mapped and [r.direction for r in engine.records] == ["sleep", "wake", "sleep"]
+
+
+def test_a_failed_kv_cache_wake_sleeps_and_a_failed_sleep_is_noted():
+    llm = MappingLLM()
+    engine = VllmEngineState(llm, level=2, load_weights=lambda _: None, measure=lambda: None)
+    engine.park()
+    llm.mapped.add("kv_cache")  # (mapping the KV cache fails)
+    with pytest.raises(RuntimeError, match="kv_cache already mapped"):
+        engine.wake()
+    assert llm.calls[-1] == ("sleep", 2) and engine.residency is Residency.HOST
+
+    def broken_sleep(level: int = 1) -> None:
+        raise RuntimeError("driver gone")
+
+    llm.mapped.add("kv_cache")
+    llm.sleep = broken_sleep
+    with pytest.raises(RuntimeError, match="kv_cache already mapped") as info:
+        engine.wake()
+    assert any("back to sleep failed too: RuntimeError: driver gone" in note for note in info.value.__notes__)
+
+
 def test_device_bytes_come_from_the_free_memory_count():
     free = iter([10, 70, 70, 20])  # sleep: 10 -> 70 free (60 back); wake: 70 -> 20 (50 taken)
     engine = VllmEngineState(RecordingLLM(), level=1, measure=lambda: next(free))

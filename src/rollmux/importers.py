@@ -75,7 +75,8 @@ the next ``step_time``, and its training phase is the total step time of the
 record covers) minus the rollout phase (which the first of those steps contains).
 ``step_time`` records before the first rollout key are skipped. ``job_id`` defaults to
 the file's stem (its directory's name for ``trainer_state.json``) made a job id
-(``job_id_for``), ``model`` to the job id (a name without a size, e.g. ``7B``, is planned on the largest switch-cost column).
+(``job_id_for``), ``model`` to the job id (a name without a size, e.g. ``7B``, is planned
+on the largest switch-cost column).
 """
 from __future__ import annotations
 

@@ -26,6 +26,12 @@ host bytes are bounded by ``budget_bytes``: an offload that would exceed it rais
 :class:`~rollmux.runtime.state_cache.CacheBudgetError` before anything changes (on that
 rank: a caller whose ranks can disagree should size the budget for the largest shard).
 
+Every storage parked must be resizable: one that is not (a CPU model loaded with
+``from_pretrained`` lies on memory-mapped safetensors, ``torch.from_numpy`` borrows
+numpy's memory) is refused with a SpecError naming its slot, on construction and again
+on each offload, before anything is copied or freed. Give such tensors storage of their
+own first (``t.data = t.data.clone()`` for every parameter and buffer).
+
 While the state is parked the trainer must not run: reading a shrunk storage would read
 freed memory. A forward pre-hook on the module and a step pre-hook on the optimizer
 raise :class:`~rollmux.runtime.state_cache.CacheStateError` instead. Without
@@ -125,6 +131,7 @@ class ShardedTrainerState:
         self._arenas: list[HostArena] = []
         self._host: dict[str, torch.Tensor] = {}
         self._parked: dict[str, torch.UntypedStorage] = {}
+        self._device_storages()  # refuses a storage that cannot be parked
         self._hooks = [module.register_forward_pre_hook(self._refuse_while_parked, prepend=True)]
         if optimizer is not None:
             self._hooks.append(optimizer.register_step_pre_hook(self._refuse_while_parked))
@@ -219,7 +226,8 @@ class ShardedTrainerState:
         return [m for m in self.module.modules() if isinstance(m, FSDPModule)]
 
     def _device_storages(self) -> dict[str, torch.UntypedStorage]:
-        """Each distinct storage on the trainer's device, named by its first slot."""
+        """Each distinct storage on the trainer's device, named by its first slot; a SpecError
+        names the first one that cannot be resized (so cannot be parked)."""
         found: dict[str, torch.UntypedStorage] = {}
         seen: set[int] = set()
         for name, tensor in state_slots(self.module, self.optimizer).items():
@@ -229,6 +237,11 @@ class ShardedTrainerState:
             storage = local.untyped_storage()
             if storage.nbytes() == 0 or storage._cdata in seen:
                 continue
+            if not storage.resizable():
+                raise SpecError(name, "a tensor on storage that cannot be resized (memory-mapped: from_pretrained "
+                                "on CPU; borrowed: torch.from_numpy)", "storage of its own: clone it first "
+                                "(t.data = t.data.clone() for every parameter and buffer)",
+                                f"ShardedTrainerState {self.key!r}")
             seen.add(storage._cdata)
             found[name] = storage
         return found

@@ -22,17 +22,22 @@ Contract
   phase is released and released as the next rollout phase is asked for, or when
   ``train`` returns or raises. One RollMux iteration is therefore one generation and
   the ``generate_every / gradient_accumulation_steps`` optimizer steps that use it.
+  The one evaluation before any generation (``eval_on_start``) runs inside the job's
+  first rollout phase, which the first generation then keeps (its measured time
+  includes the evaluation's).
 * Why a subclass and a callback: TRL has no callback event around generation, so the
   rollout phase needs the method override; the state is registered by a
   ``TrainerCallback`` at ``on_train_begin``, the first moment the Trainer has built its
   optimizer, and returned to the caller at ``on_train_end`` (or when ``train`` raises).
-* State: the model and the optimizer (the torch optimizer under accelerate's wrapper)
+* State: the model and the optimizer (the torch optimizer under accelerate's wrapper),
+  with TRL's reference model (``beta != 0``) and the reward functions that are modules,
   form one ``StateCache`` entry. It is offloaded to host buffers at ``on_train_begin``;
   each phase loads it onto the trainer's device when its grant arrives and offloads it
   before the grant goes back (the SDK's ``state=``), so between phases nothing of the
   job stays on the device. The cache's unit is module plus optimizer, so a rollout
   phase loads the optimizer moments too. At ``on_train_end`` the entry is loaded into
-  host memory (``cpu``) and removed: after ``train`` the model is usable, on the host.
+  host memory (``cpu``) and removed: after ``train`` the model (and the reference and
+  reward models) are usable, on the host.
 * Weights to the rollout side: TRL's default generation runs in the trainer process on
   the same module the optimizer updates, so each rollout samples with the latest
   update without any copy. With ``use_vllm`` TRL pushes the weights to vLLM itself at
@@ -47,6 +52,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from typing import Any
 
+import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
@@ -97,8 +103,18 @@ class PhaseHolder:
             self.cache.remove(self.key)
 
 
+def _parked_module(trainer: GRPOTrainer) -> torch.nn.Module:
+    """The module whose state the job parks: the policy, with TRL's reference model (``beta
+    != 0``) and the reward functions that are modules when there are any (one
+    ``ModuleDict``, so that one cache entry switches them all)."""
+    others = [m for m in (trainer.ref_model, *trainer.reward_funcs) if isinstance(m, torch.nn.Module)]
+    if not others:
+        return trainer.model
+    return torch.nn.ModuleDict({"policy": trainer.model, **{f"model{i}": m for i, m in enumerate(others)}})
+
+
 class _StateCallback(TrainerCallback):
-    """Parks the model and optimizer in the cache when training starts; hands them back when it ends."""
+    """Parks the models and optimizer in the cache when training starts; hands them back when it ends."""
 
     def __init__(self, trainer: "RollMuxGRPOTrainer") -> None:
         self.trainer = trainer
@@ -107,7 +123,7 @@ class _StateCallback(TrainerCallback):
         t = self.trainer
         optimizer = getattr(t.optimizer, "optimizer", t.optimizer)  # accelerate's AcceleratedOptimizer wraps it
         t.phases.device = str(t.accelerator.device)
-        t.phases.cache.register(t.phases.key, t.model, optimizer)
+        t.phases.cache.register(t.phases.key, _parked_module(t), optimizer)
         try:
             t.phases.cache.offload(t.phases.key)
         except BaseException:  # (e.g. over the cache's budget): the state never left the module
@@ -153,12 +169,23 @@ class RollMuxGRPOTrainer(GRPOTrainer):
         self.add_callback(_StateCallback(self))
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        if not self.model.training:  # evaluation: runs inside the train grant held
+        if not self.model.training:  # evaluation: runs inside the phase held (see evaluate)
             return super()._generate_and_score_completions(inputs)
-        self.phases.hold(ROLLOUT)
+        if self.phases.held != ROLLOUT:  # (held already: eval_on_start's, see evaluate)
+            self.phases.hold(ROLLOUT)
         batch = super()._generate_and_score_completions(inputs)
         self.phases.hold(TRAIN)
         return batch
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.evaluate``. Inside ``train`` it runs in the phase held (the train grant,
+        after an update), except at the start (``eval_on_start``): no phase is held yet and
+        the state is parked, so it takes the job's first rollout grant, which loads the
+        state and which the first generation keeps. Outside ``train`` the state is the
+        caller's, as with ``GRPOTrainer``."""
+        if self.phases.held is None and self.phases.key in self.phases.cache:
+            self.phases.hold(ROLLOUT)
+        return super().evaluate(*args, **kwargs)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """``Trainer.train``. When it raises, the phase held is released and the model and

@@ -36,10 +36,12 @@ Forward (``VerlShape.from_config(config)``, then ``shape.job_spec(...)``)
   ``vllm`` / ``sglang``,
   ``actor_rollout_ref.rollout.free_cache_engine`` false (veRL's sleep would then be a
   no-op and the engine would keep its GPU memory while other jobs run), a rollout
-  parallel size (tp x dp x pp) that does not divide the rollout GPUs, and for the FSDP
-  strategies a reference model without
-  ``actor_rollout_ref.ref.fsdp_config.param_offload`` (veRL's ``to()`` moves only the
-  actor, so an unoffloaded reference model would stay on the GPUs between phases).
+  parallel size (tp x dp x pp) that does not divide the rollout GPUs, and a reference
+  model without ``param_offload`` in its strategy's group
+  (``actor_rollout_ref.ref.fsdp_config.param_offload`` for ``fsdp`` / ``fsdp2``,
+  ``actor_rollout_ref.ref.megatron.param_offload`` for ``megatron``, ``ref.<strategy>``
+  for another: veRL's ``to()`` moves only the actor, so an unoffloaded reference model
+  would stay on the GPUs between phases).
 
 Back (``verl_overrides(placement, config, gpus_per_node)``)
 ------------------------------------------------------------
@@ -52,7 +54,16 @@ disaggregated placement is refused (``RayPPOTrainer`` asserts ``hybrid_engine``;
 disaggregated veRL run is veRL's standalone rollout, ``hybrid_engine=False``). A
 placement with fewer training GPUs than the config asks for, or (disaggregated) fewer
 rollout GPUs, is refused too (the job's spec came from another config): the overrides
-never shrink a run silently.
+never shrink a run silently. They grow one to whole nodes (``verl_pools`` reserves
+every GPU of each node): a config asking for 4 GPUs runs on the 8 of the node it is
+given. A grown run's batches must still split over its data-parallel ranks, as veRL
+checks at its start (``validate_config`` and the workers' mini-batch split, without
+``use_dynamic_bsz``): ``data.train_batch_size x rollout.n`` a multiple of the training
+GPUs (Megatron: of its data-parallel size x ``ppo_micro_batch_size_per_gpu``), and
+``ppo_mini_batch_size x rollout.n`` of the actor (and of a critic) a multiple of the
+data-parallel size; else FrameworkConfigError naming the batch field, before veRL
+starts (pass a smaller ``gpus_per_node`` to ``verl_overrides`` and ``verl_pools`` to run
+on part of each node).
 ``apply_overrides`` writes them into a config (refusing a path with an empty key, or
 one through a value that is not a mapping, which would replace it), ``hydra_args``
 renders them for veRL's command line.
@@ -80,7 +91,10 @@ MAX_PARAMS_B = 1e6           # billions of parameters (a size at or above it is 
 MODEL_PATH = "actor_rollout_ref.model.path"
 
 _MISSING = object()
-_SIZE_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z])")
+_SIZE_RE = re.compile(r"(?<![a-z\d._])(?P<int_>\d+)_(?P<frac_>\d+)b(?![a-z\d])"  # stablelm-2-1_6b: 1.6
+                      r"|(?<![\d.])(?P<int_b>\d+)b(?P<frac_b>\d+)(?![a-z\d])"     # bloom-1b7: 1.7
+                      r"|(?<![\d.])(?P<size>\d+(?:\.\d+)?)\s*b(?![a-z])",          # Qwen2.5-0.5B: 0.5
+                      re.IGNORECASE)
 _MOE_RE = re.compile(r"\d\s*x\s*\d+(?:\.\d+)?\s*b(?![a-z])"   # Mixtral-8x7B: experts x expert size
                      r"|[-_]a\d+(?:\.\d+)?b(?![a-z])"        # Qwen3-30B-A3B: active size
                      r"|[-_]\d+e(?![a-z\d])"                # Llama-4-Scout-17B-16E: expert count
@@ -158,12 +172,17 @@ def is_mixture_of_experts(model: str) -> bool:
 
 
 def params_from_name(model: str) -> float | None:
-    """Billions of parameters named in a model name (``Qwen2.5-0.5B`` -> 0.5), or None: no size
-    in the name, or a name that marks a mixture of experts (``is_mixture_of_experts``), whose
-    total size is not in its name (``Mixtral-8x7B`` holds 46.7B parameters, ``Qwen1.5-MoE-A2.7B``
-    14.3B) and must be given as ``params_b``."""
+    """Billions of parameters named in a model name (``Qwen2.5-0.5B`` -> 0.5; the decimal
+    point written ``_`` as in ``stablelm-2-1_6b`` -> 1.6, or ``b`` as in ``bloom-1b7`` -> 1.7,
+    ``bloom-7b1`` -> 7.1), or None: no size in the name, or a name that marks a mixture of
+    experts (``is_mixture_of_experts``), whose total size is not in its name (``Mixtral-8x7B``
+    holds 46.7B parameters, ``Qwen1.5-MoE-A2.7B`` 14.3B) and must be given as ``params_b``."""
     match = None if is_mixture_of_experts(model) else _SIZE_RE.search(model or "")
-    return float(match.group(1)) if match else None
+    if match is None:
+        return None
+    if match["size"] is not None:
+        return float(match["size"])
+    return float(f"{match['int_'] or match['int_b']}.{match['frac_'] or match['frac_b']}")
 
 
 def _size_from_name(path: str, model: str) -> float | None:
@@ -257,10 +276,9 @@ class VerlShape:
         n = _int(c, "actor_rollout_ref.rollout.n", 1, 1)
         reference, critic = needs_reference(c), needs_critic(c)
         strategy = _str(c, "actor_rollout_ref.actor.strategy", "fsdp")
-        if reference and strategy in FSDP_STRATEGIES and not _flag(
-                c, "actor_rollout_ref.ref.fsdp_config.param_offload", False):
-            raise FrameworkConfigError("actor_rollout_ref.ref.fsdp_config.param_offload", False,
-                                       "true when a reference model is used (actor.use_kl_loss or "
+        offload = f"actor_rollout_ref.ref.{'fsdp_config' if strategy in FSDP_STRATEGIES else strategy}.param_offload"
+        if reference and not _flag(c, offload, False):
+            raise FrameworkConfigError(offload, False, "true when a reference model is used (actor.use_kl_loss or "
                                        "algorithm.use_kl_in_reward): the adapter's offload moves only the "
                                        "actor, so the reference model must offload itself", WHERE)
         steps = _get(c, "trainer.total_training_steps", None)
@@ -368,6 +386,49 @@ class VerlPlacement:
         return cls(rollout, train, gpus_per_node)
 
 
+def _data_parallel(config: Mapping, group: str, world: int, grown: str) -> int:
+    """The data-parallel size of ``group`` (the actor or the critic) on ``world`` GPUs: divided
+    by its Megatron model parallelism (tp x pp x cp, which must divide ``world``: else
+    FrameworkConfigError), or by its Ulysses sequence parallelism (FSDP)."""
+    if _str(config, f"{group}.strategy", "fsdp") != "megatron":
+        return world // _int(config, f"{group}.ulysses_sequence_parallel_size", 1, 1)
+    parallel = 1
+    for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+        parallel *= _int(config, f"{group}.megatron.{name}", 1, 1)
+    if world % parallel:
+        raise FrameworkConfigError(f"{group}.megatron.tensor_model_parallel_size", parallel,
+                                   f"a model-parallel size (tp x pp x cp) dividing {world}: {grown}", WHERE)
+    return world // parallel
+
+
+def _check_grown_batches(config: Mapping, shape: VerlShape, nodes: int, world: int) -> None:
+    """FrameworkConfigError naming the batch field that does not split over ``world`` training
+    GPUs on ``nodes`` nodes, ``config``'s run grown to them (module docstring)."""
+    actor = "actor_rollout_ref.actor"
+    per_node = shape.train_gpus // nodes
+    grown = (f"the run grows from the {shape.train_gpus} training GPUs the config asks for to the placement's "
+             f"{world} (whole nodes); change the batch sizes"
+             + (f", or pass gpus_per_node={per_node} to verl_overrides and verl_pools to run on part of each node"
+                if per_node * nodes == shape.train_gpus else ""))
+    n = _int(config, "actor_rollout_ref.rollout.n", 1, 1)
+    groups = (actor, "critic") if shape.critic else (actor,)
+    parallel = {group: _data_parallel(config, group, world, grown) for group in groups}
+    if not _flag(config, f"{actor}.use_dynamic_bsz", False):  # (veRL's validate_config)
+        smallest = world
+        if _str(config, f"{actor}.strategy", "fsdp") == "megatron":
+            smallest = parallel[actor] * _int(config, f"{actor}.ppo_micro_batch_size_per_gpu", 1)
+        batch = _int(config, "data.train_batch_size", 1)
+        if batch * n % smallest:
+            raise FrameworkConfigError("data.train_batch_size", batch, f"train_batch_size x rollout.n ({batch} x "
+                                       f"{n}) a multiple of {smallest}: {grown}", WHERE)
+    for group, ranks in parallel.items():  # (the workers split each mini-batch over the data-parallel ranks)
+        mini = _int(config, f"{group}.ppo_mini_batch_size", 1)
+        if mini * n % ranks:
+            raise FrameworkConfigError(f"{group}.ppo_mini_batch_size", mini, f"ppo_mini_batch_size x rollout.n "
+                                       f"({mini} x {n}) a multiple of the {ranks} data-parallel ranks: {grown}",
+                                       WHERE)
+
+
 def verl_overrides(placement: Any, config: Any, gpus_per_node: int = 8) -> dict[str, Any]:
     """Dotted veRL overrides that run ``config`` on ``placement`` (module docstring)."""
     where = VerlPlacement.of(placement, gpus_per_node)
@@ -379,6 +440,8 @@ def verl_overrides(placement: Any, config: Any, gpus_per_node: int = 8) -> dict[
                                    f"{shape.train_gpus_per_node} training GPUs, the placement has {granted} "
                                    f"({len(where.train_nodes)} node(s) of {where.gpus_per_node}); submit the job's "
                                    "spec from this config (VerlShape.job_spec)", WHERE)
+    if granted > shape.train_gpus:
+        _check_grown_batches(_plain(config), shape, len(where.train_nodes), granted)
     out: dict[str, Any] = {"trainer.nnodes": len(where.train_nodes), "trainer.n_gpus_per_node": where.gpus_per_node,
                            "trainer.use_v1": False}
     roll_gpus = len(where.rollout_nodes) * where.gpus_per_node

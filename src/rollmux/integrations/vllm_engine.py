@@ -26,7 +26,10 @@ Levels (vLLM's ``LLM.sleep(level)``):
   host copy of level 1 would be stale anyway. Level 2 without ``load_weights`` is refused.
 
 Contract: ``resident`` wakes the engine if it sleeps, yields the LLM, and puts it to
-sleep when the block ends, also when it raised. The KV cache is empty after every wake
+sleep when the block ends, also when it raised. A wake that fails after vLLM's first
+``wake_up`` (``load_weights`` raised, or mapping the KV cache did) puts the engine back
+to sleep before the error propagates: its pages go back, it stays ``host``, and the
+next grant's wake starts afresh. The KV cache is empty after every wake
 (vLLM clears its prefix cache at sleep). Each switch appends a :class:`VllmSwitchRecord`
 (seconds, and the device bytes it gave back or took again, from the driver's free-memory
 count). An engine built without sleep mode, a level other than 1 or 2, or level 2
@@ -132,23 +135,30 @@ class VllmEngineState:
         return self._note("sleep", at, seconds, before, 1)
 
     def wake(self) -> VllmSwitchRecord:
-        """``LLM.wake_up()``; at level 2 the weights' pages first, ``load_weights(llm)``, then the KV cache."""
+        """``LLM.wake_up()``; at level 2 the weights' pages first, ``load_weights(llm)``, then the KV cache.
+        When it fails after the first ``wake_up`` the engine is put back to sleep (module doc)."""
         if self.residency is not Residency.HOST:
             raise CacheStateError("vllm-engine", "wake", self.residency, "'host' (sleep first)")
         before, at, t0 = self._measure(), time.time(), time.perf_counter()
         load_s = 0.0
         if self.level == 2:
-            self.llm.wake_up(tags=["weights"])
-            t_load = time.perf_counter()
-            self.load_weights(self.llm)
-            load_s = time.perf_counter() - t_load
-            self.llm.wake_up(tags=["kv_cache"])
+            self.llm.wake_up(tags=["weights"])  # the KV cache once the weights are written
         else:
             self.llm.wake_up()
+        try:
             if self.load_weights is not None:
                 t_load = time.perf_counter()
                 self.load_weights(self.llm)
                 load_s = time.perf_counter() - t_load
+            if self.level == 2:
+                self.llm.wake_up(tags=["kv_cache"])
+        except BaseException as failure:  # back to sleep, so the state's 'host' stays true (module doc)
+            try:
+                self.llm.sleep(level=self.level)
+            except Exception as err:
+                failure.add_note(f"rollmux: putting the engine back to sleep failed too: {type(err).__name__}: "
+                                 f"{err}")
+            raise
         seconds = time.perf_counter() - t0
         self.residency = Residency.DEVICE
         return self._note("wake", at, seconds, before, -1, load_s)
