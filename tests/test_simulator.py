@@ -345,3 +345,16 @@ def test_make_policy_lists_the_names_it_builds():
     with pytest.raises(ValueError) as err:
         make_policy("nosuch")
     assert "optimal" not in str(err.value) and "rollmux-hedge" in str(err.value)
+
+
+@pytest.mark.parametrize("name, column", [
+    ("Qwen2.5-7B", 7), ("14B_8k", 14), ("Qwen2.5-0.5B", 3), ("llama-70b", 32), ("no-size", 32), ("", 32),
+    ("stablelm-2-1_6b", 3), ("bloom-1b7", 3), ("bloom-7b1", 7), ("llama-7b16k", 7)])
+def test_the_switch_cost_column_reads_the_size_in_the_name(name, column):
+    """``stablelm-2-1_6b`` (1.6B) read as 6B and was planned on the 7B column; the size
+    rule is veRL's adapter's (``model.size_in_name``), one for both."""
+    from rollmux.integrations.verl_config import params_from_name
+    from rollmux.model import model_size_column, size_in_name
+
+    assert model_size_column(name) == column
+    assert params_from_name(name) == size_in_name(name)

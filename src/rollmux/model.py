@@ -93,21 +93,36 @@ GPU_TYPES = {
 #: ``reward_s`` is then busy seconds of one such GPU.
 REWARD_PRICE_PER_HOUR = GPU_TYPES["H20"][2]
 
-_SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*[bB]")
+_SIZE_RE = re.compile(r"(?<![a-z\d._])(?P<int_>\d+)_(?P<frac_>\d+)b(?![a-z\d])"  # stablelm-2-1_6b: 1.6
+                      r"|(?<![\d.])(?P<int_b>\d+)b(?P<frac_b>\d+)(?![a-z\d])"     # bloom-1b7: 1.7
+                      r"|(?<![\d.])(?P<size>\d+(?:\.\d+)?)\s*b(?![a-z])",          # Qwen2.5-0.5B: 0.5
+                      re.IGNORECASE)
+
+
+def size_in_name(model: str) -> float | None:
+    """The first size in billions of parameters a model name states (``Qwen2.5-0.5B`` -> 0.5,
+    ``14B_8k`` -> 14; the decimal point written ``_`` as in ``stablelm-2-1_6b`` -> 1.6, or
+    ``b`` as in ``bloom-1b7`` -> 1.7), or None."""
+    match = _SIZE_RE.search(model or "")
+    if match is None:
+        return None
+    if match["size"] is not None:
+        return float(match["size"])
+    return float(f"{match['int_'] or match['int_b']}.{match['frac_'] or match['frac_b']}")
 
 
 @lru_cache(maxsize=4096)
 def model_size_column(model: str) -> int:
     """Map a model name ("14B_8k", "Qwen2.5-7B") to a column of the switch tables.
 
-    Sizes up to 5B use the 3B column, up to 10B the 7B column, up to 20B the 14B column,
-    anything larger the 32B column (per-node state stops growing with size, facts
-    section 2). A name without a size is planned on the largest column: worst case.
+    Sizes (``size_in_name``) up to 5B use the 3B column, up to 10B the 7B column, up to
+    20B the 14B column, anything larger the 32B column (per-node state stops growing with
+    size, facts section 2). A name without a size is planned on the largest column: worst
+    case.
     """
-    match = _SIZE_RE.search(model or "")
-    if not match:
+    size = size_in_name(model)
+    if size is None:
         return 32
-    size = float(match.group(1))
     for limit, column in ((5, 3), (10, 7), (20, 14)):
         if size <= limit:
             return column

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollmux.errors import FrameworkConfigError
-from rollmux.model import MAX_JOB_ITERATIONS
+from rollmux.model import MAX_JOB_ITERATIONS, size_in_name
 
 WHERE = "veRL config"
 ENGINES = ("vllm", "sglang")
@@ -91,10 +91,6 @@ MAX_PARAMS_B = 1e6           # billions of parameters (a size at or above it is 
 MODEL_PATH = "actor_rollout_ref.model.path"
 
 _MISSING = object()
-_SIZE_RE = re.compile(r"(?<![a-z\d._])(?P<int_>\d+)_(?P<frac_>\d+)b(?![a-z\d])"  # stablelm-2-1_6b: 1.6
-                      r"|(?<![\d.])(?P<int_b>\d+)b(?P<frac_b>\d+)(?![a-z\d])"     # bloom-1b7: 1.7
-                      r"|(?<![\d.])(?P<size>\d+(?:\.\d+)?)\s*b(?![a-z])",          # Qwen2.5-0.5B: 0.5
-                      re.IGNORECASE)
 _MOE_RE = re.compile(r"\d\s*x\s*\d+(?:\.\d+)?\s*b(?![a-z])"   # Mixtral-8x7B: experts x expert size
                      r"|[-_]a\d+(?:\.\d+)?b(?![a-z])"        # Qwen3-30B-A3B: active size
                      r"|[-_]\d+e(?![a-z\d])"                # Llama-4-Scout-17B-16E: expert count
@@ -177,12 +173,7 @@ def params_from_name(model: str) -> float | None:
     ``bloom-7b1`` -> 7.1), or None: no size in the name, or a name that marks a mixture of
     experts (``is_mixture_of_experts``), whose total size is not in its name (``Mixtral-8x7B``
     holds 46.7B parameters, ``Qwen1.5-MoE-A2.7B`` 14.3B) and must be given as ``params_b``."""
-    match = None if is_mixture_of_experts(model) else _SIZE_RE.search(model or "")
-    if match is None:
-        return None
-    if match["size"] is not None:
-        return float(match["size"])
-    return float(f"{match['int_'] or match['int_b']}.{match['frac_'] or match['frac_b']}")
+    return None if is_mixture_of_experts(model) else size_in_name(model)
 
 
 def _size_from_name(path: str, model: str) -> float | None:
