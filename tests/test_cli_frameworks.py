@@ -65,19 +65,18 @@ def test_from_trl_reads_a_jsonl_export(tmp_path):
 LONE_JOB = """
 import time
 
-def run(job, iterations):
+def _phases(job, iterations, rollout_s, train_s):
     for _ in range(iterations):
         with job.phase("rollout", device="cpu"):
-            time.sleep(0.50)
+            time.sleep(rollout_s)
         with job.phase("train", device="cpu"):
-            time.sleep(0.30)
+            time.sleep(train_s)
+
+def run(job, iterations):
+    _phases(job, iterations, 0.50, 0.30)
 
 def quick(job, iterations):
-    for _ in range(iterations):
-        with job.phase("rollout", device="cpu"):
-            time.sleep(0.01)
-        with job.phase("train", device="cpu"):
-            time.sleep(0.01)
+    _phases(job, iterations, 0.01, 0.01)
 
 def half(job, iterations):
     with job.phase("rollout", device="cpu"):
