@@ -8,7 +8,8 @@ A job's rate is iterations / (end - placement), in iterations per hour. "Shared 
 the groups (by final id, hand-off off) that ended with two or more jobs; the gain is each
 of their jobs' rate with hand-offs over its rate without, averaged (same job both runs).
 Also cost ($/h over the trace's solo span, total $), SLO attainment, the mean
-per-iteration slowdown of all jobs, rollout-pool utilization and the hand-offs made.
+per-iteration slowdown of all jobs, rollout-pool utilization (a hand-off slice's tail
+counts as busy: docs/long_tail.md) and the hand-offs made.
 One Markdown table, two rows per policy.
 """
 from __future__ import annotations

@@ -386,3 +386,23 @@ def test_improve_stops_when_asked_between_solves_keeping_the_moves_made():
     assert made == {0, 1, 2, 3}  # stopped before the first move, between moves and after the last
     never = improve(placed(cluster, jobs), max_groups=3, stop=lambda: False)
     assert (never.local_optimum, never.solves, never.cost_after) == (True, unbounded.solves, unbounded.cost_after)
+
+
+def test_in_the_full_space_each_move_reports_the_dollars_per_hour_of_its_groups():
+    """(Each move's costs were effective ones, co-located groups weighted by their slowdown,
+    though printed as $/h: the moves' savings summed to $20.12/h while the plan's $/h fell
+    by $29.60.) Here the plan's $/h falls by exactly the sum of its moves' differences, and
+    no move's figures are the effective ones."""
+    from rollmux.traces.generate import generate
+    jobs = generate(6, 1)
+    state, planner = PlanState(Cluster()), Planner(space=FULL_SPACE)
+    for job in jobs:
+        state.apply(job, planner.decide(state, job).placement)
+    before, effective = state.cost_per_hour(), state.effective_cost_per_hour()
+    result = improve(state, space=FULL_SPACE)
+    assert result.moves and effective - state.effective_cost_per_hour() != pytest.approx(before - state.cost_per_hour())
+    saved = sum(m.cost_before - m.cost_after for m in result.moves)
+    assert saved == pytest.approx(before - state.cost_per_hour(), rel=1e-12)
+    m = result.moves[-1]
+    assert m.cost_after == pytest.approx(sum(state.group_cost_per_hour(gid) for gid, _ in m.after))
+    assert m.describe().endswith(f"${m.cost_before:.2f}/h -> ${m.cost_after:.2f}/h")

@@ -358,3 +358,67 @@ def test_the_switch_cost_column_reads_the_size_in_the_name(name, column):
 
     assert model_size_column(name) == column
     assert params_from_name(name) == size_in_name(name)
+
+
+def test_with_the_tail_on_runs_with_and_without_hand_offs_draw_the_same_figures_phase_for_phase(monkeypatch):
+    """(A hand-off slice drew no head, so each later rollout of its job got the head the run
+    without hand-offs gave an earlier one: 1,084 heads for 1,133 rollouts.) Each job's draws,
+    bodies and heads in its own order, are the same in both runs, one head per rollout."""
+    from rollmux.model import ROLLOUT
+    from rollmux.sim.durations import DurationModel
+    drawn: dict[str, list] = {}
+    draw, head = DurationModel.draw, DurationModel.head
+
+    def logged_draw(self, worst, pool, job_id=None):
+        value = draw(self, worst, pool, job_id)
+        drawn.setdefault(job_id, []).append((pool, value))
+        return value
+
+    def logged_head(self, job_id):
+        value = head(self, job_id)
+        drawn.setdefault(job_id, []).append(("head", value))
+        return value
+
+    monkeypatch.setattr(DurationModel, "draw", logged_draw)
+    monkeypatch.setattr(DurationModel, "head", logged_head)
+    jobs = generate(8, 0, mean_interarrival_s=2000.0, mean_duration_s=10000.0)
+    runs = {}
+    for handoff in (False, True):
+        drawn.clear()
+        r = simulate(jobs, Cluster(), make_policy("rollmux"), "stochastic", 0, tail=True, handoff=handoff)
+        runs[handoff] = (dict(drawn), r.outcomes.get("hand-offs", 0))
+    assert runs[False][1] == 0 and runs[True][1] >= 10
+    assert runs[True][0] == runs[False][0]
+    for draws in runs[True][0].values():
+        assert sum(p == "head" for p, _ in draws) == sum(p == ROLLOUT for p, _ in draws)
+
+
+def test_with_the_tail_on_a_run_with_hand_offs_does_the_same_gpu_work_as_one_without():
+    """(A slice's tail counted as busy, and a slice on a node its donor freed whole, share 1,
+    was taken for a whole rollout: its tail report, refused by the rule, counted nothing
+    idle.) Same draws, same groups, same iterations: the same busy GPU-seconds, whoever
+    runs on the GPUs a tail frees."""
+    jobs = generate(10, 1, mean_interarrival_s=2000.0, mean_duration_s=30000.0)
+    on, off = (simulate(jobs, Cluster(), make_policy("most-idle"), "stochastic", 1, tail=True, handoff=h)
+               for h in (True, False))
+    assert on.outcomes["hand-offs"] > 100 and [(o.job_id, o.group_id, o.iterations) for o in on.jobs] == [
+        (o.job_id, o.group_id, o.iterations) for o in off.jobs]
+    for pool in POOLS:
+        assert on.utilization[pool] * on.gpu_seconds[pool] == pytest.approx(
+            off.utilization[pool] * off.gpu_seconds[pool], rel=1e-12)
+
+
+def test_every_grant_from_a_donors_tail_counts_as_a_hand_off_share_one_included(monkeypatch):
+    from rollmux.execution import GroupExecutor
+    made = []
+    dispatch = GroupExecutor.dispatch
+
+    def counted(self, now):
+        grants = dispatch(self, now)
+        made.extend(g.share for g in grants if self.donor_of(g.job_id) is not None)
+        return grants
+
+    monkeypatch.setattr(GroupExecutor, "dispatch", counted)
+    jobs = generate(10, 1, mean_interarrival_s=2000.0, mean_duration_s=30000.0)
+    r = simulate(jobs, Cluster(), make_policy("most-idle"), "stochastic", 1, tail=True)
+    assert 1.0 in made and min(made) < 1 and r.outcomes["hand-offs"] == len(made)

@@ -202,8 +202,7 @@ def simulate(
     for name in sorted(names, key=lambda n: (n != "rollmux", n == "optimal")):  # (a stable sort: listed order)
         with progress_reporter(progress_console, name, 2 * len(jobs)) as update:  # (arrivals and departures)
             if name == "optimal":
-                result = optimal_curve(jobs, cl)
-                result.accounting = acct.name
+                result = optimal_curve(jobs, cl, accounting=acct)
             else:
                 try:
                     result = run(jobs, cl, make_policy(name, seed, acct, cl), model, seed, accounting=acct,

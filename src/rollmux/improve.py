@@ -72,12 +72,15 @@ _COST_TOL = 1e-9
 
 @dataclass(slots=True, frozen=True)
 class Regroup:
-    """One accepted move: the groups replaced and the groups that replaced them."""
+    """One accepted move: the groups replaced and the groups that replaced them, with the
+    $/h of each side, their nodes at their pools' prices, in any space (a move in a space
+    with co-location is chosen on effective costs, yet reports $/h): the plan's $/h moves
+    by the sum of the moves' differences."""
 
     before: tuple[tuple[str, tuple[str, ...]], ...]  # (group id, job ids)
     after: tuple[tuple[str, tuple[str, ...]], ...]
-    cost_before: float
-    cost_after: float
+    cost_before: float  # $/h of the groups replaced
+    cost_after: float  # $/h of the groups that replaced them
 
     def describe(self) -> str:
         def side(groups: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
@@ -154,7 +157,7 @@ def improve(state: PlanState, max_groups: int = DEFAULT_MAX_GROUPS, max_jobs: in
                 if on_solve is not None:
                     on_solve(solves, state.cost_per_hour())
                 if solution is not None and _fits(state, combo, solution):
-                    move = (combo, solution, cost)
+                    move = (combo, solution)
                     break
             if move is not None:
                 break
@@ -218,18 +221,17 @@ def starts_in_time(state: PlanState, group: Group) -> bool:
     return not _startup_miss(a, [m.job for m in group.members])
 
 
-def _apply(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution, cost: float) -> Regroup:
+def _apply(state: PlanState, combo: tuple[Group, ...], solution: ExactSolution) -> Regroup:
     """Release the jobs of ``combo`` and pin them as the solution's groups say (a group the
     solution re-creates as it is stays in place, ``left_in_place``)."""
     moved, groups = left_in_place(combo, solution.groups)
-    gone = {g.group_id for g in moved}
-    kept = sum(colocation.effective_cost(g, state.cluster) for g in combo if g.group_id not in gone)
     before = tuple((g.group_id, tuple(m.job.job_id for m in g.members)) for g in moved)
+    cost_before = sum(state.group_cost_per_hour(g.group_id) for g in moved)
     for g in moved:
         for m in list(g.members):
             state.release(m.job.job_id)
     after = tuple((materialize(state, g), tuple(m.job.job_id for m in g.members)) for g in groups)
-    return Regroup(before, after, cost - kept, solution.objective - kept)
+    return Regroup(before, after, cost_before, sum(state.group_cost_per_hour(gid) for gid, _ in after))
 
 
 def materialize(state: PlanState, group: Group) -> str:

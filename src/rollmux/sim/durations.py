@@ -20,8 +20,9 @@ mean response length over the response limit in the three veRL runs of the share
 (verl_ppo_step_timings.csv: 145/512, 278/512, 161/256). At 0.8 that puts head in [0.45, 1]
 (mean 0.70): the last 20% of responses take 0-55% of the rollout. With the tail on, every
 draw comes from a stream of its own job (seeded by seed and job id), so a job's k-th
-phase draws the same figures whatever the interleaving: runs with and without hand-offs
-compare phase for phase. Off (the default), nothing changes.
+phase draws the same figures whatever the interleaving (the engine draws one head per
+rollout, a hand-off slice's too): runs with and without hand-offs compare phase for
+phase. Off (the default), nothing changes.
 """
 from __future__ import annotations
 

@@ -12,7 +12,9 @@ seed).
 
 A job is placed on arrival (or waits, first come first placed, until a departure frees
 room), runs ``Job.solo_iterations()`` iterations, and leaves after its last training
-phase; its nodes are released at once. The run ends when the last job leaves. A job the policy
+phase; its nodes are released at once. The run ends when the last job leaves (an event that
+changes nothing, such as a phase end withdrawn by a fast-forward, is dropped before the
+clock moves). A job the policy
 rejects (it can never fit the inventory) and a job still waiting at the end never ran;
 the result lists them with the reason. With a bounded pool, SLOs are judged on the
 end-to-end slowdown (wait included; ``rollmux.sim.metrics``), and the queue and the
@@ -52,16 +54,19 @@ so a job moved out of co-location runs its profile.
 On a fleet (a ``FleetState``) a regrouping names the view its groups open in
 (``RegroupPlan.view``), which may differ from the one the jobs leave.
 
-Long tail (``tail=True``; docs/long_tail.md): a full-rate rollout whose drawn ``head``
-(``DurationModel.head``) is below 1 reports its tail to the execution rule (rule 6 of
-``rollmux.execution``) ``head x body`` into its body (event kind 3, after every other event
-of the instant), keeping ``Job.tail_gpus()`` GPUs; the next dispatch may hand the freed GPUs
-to a queued rollout (``Grant.share`` < 1). A slice's end is known when it starts: it runs
-at ``share`` until its donor's rollout end (drawn already), then at full rate. GPU
-busy-seconds count work: a donor's freed GPUs stop counting from its tail report, and a
-slice counts its body x its GPUs (the same GPU-seconds at any rate). ``handoff=False`` draws
-the same figures (heads included) and hands nothing off (the tail's freed GPUs idle): the
-baseline that compares phase for phase.
+Long tail (``tail=True``; docs/long_tail.md): every rollout of a synchronous job draws its
+``head`` (``DurationModel.head``). A full-rate rollout whose head is below 1 reports its tail
+to the execution rule (rule 6 of ``rollmux.execution``) ``head x body`` into its body (event
+kind 3, after every other event of the instant), keeping ``Job.tail_gpus()`` GPUs; the next
+dispatch may hand the freed GPUs to a queued rollout (``Grant.share`` < 1). A slice's end is
+known when it starts: it runs at ``share`` until its donor's rollout end (drawn already),
+then at full rate; it reports no tail, so nothing is handed on from it. GPU busy-seconds
+count work: a donor's freed GPUs stop counting from its tail report, and a slice counts
+its body x its GPUs (the same GPU-seconds at any rate) less its tail's idle GPUs, work for
+work as a whole rollout's: (1 - head) x body x the GPUs beyond those it keeps.
+``handoff=False`` draws the same figures, heads included (a job's k-th rollout draws its
+k-th head, slice or not), and hands nothing off (the tail's freed GPUs idle): the baseline
+that compares phase for phase.
 
 Asynchronous jobs (``Job.staleness`` >= 1; rules 10-12 of ``rollmux.execution``): a job's
 rollout and training ends are separate events (``live`` and ``phase_of`` are per job and
@@ -77,13 +82,17 @@ Accounting (``accounting``, ``rollmux.accounting``): the cluster is first seen t
 (prices, host memory, switch cost). With
 ``fixed_departures`` (``--accounting paper``) a job does not stop after its iterations:
 it leaves at arrival + ``duration_s`` (event kind 4, after every other event of the
-instant) whatever its slowdown, in the middle of a phase if need be (the phase's
-remaining GPU-seconds stop counting as busy, and its recorded span ends there); its
-outcome counts the iterations it completed, and its per-iteration slowdown is placement
-to the end of its last full iteration over those iterations (the cut one is not charged
-to it). A job being moved (consolidation, regrouping) when its time comes leaves as
-soon as it is admitted to its new group. A job still queued then never ran. $/h is
-then over the trace's own span (``departure_span_s``).
+instant) whatever its slowdown, in the middle of a phase if need be (the GPU-seconds its
+phase still had to run stop counting as busy: after a tail report only the kept GPUs',
+for a slice at its share until its donor's end; its recorded span ends there, and its
+phase end no longer counts as an event, nor moves the run's end); its outcome counts the
+iterations it completed, and its per-iteration slowdown is placement to the end of its
+last full iteration over those iterations (the cut one is not charged to it). A job
+marked for a regrouping that has not stopped yet leaves its group then, and its new
+group opens without it (``open_entry``); a job already stopped for a move
+(consolidation, regrouping) leaves as soon as it is admitted to its new group. A job
+still queued then never ran. $/h is then over the trace's own span
+(``departure_span_s``).
 
 Reward (``Job.reward_s`` > 0; docs/rollart.md): the job scores on a shared, elastic
 reward pool billed per use. Scoring streams during the rollout, so the rollout phase
@@ -134,11 +143,10 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     started = time.perf_counter()
     cluster = accounting.apply_cluster(cluster)
     fixed = accounting.fixed_departures
-    departed: set[str] = set()
     due: set[str] = set()  # fixed departure reached while being moved: leave once admitted
     last_iter: dict[str, float] = {}  # job -> end of its last full iteration (fixed departures)
-    # (job, pool) -> (end, accounted pool, GPUs, its span's index in ``spans`` or None)
-    phase_of: dict[tuple[str, str], tuple[float, str, int, int | None]] = {}
+    # (job, pool) -> (accounted pool, its body's (from, to, GPUs busy) pieces, its span's index in ``spans`` or None)
+    phase_of: dict[tuple[str, str], tuple[str, tuple[tuple[float, float, float], ...], int | None]] = {}
     durations = DurationModel(duration_model, seed, tail, tail_threshold)
     rollout_end: dict[str, float] = {}  # job -> end of its running rollout
     tail_token: dict[str, int] = {}  # job -> seq of its pending tail report
@@ -192,7 +200,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
     offer: set[str] = set()
     blocked: list[dict] = []  # regrouped groups whose members stopped, short of bounded nodes
     moving: set[str] = set()  # moved, not yet admitted to their new group
-    pending: dict[str, dict] = {}  # job -> its regrouping: {"group": solver Group, "waiting": job ids}
+    # job -> its regrouping: {"group": solver Group, "waiting": job ids still running, "gone": job ids that left
+    # at their fixed departure before they stopped, ...}
+    pending: dict[str, dict] = {}
     dirty: dict[str, None] = {}  # groups touched at the current instant, in touch order
 
     def settle(gid: str | None, now: float) -> None:
@@ -267,7 +277,7 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         held = Reservation.start(state, plan.view, plan.replaced, plan.groups)  # bounded pools only
         for group in plan.groups:
             entry = {"group": group, "view": plan.view, "waiting": {m.job.job_id for m in group.members},
-                     "held": held, "need": group_need(state, plan.view, group)}
+                     "gone": set(), "held": held, "need": group_need(state, plan.view, group)}
             for m in group.members:
                 pending[m.job.job_id] = entry
 
@@ -296,24 +306,46 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         place_waiting(now)  # (bounded pools: nodes the reservation does not want)
 
     def open_entry(entry: dict, now: float) -> None:
-        """Open a regrouped group whose members have all stopped, or on bounded pools
-        leave it short (``blocked``) until the held and free nodes cover it."""
+        """Open a regrouped group whose members have all stopped or left (``quit_regrouping``),
+        or on bounded pools leave it short (``blocked``) until the held and free nodes cover
+        it. A member that left is pinned with the others, as the solver placed it, and
+        unpinned at once: the group keeps the nodes the rest use, as after a departure; a
+        group whose members all left does not open."""
         nonlocal seq
         held = entry["held"]
+        gone = entry["gone"]
+        stopped = [m.job.job_id for m in entry["group"].members if m.job.job_id not in gone]
+        if not stopped:
+            if held is not None:
+                held.group_done(state)
+            return
         if held is not None:
             if not held.covers(state, entry["need"]):
                 blocked.append(entry)
                 return
             held.hand_over(state, entry["need"])
         gid = open_regrouped(state, entry["group"], entry["view"], by_id)
+        for job_id in gone:
+            state.release(job_id)
         if held is not None:
             held.group_done(state)
-        for m in entry["group"].members:
-            kind_of[m.job.job_id] = state.placement_kind(m.job.job_id, "regrouped")
+        for job_id in stopped:
+            kind_of[job_id] = state.placement_kind(job_id, "regrouped")
         track(gid, now)
-        for m in entry["group"].members:  # same instant, admission order
-            heapq.heappush(heap, (now + migration_s, _MIGRATE, seq, m.job.job_id, ""))
+        for job_id in stopped:  # same instant, admission order
+            heapq.heappush(heap, (now + migration_s, _MIGRATE, seq, job_id, ""))
             seq += 1
+
+    def quit_regrouping(entry: dict, job_id: str, released: tuple[str, ...], now: float) -> None:
+        """``job_id``, marked for ``entry``'s regrouping, left its group (``released``: the
+        nodes it gave back) at its fixed departure before it stopped: those nodes count for
+        the regrouping as a stopped job's do, and the new group opens without it."""
+        if entry["held"] is not None:
+            entry["held"].take_released(state, released)
+        entry["waiting"].discard(job_id)
+        entry["gone"].add(job_id)
+        if not entry["waiting"]:
+            open_entry(entry, now)
 
     def progress_of(job_id: str, now: float) -> tuple[int, float]:
         """Iterations ``job_id`` has left and the seconds it can still spend within its SLO."""
@@ -375,8 +407,9 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             plan_regroup(state.job_group[job.job_id], now)
         return True
 
-    def leave(job_id: str, gid: str, now: float) -> None:
-        """``job_id`` leaves its group at ``now`` (its last iteration, or a fixed departure)."""
+    def leave(job_id: str, gid: str, now: float, regrouping: dict | None = None) -> None:
+        """``job_id`` leaves its group at ``now`` (its last iteration, or a fixed departure;
+        ``regrouping``: the one it was marked for, ``quit_regrouping``)."""
         ex = executors[gid]
         if not fixed:
             for pool in ex.running_pools(job_id):
@@ -384,6 +417,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         ex.remove(job_id)
         settle(gid, now)
         release = state.release(job_id)
+        if regrouping is not None:
+            quit_regrouping(regrouping, job_id, release.released_nodes, now)
         track(gid, now)
         if release.group_closed:
             del executors[gid]
@@ -404,31 +439,32 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         place_waiting(now)
 
     def depart(job_id: str, now: float) -> None:
-        """Fixed departure of ``job_id`` at ``now``, wherever it is."""
+        """Fixed departure of ``job_id`` at ``now``, wherever it is: from its group (marked for
+        a regrouping or not), or once admitted if it is being moved."""
         if job_id in waiting:
             waiting.remove(job_id)
             rejected.append(job_id)
             reasons[job_id] = "left at its recorded departure before it could be placed"
             return
-        if job_id in moving or job_id in pending:  # (a regrouped job is in no group until its new one opens)
+        if job_id in moving:  # (in no group until its new one opens)
             due.add(job_id)
             return
         if job_id not in state.job_group:  # rejected on arrival
             return
-        departed.add(job_id)
         offer.discard(job_id)
-        tail_token.pop(job_id, None)
+        tail_token.pop(job_id, None)  # (its pending tail report and phase ends are stale from now: ``stale``)
         gid = state.job_group[job_id]
         if gid in frozen:
             thaw(gid, now)
         for pool in executors[gid].running_pools(job_id):
-            end, accounted, gpus, span = phase_of[(job_id, pool)]
-            if end > now:
-                acct.busy[accounted] -= (end - now) * gpus
+            del live[(job_id, pool)]
+            accounted, pieces, span = phase_of[(job_id, pool)]
+            if pieces[-1][1] > now:
+                acct.busy[accounted] -= _to_come(pieces, now)
                 if span is not None:  # the phase's span ends here too (its switch, if still under way)
                     g, j, p, nodes, begin, body, _ = spans[span]
                     spans[span] = (g, j, p, nodes, begin, min(body, now), now)
-        leave(job_id, gid, now)
+        leave(job_id, gid, now, pending.pop(job_id, None))
 
     def start(grant: Grant, gid: str, now: float, into: list) -> None:
         """Start ``grant``'s phase at ``now``; its end event goes on the heap ``into``."""
@@ -439,31 +475,44 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         on_train = group.colocated or member.hosted  # both phases on training nodes
         worst, overhead = worst_phase(job, grant.pool, cluster, on_train)
         body = durations.draw(worst, grant.pool, grant.job_id)
+        # every rollout draws its head (rule 12: an asynchronous job has no tail), a slice's too
+        head = durations.head(grant.job_id) if tail and grant.pool == ROLLOUT and not job.staleness else 1.0
         begin = now + grant.switch_s + overhead
         end = begin + body
-        if grant.share < 1:  # a slice: at share until its donor's rollout ends, then full rate
+        gpus = len(grant.nodes) * gpn
+        pieces: tuple[tuple[float, float, float], ...] = ((begin, end, gpus),)
+        idle = 0.0  # GPU-seconds of work its tail leaves idle
+        donor = executors[gid].donor_of(grant.job_id) if grant.pool == ROLLOUT else None
+        if donor is not None:  # a slice of its donor's tail (share 1 where the donor freed a whole node): no tail
             outcomes["hand-offs"] += 1
-            t_e = rollout_end[executors[gid].donor_of(grant.job_id)]
-            if begin < t_e:
+            t_e = rollout_end[donor]
+            if begin < t_e and grant.share < 1:  # at share until its donor's rollout ends, then full rate
                 done_by_t_e = grant.share * (t_e - begin)
-                end = begin + body / grant.share if done_by_t_e >= body else t_e + body - done_by_t_e
-        elif tail and grant.pool == ROLLOUT and not job.staleness:  # (rule 12: no tail)
-            head = durations.head(grant.job_id)
-            if head < 1:
-                heapq.heappush(heap, (begin + head * body, _TAIL, seq, grant.job_id, ROLLOUT))
-                tail_token[grant.job_id] = seq
-                seq += 1
+                if done_by_t_e >= body:
+                    end = begin + body / grant.share
+                    pieces = ((begin, end, grant.share * gpus),)
+                else:
+                    end = t_e + body - done_by_t_e
+                    pieces = ((begin, t_e, grant.share * gpus), (t_e, end, gpus))
+            if head < 1:  # its tail frees what a whole rollout's does, work for work: they idle
+                freed = _freed(job, gpus)
+                idle = (1 - head) * body * freed
+                pieces = _tail_from(pieces, head * body, gpus, gpus - freed)
+        elif head < 1:
+            heapq.heappush(heap, (begin + head * body, _TAIL, seq, grant.job_id, ROLLOUT))
+            tail_token[grant.job_id] = seq
+            seq += 1
         if grant.pool == ROLLOUT:
             rollout_end[grant.job_id] = end
         pool = TRAIN if on_train else grant.pool
-        acct.busy[pool] += body * len(grant.nodes) * gpn
+        busy = body * gpus - idle
+        acct.busy[pool] += busy
         if skip:
-            gbusy[gid][_POOL_INDEX[pool]] += body * len(grant.nodes) * gpn
+            gbusy[gid][_POOL_INDEX[pool]] += busy
         if spans is not None:
             spans.append((gid, grant.job_id, grant.pool, grant.nodes, now, now + grant.switch_s + overhead, end))
         if fixed:
-            phase_of[(grant.job_id, grant.pool)] = (end, pool, len(grant.nodes) * gpn,
-                                                    None if spans is None else len(spans) - 1)
+            phase_of[(grant.job_id, grant.pool)] = (pool, pieces, None if spans is None else len(spans) - 1)
         heapq.heappush(into, (end, _END, seq, grant.job_id, grant.pool))
         live[(grant.job_id, grant.pool)] = (end, seq)
         seq += 1
@@ -511,7 +560,8 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
             live[(j, pool)] = (end + shift, seq)
             seq += 1
             if fixed:
-                phase_of[(j, pool)] = (end + shift, *phase_of[(j, pool)][1:])
+                accounted, pieces, span = phase_of[(j, pool)]
+                phase_of[(j, pool)] = (accounted, tuple((a + shift, b + shift, g) for a, b, g in pieces), span)
         heapq.heapify(local)
         while local and local[0][0] <= now:
             instant = local[0][0]
@@ -532,19 +582,33 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
         for entry in local:
             heapq.heappush(heap, entry)
 
+    def stale(event: tuple[float, int, int, str, str]) -> bool:
+        """Whether ``event`` changes nothing: a phase end withdrawn by a freeze or cut short
+        by a fixed departure, a wake-up of a group thawed since, or the tail report of a
+        rollout cut short. (Once stale, an event stays so.)"""
+        _, kind, s, key, pool = event
+        if kind == _END and pool == _WAKE:  # key is a frozen group's id
+            return key not in frozen or frozen[key][1] != s
+        if kind == _END:
+            return live.get((key, pool), _NOT_LIVE)[1] != s
+        return kind == _TAIL and tail_token.get(key) != s
+
     while heap:
+        if stale(heap[0]):  # (dropped before the clock moves: the run ends at its last event that changes something)
+            heapq.heappop(heap)
+            continue
         now = heap[0][0]
         acct.advance(now)
         dirty.clear()
         changed = False
         while heap and heap[0][0] == now:
-            _, kind, s, job_id, pool = heapq.heappop(heap)
+            event = heapq.heappop(heap)
+            if stale(event):
+                continue
+            _, kind, s, job_id, pool = event
             if kind == _END:
                 if pool == _WAKE:  # job_id is a frozen group's id
-                    if job_id in frozen and frozen[job_id][1] == s:
-                        thaw(job_id, now)
-                    continue
-                if live.get((job_id, pool), _NOT_LIVE)[1] != s:  # withdrawn by a freeze
+                    thaw(job_id, now)
                     continue
                 del live[(job_id, pool)]
             events += 1
@@ -568,22 +632,22 @@ def simulate(jobs: list[Job], cluster: Cluster, policy: Policy, duration_model: 
                 depart(job_id, now)
                 changed = True
                 continue
-            if job_id in departed:  # the end of a phase cut short by a fixed departure
-                continue
             if kind == _TAIL:
-                if tail_token.pop(job_id, None) is not None:
-                    gid = state.job_group[job_id]
-                    ex = executors[gid]
-                    job = by_id[job_id]
-                    if handoff:
-                        freed = ex.tail(job_id, now, job.tail_gpus())
-                        dirty[gid] = None
-                    else:  # the same idle GPUs in the tail, nobody to hand them to
-                        freed = max(0, job.nodes(ROLLOUT, gpn) * gpn - max(1, job.tail_gpus()))
-                    if freed:
-                        on_train = state.groups[gid].colocated or state.groups[gid].member(job_id).hosted
-                        acct.busy[TRAIN if on_train else ROLLOUT] -= (
-                            (rollout_end[job_id] - now) * freed)
+                del tail_token[job_id]
+                gid = state.job_group[job_id]
+                ex = executors[gid]
+                job = by_id[job_id]
+                if handoff:  # (the rule may hand its freed GPUs on: they are the slice's work then)
+                    ex.tail(job_id, now, job.tail_gpus())
+                    dirty[gid] = None
+                member = state.groups[gid].member(job_id)
+                freed = _freed(job, len(member.rollout_nodes) * gpn)  # (no longer its work, handed on or idle)
+                if freed:
+                    on_train = state.groups[gid].colocated or member.hosted
+                    acct.busy[TRAIN if on_train else ROLLOUT] -= (rollout_end[job_id] - now) * freed
+                    if fixed:  # (what a fixed departure still takes off: a full-rate rollout is one piece)
+                        accounted, ((begin, end, gpus),), span = phase_of[(job_id, ROLLOUT)]
+                        phase_of[(job_id, ROLLOUT)] = (accounted, ((begin, now, gpus), (now, end, gpus - freed)), span)
                 continue
             gid = state.job_group[job_id]
             ex = executors[gid]
@@ -657,6 +721,34 @@ def _never_placed(policy: str, cluster: Cluster, rejected: list[str], reasons: d
     reason = f"{first}: {reasons.get(first, 'no reason given')}"
     return CapacityError(policy, pools, f"{policy} could place none of the {len(rejected)} jobs: {named} "
                                         f"cannot host them ({reason})", reason)
+
+
+def _freed(job: Job, gpus: int) -> int:
+    """GPUs a rollout of ``job`` on ``gpus`` GPUs (its pinned nodes') leaves in its tail: all
+    but those it keeps (``Job.tail_gpus``, at least 1), as ``GroupExecutor.tail`` frees them."""
+    return max(0, gpus - max(1, job.tail_gpus()))
+
+
+def _tail_from(pieces: tuple[tuple[float, float, float], ...], work: float, gpus: int,
+               keep: int) -> tuple[tuple[float, float, float], ...]:
+    """A rollout's (from, to, GPUs busy) ``pieces`` on ``gpus`` GPUs once its tail starts
+    after ``work`` seconds of it at full rate: from then on, ``keep`` of every ``gpus``."""
+    out = []
+    for begin, end, busy in pieces:
+        here = (end - begin) * busy / gpus  # full-rate seconds of work in this piece
+        if work >= here:
+            out.append((begin, end, busy))
+            work -= here
+            continue
+        cut = begin + work * gpus / busy
+        out += [(begin, cut, busy), (cut, end, busy * keep / gpus)]
+        work = 0.0
+    return tuple(out)
+
+
+def _to_come(pieces: tuple[tuple[float, float, float], ...], now: float) -> float:
+    """GPU-seconds of a phase's body still to come at ``now``: its (from, to, GPUs busy) pieces."""
+    return sum(gpus * (end - max(begin, now)) for begin, end, gpus in pieces if end > now)
 
 
 _NOT_LIVE = (0.0, -1)
