@@ -5,11 +5,12 @@ ray and datasets; neither was in the extra), and ``rollmux[demo]`` lacked the Ra
 TRL example runs its jobs on: it only worked where ``make install`` put ``[all]``. Here each
 extra's entry modules and examples are read (every import statement, also inside
 functions, following ``rollmux`` modules), the veRL adapter is also imported in a fresh
-interpreter (veRL is installed without its metadata's dependencies, so what its trainer
-loads is the list), and every distribution providing an imported top-level module must
+interpreter and the veRL modules that loads are read the same way (veRL is installed
+without its metadata's dependencies, so what its trainer imports is the list), and every
+distribution providing an imported top-level module must
 be in the extra's closure: its requirements, with the core dependencies, followed through
-the installed packages' own metadata. (Only veRL is imported: a library loads optional
-packages merely because they are installed, e.g. TRL loads peft.)
+the installed packages' own metadata. (Only veRL's own modules are read this way: a library
+loads optional packages merely because they are installed, e.g. TRL loads peft.)
 """
 from __future__ import annotations
 
@@ -110,14 +111,17 @@ def _read_imports(files: list[Path]) -> set[str]:
     return roots
 
 
-def _loaded(modules: list[str]) -> set[str]:
-    """Top-level names in sys.modules once ``modules`` are imported in a fresh interpreter."""
+def _separate_files(modules: list[str]) -> list[Path]:
+    """The files of the SEPARATE packages' modules that importing ``modules`` loads, in a
+    fresh interpreter: their imports are what those packages need of the extra (a
+    third-party library's own optional imports are its metadata's business)."""
     code = ("import importlib, json, sys\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"
-            "print(json.dumps(sorted({n.split('.')[0] for n in sys.modules})))")
+            f"print(json.dumps(sorted(getattr(m, '__file__', None) or '' for n, m in list(sys.modules.items()) "
+            f"if n.split('.')[0] in {sorted(SEPARATE)!r})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    return set(json.loads(out.stdout.splitlines()[-1]))
+    return [Path(f) for f in json.loads(out.stdout.splitlines()[-1]) if f.endswith(".py")]
 
 
 @pytest.mark.parametrize("extra", sorted(ENTRIES))
@@ -126,7 +130,7 @@ def test_an_extra_brings_every_distribution_its_adapter_imports(extra):
     files = [_module_file(m) for m in modules] + sorted((ROOT / examples).glob("*.py"))
     ours = set(sys.stdlib_module_names) | SEPARATE | {"rollmux"}
     read = _read_imports(files) - ours
-    imported = read | ((_loaded(modules) - ours) if load else set())
+    imported = read | ((_read_imports(_separate_files(modules)) - ours) if load else set())
     providers = metadata.packages_distributions()
     closure = _closure(extra)
     missing = {name: providers[name] for name in sorted(imported)

@@ -21,18 +21,16 @@ from rollmux.sim.engine import simulate
 from rollmux.sim.optimal_curve import optimal_curve
 from rollmux.traces.generate import generate
 
-HOSTILE = "<script>x</script>"
-MATH = "m$\\frac{$"  # would be broken mathtext if a plot did not escape it
+HOSTILE = "<script>x</script>"  # (a trace's name and title are the user's text; a job id is A-Z a-z 0-9 . _ -)
 FORMULA = '=HYPERLINK("http://x","y")'  # a formula to a spreadsheet opening the jobs CSV
 CLUSTER = Cluster(rollout=PoolSpec("H200", 6.3), train=PoolSpec("B200", 8.6, nodes=4))
 
 
 @pytest.fixture(scope="module")
 def trace():
-    """Fourteen jobs on a 4-node training pool (some wait), two with hostile ids, and one
-    arriving last that needs 8 training nodes: it never runs."""
+    """Fourteen jobs on a 4-node training pool (some wait), and one arriving last that needs
+    8 training nodes: it never runs."""
     jobs = generate(14, seed=3)
-    jobs[2].job_id, jobs[5].job_id, jobs[7].job_id = HOSTILE, MATH, FORMULA
     last = max(j.arrival_s for j in jobs)
     return jobs + [Job("huge", 100.0, 50.0, train_gpus=64, slo=1.5, arrival_s=last + 1.0, iterations=4)]
 
@@ -45,7 +43,7 @@ def results(trace):
 
 
 def _report(results, path, **kw):
-    args = dict(title="Report <i>of</i> & run", trace_info={"name": "t<b>", "source": "generated", "jobs": 15},
+    args = dict(title="Report <i>of</i> & run", trace_info={"name": "t<b>", "source": HOSTILE, "jobs": 15},
                 accounting="ours")
     return write_html_report(results, CLUSTER, path, **{**args, **kw})
 
@@ -84,7 +82,6 @@ def test_csv_has_a_row_per_policy_and_job_agreeing_with_the_outcomes(results, tr
     assert huge["reason"] == rollmux.reject_reasons["huge"] and "the pool has 4" in huge["reason"]
     assert (huge["outcome"], huge["slo_met"]) == (NEVER_RAN, "False")
     assert all(huge[c] == "" for c in ("arrival_s", "wait_s", "jct_s", "slowdown", "e2e_slowdown", "group_id"))
-    assert by_key["rollmux", HOSTILE]["outcome"] != NEVER_RAN
 
 
 def test_html_is_one_self_contained_file_with_png_figures(page):
@@ -142,7 +139,7 @@ def test_an_unknown_gantt_group_is_refused_before_writing(results, tmp_path):
 
 
 def test_gantt_of_a_chosen_group_and_window_draws_user_names_literally(results, tmp_path):
-    math_job = next(j for j in results[0].jobs if j.job_id == MATH)
+    math_job = results[0].jobs[5]
     window = (math_job.placed_s, math_job.placed_s + 3 * 3600)
     text = _report(results, tmp_path / "r.html", gantt_group=math_job.group_id,
                    gantt_window=window).read_text(encoding="utf-8")
@@ -201,7 +198,7 @@ def test_html_splits_rollmux_cost_by_placement(page, results):
     assert "<td class=\"text\">rollmux</td>" in table and "solo-d" not in table
 
 
-def test_the_jobs_csv_keeps_a_spreadsheet_from_running_an_id_as_a_formula(results, tmp_path):
-    rows = list(csv.DictReader(io.StringIO(write_jobs_csv(results, tmp_path / "jobs.csv").read_text())))
-    ids = {row["job_id"] for row in rows}
-    assert "'" + FORMULA in ids and FORMULA not in ids and HOSTILE in ids
+def test_a_csv_cell_a_spreadsheet_would_run_as_a_formula_is_quoted():
+    """(A job id can no longer start with = + - @; the CSV's other text cells keep the guard.)"""
+    assert csv_cell(FORMULA) == "'" + FORMULA and csv_cell("-1") == "'-1" and csv_cell("gen-0001") == "gen-0001"
+    assert csv_cell(1.5) == 1.5
