@@ -842,3 +842,55 @@ def test_fleet_simulate_runs_only_the_policies_asked_for(tmp_path):
     result = runner.invoke(app, ["fleet", "simulate", "--jobs", str(EXAMPLE / "jobs.csv"), "--policies", "gavel"])
     assert result.exit_code == 2 and "--policies='gavel': expected names among rollmux, " in " ".join(
         result.output.split())
+
+
+def test_two_pools_of_one_type_with_other_figures_are_refused_naming_the_second():
+    """(an audit's case) pools H200-slow (100 TFLOPS, 1 TB/s) and H200-fast (the table's) got
+    one set of phase times, the last pool's in the file: phase times are per GPU type
+    (profiles, the trace's reference columns, the roofline rule). Refused, naming the
+    second pool's field; one type in several pools at one set of figures, and a slower
+    GPU as a type of its own, still plan."""
+    slow = {"gpu": "H200", "name": "H200-slow", "tflops": 100.0, "tb_per_s": 1.0}
+    for second, field in (({"gpu": "H200", "name": "fast"}, "pools[3].tflops"),
+                          ({"gpu": "H200", "name": "fast", "tflops": 100.0}, "pools[3].tb_per_s")):
+        with pytest.raises(SpecError) as err:
+            fleet_from_dict({"pools": [{"gpu": "H20"}, {"gpu": "H800"}, slow, second]})
+        assert err.value.field == field and "of pool 'H200-slow' of GPU type 'H200'" in err.value.expected
+    shared = fleet_from_dict({"pools": [{"gpu": "H20"}, {"gpu": "H800"}, {"gpu": "H200", "nodes": 2},
+                                        {"gpu": "H200", "name": "H200-spot", "price_per_gpu_hour": 3.0}]})
+    assert shared.figures()["H200"] == GPU_TYPES["H200"][:2]
+    own = fleet_from_dict({"pools": [{"gpu": "H20"}, {"gpu": "H800"}, {"gpu": "H200"},
+                                     {"gpu": "H200-slow", "tflops": 100.0, "tb_per_s": 1.0,
+                                      "price_per_gpu_hour": 3.0}]})
+    job = read_trace(EXAMPLE / "jobs.csv")[0]
+    times = {v.name: translate(own, Profiles(), job, v, strict=False) for v in own.views()}
+    fast, slower = times["H200/H200"], times["H200-slow/H200-slow"]
+    assert fast.t_roll_s == pytest.approx(job.t_roll_s * 4.0 / 4.8)
+    assert slower.t_roll_s == pytest.approx(job.t_roll_s * 4.0 / 1.0)
+    assert slower.t_train_s == pytest.approx(job.t_train_s * GPU_TYPES["H800"][0] / 100.0)
+
+
+def test_fleet_plan_optimal_says_its_job_limit_as_an_option_would():
+    """(an audit's case) it said "raise max_jobs to insist", which no option of the command sets."""
+    out = runner.invoke(app, ["fleet", "plan", "--optimal", "--jobs", "production", "--cluster",
+                              str(EXAMPLE / "three_types.yaml")])
+    assert out.exit_code == 2, out.output
+    said = " ".join(out.output.split())
+    assert "--optimal solves at most 12 jobs (the search grows like 3^n); --jobs production holds 200" in said
+    assert "max_jobs" not in said and "groups and their GPU types" not in said
+
+
+def test_the_chosen_view_s_verdict_says_chosen():
+    """(an audit's case) --explain left the chosen view's verdict blank ('reason': '' in the
+    JSON) while every other view said why it was not taken."""
+    fleet, profiles, jobs = _example()
+    _, decisions = plan_jobs(FleetPlanner(fleet, profiles), jobs, explain=True)
+    for d in decisions:
+        verdicts = {v.view: v.reason for v in d.verdicts}
+        assert verdicts[d.view].startswith("chosen")
+        assert all(reason and not reason.startswith("chosen") for view, reason in verdicts.items() if view != d.view)
+        assert [v["reason"] for v in d.to_dict()["views"] if v["view"] == d.view][0].startswith("chosen")
+    result = _on_example("plan", "--explain", "--no-improve")
+    assert result.exit_code == 0, result.output
+    block = result.output.split("short-b ->", 1)[1].split("short-c ->", 1)[0]
+    assert re.search(r"H20/H800: \+\$[\d.]+/h chosen\n", block)

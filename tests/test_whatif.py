@@ -232,6 +232,9 @@ def test_no_configuration_meeting_the_target_exits_1(small, tmp_path, monkeypatc
     (["--vary", "train.nodes=1", "--trace", "nope"], "--trace 'nope': expected a builtin trace"),
     (["--vary", "train.nodes=1", "--json", "{tmp}/file/y.json"], "--json {tmp}/file/y.json: cannot make the file"),
     (["--vary", "train.nodes=1", "--csv", "{tmp}"], "--csv {tmp}: is a folder"),
+    (["--vary", "rollout.price_per_gpu_hour=1,2", "--accounting", "paper"],
+     "--vary 'rollout.price_per_gpu_hour=1,2': expected a field that --accounting paper leaves as the cluster "
+     "file gives it"),
 ])
 def test_command_errors_name_the_option(args, message, tmp_path):
     (tmp_path / "file").write_text("")
@@ -342,3 +345,54 @@ def test_a_grid_still_running_says_so_every_quiet_spell(capsys, monkeypatch):
     assert len(lines) == 4 and lines[1].startswith("[1/4] ") and lines[2].startswith("[2/4] "), lines
     assert lines[0] == f"[0/4] running, no run finished yet ({QUIET_S + 1:.0f} s elapsed, ETA -)"
     assert lines[3] == f"[2/4] running ({40 + QUIET_S + 1:.0f} s elapsed, ETA {40 + QUIET_S + 1:.0f} s)"
+
+
+def _scored(jobs):
+    """``jobs`` scoring on the shared reward service: 60 busy seconds an iteration at $400/h."""
+    import dataclasses
+
+    return [dataclasses.replace(j, reward_s=60.0, reward_price_per_hour=400.0) for j in jobs]
+
+
+def test_owned_is_what_pricing_owned_charges_reward_bill_included():
+    """(an audit's case) owned left out the reward pool's bill that used and ``pricing: owned``
+    both charge: on 4 + 4 owned nodes $636.11/h owned against $756.31/h used, where
+    ``simulate`` with ``pricing: owned`` charged $894.82/h. Unbounded pools: owned is used."""
+    from pathlib import Path
+
+    jobs = _scored(read_trace(Path(__file__).resolve().parents[1] / "examples" / "fleet" / "jobs.csv"))
+    base = cluster_to_dict(cluster_from_dict(BOUNDED))
+    row = run_config(jobs, base, {}, "rollmux", 0, "worst", OURS)
+    owned = simulate(jobs, cluster_from_dict({**base, "pricing": "owned"}), make_policy("rollmux"))
+    assert owned.reward_cost > 0 and row.error is None
+    assert row.owned_total == pytest.approx(owned.total_cost)
+    assert row.owned_per_hour == pytest.approx(owned.cost_per_hour) and row.owned_per_hour >= row.cost_per_hour
+    # with `pricing: owned` in the base file, `used` is still the pay-per-use figure
+    priced = run_config(jobs, {**base, "pricing": "owned"}, {}, "rollmux", 0, "worst", OURS)
+    assert (priced.total_cost, priced.owned_total) == (row.total_cost, row.owned_total)
+    assert priced.total_cost < owned.total_cost
+    rented = run_config(jobs, base, {"rollout.nodes": None, "train.nodes": None}, "rollmux", 0, "worst", OURS)
+    assert rented.owned_total == pytest.approx(rented.total_cost) and rented.total_cost > owned.reward_cost
+
+
+def test_a_field_the_accounting_sets_is_refused_naming_it():
+    """(an audit's case) under --accounting paper, a varied rollout price, host memory or
+    switch cost gave identical rows: the accounting sets them. Refused, naming the
+    accounting; the fields it leaves alone still vary, and under ours everything does."""
+    from rollmux.accounting import PAPER
+
+    seconds = {**BASE, "switch_cost_s": 10.0}
+    jobs = generate(4, 3, "mixed", (1.0, 2.0))
+    for spec in ("rollout.price_per_gpu_hour=1.0,1.85,5.0", "rollout.price_per_gpu_hour=5", "rollout.host_mem_gb=100",
+                 "train.host_mem_gb=100,2048", "switch_cost_s=0,30"):
+        rows = {run_config(jobs, seconds, c, "rollmux", 0, "worst", PAPER).total_cost
+                for c in grid([parse_vary(spec, seconds)])}
+        assert len(rows | {run_config(jobs, seconds, {}, "rollmux", 0, "worst", PAPER).total_cost}) == 1
+        with pytest.raises(SpecError) as err:
+            parse_vary(spec, seconds, PAPER)
+        assert (err.value.field, err.value.value) == ("vary", spec)
+        assert f"--accounting paper leaves as the cluster file gives it: it sets {spec.split('=')[0]}" \
+               in err.value.expected
+        assert parse_vary(spec, seconds, OURS).field == spec.split("=")[0]
+    for spec in ("train.price_per_gpu_hour=4,6", "train.nodes=2,unbounded", "gpus_per_node=4", "max_group_size=2"):
+        assert parse_vary(spec, seconds, PAPER).field == spec.split("=")[0]

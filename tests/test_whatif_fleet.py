@@ -271,3 +271,41 @@ def test_profile_rows_never_read_are_named_and_a_grid_of_too_many_runs_is_refuse
     assert "2 job id(s) not in the trace: long_a, no-such-job (rows not used)" in said
     assert "10,000 configurations x 2 policies x 1 line order = 20,000 runs; expected at most 10,000" in said
     assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("h200", [None, 2])
+def test_fleet_owned_cost_adds_the_reward_bill(trace, h200):
+    """(an audit's case) every pool unbounded, owned was $497.60/h against $756.31/h used:
+    the reward pool's bill was left out of owned. Now owned = used there, and with an
+    owned H200 pool it is the nodes' ``fleet_owned_cost`` plus that bill."""
+    import dataclasses
+
+    from rollmux.whatif_fleet import fleet_owned_cost
+
+    jobs, profiles = trace
+    jobs = [dataclasses.replace(j, reward_s=60.0, reward_price_per_hour=400.0) for j in jobs]
+    values = {"pools[H200].nodes": h200}
+    row = run_config(jobs, BASE, values, "rollmux", 0, "worst", OURS, profiles)
+    direct = _direct(jobs, profiles, values, "rollmux")
+    assert direct.reward_cost > 0 and row.total_cost == direct.used_cost
+    nodes = fleet_owned_cost(fleet_from_dict(with_values(BASE, values)), direct.span_s, direct.pool_gpu_seconds)
+    assert row.owned_total == pytest.approx(nodes + direct.reward_cost)
+    if h200 is None:
+        assert row.owned_total == pytest.approx(row.total_cost)
+    else:
+        assert row.owned_total > row.total_cost
+
+
+def test_a_pool_named_by_an_integer_is_not_offered_as_a_name():
+    """(an audit's case) pools named "7" and "0": an integer in the brackets is an index, yet
+    the refusal listed "7, 0" among the names to use."""
+    base = fleet_dict({"pools": [{"gpu": "H20", "name": "7"}, {"gpu": "H800", "name": "0"}, {"gpu": "H200"}]})
+    for spec, expected in (("pools[7].nodes=1", "a pool index 0..2 or a pool name (H200)"),
+                           ("pools[H100].nodes=1", "a pool name (H200) or index 0..2")):
+        with pytest.raises(SpecError) as err:
+            parse_vary(spec, base)
+        assert str(err.value) == f"vary={spec!r}: expected {expected}"
+    assert parse_vary("pools[0].nodes=1", base).field == "pools[7].nodes"  # the index, as documented
+    digits = fleet_dict({"pools": [{"gpu": "H20", "name": "1"}, {"gpu": "H800", "name": "2"}]})
+    with pytest.raises(SpecError, match=r"expected a pool index 0\.\.1$"):
+        parse_vary("pools[5].nodes=1", digits)

@@ -70,6 +70,7 @@ def plan(
     assignment and the no-sharing baselines (solo-d, co-located, Gavel+ over types).
     The comparison plans (and regroups) the trace once per pair of types; --workers or
     --address runs those plans in parallel on Ray, with the same results."""
+    from rollmux.exact import DEFAULT_MAX_JOBS, ExactLimitError
     from rollmux.fleet import Profiles, load_profiles
     from rollmux.fleet_exact import MAX_SOLVES, check_limits, improve_fleet, solve_fleet
     from rollmux.fleet_file import load_fleet
@@ -92,6 +93,9 @@ def plan(
         if not trace:
             raise RollMuxError(f"--jobs {jobs}: the trace holds no jobs")
         if optimal:
+            if len(trace) > DEFAULT_MAX_JOBS:  # (check_limits words it for the library: max_jobs is no option)
+                raise ExactLimitError(f"--optimal solves at most {DEFAULT_MAX_JOBS} jobs (the search grows like "
+                                      f"3^n); --jobs {jobs} holds {len(trace)}")
             check_limits(fleet, trace)
         _warn_unused(profiles, measured, fleet, trace)
         planner = FleetPlanner(fleet, measured, space=chosen_space)

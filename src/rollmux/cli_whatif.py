@@ -294,7 +294,7 @@ def whatif(
         _check_policies(names, base, measured)
         if FLEET in base:
             check_accounting(acct)
-        varies = [parse_vary(spec, base) for spec in vary]
+        varies = [parse_vary(spec, base, acct) for spec in vary]
         configs = grid(varies)
         jobs, info = load_trace(trace, None, seed)
     except (RollMuxError, OSError) as err:

@@ -5,10 +5,12 @@ Contract
 * A ``Fleet`` is a list of pools (``FleetPool``): a name, a GPU type, its price per
   GPU-hour, dense bf16 TFLOPS, memory bandwidth (TB/s), host memory per node, an
   inventory (a node count or None: unbounded) and the roles it may play (rollout,
-  training or both). Every node has ``gpus_per_node`` GPUs. ``reference`` names the GPU
-  types a trace's ``t_roll_s`` and ``t_train_s`` were profiled on (the paper's H20 and
-  H800 unless the fleet file says otherwise); every SLO is relative to the job's solo
-  time on them, whatever types it ends up on.
+  training or both). Pools of one GPU type have the same TFLOPS and TB/s: phase times
+  are per type (a profile row, the trace's reference columns, the roofline rule), so a
+  GPU of other figures is another type. Every node has ``gpus_per_node`` GPUs.
+  ``reference`` names the GPU types a trace's ``t_roll_s`` and ``t_train_s`` were
+  profiled on (the paper's H20 and H800 unless the fleet file says otherwise); every
+  SLO is relative to the job's solo time on them, whatever types it ends up on.
 * A *view* is an ordered pair of pools (rollout pool a, training pool b) whose roles
   allow it, a == b included (disaggregated on separate nodes of one pool). Each view is
   an ordinary two-pool ``Cluster``; the planner, the intra-group analysis and the exact
@@ -136,6 +138,13 @@ class Fleet:
                 raise SpecError(f"pools[{i}].name", pool.name, "a non-empty name without '/', ':' or control "
                                 "characters, unique in the fleet")
             seen.add(pool.name)
+            first = next(p for p in self.pools if p.gpu == pool.gpu)
+            for name in ("tflops", "tb_per_s"):
+                if getattr(pool, name) != getattr(first, name):
+                    raise SpecError(f"pools[{i}].{name}", getattr(pool, name), f"{getattr(first, name):g}, the "
+                                    f"{name} of pool {first.name!r} of GPU type {pool.gpu!r}: the pools of one GPU "
+                                    "type share its figures, as its profiles and the trace's reference times do "
+                                    "(a GPU of other figures is another type: give it its own gpu name)")
         for side, gpu in zip(ROLES, self.reference):
             if gpu not in self.figures():
                 raise SpecError(f"reference.{side}", gpu, f"a GPU type with known figures: {sorted(self.figures())}")
@@ -149,7 +158,8 @@ class Fleet:
         Cluster(self.gpus_per_node, switch_cost=self.switch_cost, max_group_size=self.max_group_size).validate()
 
     def figures(self) -> dict[str, tuple[float, float]]:
-        """GPU type -> (TFLOPS, TB/s): the built-in table, overridden by the fleet's pools."""
+        """GPU type -> (TFLOPS, TB/s): the built-in table, overridden by the fleet's pools
+        (which agree on their type's figures: ``validate``)."""
         table = {gpu: (row[0], row[1]) for gpu, row in GPU_TYPES.items()}
         table.update({p.gpu: (p.tflops, p.tb_per_s) for p in self.pools})
         return table

@@ -177,7 +177,10 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
     """Regroup a fleet plan in place while some set of up to ``max_groups`` groups (of any
     views) has a cheaper exact plan (``solve_fleet``, robust: every subset keeps its SLOs;
     the start-up check on every new group), like ``rollmux.improve`` on one cluster. Costs
-    are the fleet objective E. Sets of groups are tried largest E first; at most
+    are the fleet objective E. Sets of two or more groups are tried smallest first, within a
+    size largest E first; when none pays and the plan has more than one view, each group
+    alone, largest E first (re-solved, it may move to another view or split; the moves of
+    larger sets come first, so the result never costs more than theirs alone). At most
     ``max_solves`` solves. On bounded pools the solves are unbounded and a move is kept
     only when its new groups fit the free nodes plus those of the groups it replaces
     (``reservation.fits_views``). The solves share one ``rollmux.fit_memo.FitMemo``: sets of
@@ -193,7 +196,7 @@ def improve_fleet(state: FleetState, space: Space = PAPER_SPACE, max_groups: int
         groups = [(name, g) for name, (_, sub) in state.views.items() for g in sub.groups.values()
                   if space.colocation or not g.colocated]
         move = None
-        for k in range(2, max_groups + 1):
+        for k in [*range(2, max_groups + 1), *([1] if len(state.views) > 1 else [])]:
             combos = []
             for combo in combinations(groups, k):
                 key = tuple(sorted(g.group_id for _, g in combo))  # ids are never reused: a group's members stay

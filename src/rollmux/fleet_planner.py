@@ -121,7 +121,8 @@ _GAVEL_MEMO_LIMIT = 10_000  # jobs whose Gavel+ option is remembered (a long tra
 @dataclass(slots=True, frozen=True)
 class ViewVerdict:
     """What one view offered a job: its planner's decision (None: the view was skipped),
-    the effective marginal cost dE and why it was not taken."""
+    the effective marginal cost dE and why it was not taken (the taken view's: "chosen",
+    then any note of its offer)."""
 
     view: str
     decision: Decision | None
@@ -452,7 +453,8 @@ class FleetPlanner:
             if verdict.effective_cost is not None and (
                     best is None or verdict.effective_cost < best.effective_cost - _COST_TOL):
                 best = verdict
-        verdicts = [v if v is best or v.reason else replace(v, reason="costlier") for v in verdicts]
+        verdicts = [replace(v, reason=f"chosen {v.reason}".rstrip()) if v is best else v if v.reason
+                    else replace(v, reason="costlier") for v in verdicts]
         if best is None:
             reasons = "; ".join(f"{v.view}: {v.reason}" for v in verdicts)
             return FleetDecision(job.job_id, None, None, 0.0, tuple(verdicts), f"no view can take it ({reasons})")

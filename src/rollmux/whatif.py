@@ -13,7 +13,10 @@ Contract
   hi) or a comma list; ``unbounded`` (null) is a value of a ``nodes`` field, in a list.
   Integer fields (node counts, ``gpus_per_node``, ``max_group_size``) take integers
   only; numbers are written in ASCII digits; every value must be finite, listed once
-  and accepted by the cluster file. Any
+  and accepted by the cluster file. A two-pool field that ``accounting`` sets itself
+  (``CostAccounting.apply_cluster``: the base's value and every varied one make one
+  cluster as the accounting sees it, so every row would be the same; under ``paper``
+  the rollout price, host memory and switch cost) is refused naming the accounting. Any
   other spec raises ``SpecError("vary", spec, expected)``.
 * A fleet (``base`` with a ``pools`` list, ``whatif_fleet.fleet_dict``): FIELD is
   ``pools[P].{nodes,price_per_gpu_hour,host_mem_gb}``, P a pool's index or name (an
@@ -37,10 +40,12 @@ Contract
 * Cost bases: ``used`` is the pay-per-use cost (allocated nodes only,
   ``PolicyResult.used_cost``); ``owned`` charges every node of a bounded pool for the
   whole run (nodes x node price x makespan) plus an unbounded pool's used cost
-  (``rollmux.sim.metrics.owned_cost``, what ``pricing: owned`` in a cluster file charges):
-  what the inventory costs to hold until the last job leaves (a fleet: the same per
-  fleet pool, ``whatif_fleet.fleet_owned_cost``). Both $/h divide by the same hours,
-  the trace's solo span (``PolicyResult.cost_per_hour``), so owned >= used.
+  (``rollmux.sim.metrics.owned_cost``) plus the shared reward pool's bill
+  (``PolicyResult.reward_cost``, billed per iteration on either basis): what ``pricing:
+  owned`` in a cluster file charges, what the inventory costs to hold until the last job
+  leaves (a fleet: the same per fleet pool, ``whatif_fleet.fleet_owned_cost``). ``used``
+  is the pay-per-use figure whatever the base file's ``pricing`` says. Both $/h divide by
+  the same hours, the trace's solo span (``PolicyResult.cost_per_hour``), so owned >= used.
 * ``qualifies``: the row ran (no error), every job ran, and it meets the given targets
   (``p95_wait_h <= max_p95_wait_h``, ``slo_met >= min_slo``). ``choose``: the cheapest
   qualifying row on the basis, ties to the lower p95 wait, then the grid order.
@@ -55,7 +60,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-from rollmux.accounting import CostAccounting
+from rollmux.accounting import OURS, CostAccounting
 from rollmux.cluster_file import cluster_from_dict
 from rollmux.errors import RollMuxError, SpecError
 from rollmux.fleet import Profiles
@@ -136,12 +141,16 @@ def _canonical(field: str, spec: str, base: dict) -> str:
         return field
     key, leaf = match.groups()
     names = [p["name"] for p in base[FLEET]]
+    # (a pool named by an integer is reached by its index only: the brackets read an integer as one)
+    named = ", ".join(n for n in names if not _INT.fullmatch(n))
     if _INT.fullmatch(key):
         if not 0 <= int(key) < len(names):
-            raise SpecError("vary", spec, f"a pool index 0..{len(names) - 1} or a pool name ({', '.join(names)})")
+            raise SpecError("vary", spec, f"a pool index 0..{len(names) - 1}" + (f" or a pool name ({named})"
+                                                                                 if named else ""))
         key = names[int(key)]
     elif key not in names:
-        raise SpecError("vary", spec, f"a pool name ({', '.join(names)}) or index 0..{len(names) - 1}")
+        raise SpecError("vary", spec, (f"a pool name ({named}) or index" if named else "a pool index")
+                        + f" 0..{len(names) - 1}")
     if leaf not in _POOL_LEAVES:
         raise SpecError("vary", spec, f"a pool field: one of {', '.join(_POOL_LEAVES)}")
     return f"{FLEET}[{key}].{leaf}"
@@ -182,8 +191,9 @@ def _range(text: str, kind: type, spec: str) -> tuple[int | float, ...]:
     return values
 
 
-def parse_vary(spec: str, base: dict) -> Vary:
-    """Parse one ``FIELD=VALUES`` spec against the cluster or fleet dict ``base``; see the module contract."""
+def parse_vary(spec: str, base: dict, accounting: CostAccounting = OURS) -> Vary:
+    """Parse one ``FIELD=VALUES`` spec against the cluster or fleet dict ``base``, for runs under
+    ``accounting``; see the module contract."""
     field, sep, text = spec.rpartition("=")
     field, text = field.strip(), text.strip()
     fields = variable_fields(base)
@@ -217,7 +227,19 @@ def parse_vary(spec: str, base: dict) -> Vary:
         except SpecError as err:
             raise SpecError("vary", spec, f"values the {'fleet' if FLEET in base else 'cluster'} file accepts "
                                           f"({err})") from None
+    if FLEET not in base and _set_by(accounting, base, field, values):
+        raise SpecError("vary", spec, f"a field that --accounting {accounting.name} leaves as the cluster file "
+                                      f"gives it: it sets {field} itself, so every row would be the same")
     return Vary(spec, field, values)
+
+
+def _set_by(accounting: CostAccounting, base: dict, field: str, values: tuple) -> bool:
+    """Whether ``accounting`` sets ``field`` of the two-pool ``base`` itself: the clusters with
+    the base's value and each of ``values`` differ, and ``apply_cluster`` makes them one."""
+    parent, leaf = _parent(base, field)
+    clusters = [cluster_from_dict(with_values(base, {field: v})) for v in dict.fromkeys((parent[leaf], *values))]
+    seen = [accounting.apply_cluster(c) for c in clusters]
+    return any(c != clusters[0] for c in clusters) and all(c == seen[0] for c in seen)
 
 
 def grid(varies: list[Vary]) -> list[dict]:
@@ -309,13 +331,13 @@ def order(backfill: bool) -> str:
     return "backfill" if backfill else "fifo"
 
 
-def result_row(values: dict, policy: str, result: PolicyResult, owned: float,
+def result_row(values: dict, policy: str, result: PolicyResult, owned_nodes: float,
                queue: str = "backfill") -> Row:
-    """The Row of a finished replay ``result`` whose owned cost is ``owned`` $ (its line in
-    order ``queue``)."""
+    """The Row of a finished replay ``result`` whose nodes cost ``owned_nodes`` $ on the owned
+    basis (its line in order ``queue``); its owned cost adds the reward pool's bill to them."""
     hours = result.reference_span_s / 3600.0
     waits = [j.wait_s / 3600.0 for j in result.jobs] + [math.inf] * len(result.rejected)
-    used = result.used_cost
+    used, owned = result.used_cost, owned_nodes + result.reward_cost
     return Row(values, policy, queue, cost_per_hour=used / hours if hours > 0 else 0.0, total_cost=used,
                owned_per_hour=owned / hours if hours > 0 else 0.0, owned_total=owned, hours=hours,
                p50_wait_h=nearest_rank(waits, 0.5), p95_wait_h=nearest_rank(waits, 0.95),

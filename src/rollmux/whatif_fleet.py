@@ -15,10 +15,12 @@ Contract
   file refuses, or a replay that places no job (CapacityError), is a Row with ``error``;
   a policy name not among ``policy_names`` raises SpecError("policy", name, ...), an
   accounting other than ``OURS`` SpecError("accounting", ...) (``check_accounting``).
-* Owned cost (``fleet_owned_cost``): every node of each bounded pool at its price for the
-  whole makespan, plus each unbounded pool's used cost: its nodes held by some group,
-  integrated over the replay (``PolicyResult.pool_gpu_seconds``). Per pool, the used cost of
-  all pools together is the replay's node cost (``PolicyResult.used_cost`` less the reward bill).
+* Owned cost: every node of each bounded pool at its price for the whole makespan, plus
+  each unbounded pool's used cost: its nodes held by some group, integrated over the
+  replay (``PolicyResult.pool_gpu_seconds``), which is ``fleet_owned_cost``; the Row adds
+  the shared reward pool's bill (``whatif.result_row``), so with every pool unbounded
+  owned equals used. Per pool, the used cost of all pools together is the replay's node
+  cost (``PolicyResult.used_cost`` less the reward bill).
 """
 from __future__ import annotations
 
