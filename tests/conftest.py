@@ -15,9 +15,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 #: (tests/test_suite_layout.py) keeps this list complete.
 SERIAL_MODULES = frozenset({
     "test_async_spec", "test_benchmark_args", "test_cli_frameworks", "test_cli_interrupt", "test_demo",
-    "test_demo_moves", "test_demo_ray", "test_demo_regroup",
-    "test_demo_tail", "test_demo_weight_sync", "test_engine_memory", "test_extras", "test_fleet_ray", "test_grpo_workers",
-    "test_live_async",
+    "test_demo_moves", "test_demo_ray", "test_demo_regroup", "test_demo_tail", "test_demo_weight_sync",
+    "test_engine_memory", "test_extras", "test_fleet_ray", "test_grpo_workers", "test_live_async",
     "test_live_moves", "test_live_tail", "test_native", "test_ray_adapter", "test_ray_start", "test_report_html",
     "test_reward_service", "test_rollart_demo", "test_rollart_live", "test_sdk", "test_service_e2e",
     "test_service_fleet", "test_service_hostile", "test_service_load", "test_service_tls", "test_sharded_state",
