@@ -13,6 +13,7 @@ import pytest
 import ray
 from typer.testing import CliRunner
 
+from loopback_server import free_port
 from rollmux.cli import app
 from rollmux.fleet import load_profiles
 from rollmux.fleet_exact import improve_fleet
@@ -62,14 +63,9 @@ def test_map_tasks_starts_its_own_instance_beside_another_ray_cluster():
 
 
 def test_an_address_where_nothing_answers_is_refused_at_once():
-    import socket
-    import time
-
     from rollmux.errors import RollMuxError
 
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     t0 = time.monotonic()
     with pytest.raises(RollMuxError, match=f"test: cannot connect to the Ray cluster at 127.0.0.1:{port}"):
         map_tasks(operator.neg, (), [(1,)], command="test", address=f"127.0.0.1:{port}")

@@ -8,7 +8,6 @@ grants keep jobs off each other's nodes.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from loopback_server import free_port  # noqa: E402
 from rollmux.errors import SpecError  # noqa: E402
 from rollmux.model import ROLLOUT, TRAIN  # noqa: E402
 from rollmux.plan_state import Placement  # noqa: E402
@@ -292,9 +292,7 @@ def control_plane(tmp_path):
     cluster = Cluster(rollout=PoolSpec("H20", 1.85, nodes=2), train=PoolSpec("H800", 5.28, nodes=2),
                       switch_cost=SwitchCost(mode="fixed"))
     service = Service(cluster, str(tmp_path / "state.db"), "admin", ServiceConfig(lease_s=30.0))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(server_config(service, "127.0.0.1", port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -7,7 +7,6 @@ import math
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ import pytest
 os.environ.setdefault("RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "1.0")  # read when Serve is imported
 pytest.importorskip("ray.serve")
 
+from loopback_server import free_port  # noqa: E402
 from rollmux.errors import SpecError  # noqa: E402
 from rollmux.grpo.task import TASKS, get_task, reward  # noqa: E402
 from rollmux.reward_model import (  # noqa: E402
@@ -184,9 +184,7 @@ def service():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     from rollmux.reward_service import running_service
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with running_service(max_replicas=MAX_REPLICAS, upscale_delay_s=1.0, downscale_delay_s=3.0,
                          model_steps=100, http_port=port):
         yield port

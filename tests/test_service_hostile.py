@@ -634,9 +634,7 @@ def thread_server(tmp_path):
 
     def start(config: ServiceConfig, cluster: Cluster | None = None) -> tuple[Service, str]:
         service = Service(cluster or _cluster(None), str(tmp_path / f"state{len(started)}.db"), ADMIN, config)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         server = uvicorn.Server(server_config(service, "127.0.0.1", port))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
@@ -689,9 +687,7 @@ class DelayProxy:
         self.upstream_port = upstream_port
         self.delay_s = delay_s
         self.loop = asyncio.new_event_loop()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self._ready = threading.Event()
         self.thread.start()
@@ -924,9 +920,7 @@ def test_the_header_deadline_holds_on_both_of_uvicorns_protocols_which_have_none
     for guarded in (True, False):
         http = header_deadline_protocol(1.0, lambda *a: refusals.append(a), problem, base=protocol) if guarded \
             else protocol
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         with _serving(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
                                      http=http, timeout_keep_alive=5)):
             trickled = _trickle(port, b"", head, 0.2, 3.0)
@@ -964,9 +958,7 @@ def test_a_request_uvicorn_cannot_parse_is_counted_and_its_log_line_is_json(base
              for n in (logs.LOGGER, *logs.SERVER_LOGGERS) for lg in [logging.getLogger(n)]}
     log_file = tmp_path / "service.log"
     logs.setup(log_file)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     try:
         with _serving(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", http=http,
                                      log_config=None)):
